@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Apply: execute a plan through a host, in order, journaling before reporting.
+
+Each action is carried out in the order the spec page gives for it:
+
+* a bind writes its files, then journals ``AllocationBound``, then marks the
+  hold reported in the ledger;
+* a release is recorded in the ledger first, then its files are removed, then
+  ``AllocationReleased`` is journaled and the record dropped;
+* a refusal journals ``AllocationFailed``, then remembers the generation.
+
+A failure of any write stops that action and is returned as a retryable error:
+no event is sent for it, and the next pass (whose plan sees what is on disk)
+finishes the work. A crash between any two steps leaves the same situation.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError
+from ansible_collections.bcd.devices.plugins.module_utils._ledger import save_ledger
+
+RETRYABLE = (OSError, EventsError, FsError)
+
+
+class Applier(object):
+    """Carries out one plan; ``key`` is loaded (or created) only when an attested event is due."""
+
+    def __init__(self, host, journal, ledger, state_path, key_loader):
+        self.host = host
+        self.journal = journal
+        self.ledger = ledger
+        self.state_path = state_path
+        self.key_loader = key_loader
+        self._key = None
+
+    def key(self):
+        if self._key is None:
+            self._key = self.key_loader()
+        return self._key
+
+    def journal_event(self, event):
+        attested = event["type"] in ("AllocationBound", "AllocationReleased")
+        return self.journal.append(event["type"], event["body"], self.key() if attested else None)
+
+    def save(self):
+        save_ledger(self.state_path, self.ledger)
+
+    def write_files(self, action):
+        for change in action.files:
+            if change.after is None:
+                self.host.remove_node_file(change.kind, action.allocation_id)
+            else:
+                self.host.write_node_file(change.kind, action.allocation_id, change.after)
+
+    def run(self, action):
+        verb = action.action
+        alloc = action.allocation_id
+        if verb in ("release", "finish-release"):
+            if alloc not in self.ledger.releasing:
+                self.ledger.releasing[alloc] = {"generation": action.generation, "device_ids": action.device_ids}
+                self.save()
+            self.write_files(action)
+            self.journal_event(action.event)
+            self.ledger.releasing.pop(alloc, None)
+            self.ledger.bound.pop(alloc, None)
+            self.save()
+        elif verb == "bind":
+            self.write_files(action)
+            self.journal_event(action.event)
+            self.ledger.bound[alloc] = {"generation": action.generation, "device_ids": action.device_ids}
+            self.save()
+        elif verb == "report-bound":
+            self.journal_event(action.event)
+            self.ledger.bound[alloc] = {"generation": action.generation, "device_ids": action.device_ids}
+            self.save()
+        elif verb == "refuse":
+            self.journal_event(action.event)
+            self.ledger.failures[alloc] = action.generation
+            self.save()
+        else:
+            self.write_files(action)
+
+
+def apply_plan(plan, host, journal, ledger, state_path, key_loader):
+    """Run every action; return ``(done, errors)``: the actions carried out and the retryable errors."""
+    applier = Applier(host, journal, ledger, state_path, key_loader)
+    done, errors = [], []
+    for action in plan.actions:
+        try:
+            applier.run(action)
+        except RETRYABLE as exc:
+            errors.append("%s: %s" % (action.text, exc))
+            continue
+        done.append(action)
+    return done, errors

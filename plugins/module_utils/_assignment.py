@@ -1,0 +1,257 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The input: ``DeviceAssignment``s as they arrive over the network, checked.
+
+Every field is hostile until proven otherwise. ``parse_assignments`` turns the
+raw list into ``Assignment`` objects and, for each entry it cannot honour as
+given, an ``invalid-assignment`` refusal whose message names the field. Nothing
+here touches the host; an allocation id that passes can safely name a file or
+a slice.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+ALLOCATION_ID_RE = re.compile(r"^[A-Za-z0-9_]{1,80}$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+CPULIST_MAX = 1024
+TEXT_MAX = 256
+
+BINDING_HOLD = "BINDING_HOLD"
+BINDING_KUBERNETES = "BINDING_KUBERNETES"
+
+LIMIT_LISTS = ("cpus", "mems")
+LIMIT_NUMBERS = ("cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi")
+
+# Keys bcd itself writes into the env file and the CDI spec; an assignment's
+# own env lines may not shadow them.
+RESERVED_ENV_KEYS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY")
+RESERVED_ENV_PREFIX = "BCD_"
+
+
+class InvalidAssignment(Exception):
+    """An assignment that cannot be honoured as given; the message names the field."""
+
+
+@dataclass(frozen=True)
+class DeviceRef:
+    """One atom as the control plane booked it: an id and a device class."""
+
+    id: str
+    device_class: str = "gpu"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Host resources booked with the devices. ``None`` means not booked."""
+
+    cpus: Optional[str] = None
+    mems: Optional[str] = None
+    cpu_millis: Optional[int] = None
+    memory_bytes: Optional[int] = None
+    hugepages_2mi: Optional[int] = None
+    hugepages_1gi: Optional[int] = None
+
+    def is_empty(self):
+        return all(getattr(self, name) is None for name in LIMIT_LISTS + LIMIT_NUMBERS)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A checked ``DeviceAssignment``."""
+
+    allocation_id: str
+    reservation_id: str = ""
+    binding: str = BINDING_HOLD
+    devices: Tuple[DeviceRef, ...] = ()
+    limits: Optional[Limits] = None
+    env: Tuple[str, ...] = ()
+
+    @property
+    def kubernetes(self):
+        return self.binding == BINDING_KUBERNETES
+
+
+@dataclass
+class Refusal:
+    """An assignment refused before any check against the host."""
+
+    allocation_id: str
+    reason: str
+    message: str
+
+
+@dataclass
+class ParsedInput:
+    assignments: List[Assignment] = field(default_factory=list)
+    refusals: List[Refusal] = field(default_factory=list)
+    # Allocation ids of refused entries that are still valid names: a live hold
+    # of that name is kept, never dropped because its new input was bad.
+    refused_ids: List[str] = field(default_factory=list)
+
+
+def _text(value, where, required=False, maximum=TEXT_MAX):
+    if value is None or value == "":
+        if required:
+            raise InvalidAssignment("%s: required" % where)
+        return ""
+    if not isinstance(value, str):
+        raise InvalidAssignment("%s: must be a string, not %s" % (where, type(value).__name__))
+    if len(value) > maximum:
+        raise InvalidAssignment("%s: longer than %d characters" % (where, maximum))
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InvalidAssignment("%s: contains a control character" % where)
+    return value
+
+
+def _number(value, where):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidAssignment("%s: must be a non-negative integer" % where)
+    return value
+
+
+def check_cpulist(value, where):
+    """A cpulist such as ``0-3,8,10-11`` of at most 1024 characters, ranges ascending."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidAssignment("%s: must be a cpulist string such as 0-3,8" % where)
+    if len(value) > CPULIST_MAX:
+        raise InvalidAssignment("%s: cpulist longer than %d characters" % (where, CPULIST_MAX))
+    if not CPULIST_RE.match(value):
+        raise InvalidAssignment("%s: %r is not a cpulist such as 0-3,8" % (where, value))
+    for part in value.split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            if int(low) > int(high):
+                raise InvalidAssignment("%s: range %s runs backwards" % (where, part))
+    return value
+
+
+def parse_cpulist(value):
+    """The set of numbers a checked cpulist names."""
+    numbers = set()
+    for part in value.split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            numbers.update(range(int(low), int(high) + 1))
+        else:
+            numbers.add(int(part))
+    return numbers
+
+
+def _limits(raw):
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidAssignment("limits: must be a mapping")
+    unknown = sorted(str(key) for key in raw if key not in LIMIT_LISTS + LIMIT_NUMBERS)
+    if unknown:
+        raise InvalidAssignment("limits.%s: unknown field" % unknown[0])
+    values = {}
+    for name in LIMIT_LISTS:
+        values[name] = check_cpulist(raw.get(name) or None, "limits.%s" % name)
+    for name in LIMIT_NUMBERS:
+        values[name] = _number(raw.get(name), "limits.%s" % name)
+    limits = Limits(**values)
+    return None if limits.is_empty() else limits
+
+
+def _env(raw):
+    if raw is None:
+        return ()
+    if isinstance(raw, dict):
+        raw = ["%s=%s" % (key, value) for key, value in raw.items()]
+    if not isinstance(raw, list):
+        raise InvalidAssignment("env: must be a list of KEY=VALUE strings")
+    lines = []
+    for index, line in enumerate(raw):
+        where = "env[%d]" % index
+        if not isinstance(line, str):
+            raise InvalidAssignment("%s: must be a KEY=VALUE string" % where)
+        if "\n" in line or "\r" in line or "\0" in line:
+            raise InvalidAssignment("%s: contains a newline or NUL" % where)
+        if len(line) > 4096:
+            raise InvalidAssignment("%s: longer than 4096 characters" % where)
+        key, sep, _value = line.partition("=")
+        if not sep or not ENV_KEY_RE.match(key):
+            raise InvalidAssignment("%s: must be KEY=VALUE with KEY matching %s" % (where, ENV_KEY_RE.pattern))
+        if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV_KEYS:
+            raise InvalidAssignment("%s: %s is set by bcd and cannot be overridden" % (where, key))
+        lines.append(line)
+    return tuple(lines)
+
+
+def _devices(raw):
+    if not isinstance(raw, list):
+        raise InvalidAssignment("devices: must be a list of {id, device_class}")
+    if not raw:
+        raise InvalidAssignment("devices: at least one device is required")
+    if len(raw) > 1024:
+        raise InvalidAssignment("devices: more than 1024 devices")
+    refs = []
+    for index, item in enumerate(raw):
+        where = "devices[%d]" % index
+        if not isinstance(item, dict):
+            raise InvalidAssignment("%s: must be a mapping with id and device_class" % where)
+        device_id = _text(item.get("id"), where + ".id", required=True)
+        device_class = _text(item.get("device_class"), where + ".device_class") or "gpu"
+        refs.append(DeviceRef(id=device_id, device_class=device_class))
+    return tuple(refs)
+
+
+def parse_assignment(raw, index=0):
+    """Check one raw assignment; raise ``InvalidAssignment`` naming the field."""
+    if not isinstance(raw, dict):
+        raise InvalidAssignment("devices[%d]: an assignment must be a mapping" % index)
+    allocation_id = raw.get("allocation_id")
+    if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.match(allocation_id):
+        raise InvalidAssignment("allocation_id: %s does not match %s" % (_show(allocation_id), ALLOCATION_ID_RE.pattern))
+    binding = raw.get("binding")
+    binding = _text(binding, "binding", maximum=64) or BINDING_HOLD
+    return Assignment(
+        allocation_id=allocation_id,
+        reservation_id=_text(raw.get("reservation_id"), "reservation_id"),
+        binding=binding,
+        devices=_devices(raw.get("devices")),
+        limits=_limits(raw.get("limits")),
+        env=_env(raw.get("env")),
+    )
+
+
+def _show(value):
+    text = repr(value)
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def parse_assignments(raw_list):
+    """Split the raw ``devices`` section into assignments and refusals.
+
+    An allocation id may appear once: its first entry is checked, later ones
+    are refused. A refusal for an entry without a usable allocation id is keyed
+    by its position (``devices[3]``) so it can still be reported.
+    """
+    parsed = ParsedInput()
+    seen = set()
+    for index, raw in enumerate(raw_list or []):
+        raw_id = raw.get("allocation_id") if isinstance(raw, dict) else None
+        # A refusal is reported under the id the control plane sent, when it sent a string.
+        key = raw_id[:TEXT_MAX] if isinstance(raw_id, str) and raw_id else "devices[%d]" % index
+        if key in seen:
+            parsed.refusals.append(Refusal(key, "invalid-assignment", "allocation_id: %s appears more than once" % key))
+            continue
+        seen.add(key)
+        try:
+            parsed.assignments.append(parse_assignment(raw, index))
+        except InvalidAssignment as exc:
+            parsed.refusals.append(Refusal(key, "invalid-assignment", str(exc)))
+            if ALLOCATION_ID_RE.match(key):
+                parsed.refused_ids.append(key)
+    return parsed

@@ -1,0 +1,244 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The hold's CDI spec (``/etc/cdi/bcd-<allocation>.json``): rendering and reading back.
+
+A hold *is* its CDI spec: it survives a reboot, and each device's
+``bcd.dev/device-id`` annotation carries the real atom id, so a pass reads the
+node's holds from these files and never from memory of an earlier run.
+
+Rendering follows the spec page's "The CDI spec": NVIDIA's per-device edits for
+what each atom stands for, the vendor's common edits once without its
+``NVIDIA_VISIBLE_DEVICES=void``, our annotations and env. Every rendered spec is
+validated against the CDI rules before anyone writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from ansible_collections.bcd.devices.plugins.module_utils._atoms import (
+    CLASS_MIG,
+    atom_from_id,
+    visible_devices,
+    AtomRefused,
+)
+from ansible_collections.bcd.devices.plugins.module_utils._cdi_validate import (
+    minimum_version,
+    validate_spec,
+    version_key,
+)
+
+KIND = "bcd.dev/gpu"
+SPEC_DIR = "/etc/cdi"
+SPEC_PREFIX = "bcd-"
+ENV_DIR = "/run/bcd/allocations"
+MPS_PIPE_DIRECTORY = "/run/nvidia-mps"
+BASE_VERSION = "0.6.0"
+
+ANN_ALLOCATION = "bcd.dev/allocation-id"
+ANN_RESERVATION = "bcd.dev/reservation-id"
+ANN_GENERATION = "bcd.dev/generation"
+ANN_CGROUP_PARENT = "bcd.dev/cgroup-parent"
+ANN_BINDING = "bcd.dev/binding"
+ANN_DEVICE_ID = "bcd.dev/device-id"
+
+SPEC_FILE_RE = re.compile(r"^bcd-([A-Za-z0-9_]{1,80})\.json$")
+
+
+class RenderError(Exception):
+    """A spec that would not be valid CDI; nothing is written for it."""
+
+
+def cdi_spec_path(allocation_id):
+    return "%s/%s%s.json" % (SPEC_DIR, SPEC_PREFIX, allocation_id)
+
+
+def env_file_path(allocation_id):
+    return "%s/%s.env" % (ENV_DIR, allocation_id)
+
+
+def cdi_device(atom_id):
+    return "%s=%s" % (KIND, atom_id.replace("/", "_"))
+
+
+@dataclass(frozen=True)
+class HoldRender:
+    """Everything a hold's files are rendered from."""
+
+    allocation_id: str
+    reservation_id: str
+    generation: int
+    atoms: Tuple = ()
+    kubernetes: bool = False
+    cgroup_parent: Optional[str] = None
+    mps: bool = False
+    env: Tuple[str, ...] = ()
+
+    @property
+    def has_slot(self):
+        return any(atom.device_class == "gpu.slot" for atom in self.atoms)
+
+
+def _fallback_edits(atom):
+    """One env edit naming the atom, for a device that carries no vendor edits
+    (a Kubernetes hold, or no vendor spec): CDI rejects a device without edits."""
+    key = "BCD_DEVICE_" + re.sub(r"[^A-Za-z0-9]", "_", atom.cdi_name).upper()
+    return {"env": ["%s=%s" % (key, atom.id)]}
+
+
+def _device_edits(atom, vendor):
+    if vendor is None:
+        return None
+    if atom.device_class == CLASS_MIG:
+        return vendor.edits_for_mig(atom.mig_uuid)
+    return vendor.edits_for_gpu(atom.gpu_uuid)
+
+
+def _has_edits(edits):
+    return bool(edits) and any(edits.get(key) for key in edits)
+
+
+def common_env(hold):
+    """The env lines shared by the CDI spec and the env file, in order."""
+    lines = ["BCD_ALLOCATION_ID=%s" % hold.allocation_id]
+    if hold.cgroup_parent:
+        lines.append("BCD_CGROUP_PARENT=%s" % hold.cgroup_parent)
+    if hold.mps and hold.has_slot:
+        lines.append("CUDA_MPS_PIPE_DIRECTORY=%s" % MPS_PIPE_DIRECTORY)
+    return lines
+
+
+def render_spec(hold, vendor=None):
+    """The hold's CDI spec as a dict; raises ``RenderError`` when it would not be valid CDI."""
+    annotations = {
+        ANN_ALLOCATION: hold.allocation_id,
+        ANN_RESERVATION: hold.reservation_id,
+        ANN_GENERATION: str(hold.generation),
+    }
+    if hold.cgroup_parent:
+        annotations[ANN_CGROUP_PARENT] = hold.cgroup_parent
+    if hold.kubernetes:
+        annotations[ANN_BINDING] = "kubernetes"
+    use_vendor = vendor if (vendor is not None and not hold.kubernetes and vendor.path) else None
+
+    devices = []
+    for atom in hold.atoms:
+        edits = _device_edits(atom, use_vendor)
+        if not _has_edits(edits):
+            edits = _fallback_edits(atom)
+        devices.append({
+            "name": atom.cdi_name,
+            "annotations": {ANN_DEVICE_ID: atom.id},
+            "containerEdits": edits,
+        })
+
+    env = common_env(hold)
+    common = {}
+    if not hold.kubernetes:
+        env.append("NVIDIA_VISIBLE_DEVICES=%s" % ",".join(visible_devices(hold.atoms)))
+        if use_vendor is not None:
+            vendor_edits = dict(use_vendor.common_edits or {})
+            env.extend(line for line in vendor_edits.pop("env", None) or [] if line not in env)
+            common.update((key, value) for key, value in vendor_edits.items() if value)
+    container_edits = {"env": env}
+    for key in sorted(common, key=_edit_rank):
+        container_edits[key] = common[key]
+    spec = {
+        "cdiVersion": BASE_VERSION,
+        "kind": KIND,
+        "annotations": annotations,
+        "devices": devices,
+        "containerEdits": container_edits,
+    }
+    versions = [BASE_VERSION, minimum_version(spec)]
+    if use_vendor is not None and use_vendor.cdi_version:
+        versions.append(use_vendor.cdi_version)
+    spec["cdiVersion"] = max(versions, key=version_key)
+    problems = validate_spec(spec)
+    if problems:
+        raise RenderError("the CDI spec of %s would be invalid: %s" % (hold.allocation_id, "; ".join(problems)))
+    return spec
+
+
+_EDIT_ORDER = ("env", "deviceNodes", "mounts", "hooks", "netDevices", "intelRdt", "additionalGids")
+
+
+def _edit_rank(key):
+    """Common edits in the order CDI documents them; unknown keys last, by name."""
+    return (_EDIT_ORDER.index(key), key) if key in _EDIT_ORDER else (len(_EDIT_ORDER), key)
+
+
+def spec_bytes(spec):
+    return (json.dumps(spec, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def render_env(hold):
+    """The env file: ``BCD_ALLOCATION_ID``, ``BCD_CGROUP_PARENT``, ``CUDA_MPS_PIPE_DIRECTORY``,
+    ``BCD_RESERVATION_ID``, ``NVIDIA_VISIBLE_DEVICES`` (Kubernetes holds too), then the assignment's lines."""
+    lines = common_env(hold)
+    lines.append("BCD_RESERVATION_ID=%s" % hold.reservation_id)
+    lines.append("NVIDIA_VISIBLE_DEVICES=%s" % ",".join(visible_devices(hold.atoms)))
+    lines.extend(hold.env)
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+@dataclass
+class LiveHold:
+    """A hold as read back from its CDI spec on the node."""
+
+    allocation_id: str
+    path: str
+    content: bytes
+    device_ids: List[str] = field(default_factory=list)
+    atoms: List = field(default_factory=list)
+    reservation_id: str = ""
+    generation: Optional[int] = None
+    kubernetes: bool = False
+    cgroup_parent: Optional[str] = None
+    problem: Optional[str] = None  # why the file could not be read back fully
+
+    @property
+    def cdi_devices(self):
+        return [cdi_device(device_id) for device_id in self.device_ids]
+
+
+def read_hold(allocation_id, path, content):
+    """Parse one ``bcd-*.json``. A file that cannot be parsed is still a hold
+    (its allocation id comes from the file name) with ``problem`` set."""
+    hold = LiveHold(allocation_id=allocation_id, path=path, content=content)
+    try:
+        spec = json.loads(content.decode("utf-8"))
+        if not isinstance(spec, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        hold.problem = "cannot parse %s: %s" % (path, exc)
+        return hold
+    annotations = spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {}
+    hold.reservation_id = str(annotations.get(ANN_RESERVATION, ""))
+    try:
+        hold.generation = int(annotations.get(ANN_GENERATION))
+    except (TypeError, ValueError):
+        hold.generation = None
+    hold.kubernetes = annotations.get(ANN_BINDING) == "kubernetes"
+    parent = annotations.get(ANN_CGROUP_PARENT)
+    hold.cgroup_parent = parent if isinstance(parent, str) and parent else None
+    devices = spec.get("devices") if isinstance(spec.get("devices"), list) else []
+    for device in devices:
+        device_annotations = device.get("annotations") if isinstance(device, dict) else None
+        device_id = device_annotations.get(ANN_DEVICE_ID) if isinstance(device_annotations, dict) else None
+        if not isinstance(device_id, str) or not device_id:
+            hold.problem = "%s: a device has no %s annotation" % (path, ANN_DEVICE_ID)
+            continue
+        try:
+            hold.atoms.append(atom_from_id(device_id))
+        except AtomRefused as exc:
+            hold.problem = "%s: %s" % (path, exc.message)
+            continue
+        hold.device_ids.append(device_id)
+    if annotations.get(ANN_ALLOCATION) not in (None, allocation_id):
+        hold.problem = "%s: names allocation %r" % (path, annotations.get(ANN_ALLOCATION))
+    return hold

@@ -1,0 +1,90 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Conflicts: who already has a GPU or a part of it, and when a new hold overlaps.
+
+``Claims`` gathers every claim on the node — live holds, holds bound earlier in
+the same pass, pending Kubernetes releases, and GPUs that VMs have or are to
+have through VFIO. ``conflicts`` checks a new hold's atoms against it, in the
+spec page's order:
+
+* an atom listed twice in the assignment: ``a device is listed twice``
+* its parent GPU passed through to a VM: ``<GPU> is passed through to instance <id>``
+* the atom held by another allocation: ``<atom> is assigned to <allocation>``
+* a whole GPU while part of it is held: ``<GPU> has <atom> assigned to <allocation>``
+* a part of a GPU another allocation holds whole: ``<GPU> is assigned to <allocation>``
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+UNREADABLE_RELEASES = "(pending Kubernetes releases that could not be read)"
+
+
+class Claims(object):
+    """Every claim on the node's GPUs, by allocation (or VM instance)."""
+
+    def __init__(self):
+        self.atoms = {}  # type: Dict[str, str]
+        self.whole = {}  # type: Dict[str, str]
+        self.parts = {}  # type: Dict[str, List[Tuple[str, str]]]
+        self.vfio = {}  # type: Dict[str, str]
+
+    def claim(self, owner, atoms):
+        """Record that ``owner`` holds ``atoms`` (parsed ``Atom`` objects)."""
+        for atom in atoms:
+            self.atoms.setdefault(atom.id, owner)
+            if atom.whole:
+                self.whole.setdefault(atom.gpu_uuid, owner)
+            else:
+                self.parts.setdefault(atom.gpu_uuid, []).append((atom.id, owner))
+
+    def claim_every_gpu(self, owner, gpu_uuids):
+        for uuid in gpu_uuids:
+            self.whole.setdefault(uuid, owner)
+            self.atoms.setdefault(uuid, owner)
+
+    def pass_through(self, instance_id, gpu_uuids):
+        for uuid in gpu_uuids:
+            self.vfio.setdefault(uuid, instance_id)
+
+    def owner_of_gpu(self, gpu_uuid):
+        """Who holds this GPU or a part of it (the first claim found), or None."""
+        if gpu_uuid in self.whole:
+            return self.whole[gpu_uuid]
+        parts = self.parts.get(gpu_uuid)
+        return parts[0][1] if parts else None
+
+
+def conflicts(atoms, claims):
+    """Every conflict of a new hold's atoms with ``claims``, as messages; empty when none."""
+    found = []  # type: List[str]
+
+    def add(message):
+        if message not in found:
+            found.append(message)
+
+    seen = set()
+    for atom in atoms:
+        if atom.id in seen:
+            add("a device is listed twice")
+        seen.add(atom.id)
+    for atom in atoms:
+        instance = claims.vfio.get(atom.gpu_uuid)
+        if instance is not None:
+            add("%s is passed through to instance %s" % (atom.gpu_uuid, instance))
+            continue
+        owner = claims.atoms.get(atom.id)
+        if owner is not None:
+            add("%s is assigned to %s" % (atom.id, owner))
+            continue
+        if atom.whole:
+            for part_id, part_owner in claims.parts.get(atom.gpu_uuid, []):
+                add("%s has %s assigned to %s" % (atom.gpu_uuid, part_id, part_owner))
+                break
+        else:
+            owner = claims.whole.get(atom.gpu_uuid)
+            if owner is not None:
+                add("%s is assigned to %s" % (atom.gpu_uuid, owner))
+    return found

@@ -1,0 +1,172 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One pass of the converger: lock, observe, plan, apply, report.
+
+The module ``bcd.devices.holds`` and the node command ``bcd-holds converge``
+both call ``run_pass``; nothing else decides what a pass does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import List
+
+from ansible_collections.bcd.devices.plugins.module_utils._apply import apply_plan
+from ansible_collections.bcd.devices.plugins.module_utils._assignment import parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
+    MPS_PIPE_DIRECTORY,
+    env_file_path,
+    read_hold,
+)
+from ansible_collections.bcd.devices.plugins.module_utils._events import Journal, NodeKey
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import PassLock
+from ansible_collections.bcd.devices.plugins.module_utils._ledger import load_ledger, save_ledger
+from ansible_collections.bcd.devices.plugins.module_utils._planner import Observed, plan_pass
+
+CONVERGED = "CONVERGED"
+PROGRESSING = "PROGRESSING"
+FAILED = "FAILED"
+KEY_NAME = "node.key"
+
+
+class PassError(Exception):
+    """A pass that cannot run at all (stale generation, unusable state directory)."""
+
+
+@dataclass
+class PassResult:
+    plan: object
+    section: dict
+    changed: bool = False
+    events: List[dict] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    capabilities: List[str] = field(default_factory=list)
+    conditions: List[dict] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)
+
+    @property
+    def retry(self):
+        return self.section["state"] == PROGRESSING
+
+    def to_dict(self):
+        return {
+            "changed": self.changed,
+            "plan": [action.to_dict() for action in self.plan.actions],
+            "section": self.section,
+            "failures": [failure.to_dict() for failure in self.plan.failures],
+            "events": self.events,
+            "holds": self.plan.holds,
+            "conditions": self.conditions,
+            "capabilities": self.capabilities,
+        }
+
+
+def capabilities(host, inventory):
+    """What the node can honour: nothing that needs root on an unprivileged node."""
+    caps = []
+    if host.privileged:
+        caps.extend(["cdi", "binding.kubernetes"])
+    if inventory.error is None and inventory.gpus:
+        caps.append("nvml")
+    return caps
+
+
+def observe(host, ledger, wanted_ids=()):
+    """Read everything a plan needs from the host, once."""
+    live = {}
+    for allocation_id, (path, content) in host.hold_files().items():
+        live[allocation_id] = read_hold(allocation_id, path, content)
+    env_files = {}
+    for allocation_id in set(live) | set(ledger.releasing) | set(wanted_ids):
+        env_files[allocation_id] = host.read(env_file_path(allocation_id))
+    domains, domains_error = host.domains()
+    return Observed(
+        node_id=host.node_id(),
+        boot_id=host.boot_id(),
+        inventory=host.inventory(),
+        vendor=host.vendor_spec(),
+        live=live,
+        env_files=env_files,
+        ledger=ledger,
+        privileged=host.privileged,
+        mps=host.exists(MPS_PIPE_DIRECTORY),
+        domains=list(domains),
+        domains_error=domains_error,
+    )
+
+
+def section_of(generation, plan, errors, previous_observed):
+    if errors:
+        return {"state": PROGRESSING, "generation": generation, "observed_generation": previous_observed,
+                "message": "; ".join(errors)}
+    if plan.failures:
+        return {"state": FAILED, "generation": generation, "observed_generation": generation,
+                "message": "; ".join("%s: %s" % (f.allocation_id, f.message) for f in plan.failures)}
+    return {"state": CONVERGED, "generation": generation, "observed_generation": generation, "message": ""}
+
+
+def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd", check_mode=False,
+             lock_timeout=120.0):
+    """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing."""
+    parsed = parse_assignments(devices)
+    state_path = host.path(state_dir)
+    with PassLock(state_path, timeout=lock_timeout, create=not check_mode):
+        ledger = load_ledger(state_path)
+        if ledger.observed_generation is not None and generation < ledger.observed_generation:
+            raise PassError("generation %d is older than the observed generation %d; refusing to go back"
+                            % (generation, ledger.observed_generation))
+        observed = observe(host, ledger, [a.allocation_id for a in parsed.assignments])
+        plan = plan_pass(generation, parsed, observed, instances)
+        warnings = _observation_warnings(observed) + plan.warnings
+        errors = list(plan.errors)
+        journal = Journal(state_path)
+        changed = bool(plan.actions)
+        if not check_mode:
+            done, apply_errors = apply_plan(plan, host, journal, ledger, state_path,
+                                            lambda: NodeKey.load_or_create(os.path.join(state_path, KEY_NAME)))
+            changed = bool(done)
+            errors.extend(apply_errors)
+            previous = ledger.observed_generation
+            if not errors:
+                ledger.observed_generation = generation
+            ledger.vfio = plan.vfio
+            wanted = set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals)
+            ledger.failures = dict((k, v) for k, v in ledger.failures.items() if k in wanted)
+            save_ledger(state_path, ledger)
+        else:
+            previous = ledger.observed_generation
+        events = journal.unacked()
+        warnings.extend(journal.warnings)
+    section = section_of(generation, plan, errors, previous)
+    return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,
+                      capabilities=capabilities(host, observed.inventory), errors=errors)
+
+
+def _observation_warnings(observed):
+    warnings = []
+    if observed.inventory.error:
+        warnings.append("GPU inventory: %s" % observed.inventory.error)
+    warnings.extend(getattr(observed.vendor, "warnings", None) or [])
+    if observed.domains_error:
+        warnings.append("VMs: %s; using the GPUs they had at the last pass" % observed.domains_error)
+    if observed.ledger.problem:
+        warnings.append(observed.ledger.problem)
+    return warnings
+
+
+def diff_of(plan):
+    """Ansible ``--diff`` output: each file's before and after, then the plan as text."""
+    diffs = []
+    for action in plan.actions:
+        for change in action.files:
+            diffs.append({
+                "before_header": change.path if change.before is not None else "%s (absent)" % change.path,
+                "after_header": change.path if change.after is not None else "%s (removed)" % change.path,
+                "before": (change.before or b"").decode("utf-8", "replace"),
+                "after": (change.after or b"").decode("utf-8", "replace"),
+            })
+    diffs.append({"prepared": "plan:\n" + "\n".join("  " + line for line in plan.text().splitlines()) + "\n"})
+    return diffs
+

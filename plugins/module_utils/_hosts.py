@@ -1,0 +1,197 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Hosts: the one small interface the converger sees, and its implementations.
+
+The planner never knows which host it runs against. ``RealHost`` reads NVML or
+``nvidia-smi`` and libvirt; ``FakeHwHost`` reads a fakehw file (a GPU node made
+of a directory and a YAML file, for tests and demos). Both keep every node file
+under ``root``; the paths of the files a pass writes are built here, from a
+file *kind* and a checked allocation id, never from input directly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+
+from ansible_collections.bcd.devices.plugins.module_utils._assignment import ALLOCATION_ID_RE
+from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
+    SPEC_DIR,
+    SPEC_FILE_RE,
+    cdi_spec_path,
+    env_file_path,
+)
+from ansible_collections.bcd.devices.plugins.module_utils._cdi_vendor import load_vendor_spec
+from ansible_collections.bcd.devices.plugins.module_utils._fakehw import load_fakehw
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import join_root, read_bytes, remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils._inventory import (
+    read_libvirt_domains,
+    read_real_inventory,
+)
+
+# The node files a pass writes, by kind: the root helper accepts exactly these.
+NODE_FILE_KINDS = {
+    "cdi": cdi_spec_path,
+    "allocation-env": env_file_path,
+}
+NODE_FILE_MODE = 0o644
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+class HostError(Exception):
+    """A host that cannot be used at all (a broken fakehw file, a bad root)."""
+
+
+def node_file_path(kind, allocation_id):
+    """The node path of a file of ``kind`` for a checked allocation id."""
+    if kind not in NODE_FILE_KINDS:
+        raise ValueError("unknown node file kind %r" % (kind,))
+    if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.match(allocation_id):
+        raise ValueError("allocation id %r is not valid" % (allocation_id,))
+    return NODE_FILE_KINDS[kind](allocation_id)
+
+
+def run_command(argv, timeout=30):
+    """Run a command without a shell; (rc, stdout, stderr), never raising."""
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return 127, "", str(exc)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+
+
+class Host(object):
+    """What a pass may ask of a node. Subclasses provide the hardware side."""
+
+    fakehw = False
+
+    def __init__(self, root="/", helper=None):
+        self.root = os.path.abspath(root or "/")
+        self.helper = helper
+        self._inventory = None
+        self._domains = None
+
+    # -- paths and plain files -------------------------------------------------
+    def path(self, node_path):
+        """The real path of a node path under ``root``."""
+        return join_root(self.root, node_path)
+
+    def read(self, node_path):
+        return read_bytes(self.path(node_path))
+
+    def exists(self, node_path):
+        return os.path.exists(self.path(node_path))
+
+    # -- privilege -------------------------------------------------------------
+    @property
+    def privileged(self):
+        """Root, or a root helper to do root's work."""
+        return os.geteuid() == 0 or self.helper is not None
+
+    # -- holds -----------------------------------------------------------------
+    def hold_files(self):
+        """``{allocation_id: (node_path, bytes)}`` of every ``/etc/cdi/bcd-*.json``."""
+        found = {}
+        directory = self.path(SPEC_DIR)
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            return found
+        for name in names:
+            match = SPEC_FILE_RE.match(name)
+            if not match:
+                continue
+            node_path = "%s/%s" % (SPEC_DIR, name)
+            content = self.read(node_path)
+            if content is not None:
+                found[match.group(1)] = (node_path, content)
+        return found
+
+    def write_node_file(self, kind, allocation_id, content):
+        """Write a hold's file atomically (0644), through the helper when there is one."""
+        if self.helper is not None:
+            return self.helper.write_node_file(kind, allocation_id, content)
+        write_atomic(self.path(node_file_path(kind, allocation_id)), content, NODE_FILE_MODE)
+        return None
+
+    def remove_node_file(self, kind, allocation_id):
+        if self.helper is not None:
+            return self.helper.remove_node_file(kind, allocation_id)
+        return remove_file(self.path(node_file_path(kind, allocation_id)))
+
+    # -- the hardware side -----------------------------------------------------
+    def inventory(self):
+        if self._inventory is None:
+            self._inventory = self._read_inventory()
+        return self._inventory
+
+    def domains(self):
+        """``(domains, error)``: running or paused VMs and the GPUs they have."""
+        if self._domains is None:
+            self._domains = self._read_domains()
+        return self._domains
+
+    def vendor_spec(self):
+        return load_vendor_spec(self.root)
+
+    def boot_id(self):
+        content = self.read(BOOT_ID_PATH)
+        return content.decode("ascii", "replace").strip() if content else ""
+
+    def node_id(self):
+        return socket.gethostname()
+
+    def _read_inventory(self):
+        raise NotImplementedError
+
+    def _read_domains(self):
+        raise NotImplementedError
+
+
+class RealHost(Host):
+    """A real GPU node: NVML or ``nvidia-smi``, and libvirt when ``virsh`` exists."""
+
+    def __init__(self, root="/", helper=None, runner=run_command):
+        super(RealHost, self).__init__(root, helper)
+        self.runner = runner
+
+    def _read_inventory(self):
+        return read_real_inventory(run_command=self.runner)
+
+    def _read_domains(self):
+        if shutil.which("virsh") is None:
+            return [], None
+        return read_libvirt_domains(self.runner, self.inventory())
+
+
+class FakeHwHost(Host):
+    """A node described by a fakehw file; every node file lives under ``root``."""
+
+    fakehw = True
+
+    def __init__(self, root, fakehw_path, helper=None):
+        super(FakeHwHost, self).__init__(root, helper)
+        self.fakehw_path = fakehw_path
+        self.hw = load_fakehw(fakehw_path)
+
+    def _read_inventory(self):
+        return self.hw.inventory
+
+    def _read_domains(self):
+        return list(self.hw.domains), None
+
+    def boot_id(self):
+        return super(FakeHwHost, self).boot_id() or self.hw.boot_id or ""
+
+    def node_id(self):
+        return self.hw.node_id or super(FakeHwHost, self).node_id()
+
+
+def make_host(root="/", fakehw=None, helper=None):
+    """The host a pass runs against: fakehw when a hardware file is named."""
+    if fakehw:
+        return FakeHwHost(root, fakehw, helper=helper)
+    return RealHost(root, helper=helper)

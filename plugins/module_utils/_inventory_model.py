@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the node has: its GPUs and their MIG instances, as plain data.
+
+Every inventory source (NVML, ``nvidia-smi``, a fakehw file) produces an
+``Inventory``; atoms are resolved against it and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG device: GPU instance ``gi``, compute instance ``ci``, its ``MIG-`` UUID."""
+
+    gi: int
+    ci: int
+    uuid: str
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU as the driver lists it."""
+
+    uuid: str
+    index: int
+    minor: Optional[int] = None
+    numa_node: Optional[int] = None
+    pci_bus_id: Optional[str] = None
+    name: Optional[str] = None
+    mig: tuple = ()  # of MigInstance
+
+    def mig_instance(self, gi, ci):
+        for inst in self.mig:
+            if inst.gi == gi and inst.ci == ci:
+                return inst
+        return None
+
+
+@dataclass
+class Inventory:
+    """The GPUs of a node. ``source`` names where they came from; ``error``
+    says why a source could not be read (an empty inventory is then not a
+    statement that the node has no GPUs)."""
+
+    gpus: List[Gpu] = field(default_factory=list)
+    source: str = "none"
+    error: Optional[str] = None
+
+    def gpu(self, uuid):
+        for gpu in self.gpus:
+            if gpu.uuid == uuid:
+                return gpu
+        return None
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A running or paused VM the node manages, with the GPUs it has through VFIO."""
+
+    instance_id: str
+    state: str = "running"
+    memory_bytes: int = 0
+    hugepages: bool = False
+    gpus: tuple = ()
+
+
+@dataclass(frozen=True)
+class PodDevices:
+    """A pod container that the kubelet says holds devices."""
+
+    namespace: str
+    name: str
+    container: str
+    device_ids: tuple = ()

@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The ledger: what the node has *reported*, so every report happens exactly once.
+
+The holds themselves are read from ``/etc/cdi`` on every pass; the ledger
+(``<state_dir>/ledger.json``, 0600) only remembers what a pass cannot see on
+the host:
+
+``bound``
+    holds whose ``AllocationBound`` was journaled (a hold written but never
+    reported, because the pass died in between, is reported by the next pass);
+``releasing``
+    plain releases recorded before their files are removed (a release cut
+    short is finished, and reported, by the next pass);
+``failures``
+    the generation each allocation's ``AllocationFailed`` was journaled for;
+``vfio``
+    the GPUs running domains had at the last pass;
+``observed_generation``
+    the last generation a pass finished (``CONVERGED`` or ``FAILED``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Dict, Optional
+
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import read_bytes, write_atomic
+
+LEDGER_NAME = "ledger.json"
+
+
+@dataclass
+class Ledger:
+    bound: Dict[str, dict] = field(default_factory=dict)
+    releasing: Dict[str, dict] = field(default_factory=dict)
+    failures: Dict[str, int] = field(default_factory=dict)
+    vfio: Dict[str, str] = field(default_factory=dict)
+    observed_generation: Optional[int] = None
+    problem: Optional[str] = None
+
+    def to_json(self):
+        data = asdict(self)
+        data.pop("problem")
+        return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _dict_of(value, kind):
+    if not isinstance(value, dict):
+        return {}
+    return dict((key, item) for key, item in value.items() if isinstance(key, str) and isinstance(item, kind))
+
+
+def load_ledger(state_path):
+    """Read the ledger; a missing one is empty, a damaged one is empty with ``problem`` set."""
+    content = read_bytes(os.path.join(state_path, LEDGER_NAME))
+    if content is None:
+        return Ledger()
+    try:
+        data = json.loads(content.decode("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        return Ledger(problem="%s/%s is unreadable (%s); reports may repeat" % (state_path, LEDGER_NAME, exc))
+    observed = data.get("observed_generation")
+    return Ledger(
+        bound=_dict_of(data.get("bound"), dict),
+        releasing=_dict_of(data.get("releasing"), dict),
+        failures=_dict_of(data.get("failures"), int),
+        vfio=_dict_of(data.get("vfio"), str),
+        observed_generation=observed if isinstance(observed, int) and not isinstance(observed, bool) else None,
+    )
+
+
+def save_ledger(state_path, ledger):
+    write_atomic(os.path.join(state_path, LEDGER_NAME), ledger.to_json(), 0o600)

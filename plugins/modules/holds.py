@@ -1,0 +1,296 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module bcd.devices.holds: converge a node's GPU holds to its devices section."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: holds
+short_description: Converge a GPU node's holds (CDI specs, env files, events) to its reservations
+version_added: 0.1.0
+description:
+  - Takes the node's C(devices) section, one C(DeviceAssignment) per allocation, and makes the node
+    hold exactly those. A hold is a CDI spec C(/etc/cdi/bcd-<allocation_id>.json) that a container
+    runtime resolves as C(bcd.dev/gpu=<device>), and an env file
+    C(/run/bcd/allocations/<allocation_id>.env) for workload managers that read env files.
+  - Holds no longer wanted are released before new ones are bound, so a GPU can move between
+    allocations in one generation. Holds still wanted are kept; a kept hold whose rendering changed
+    (a new NVIDIA vendor spec after a driver upgrade or MIG change, a new reservation id) is written
+    again, and a missing env file (it lives on tmpfs) is rewritten.
+  - Each new hold is checked in order (binding, privilege, atoms, conflicts); one that fails is
+    refused with a reason (V(unsupported-binding), V(node-unprivileged), V(unsupported-device),
+    V(device-missing), V(overlap), V(invalid-assignment)) and reported once per allocation and
+    generation as an C(AllocationFailed) event. The others of the pass are bound anyway.
+  - Every bind and release is journaled as an event signed with the node's Ed25519 key
+    (C(AllocationBound), C(AllocationReleased)) before the module returns it. Events are returned
+    by every run until M(bcd.devices.events) acknowledges them.
+  - The existing holds are read back from C(/etc/cdi/bcd-*.json) on every run, never remembered.
+  - Two runs never interleave on one node; a lock under O(state_dir) keeps them apart.
+author:
+  - bcd.devices contributors
+requirements:
+  - C(cryptography) on the node, to sign events.
+  - C(PyYAML) on the node to read a YAML vendor spec or fakehw file.
+options:
+  generation:
+    description:
+      - The NodeSpec generation these assignments belong to.
+      - A generation older than the last one the node finished is refused.
+    type: int
+    required: true
+  devices:
+    description:
+      - The C(DeviceAssignment)s, one mapping per allocation. An empty list releases every hold.
+      - C(allocation_id) (required) names the hold's files and events; it must match C(^[A-Za-z0-9_]{1,80}$)
+        and appear once.
+      - C(reservation_id) is written into the spec's annotations and the env file.
+      - C(binding) is V(BINDING_HOLD) (the default; a workload manager on the node) or V(BINDING_KUBERNETES)
+        (the kubelet's device plugins; no vendor edits and no C(NVIDIA_VISIBLE_DEVICES) in the spec). Any
+        other binding is refused with V(unsupported-binding).
+      - C(devices) (required, at least one) lists the atoms, each C(id) and C(device_class) (V(gpu),
+        V(gpu.mig), V(gpu.slot); empty reads as V(gpu)). A whole GPU is its UUID, a MIG instance
+        C(<GPU uuid>/gi<N>/ci<M>), a slot C(<GPU uuid>/s<N>).
+      - C(limits) books host resources (C(cpus), C(mems), C(cpu_millis), C(memory_bytes), C(hugepages_2mi),
+        C(hugepages_1gi)). They are checked, then ignored with a warning in this release.
+      - C(env) lists extra C(KEY=VALUE) lines for the env file. Keys starting with C(BCD_),
+        C(NVIDIA_VISIBLE_DEVICES) and C(CUDA_MPS_PIPE_DIRECTORY) are bcd's own and refused.
+      - Every field is checked; an assignment that cannot be honoured as given is refused with
+        V(invalid-assignment) and a message naming the field, and the others of the pass go on.
+    type: list
+    elements: raw
+    required: true
+  instances:
+    description:
+      - The NodeSpec's instances, each C({instance_id, gpus}); their GPUs are passed through to VMs
+        and a hold on them is refused with V(overlap).
+    type: list
+    elements: dict
+    default: []
+  root:
+    description: Prefix of every node path. A test host is a directory.
+    type: path
+    default: /
+  fakehw:
+    description:
+      - A fakehw hardware file (YAML or JSON) describing GPUs, MIG instances, VMs and pods; makes the
+        host fakehw. Paths are on the node. See the user guide for its format.
+    type: path
+  state_dir:
+    description: The state directory under O(root) (journal, ledger, node key, lock).
+    type: path
+    default: /var/lib/bcd
+  helper_socket:
+    description:
+      - The root helper's socket. When set, every privileged write goes through it.
+      - Reserved for the node-side release; setting it now fails the task.
+    type: path
+  fail_on_refusal:
+    description:
+      - Fail the task when any assignment is refused. Otherwise refusals are returned in RV(failures),
+        shown as warnings, and the task succeeds with RV(section.state=FAILED).
+    type: bool
+    default: false
+  lock_timeout:
+    description: Seconds to wait for another pass on the same node to finish.
+    type: float
+    default: 120
+attributes:
+  check_mode:
+    support: full
+    description:
+      - Computes the same plan a real run performs and returns it in RV(plan); writes nothing, not even
+        the state directory, the journal or the node key.
+  diff_mode:
+    support: full
+    description:
+      - Shows the before and after of every file the run writes or removes, then the plan as text.
+  idempotent:
+    support: full
+    description:
+      - A second run with the same input reports C(changed=false) and journals no new event.
+notes:
+  - A run that cannot write a file (a full disk, a refused helper operation) leaves
+    RV(section.state=PROGRESSING), journals no event for that hold and fails the task, so C(until)
+    retries work; the next run finishes the work.
+  - Run as root. A run without root and without a helper refuses every new hold with
+    V(node-unprivileged) and writes nothing.
+seealso:
+  - module: bcd.devices.holds_info
+  - module: bcd.devices.events
+  - plugin: bcd.devices.verify_report
+    plugin_type: filter
+"""
+
+EXAMPLES = r"""
+- name: Hold one whole GPU and a MIG instance for two allocations
+  bcd.devices.holds:
+    generation: 42
+    devices:
+      - allocation_id: alloc_01jz8k2v
+        reservation_id: rsv_01jz8k1q
+        binding: BINDING_HOLD
+        devices:
+          - {id: GPU-5f1c2a90-0000-4000-8000-000000000001, device_class: gpu}
+        env:
+          - TEAM=vision
+      - allocation_id: alloc_01jz8k3a
+        reservation_id: rsv_01jz8k20
+        devices:
+          - {id: GPU-5f1c2a90-0000-4000-8000-000000000002/gi1/ci0, device_class: gpu.mig}
+  register: pass_result
+
+- name: Show what was refused
+  ansible.builtin.debug:
+    msg: "{{ item.allocation_id }}: {{ item.reason }}: {{ item.message }}"
+  loop: "{{ pass_result.failures }}"
+
+- name: Retry while a write keeps failing
+  bcd.devices.holds:
+    generation: 42
+    devices: "{{ node_devices }}"
+  register: retried
+  until: retried is succeeded
+  retries: 5
+  delay: 30
+
+- name: Release every hold
+  bcd.devices.holds:
+    generation: 43
+    devices: []
+
+- name: Converge a fakehw host (a directory and a hardware file, no GPU needed)
+  bcd.devices.holds:
+    generation: 1
+    root: /tmp/node-a
+    fakehw: /tmp/node-a/fakehw.yml
+    devices:
+      - allocation_id: alloc_demo
+        devices: [{id: GPU-5f1c2a90-0000-4000-8000-000000000001}]
+"""
+
+RETURN = r"""
+plan:
+  description: The ordered actions of the pass (in check mode, those a real run would perform).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    action:
+      description: >-
+        V(bind), V(release), V(finish-release), V(rerender), V(write-env), V(report-bound) or V(refuse).
+      type: str
+    allocation_id:
+      description: The allocation the action is for.
+      type: str
+    text:
+      description: The action in one line.
+      type: str
+  sample:
+    - action: bind
+      allocation_id: alloc_01jz8k2v
+      text: "bind alloc_01jz8k2v: bcd.dev/gpu=GPU-5f1c... -> /etc/cdi/bcd-alloc_01jz8k2v.json, ..."
+section:
+  description: The state of the node's devices section after the pass.
+  returned: always
+  type: dict
+  contains:
+    state:
+      description: V(CONVERGED), V(PROGRESSING) (a retryable write failed) or V(FAILED) (some assignment refused).
+      type: str
+    generation:
+      description: The generation of this pass.
+      type: int
+    observed_generation:
+      description: The last generation the node finished; it does not advance while V(PROGRESSING).
+      type: int
+    message:
+      description: For V(FAILED), C(<allocation>: <message>) for each refusal; for V(PROGRESSING), the errors.
+      type: str
+failures:
+  description: Every assignment refused in this pass.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {allocation_id: alloc_x, generation: 42, reason: overlap,
+       message: GPU-5f1c2a90-0000-4000-8000-000000000001 is assigned to alloc_01jz8k2v}
+events:
+  description: Every journaled event not yet acknowledged, this pass's included, oldest first.
+  returned: always
+  type: list
+  elements: dict
+holds:
+  description: The holds on the node after the pass (in check mode, as they would be).
+  returned: always
+  type: list
+  elements: dict
+conditions:
+  description: Node conditions about holds (none are raised by this release).
+  returned: always
+  type: list
+  elements: dict
+capabilities:
+  description: What the node can honour (V(cdi), V(binding.kubernetes), V(nvml)); none that needs root on an unprivileged node.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.bcd.devices.plugins.module_utils._converge import PassError, diff_of, run_pass
+from ansible_collections.bcd.devices.plugins.module_utils._events import HAS_CRYPTOGRAPHY
+from ansible_collections.bcd.devices.plugins.module_utils._fakehw import FakeHwError
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError, LockTimeout
+from ansible_collections.bcd.devices.plugins.module_utils._hosts import make_host
+
+
+def argument_spec():
+    return dict(
+        generation=dict(type="int", required=True),
+        # The assignments are checked by the converger, which refuses a bad one with
+        # invalid-assignment instead of failing the whole task: so no suboptions here.
+        devices=dict(type="list", elements="raw", required=True),
+        instances=dict(type="list", elements="dict", default=[]),
+        root=dict(type="path", default="/"),
+        fakehw=dict(type="path"),
+        state_dir=dict(type="path", default="/var/lib/bcd"),
+        helper_socket=dict(type="path"),
+        fail_on_refusal=dict(type="bool", default=False),
+        lock_timeout=dict(type="float", default=120),
+    )
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    params = module.params
+    if not HAS_CRYPTOGRAPHY:
+        module.fail_json(msg=missing_required_lib("cryptography"))
+    if params["helper_socket"]:
+        module.fail_json(msg="helper_socket is not supported by this release of bcd.devices")
+    try:
+        host = make_host(params["root"], params["fakehw"])
+        result = run_pass(host, params["generation"], params["devices"], params["instances"],
+                          state_dir=params["state_dir"], check_mode=module.check_mode,
+                          lock_timeout=params["lock_timeout"])
+    except (PassError, FakeHwError, FsError, LockTimeout, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    output = result.to_dict()
+    if module._diff:
+        output["diff"] = diff_of(result.plan)
+    for warning in result.warnings:
+        module.warn(warning)
+    for failure in result.plan.failures:
+        module.warn("%s refused (%s): %s" % (failure.allocation_id, failure.reason, failure.message))
+    if result.retry:
+        module.fail_json(msg="the pass could not finish and will be retried: %s" % result.section["message"],
+                         **output)
+    if params["fail_on_refusal"] and result.plan.failures:
+        module.fail_json(msg="assignments refused: %s" % result.section["message"], **output)
+    module.exit_json(**output)
+
+
+if __name__ == "__main__":
+    main()
