@@ -93,6 +93,11 @@ class ParsedInput:
     # Allocation ids of refused entries that are still valid names: a live hold
     # of that name is kept, never dropped because its new input was bad.
     refused_ids: List[str] = field(default_factory=list)
+    # Every entry's key (allocation id, or ``devices[N]``) in input order, for reporting in spec order.
+    order: List[str] = field(default_factory=list)
+
+    def position(self, key):
+        return self.order.index(key) if key in self.order else len(self.order)
 
 
 def _text(value, where, required=False, maximum=TEXT_MAX):
@@ -244,6 +249,7 @@ def parse_assignments(raw_list):
         raw_id = raw.get("allocation_id") if isinstance(raw, dict) else None
         # A refusal is reported under the id the control plane sent, when it sent a string.
         key = raw_id[:TEXT_MAX] if isinstance(raw_id, str) and raw_id else "devices[%d]" % index
+        parsed.order.append(key)
         if key in seen:
             parsed.refusals.append(Refusal(key, "invalid-assignment", "allocation_id: %s appears more than once" % key))
             continue

@@ -112,8 +112,12 @@ def common_env(hold):
     return lines
 
 
-def render_spec(hold, vendor=None):
-    """The hold's CDI spec as a dict; raises ``RenderError`` when it would not be valid CDI."""
+def render_spec(hold, vendor=None, notes=None):
+    """The hold's CDI spec as a dict; raises ``RenderError`` when it would not be valid CDI.
+
+    ``notes``, when a list, collects what an operator should know: a device the
+    vendor spec does not name gets no vendor edits.
+    """
     annotations = {
         ANN_ALLOCATION: hold.allocation_id,
         ANN_RESERVATION: hold.reservation_id,
@@ -129,6 +133,9 @@ def render_spec(hold, vendor=None):
     for atom in hold.atoms:
         edits = _device_edits(atom, use_vendor)
         if not _has_edits(edits):
+            if use_vendor is not None and notes is not None:
+                notes.append("%s: the vendor spec %s does not name %s; the device carries no vendor edits"
+                             % (hold.allocation_id, use_vendor.path, atom.visible_name))
             edits = _fallback_edits(atom)
         devices.append({
             "name": atom.cdi_name,

@@ -194,7 +194,7 @@ def _release_action(observed, allocation_id, generation, device_ids, verb, why):
     return Action(verb, allocation_id, text, files, event, list(device_ids), generation)
 
 
-def _render(assignment_or_live, atoms, generation, observed, kubernetes, env=()):
+def _render(assignment_or_live, atoms, generation, observed, kubernetes, env=(), notes=None):
     hold = HoldRender(
         allocation_id=assignment_or_live.allocation_id,
         reservation_id=assignment_or_live.reservation_id,
@@ -205,7 +205,7 @@ def _render(assignment_or_live, atoms, generation, observed, kubernetes, env=())
         mps=observed.mps,
         env=tuple(env),
     )
-    return spec_bytes(render_spec(hold, observed.vendor)), render_env(hold)
+    return spec_bytes(render_spec(hold, observed.vendor, notes)), render_env(hold)
 
 
 def plan_pass(generation, parsed, observed, instances=None):
@@ -298,7 +298,8 @@ def plan_pass(generation, parsed, observed, instances=None):
             failures.append((allocation_id, exc.reason, exc.message))
             continue
         try:
-            spec, env = _render(assignment, atoms, generation, observed, assignment.kubernetes, assignment.env)
+            spec, env = _render(assignment, atoms, generation, observed, assignment.kubernetes, assignment.env,
+                                plan.warnings)
         except RenderError as exc:
             plan.errors.append(str(exc))
             continue
@@ -317,7 +318,8 @@ def plan_pass(generation, parsed, observed, instances=None):
         plan.holds.append(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
                                        assignment.kubernetes))
 
-    # 5. Failures: one AllocationFailed per allocation and generation.
+    # 5. Failures, in spec order: one AllocationFailed per allocation and generation.
+    failures.sort(key=lambda failure: parsed.position(failure[0]))
     for allocation_id, reason, message in failures:
         plan.failures.append(Failure(allocation_id, generation, reason, message))
         if ledger.failures.get(allocation_id) == generation:
@@ -347,7 +349,8 @@ def _plan_kept(plan, observed, assignment, hold, atoms, generation, needs_root):
     allocation_id = assignment.allocation_id
     bound_generation = hold.generation if hold.generation is not None else generation
     try:
-        spec, env = _render(assignment, atoms, bound_generation, observed, hold.kubernetes, assignment.env)
+        spec, env = _render(assignment, atoms, bound_generation, observed, hold.kubernetes, assignment.env,
+                            plan.warnings)
     except RenderError as exc:
         plan.errors.append(str(exc))
         return

@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Seeing the holds: what a node holds, per GPU, read without writing anything.
+
+``node_status`` is what ``bcd.devices.holds_info`` returns and what
+``bcd-holds status`` prints: the holds read back from ``/etc/cdi``, and for
+each GPU the allocation holding it whole or holding its MIG instances or slots.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.bcd.devices.plugins.module_utils._cdi import read_hold
+from ansible_collections.bcd.devices.plugins.module_utils._converge import KEY_NAME, capabilities
+from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, NodeKey
+from ansible_collections.bcd.devices.plugins.module_utils._planner import hold_summary
+
+
+def gpu_status(inventory, holds):
+    """One entry per GPU of the inventory, then one per GPU a hold names that the inventory lacks."""
+    whole, parts = {}, {}
+    for hold in holds:
+        for atom in hold.atoms:
+            if atom.whole:
+                whole[atom.gpu_uuid] = hold.allocation_id
+            else:
+                parts.setdefault(atom.gpu_uuid, []).append((atom, hold.allocation_id))
+    entries = []
+    for gpu in inventory.gpus:
+        held_parts = parts.pop(gpu.uuid, [])
+        mig_owner = dict(((atom.gi, atom.ci), owner) for atom, owner in held_parts if atom.gi is not None)
+        mig = [{"gi": inst.gi, "ci": inst.ci, "uuid": inst.uuid, "id": "%s/gi%d/ci%d" % (gpu.uuid, inst.gi, inst.ci),
+                "held_by": mig_owner.pop((inst.gi, inst.ci), None)} for inst in gpu.mig]
+        entries.append({
+            "index": gpu.index,
+            "uuid": gpu.uuid,
+            "present": True,
+            "held_by": whole.pop(gpu.uuid, None),
+            "mig": mig,
+            "slots": [{"id": atom.id, "slot": atom.slot, "held_by": owner}
+                      for atom, owner in held_parts if atom.slot is not None],
+            # MIG instances held but no longer present (deleted after the hold was bound).
+            "missing_parts": [{"id": "%s/gi%d/ci%d" % (gpu.uuid, gi, ci), "held_by": owner}
+                              for (gi, ci), owner in sorted(mig_owner.items())],
+        })
+    for uuid in sorted(set(whole) | set(parts)):
+        entries.append({"index": None, "uuid": uuid, "present": False, "held_by": whole.get(uuid),
+                         "mig": [], "slots": [],
+                         "missing_parts": [{"id": atom.id, "held_by": owner} for atom, owner in parts.get(uuid, [])]})
+    return entries
+
+
+def node_public_key(state_path):
+    """The node's public key, or None before the first attested event created it."""
+    path = os.path.join(state_path, KEY_NAME)
+    if not os.path.exists(path):
+        return None
+    try:
+        return NodeKey.load(path).public_key_b64()
+    except EventsError:
+        return None
+
+
+def node_status(host, state_dir="/var/lib/bcd"):
+    """Everything ``holds_info`` reports, read-only."""
+    holds = [read_hold(allocation_id, path, content)
+             for allocation_id, (path, content) in sorted(host.hold_files().items())]
+    inventory = host.inventory()
+    warnings = [hold.problem for hold in holds if hold.problem]
+    if inventory.error:
+        warnings.append("GPU inventory: %s" % inventory.error)
+    return {
+        "holds": [hold_summary(h.allocation_id, h.reservation_id, h.generation, h.atoms, h.kubernetes,
+                               h.cgroup_parent) for h in holds],
+        "gpus": gpu_status(inventory, holds),
+        "inventory_source": inventory.source,
+        "capabilities": capabilities(host, inventory),
+        "conditions": [],
+        "node_public_key": node_public_key(host.path(state_dir)),
+        "warnings": warnings,
+    }

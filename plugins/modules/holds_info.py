@@ -1,0 +1,133 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module bcd.devices.holds_info: what a node holds, per GPU, read-only."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: holds_info
+short_description: Show a GPU node's holds, who holds each GPU, its capabilities and its public key
+version_added: 0.1.0
+description:
+  - Reads the holds back from C(/etc/cdi/bcd-*.json) and the node's GPU inventory, and reports per GPU
+    which allocation holds it whole or holds its MIG instances or slots.
+  - Returns the node's capabilities, its conditions and its public key, for checking event signatures
+    on the controller with P(bcd.devices.verify_report#filter).
+  - Writes nothing, ever.
+author:
+  - bcd.devices contributors
+options:
+  root:
+    description: Prefix of every node path. A test host is a directory.
+    type: path
+    default: /
+  fakehw:
+    description: A fakehw hardware file; makes the host fakehw (see M(bcd.devices.holds)).
+    type: path
+  state_dir:
+    description: The state directory under O(root), where the node key lives.
+    type: path
+    default: /var/lib/bcd
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+seealso:
+  - module: bcd.devices.holds
+  - module: bcd.devices.events
+"""
+
+EXAMPLES = r"""
+- name: Read the node's holds
+  bcd.devices.holds_info:
+  register: info
+
+- name: Show who holds each GPU
+  ansible.builtin.debug:
+    msg: "GPU {{ item.index }} {{ item.uuid }}: {{ item.held_by | default('free', true) }}"
+  loop: "{{ info.gpus }}"
+
+- name: Keep the node's public key for checking its events
+  ansible.builtin.set_fact:
+    node_public_key: "{{ info.node_public_key }}"
+"""
+
+RETURN = r"""
+holds:
+  description: The holds on the node, read back from their CDI specs.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - allocation_id: alloc_01jz8k2v
+      reservation_id: rsv_01jz8k1q
+      generation: 42
+      binding: BINDING_HOLD
+      device_ids: [GPU-5f1c2a90-0000-4000-8000-000000000001]
+      cdi_devices: [bcd.dev/gpu=GPU-5f1c2a90-0000-4000-8000-000000000001]
+      cdi_spec_path: /etc/cdi/bcd-alloc_01jz8k2v.json
+      env_file: /run/bcd/allocations/alloc_01jz8k2v.env
+gpus:
+  description:
+    - One entry per GPU, in inventory order, then GPUs that holds name but the inventory no longer lists
+      (C(present=false)).
+    - C(held_by) is the allocation holding the GPU whole; C(mig) lists its MIG instances and C(slots) its
+      held slots, each with C(held_by); C(missing_parts) lists held MIG instances that no longer exist.
+  returned: always
+  type: list
+  elements: dict
+inventory_source:
+  description: Where the GPUs came from (V(nvml), V(nvidia-smi), V(fakehw) or V(none)).
+  returned: always
+  type: str
+capabilities:
+  description: What the node can honour (V(cdi), V(binding.kubernetes), V(nvml)).
+  returned: always
+  type: list
+  elements: str
+conditions:
+  description: Node conditions about holds.
+  returned: always
+  type: list
+  elements: dict
+node_public_key:
+  description: Base64 of the node's raw 32-byte Ed25519 public key; null before the node signed its first event.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.bcd.devices.plugins.module_utils._fakehw import FakeHwError
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError
+from ansible_collections.bcd.devices.plugins.module_utils._hosts import make_host
+from ansible_collections.bcd.devices.plugins.module_utils._status import node_status
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type="path", default="/"),
+            fakehw=dict(type="path"),
+            state_dir=dict(type="path", default="/var/lib/bcd"),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        host = make_host(module.params["root"], module.params["fakehw"])
+        status = node_status(host, module.params["state_dir"])
+    except (FakeHwError, FsError, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    for warning in status.pop("warnings"):
+        module.warn(warning)
+    module.exit_json(changed=False, **status)
+
+
+if __name__ == "__main__":
+    main()
