@@ -18,8 +18,10 @@ from ansible_collections.bcd.devices.plugins.module_utils._events import EventsE
 from ansible_collections.bcd.devices.plugins.module_utils._planner import hold_summary
 
 
-def gpu_status(inventory, holds):
-    """One entry per GPU of the inventory, then one per GPU a hold names that the inventory lacks."""
+def gpu_status(inventory, holds, domains=()):
+    """One entry per GPU of the inventory, then one per GPU a hold names that the inventory lacks.
+    ``passed_through_to`` names the VM that has the GPU through VFIO."""
+    vms = dict((gpu, domain.instance_id) for domain in domains for gpu in domain.gpus)
     whole, parts = {}, {}
     for hold in holds:
         for atom in hold.atoms:
@@ -38,6 +40,7 @@ def gpu_status(inventory, holds):
             "uuid": gpu.uuid,
             "present": True,
             "held_by": whole.pop(gpu.uuid, None),
+            "passed_through_to": vms.get(gpu.uuid),
             "mig": mig,
             "slots": [{"id": atom.id, "slot": atom.slot, "held_by": owner}
                       for atom, owner in held_parts if atom.slot is not None],
@@ -47,6 +50,7 @@ def gpu_status(inventory, holds):
         })
     for uuid in sorted(set(whole) | set(parts)):
         entries.append({"index": None, "uuid": uuid, "present": False, "held_by": whole.get(uuid),
+                        "passed_through_to": vms.get(uuid),
                          "mig": [], "slots": [],
                          "missing_parts": [{"id": atom.id, "held_by": owner} for atom, owner in parts.get(uuid, [])]})
     return entries
@@ -68,13 +72,16 @@ def node_status(host, state_dir="/var/lib/bcd"):
     holds = [read_hold(allocation_id, path, content)
              for allocation_id, (path, content) in sorted(host.hold_files().items())]
     inventory = host.inventory()
+    domains, domains_error = host.domains()
     warnings = [hold.problem for hold in holds if hold.problem]
+    if domains_error:
+        warnings.append("VMs: %s" % domains_error)
     if inventory.error:
         warnings.append("GPU inventory: %s" % inventory.error)
     return {
         "holds": [hold_summary(h.allocation_id, h.reservation_id, h.generation, h.atoms, h.kubernetes,
                                h.cgroup_parent) for h in holds],
-        "gpus": gpu_status(inventory, holds),
+        "gpus": gpu_status(inventory, holds, domains),
         "inventory_source": inventory.source,
         "capabilities": capabilities(host, inventory),
         "conditions": [],

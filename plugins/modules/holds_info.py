@@ -78,7 +78,8 @@ gpus:
     - One entry per GPU, in inventory order, then GPUs that holds name but the inventory no longer lists
       (C(present=false)).
     - C(held_by) is the allocation holding the GPU whole; C(mig) lists its MIG instances and C(slots) its
-      held slots, each with C(held_by); C(missing_parts) lists held MIG instances that no longer exist.
+      held slots, each with C(held_by); C(missing_parts) lists held MIG instances that no longer exist;
+      C(passed_through_to) names the VM that has the GPU through VFIO.
   returned: always
   type: list
   elements: dict
