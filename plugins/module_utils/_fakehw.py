@@ -1,0 +1,384 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Load a fakehw hardware file: the GPUs, VMs and pods of a test host.
+
+A host is fakehw when the ``fakehw`` option names such a file (DESIGN.md,
+"The hosts: real and fakehw"); everything a real host would learn from NVML,
+libvirt and the kubelet comes from it instead. The file is input like any
+other, so it is validated strictly: any wrong type, missing or duplicate id,
+negative number or unknown field raises ``FakeHwError`` with a message that
+names the field (``gpus[1].uuid: required``). JSON is read first; YAML needs
+PyYAML, which is optional.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import (
+    Domain,
+    Gpu,
+    Inventory,
+    MigInstance,
+    PodDevices,
+)
+from ansible_collections.bcd.devices.plugins.module_utils._inventory import normalize_pci_address
+
+try:
+    import yaml
+
+    HAS_YAML = True
+except ImportError:
+    yaml = None
+    HAS_YAML = False
+
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_INT = 2 ** 63 - 1
+
+_GPU_UUID_RE = re.compile(r"^GPU-[A-Za-z0-9-]{1,128}$")
+_MIG_UUID_RE = re.compile(r"^MIG-[A-Za-z0-9-]{1,128}(/[0-9]{1,9}/[0-9]{1,9})?$")
+# Names and ids: printable, no whitespace at the ends, no control characters.
+_TEXT_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
+
+_DOMAIN_STATES = ("running", "paused")
+
+
+class FakeHwError(Exception):
+    """The fakehw file cannot be read or is not valid. The message names the
+    file or the field and is fit to show to a user."""
+
+
+@dataclass
+class FakeHw:
+    """What a fakehw file says the host has."""
+
+    node_id: Optional[str] = None
+    boot_id: Optional[str] = None
+    inventory: Inventory = field(default_factory=lambda: Inventory(gpus=[], source="fakehw"))
+    domains: List[Domain] = field(default_factory=list)
+    kubelet_reachable: bool = True
+    pods: List[PodDevices] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------
+# Reading
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_pairs(pairs):
+    result = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey("duplicate key %r" % key)
+        result[key] = value
+    return result
+
+
+if HAS_YAML:
+
+    class _StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses a key given twice in one mapping (plain
+        PyYAML keeps the last one silently)."""
+
+    def _construct_strict_mapping(loader, node, deep=False):
+        keys = set()
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<" merges may be overridden; that is not a duplicate
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in keys
+            except TypeError:  # an unhashable key; construct_mapping says so
+                duplicate = False
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "duplicate key %r" % (key,), key_node.start_mark
+                )
+            try:
+                keys.add(key)
+            except TypeError:
+                pass
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    _StrictLoader.add_constructor(
+        yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_strict_mapping
+    )
+
+
+def parse_fakehw_text(text, source="fakehw file"):
+    # type: (str, str) -> FakeHw
+    """Parse fakehw content (JSON, else YAML) and validate it."""
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicate_pairs)
+    except _DuplicateKey as exc:
+        raise FakeHwError("%s: %s" % (source, exc))
+    except RecursionError:
+        raise FakeHwError("%s: nested too deeply" % source)
+    except ValueError as json_exc:
+        if not HAS_YAML:
+            raise FakeHwError(
+                "%s is not valid JSON (%s) and PyYAML is not installed to read it as YAML"
+                % (source, json_exc)
+            )
+        try:
+            data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader
+        except yaml.YAMLError as yaml_exc:
+            raise FakeHwError("%s is neither valid JSON nor valid YAML: %s" % (source, _one_line(yaml_exc)))
+        except RecursionError:
+            raise FakeHwError("%s: nested too deeply" % source)
+    return fakehw_from_data(data, source=source)
+
+
+def load_fakehw(path):
+    # type: (str) -> FakeHw
+    """Read and validate the fakehw file at ``path``. Raises ``FakeHwError``."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise FakeHwError("cannot read fakehw file %s: %s" % (path, exc.strerror or exc))
+    if len(raw) > MAX_FILE_BYTES:
+        raise FakeHwError("fakehw file %s is larger than %d bytes" % (path, MAX_FILE_BYTES))
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise FakeHwError("fakehw file %s is not UTF-8: %s" % (path, exc))
+    return parse_fakehw_text(text, source="fakehw file %s" % path)
+
+
+def _one_line(exc):
+    return " ".join(str(exc).split())
+
+
+# --------------------------------------------------------------------------
+# Validation
+
+
+def _type_name(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "a number"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return "a %s" % type(value).__name__
+
+
+def _err(where, message):
+    return FakeHwError("%s: %s" % (where, message))
+
+
+def _mapping(value, where, allowed):
+    if not isinstance(value, dict):
+        raise _err(where, "must be a mapping, not %s" % _type_name(value))
+    for key in value:
+        if not isinstance(key, str):
+            raise _err(where, "keys must be strings, not %s" % _type_name(key))
+        if key not in allowed:
+            raise _err(where, "unknown field %r (known: %s)" % (key, ", ".join(allowed)))
+    return value
+
+
+def _list(value, where):
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _err(where, "must be a list, not %s" % _type_name(value))
+    return value
+
+
+def _int(value, where, required=False, default=None):
+    if value is None:
+        if required:
+            raise _err(where, "required")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _err(where, "must be a non-negative integer, not %s" % _type_name(value))
+    if value < 0:
+        raise _err(where, "must be a non-negative integer, not %d" % value)
+    if value > MAX_INT:
+        raise _err(where, "is too large")
+    return value
+
+
+def _bool(value, where, default):
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _err(where, "must be true or false, not %s" % _type_name(value))
+    return value
+
+
+def _text(value, where, required=False, pattern=_TEXT_RE, shape="a non-empty string without control characters"):
+    if value is None:
+        if required:
+            raise _err(where, "required")
+        return None
+    if not isinstance(value, str):
+        raise _err(where, "must be a string, not %s" % _type_name(value))
+    if value == "" and required:
+        raise _err(where, "required")
+    if not pattern.match(value) or value != value.strip():
+        raise _err(where, "must be %s, not %r" % (shape, value[:80]))
+    return value
+
+
+def _gpu_uuid(value, where, required=True):
+    return _text(value, where, required=required, pattern=_GPU_UUID_RE, shape="a GPU UUID (GPU-...)")
+
+
+_TOP_FIELDS = ("node_id", "boot_id", "gpus", "domains", "kubelet")
+_GPU_FIELDS = ("uuid", "index", "minor", "numa_node", "pci_bus_id", "name", "mig")
+_MIG_FIELDS = ("gi", "ci", "uuid")
+_DOMAIN_FIELDS = ("instance_id", "state", "memory_bytes", "hugepages", "gpus")
+_KUBELET_FIELDS = ("reachable", "pods")
+_POD_FIELDS = ("namespace", "name", "container", "device_ids")
+
+
+def fakehw_from_data(data, source="fakehw file"):
+    # type: (Any, str) -> FakeHw
+    """Validate parsed fakehw data (the file's top-level mapping) and build a
+    ``FakeHw``. Raises ``FakeHwError`` naming the first bad field.
+
+    An empty file (``None``) is a host without GPUs, VMs or pods.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise FakeHwError("%s: the top level must be a mapping, not %s" % (source, _type_name(data)))
+    _mapping(data, source, _TOP_FIELDS)
+
+    node_id = _text(data.get("node_id"), "node_id")
+    boot_id = _text(data.get("boot_id"), "boot_id")
+    seen_uuids = {}  # type: Dict[str, str]
+
+    def claim(uuid, where):
+        if uuid in seen_uuids:
+            raise _err(where, "duplicate UUID %s (also at %s)" % (uuid, seen_uuids[uuid]))
+        seen_uuids[uuid] = where
+
+    gpus = []
+    indexes = {}  # type: Dict[int, str]
+    minors = {}  # type: Dict[int, str]
+    for i, item in enumerate(_list(data.get("gpus"), "gpus")):
+        where = "gpus[%d]" % i
+        _mapping(item, where, _GPU_FIELDS)
+        uuid = _gpu_uuid(item.get("uuid"), where + ".uuid")
+        claim(uuid, where + ".uuid")
+        index = _int(item.get("index"), where + ".index", default=i)
+        if index in indexes:
+            raise _err(where + ".index", "duplicate index %d (also at %s)" % (index, indexes[index]))
+        indexes[index] = where + ".index"
+        minor = _int(item.get("minor"), where + ".minor")
+        if minor is not None:
+            if minor in minors:
+                raise _err(where + ".minor", "duplicate minor %d (also at %s)" % (minor, minors[minor]))
+            minors[minor] = where + ".minor"
+        mig = []
+        pairs = {}  # type: Dict[tuple, str]
+        for j, inst in enumerate(_list(item.get("mig"), where + ".mig")):
+            mwhere = "%s.mig[%d]" % (where, j)
+            _mapping(inst, mwhere, _MIG_FIELDS)
+            gi = _int(inst.get("gi"), mwhere + ".gi", required=True)
+            ci = _int(inst.get("ci"), mwhere + ".ci", required=True)
+            muuid = _text(inst.get("uuid"), mwhere + ".uuid", required=True,
+                          pattern=_MIG_UUID_RE, shape="a MIG UUID (MIG-...)")
+            if (gi, ci) in pairs:
+                raise _err(mwhere, "duplicate gi %d ci %d (also at %s)" % (gi, ci, pairs[(gi, ci)]))
+            pairs[(gi, ci)] = mwhere
+            claim(muuid, mwhere + ".uuid")
+            mig.append(MigInstance(gi=gi, ci=ci, uuid=muuid))
+        pci = _text(item.get("pci_bus_id"), where + ".pci_bus_id")
+        if pci is not None:
+            normal = normalize_pci_address(pci)
+            if normal is None:
+                raise _err(where + ".pci_bus_id", "must be a PCI address like 0000:3b:00.0, not %r" % pci[:80])
+            pci = normal
+        gpus.append(
+            Gpu(
+                uuid=uuid,
+                index=index,
+                minor=minor,
+                numa_node=_int(item.get("numa_node"), where + ".numa_node"),
+                pci_bus_id=pci,
+                name=_text(item.get("name"), where + ".name"),
+                mig=tuple(mig),
+            )
+        )
+
+    domains = []
+    instance_ids = {}  # type: Dict[str, str]
+    for i, item in enumerate(_list(data.get("domains"), "domains")):
+        where = "domains[%d]" % i
+        _mapping(item, where, _DOMAIN_FIELDS)
+        instance_id = _text(item.get("instance_id"), where + ".instance_id", required=True)
+        if instance_id in instance_ids:
+            raise _err(where + ".instance_id", "duplicate instance_id %r (also at %s)"
+                       % (instance_id, instance_ids[instance_id]))
+        instance_ids[instance_id] = where + ".instance_id"
+        state = item.get("state")
+        if state is None:
+            state = "running"
+        if state not in _DOMAIN_STATES:
+            raise _err(where + ".state", "must be running or paused, not %r" % (state,))
+        domain_gpus = []
+        for j, uuid in enumerate(_list(item.get("gpus"), where + ".gpus")):
+            uuid = _gpu_uuid(uuid, "%s.gpus[%d]" % (where, j))
+            if uuid in domain_gpus:
+                raise _err("%s.gpus[%d]" % (where, j), "duplicate GPU %s" % uuid)
+            domain_gpus.append(uuid)
+        domains.append(
+            Domain(
+                instance_id=instance_id,
+                state=state,
+                memory_bytes=_int(item.get("memory_bytes"), where + ".memory_bytes", default=0),
+                hugepages=_bool(item.get("hugepages"), where + ".hugepages", False),
+                gpus=tuple(domain_gpus),
+            )
+        )
+
+    kubelet = data.get("kubelet")
+    if kubelet is None:
+        kubelet = {}
+    _mapping(kubelet, "kubelet", _KUBELET_FIELDS)
+    reachable = _bool(kubelet.get("reachable"), "kubelet.reachable", True)
+    pods = []
+    for i, item in enumerate(_list(kubelet.get("pods"), "kubelet.pods")):
+        where = "kubelet.pods[%d]" % i
+        _mapping(item, where, _POD_FIELDS)
+        ids = []
+        for j, device_id in enumerate(_list(item.get("device_ids"), where + ".device_ids")):
+            ids.append(_text(device_id, "%s.device_ids[%d]" % (where, j), required=True))
+        pods.append(
+            PodDevices(
+                namespace=_text(item.get("namespace"), where + ".namespace", required=True),
+                name=_text(item.get("name"), where + ".name", required=True),
+                container=_text(item.get("container"), where + ".container", required=True),
+                device_ids=tuple(ids),
+            )
+        )
+
+    return FakeHw(
+        node_id=node_id,
+        boot_id=boot_id,
+        inventory=Inventory(gpus=gpus, source="fakehw"),
+        domains=domains,
+        kubelet_reachable=reachable,
+        pods=pods,
+    )
