@@ -1,0 +1,397 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read NVIDIA's own CDI spec, so a hold can carry NVIDIA's device edits.
+
+``nvidia-ctk cdi generate`` writes a spec of kind ``nvidia.com/gpu`` to
+``/var/run/cdi/nvidia.yaml`` (current toolkits, refreshed by a service) or
+``/etc/cdi/nvidia.yaml`` (manual setups; JSON is possible too). A hold's spec
+copies, for each atom, the edits of NVIDIA's ``GPU-<uuid>`` or ``MIG-<uuid>``
+device, plus NVIDIA's common edits once (without its
+``NVIDIA_VISIBLE_DEVICES=void``). Devices are matched by UUID names only: the
+index names (``"0"``, ``"0:1"``) change meaning when GPUs are renumbered.
+
+Which file is used:
+
+* ``<root>/etc/cdi`` and ``<root>/var/run/cdi`` are scanned for ``*.json``,
+  ``*.yaml`` and ``*.yml`` (dotfiles included, as runtimes load them); our own
+  ``bcd-*.json`` files and specs of another ``kind`` are skipped.
+* CDI gives ``/var/run/cdi`` priority over ``/etc/cdi`` (a runtime resolves a
+  device found in both from ``/var/run/cdi``), so an NVIDIA spec there wins
+  over any in ``/etc/cdi``. Within one directory the first file by name is
+  used, with a warning: runtimes drop a device name defined by two files of
+  one directory from both.
+* A WSL2 spec has a single device, ``all`` (backed by ``/dev/dxg``); it then
+  stands for every GPU, and MIG devices have no edits.
+
+YAML needs PyYAML (``HAS_YAML``); without it a YAML file is read only if it is
+JSON, and otherwise produces a warning. PyYAML follows YAML 1.1, which reads
+the unquoted MIG name ``1:0`` (Go's YAML writer does not quote it) as the
+base-60 number 60; the loader here resolves no base-60 numbers and keeps every
+device name as the text written in the file.
+
+Nothing here raises for a bad file: unreadable or malformed files become
+strings in ``VendorSpec.warnings`` and are skipped.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from ansible_collections.bcd.devices.plugins.module_utils._cdi_validate import (
+    CdiVersionError,
+    validate_spec,
+    version_key,
+)
+
+try:
+    import yaml
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None  # type: Optional[str]
+except ImportError as exc:  # pragma: no cover - depends on the node
+    yaml = None
+    HAS_YAML = False
+    YAML_IMPORT_ERROR = str(exc)
+
+__all__ = [
+    "HAS_YAML",
+    "NVIDIA_KIND",
+    "SPEC_DIRS",
+    "VendorSpec",
+    "load_vendor_spec",
+]
+
+NVIDIA_KIND = "nvidia.com/gpu"
+# Lowest priority first, as the CDI library orders them.
+SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+SPEC_EXTENSIONS = (".json", ".yaml", ".yml")
+VOID_ENV = "NVIDIA_VISIBLE_DEVICES=void"
+WSL_DEVICE = "all"
+
+
+@dataclass
+class VendorSpec:
+    """NVIDIA's CDI spec as bcd uses it.
+
+    ``path`` is the node path of the file read (without the root prefix), or
+    None when the node has no usable NVIDIA spec; ``cdi_version`` its
+    ``cdiVersion`` ("" without a spec); ``devices`` maps each device name to
+    its ``containerEdits``; ``common_edits`` are the spec-level
+    ``containerEdits`` without ``NVIDIA_VISIBLE_DEVICES=void`` (an ``env``
+    left empty is dropped); ``digest`` is the sha256 (hex) of the file's
+    bytes, so a converger can notice a changed spec (None without a spec);
+    ``warnings`` say what could not be read or is wrong with what was read.
+    """
+
+    path: Optional[str] = None
+    cdi_version: str = ""
+    devices: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    common_edits: Dict[str, Any] = field(default_factory=dict)
+    digest: Optional[str] = None
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def found(self):
+        # type: () -> bool
+        """Whether an NVIDIA spec was read."""
+        return self.path is not None
+
+    @property
+    def is_wsl(self):
+        # type: () -> bool
+        """A WSL2 spec: its only device is ``all``, which stands for every GPU."""
+        return set(self.devices) == {WSL_DEVICE}
+
+    def edits_for_gpu(self, gpu_uuid):
+        # type: (str) -> Optional[Dict[str, Any]]
+        """A copy of the edits of device ``GPU-<uuid>`` (``gpu_uuid`` as the
+        inventory gives it, ``GPU-`` included); on WSL the ``all`` device's
+        edits for any GPU; None when the spec does not name the GPU."""
+        if self.is_wsl:
+            return copy.deepcopy(self.devices[WSL_DEVICE])
+        return self._lookup(gpu_uuid, "GPU-")
+
+    def edits_for_mig(self, mig_uuid):
+        # type: (str) -> Optional[Dict[str, Any]]
+        """A copy of the edits of device ``MIG-<uuid>``; None when the spec
+        does not name it (always on WSL, which has no MIG devices)."""
+        if self.is_wsl:
+            return None
+        return self._lookup(mig_uuid, "MIG-")
+
+    def _lookup(self, uuid, prefix):
+        # type: (Any, str) -> Optional[Dict[str, Any]]
+        if not isinstance(uuid, str) or not uuid.startswith(prefix):
+            return None
+        edits = self.devices.get(uuid)
+        if edits is None:
+            # nvidia-smi and NVML print lower-case hex; tolerate a caller's case.
+            wanted = uuid.lower()
+            for name, candidate in self.devices.items():
+                if name.lower() == wanted:
+                    edits = candidate
+                    break
+        return copy.deepcopy(edits) if edits is not None else None
+
+
+# --- YAML -------------------------------------------------------------------
+
+if HAS_YAML:
+    _INT_TAG = "tag:yaml.org,2002:int"
+    _FLOAT_TAG = "tag:yaml.org,2002:float"
+    _STR_TAG = "tag:yaml.org,2002:str"
+
+    class _CdiYamlLoader(yaml.SafeLoader):
+        """SafeLoader without YAML 1.1's base-60 numbers (``1:0`` stays a string)."""
+
+    _CdiYamlLoader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    # PyYAML's int and float patterns, less their sexagesimal alternatives.
+    _CdiYamlLoader.add_implicit_resolver(
+        _INT_TAG,
+        re.compile(
+            r"""^(?:[-+]?0b[0-1_]+
+                |[-+]?0[0-7_]+
+                |[-+]?(?:0|[1-9][0-9_]*)
+                |[-+]?0x[0-9a-fA-F_]+)$""",
+            re.X,
+        ),
+        list("-+0123456789"),
+    )
+    _CdiYamlLoader.add_implicit_resolver(
+        _FLOAT_TAG,
+        re.compile(
+            r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                |[-+]?\.(?:inf|Inf|INF)
+                |\.(?:nan|NaN|NAN))$""",
+            re.X,
+        ),
+        list("-+0123456789."),
+    )
+
+
+def _keep_names_as_text(node, seen=None):
+    # type: (Any, Optional[set]) -> None
+    """Make every plain scalar under a ``name`` key a string, whatever it looks
+    like (``0:1``, ``010``, ``1_0`` are device names, not numbers)."""
+    if seen is None:
+        seen = set()
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if (
+                isinstance(key, yaml.ScalarNode) and key.value == "name"
+                and isinstance(value, yaml.ScalarNode) and value.style is None
+                and value.tag in (_INT_TAG, _FLOAT_TAG)
+            ):
+                value.tag = _STR_TAG
+            _keep_names_as_text(value, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _keep_names_as_text(item, seen)
+
+
+def _load_yaml(text):
+    # type: (str) -> Any
+    loader = _CdiYamlLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _keep_names_as_text(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+# --- reading files ----------------------------------------------------------
+
+
+class _SpecFileError(Exception):
+    """A spec file could not be read or parsed (becomes a warning)."""
+
+
+def _parse(text, name):
+    # type: (str, str) -> Any
+    """Parse a spec file as the runtimes do: JSON or YAML whatever the name
+    (their YAML reader takes both); YAML only with PyYAML."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        json_error = exc
+    if not HAS_YAML:
+        if name.endswith(".json"):
+            raise _SpecFileError("not valid JSON (%s)" % json_error)
+        raise _SpecFileError(
+            "cannot read YAML: PyYAML is not installed on this node (%s); install "
+            "python3-yaml, or have nvidia-ctk write JSON (--format=json)" % YAML_IMPORT_ERROR
+        )
+    try:
+        return _load_yaml(text)
+    except yaml.YAMLError as exc:
+        if name.endswith(".json"):
+            raise _SpecFileError("not valid JSON (%s)" % json_error)
+        raise _SpecFileError("not valid YAML (%s)" % " ".join(str(exc).split()))
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise _SpecFileError("not valid YAML (%s)" % exc)
+
+
+def _candidate_files(root, spec_dir, warnings):
+    # type: (str, str, List[str]) -> List[str]
+    """Names of the spec files in ``<root><spec_dir>``, sorted."""
+    local = os.path.join(root, spec_dir.lstrip("/"))
+    try:
+        names = os.listdir(local)
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        warnings.append("%s is not a directory; no CDI specs read from it" % spec_dir)
+        return []
+    except OSError as exc:
+        warnings.append("cannot list %s: %s" % (spec_dir, exc.strerror or exc))
+        return []
+    out = []
+    for name in sorted(names):
+        if not name.endswith(SPEC_EXTENSIONS):
+            continue
+        if name.startswith("bcd-") and name.endswith(".json"):
+            continue  # a hold of ours
+        if os.path.isdir(os.path.join(local, name)):
+            continue
+        out.append(name)
+    return out
+
+
+def _read_nvidia_spec(root, node_path, warnings):
+    # type: (str, str, List[str]) -> Optional[Tuple[Dict[str, Any], bytes]]
+    """The parsed spec and its bytes when ``node_path`` is an NVIDIA spec;
+    None (with a warning when the file is bad) otherwise."""
+    local = os.path.join(root, node_path.lstrip("/"))
+    try:
+        with open(local, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        warnings.append("cannot read CDI spec %s: %s" % (node_path, exc.strerror or exc))
+        return None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        warnings.append("cannot read CDI spec %s: not UTF-8 text (%s)" % (node_path, exc.reason))
+        return None
+    try:
+        data = _parse(text, node_path)
+    except _SpecFileError as exc:
+        warnings.append("cannot read CDI spec %s: %s" % (node_path, exc))
+        return None
+    if not isinstance(data, dict):
+        warnings.append(
+            "cannot read CDI spec %s: it holds no CDI spec (no mapping at the top)" % node_path
+        )
+        return None
+    if data.get("kind") != NVIDIA_KIND:
+        return None
+    return data, raw
+
+
+def _build(node_path, data, raw):
+    # type: (str, Dict[str, Any], bytes) -> VendorSpec
+    """A VendorSpec from a parsed NVIDIA spec; raises _SpecFileError when the
+    spec is too broken to use at all."""
+    version = data.get("cdiVersion")
+    try:
+        key = version_key(version)
+    except CdiVersionError:
+        raise _SpecFileError("its cdiVersion %r is not a CDI version" % (version,))
+    version = "%d.%d.%d" % key  # "v0.5.0", which the library allows, as "0.5.0"
+    devices_in = data.get("devices")
+    if not isinstance(devices_in, list):
+        raise _SpecFileError("its devices are not a list")
+
+    spec = VendorSpec(path=node_path, cdi_version=version, digest=hashlib.sha256(raw).hexdigest())
+    for idx, device in enumerate(devices_in):
+        name = device.get("name") if isinstance(device, dict) else None
+        if not isinstance(name, str) or not name:
+            spec.warnings.append("CDI spec %s: devices[%d] has no name; skipped" % (node_path, idx))
+            continue
+        edits = device.get("containerEdits")
+        if not isinstance(edits, dict):
+            spec.warnings.append(
+                "CDI spec %s: device %r has no containerEdits mapping; skipped" % (node_path, name)
+            )
+            continue
+        if name in spec.devices:
+            spec.warnings.append(
+                "CDI spec %s: device %r is defined twice; the first is used" % (node_path, name)
+            )
+            continue
+        spec.devices[name] = edits
+
+    common = data.get("containerEdits")
+    if common is None:
+        common = {}
+    if not isinstance(common, dict):
+        spec.warnings.append("CDI spec %s: its containerEdits are not a mapping; ignored" % node_path)
+        common = {}
+    common = copy.deepcopy(common)
+    if isinstance(common.get("env"), list):
+        common["env"] = [entry for entry in common["env"] if entry != VOID_ENV]
+        if not common["env"]:
+            del common["env"]
+    spec.common_edits = common
+
+    for problem in validate_spec(data):
+        spec.warnings.append("CDI spec %s is not valid CDI (runtimes refuse it): %s" % (node_path, problem))
+    if spec.devices and not spec.is_wsl and not any(
+        name.startswith(("GPU-", "MIG-")) for name in spec.devices
+    ):
+        spec.warnings.append(
+            "CDI spec %s names no device by UUID (GPU-... or MIG-...), so holds get no "
+            "NVIDIA edits; regenerate it with nvidia-ctk cdi generate "
+            "--device-name-strategy=uuid" % node_path
+        )
+    return spec
+
+
+def load_vendor_spec(root="/"):
+    # type: (str) -> VendorSpec
+    """Read NVIDIA's CDI spec under ``root`` (see the module docstring for
+    which file wins). Never raises for the files' content: problems are in
+    the result's ``warnings``; without a usable spec ``path`` is None."""
+    warnings = []  # type: List[str]
+    chosen = None  # type: Optional[VendorSpec]
+    for spec_dir in reversed(SPEC_DIRS):  # highest priority first
+        usable = []  # type: List[VendorSpec]
+        for name in _candidate_files(root, spec_dir, warnings):
+            node_path = "%s/%s" % (spec_dir, name)
+            found = _read_nvidia_spec(root, node_path, warnings)
+            if found is None:
+                continue
+            try:
+                usable.append(_build(node_path, found[0], found[1]))
+            except _SpecFileError as exc:
+                warnings.append("cannot use CDI spec %s: %s" % (node_path, exc))
+            except RecursionError:
+                warnings.append("cannot use CDI spec %s: it is nested too deeply" % node_path)
+        if usable and chosen is None:
+            chosen = usable[0]
+            if len(usable) > 1:
+                warnings.append(
+                    "several NVIDIA CDI specs in %s (%s); using %s. Runtimes drop a device "
+                    "that two files of one directory define: keep one spec"
+                    % (spec_dir, ", ".join(s.path for s in usable), chosen.path)
+                )
+    if chosen is None:
+        return VendorSpec(warnings=warnings)
+    chosen.warnings = warnings + chosen.warnings
+    return chosen
