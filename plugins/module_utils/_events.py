@@ -1,0 +1,460 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Node-signed events: the node key, the event journal and the signature check.
+
+Every bind and release is reported as an attested event, signed with the
+node's Ed25519 key over ``b"attested-report\\n" + canonical(body)`` so that no
+gateway can forge one; failures are plain events.  Each event is journaled
+(and fsynced) under ``<state_dir>`` before it is returned, and it is returned
+by every pass until acknowledged.  Sequence numbers grow by one per event and
+are never reused, across runs, acknowledgements and crashes.
+
+Files (all 0600, the state directory 0700):
+
+- ``events.jsonl``: one event a line, oldest first;
+- ``events.seq``: the highest seq ever issued, written before acknowledged
+  events are dropped from the journal (so the journal and this file together
+  always know the last seq);
+- ``node.key``: the node's private key, PEM (PKCS8, unencrypted).
+
+The journal does not lock: callers hold a ``PassLock`` around a pass.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import (
+    create_exclusive,
+    ensure_dir,
+    fsync_dir,
+    owner_for,
+    read_bytes,
+    write_atomic,
+)
+
+try:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+    HAS_CRYPTOGRAPHY = True
+    CRYPTOGRAPHY_IMPORT_ERROR = None  # type: Optional[str]
+except ImportError as _exc:  # pragma: no cover - exercised only without the library
+    HAS_CRYPTOGRAPHY = False
+    CRYPTOGRAPHY_IMPORT_ERROR = str(_exc)
+
+PURPOSE = "attested-report"
+ALLOCATION_BOUND = "AllocationBound"
+ALLOCATION_RELEASED = "AllocationReleased"
+ALLOCATION_FAILED = "AllocationFailed"
+ATTESTED_TYPES = (ALLOCATION_BOUND, ALLOCATION_RELEASED)
+EVENT_TYPES = (ALLOCATION_BOUND, ALLOCATION_RELEASED, ALLOCATION_FAILED)
+
+JOURNAL_NAME = "events.jsonl"
+SEQ_NAME = "events.seq"
+KEY_NAME = "node.key"
+FILE_MODE = 0o600
+STATE_DIR_MODE = 0o700
+
+# Body fields that only a bind carries.  The signature covers the body, not
+# the event type, so a bind must never be passable as a release or back:
+# verify_report() checks the type against these.
+_BIND_ONLY_FIELDS = ("cdi_spec_path", "cdi_devices", "env_file", "cgroup_parent")
+
+
+class EventsError(Exception):
+    """The journal or the node key cannot be used; the message says why and where."""
+
+
+class NodeKeyMissing(EventsError):
+    """``NodeKey.load`` found no key file (the node has not signed anything yet)."""
+
+
+def _require_cryptography() -> None:
+    if not HAS_CRYPTOGRAPHY:
+        raise EventsError(
+            "signing and checking node events needs the Python library 'cryptography' "
+            "(python3-cryptography), which cannot be imported here: %s" % CRYPTOGRAPHY_IMPORT_ERROR)
+
+
+def canonical(body: Dict[str, Any]) -> bytes:
+    """The bytes a body is signed as (the contract's canonical JSON)."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def signed_payload(body: Dict[str, Any]) -> bytes:
+    """``b"attested-report\\n" + canonical(body)``: exactly what the signature covers."""
+    return PURPOSE.encode() + b"\n" + canonical(body)
+
+
+def _b64decode_strict(value: Any) -> Optional[bytes]:
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value.encode("ascii"), validate=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        return None
+
+
+def decode_public_key(public_key_b64: Any) -> bytes:
+    """The raw 32 bytes of a base64 node public key; ``EventsError`` when it is not one."""
+    raw = _b64decode_strict(public_key_b64.strip() if isinstance(public_key_b64, str) else None)
+    if raw is None or len(raw) != 32:
+        shown = repr(public_key_b64[:60]) if isinstance(public_key_b64, str) else type(public_key_b64).__name__
+        raise EventsError("a node public key is the base64 of 32 raw Ed25519 bytes (44 characters), got %s"
+                          % shown)
+    return raw
+
+
+def _type_matches_body(event_type: str, body: Dict[str, Any]) -> bool:
+    if event_type == ALLOCATION_BOUND:
+        return "cdi_spec_path" in body
+    if event_type == ALLOCATION_RELEASED:
+        return not any(k in body for k in _BIND_ONLY_FIELDS)
+    return False
+
+
+def verify_report(event: Any, public_key_b64: Any) -> bool:
+    """True only for an untampered attested event signed by ``public_key_b64``.
+
+    The event must be an ``AllocationBound`` or ``AllocationReleased`` with
+    purpose ``attested-report``, a body whose fields fit its type, and a valid
+    Ed25519 signature over ``b"attested-report\\n" + canonical(body)``.  Anything
+    else (malformed input, no ``cryptography``) is False; this never raises.
+    """
+    try:
+        if not HAS_CRYPTOGRAPHY or not isinstance(event, dict):
+            return False
+        event_type = event.get("type")
+        body = event.get("body")
+        if event_type not in ATTESTED_TYPES or event.get("purpose") != PURPOSE:
+            return False
+        if not isinstance(body, dict) or not _type_matches_body(event_type, body):
+            return False
+        signature = _b64decode_strict(event.get("signature"))
+        if signature is None or len(signature) != 64:
+            return False
+        try:
+            raw_key = decode_public_key(public_key_b64)
+        except EventsError:
+            return False
+        Ed25519PublicKey.from_public_bytes(raw_key).verify(signature, signed_payload(body))
+        return True
+    except Exception:  # InvalidSignature, or malformed input of any kind: not a valid report
+        return False
+
+
+class NodeKey:
+    """The node's Ed25519 identity, stored PEM (PKCS8) at ``<state_dir>/node.key``."""
+
+    def __init__(self, private_key: Any, path: Optional[str] = None):
+        self._key = private_key
+        self.path = path
+
+    @classmethod
+    def load(cls, path: str) -> "NodeKey":
+        """Read an existing key; ``NodeKeyMissing`` when absent, ``EventsError`` when unusable."""
+        _require_cryptography()
+        try:
+            data = read_bytes(path)
+        except OSError as exc:
+            raise EventsError("cannot read the node key %s: %s" % (path, exc.strerror or exc))
+        if data is None:
+            raise NodeKeyMissing("the node key %s does not exist yet" % path)
+        try:
+            key = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError) as exc:
+            raise EventsError(
+                "the node key %s is not a readable unencrypted PEM private key (%s); it is the node's "
+                "identity and is never replaced automatically: restore it, or remove it to give the "
+                "node a new identity that the control plane must learn" % (path, exc))
+        except Exception as exc:  # e.g. an unsupported algorithm
+            raise EventsError("the node key %s cannot be loaded: %s" % (path, exc))
+        if not isinstance(key, Ed25519PrivateKey):
+            raise EventsError("the node key %s is not an Ed25519 key; it is never replaced automatically"
+                              % path)
+        return cls(key, path)
+
+    @classmethod
+    def load_or_create(cls, path: str) -> "NodeKey":
+        """Load the key, creating it (atomically, 0600) on first use; a corrupt file is an error."""
+        _require_cryptography()
+        if not os.path.lexists(path):
+            key = Ed25519PrivateKey.generate()
+            pem = key.private_bytes(
+                encoding=serialization.Encoding.PEM,
+                format=serialization.PrivateFormat.PKCS8,
+                encryption_algorithm=serialization.NoEncryption(),
+            )
+            try:
+                ensure_dir(os.path.dirname(os.path.abspath(path)), STATE_DIR_MODE)
+                created = create_exclusive(path, pem, FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
+            except OSError as exc:
+                raise EventsError("cannot create the node key %s: %s" % (path, exc.strerror or exc))
+            if created:
+                return cls(key, path)
+            # someone else created it in the meantime: theirs is the identity
+        node_key = cls.load(path)
+        try:
+            if os.stat(path).st_mode & 0o777 != FILE_MODE:
+                os.chmod(path, FILE_MODE)
+        except OSError:
+            pass
+        return node_key
+
+    def public_key_raw(self) -> bytes:
+        return self._key.public_key().public_bytes(
+            encoding=serialization.Encoding.Raw, format=serialization.PublicFormat.Raw)
+
+    def public_key_b64(self) -> str:
+        """Base64 of the raw 32-byte public key (what ``holds_info`` returns)."""
+        return base64.b64encode(self.public_key_raw()).decode("ascii")
+
+    def sign(self, body: Dict[str, Any]) -> str:
+        """Base64 Ed25519 signature over ``b"attested-report\\n" + canonical(body)``."""
+        return base64.b64encode(self._key.sign(signed_payload(body))).decode("ascii")
+
+
+def _normalise_body(body: Any) -> Dict[str, Any]:
+    """``body`` as it will read back from the journal (so its signature stays valid)."""
+    if not isinstance(body, dict):
+        raise EventsError("an event body must be a mapping, got %s" % type(body).__name__)
+    try:
+        text = json.dumps(body, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise EventsError("an event body must be plain JSON data: %s" % exc)
+    return json.loads(text)
+
+
+def _valid_event(obj: Any) -> bool:
+    return (isinstance(obj, dict)
+            and isinstance(obj.get("seq"), int) and not isinstance(obj.get("seq"), bool)
+            and obj["seq"] > 0
+            and isinstance(obj.get("type"), str)
+            and isinstance(obj.get("body"), dict))
+
+
+class _Parsed:
+    """One read of the journal."""
+
+    def __init__(self) -> None:
+        self.events = []  # type: List[Dict[str, Any]]
+        self.kept_lines = []  # type: List[bytes]  # complete lines, events and unreadable ones, in order
+        self.line_seqs = []  # type: List[Optional[int]]  # seq of each kept line, None if unreadable
+        self.max_seq = 0
+        self.size = 0
+        self.tail_offset = 0  # where a torn tail starts (== size when there is none)
+        self.tail_is_event = False
+
+
+class Journal:
+    """The event journal of one node, ``<state_dir>/events.jsonl``.
+
+    ``warnings`` lists, once each, what the reads of this object found wrong
+    (a torn last line, an unreadable line); such lines are skipped, never fatal.
+    """
+
+    def __init__(self, state_dir: str):
+        self.state_dir = os.path.abspath(state_dir)
+        self.path = os.path.join(self.state_dir, JOURNAL_NAME)
+        self.seq_path = os.path.join(self.state_dir, SEQ_NAME)
+        self.warnings = []  # type: List[str]
+
+    # -- reading ---------------------------------------------------------
+
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def _read(self) -> _Parsed:
+        p = _Parsed()
+        try:
+            data = read_bytes(self.path)
+        except OSError as exc:
+            raise EventsError("cannot read the event journal %s: %s" % (self.path, exc.strerror or exc))
+        if data is None:
+            return p
+        p.size = len(data)
+        p.tail_offset = len(data)
+        lines = data.split(b"\n")
+        tail = lines.pop()  # b"" when the file ends with a newline
+        offset = 0
+        for number, line in enumerate(lines, 1):
+            offset += len(line) + 1
+            if not line.strip():
+                continue
+            event = self._parse_line(line)
+            if event is None:
+                self._warn(
+                    "%s line %d is not a readable event and is ignored (kept in the file for inspection)"
+                    % (self.path, number))
+                p.kept_lines.append(line)
+                p.line_seqs.append(None)
+                continue
+            self._add(p, event, line)
+        if tail:
+            p.tail_offset = offset
+            event = self._parse_line(tail)
+            if event is not None:
+                # the whole event is there, only its newline is missing: keep it
+                p.tail_is_event = True
+                self._add(p, event, tail)
+            else:
+                self._warn(
+                    "%s ends in an incomplete line (a crash while journaling); it is ignored and "
+                    "dropped at the next write" % self.path)
+        return p
+
+    @staticmethod
+    def _parse_line(line: bytes) -> Optional[Dict[str, Any]]:
+        try:
+            obj = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return None
+        return obj if _valid_event(obj) else None
+
+    def _add(self, p: _Parsed, event: Dict[str, Any], line: bytes) -> None:
+        if event["seq"] <= p.max_seq:
+            self._warn("%s: event seq %d follows seq %d (out of order)"
+                                 % (self.path, event["seq"], p.max_seq))
+        p.max_seq = max(p.max_seq, event["seq"])
+        p.events.append(event)
+        p.kept_lines.append(line)
+        p.line_seqs.append(event["seq"])
+
+    def _stored_seq(self) -> int:
+        try:
+            data = read_bytes(self.seq_path)
+        except OSError as exc:
+            raise EventsError("cannot read %s: %s" % (self.seq_path, exc.strerror or exc))
+        if data is None:
+            return 0
+        try:
+            value = int(data.decode("ascii").strip())
+            if value < 0:
+                raise ValueError(value)
+        except (UnicodeDecodeError, ValueError):
+            raise EventsError(
+                "%s does not hold a sequence number, so the next event's seq is unknown; write the "
+                "highest seq this node has reported (e.g. the last one the control plane saw) into it"
+                % self.seq_path)
+        return value
+
+    def last_seq(self) -> int:
+        """The highest seq ever issued by this journal (0 before the first event)."""
+        return max(self._stored_seq(), self._read().max_seq)
+
+    def unacked(self) -> List[Dict[str, Any]]:
+        """Every journaled event not yet acknowledged, oldest first."""
+        return self._read().events
+
+    def failure_reported(self, allocation_id: str, generation: int) -> bool:
+        """Whether an unacknowledged AllocationFailed for this allocation and generation exists."""
+        for event in self.unacked():
+            body = event["body"]
+            if (event["type"] == ALLOCATION_FAILED and body.get("allocation_id") == allocation_id
+                    and body.get("generation") == generation):
+                return True
+        return False
+
+    # -- writing ---------------------------------------------------------
+
+    def _ensure_state_dir(self) -> None:
+        try:
+            ensure_dir(self.state_dir, STATE_DIR_MODE)
+        except OSError as exc:
+            raise EventsError("cannot create the state directory %s: %s"
+                              % (self.state_dir, exc.strerror or exc))
+
+    def append(self, event_type: str, body: Dict[str, Any], key: Optional[NodeKey] = None) -> Dict[str, Any]:
+        """Journal one event (fsynced before returning) and return it with its seq.
+
+        ``AllocationBound``/``AllocationReleased`` are signed with ``key``
+        (required); ``AllocationFailed`` is not.
+        """
+        if event_type not in EVENT_TYPES:
+            raise EventsError("unknown event type %r (expected one of %s)" % (event_type, ", ".join(EVENT_TYPES)))
+        body = _normalise_body(body)
+        if event_type in ATTESTED_TYPES:
+            if key is None:
+                raise EventsError("%s is an attested event and needs the node key" % event_type)
+            if not _type_matches_body(event_type, body):
+                raise EventsError(
+                    "an %s body %s; the signature does not cover the type, so the body must tell "
+                    "a bind from a release" % (event_type, "needs cdi_spec_path" if event_type == ALLOCATION_BOUND
+                                               else "must not carry %s" % "/".join(_BIND_ONLY_FIELDS)))
+        self._ensure_state_dir()
+        parsed = self._read()
+        seq = max(self._stored_seq(), parsed.max_seq) + 1
+        event = {"seq": seq, "type": event_type, "body": body}  # type: Dict[str, Any]
+        if event_type in ATTESTED_TYPES:
+            event["purpose"] = PURPOSE
+            event["signature"] = key.sign(body)
+        line = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        self._append_line(parsed, line)
+        return json.loads(line.decode("utf-8"))
+
+    def _append_line(self, parsed: _Parsed, line: bytes) -> None:
+        existed = os.path.exists(self.path)
+        owner = owner_for(self.path, True)
+        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self.path, flags, FILE_MODE)
+            try:
+                if not existed:
+                    if owner is not None:
+                        os.fchown(fd, owner[0], owner[1])
+                    os.fchmod(fd, FILE_MODE)
+                if parsed.tail_offset < parsed.size:
+                    if parsed.tail_is_event:
+                        line = b"\n" + line  # finish the complete event that lacked its newline
+                        os.lseek(fd, parsed.size, os.SEEK_SET)
+                    else:
+                        os.ftruncate(fd, parsed.tail_offset)  # drop the torn line
+                        os.lseek(fd, parsed.tail_offset, os.SEEK_SET)
+                else:
+                    os.lseek(fd, 0, os.SEEK_END)
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise EventsError("cannot journal an event in %s: %s" % (self.path, exc.strerror or exc))
+        if not existed:
+            fsync_dir(self.state_dir)
+
+    def ack_through(self, seq: int, dry_run: bool = False) -> int:
+        """Acknowledge (drop) every event with a seq up to ``seq``; return how many.
+
+        With ``dry_run`` nothing is written; the count is what would be
+        acknowledged.  The highest issued seq is recorded before events are
+        dropped, so a crash at any point neither reuses a seq nor loses an
+        unacknowledged event.
+        """
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise EventsError("ack_through must be a non-negative integer, got %r" % (seq,))
+        parsed = self._read()
+        count = sum(1 for s in parsed.line_seqs if s is not None and s <= seq)
+        if count == 0 or dry_run:
+            return count
+        stored = self._stored_seq()
+        high = max(stored, parsed.max_seq)
+        try:
+            if high > stored:
+                write_atomic(self.seq_path, b"%d\n" % high, FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
+            kept = [line for line, s in zip(parsed.kept_lines, parsed.line_seqs) if s is None or s > seq]
+            data = b"".join(line + b"\n" for line in kept)
+            write_atomic(self.path, data, FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
+        except OSError as exc:
+            raise EventsError("cannot acknowledge events in %s: %s" % (self.path, exc.strerror or exc))
+        return count

@@ -1,0 +1,305 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Small file helpers shared by the converger, the journal and the node key.
+
+Every write here is crash-safe (temporary file, fsync, rename, fsync of the
+directory) and sets the file mode itself, whatever the umask.  Temporary names
+never end in ``.json`` or ``.yaml``: container runtimes load every such file in
+``/etc/cdi``, dotfiles included.  ``PassLock`` keeps two passes from
+interleaving on one node; in check mode it locks without creating anything.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+import time
+from typing import Optional
+
+DEFAULT_DIR_MODE = 0o755
+LOCK_NAME = "lock"
+
+
+class FsError(Exception):
+    """A path that cannot be used as asked (e.g. one that escapes ``root``)."""
+
+
+class LockTimeout(Exception):
+    """Another pass held the node's lock for longer than we were willing to wait."""
+
+
+def join_root(root: str, path: str) -> str:
+    """``path`` (absolute, as seen on the node) placed under ``root``.
+
+    Raises ``FsError`` when the result would lie outside ``root`` (``..``).
+    """
+    if not isinstance(root, str) or not isinstance(path, str) or not root or not path:
+        raise FsError("root and path must be non-empty strings")
+    if "\0" in root or "\0" in path:
+        raise FsError("a path must not contain a NUL character")
+    base = os.path.normpath(os.path.abspath(root))
+    joined = os.path.normpath(os.path.join(base, path.lstrip("/")))
+    if joined != base and not joined.startswith(base.rstrip("/") + "/"):
+        raise FsError("%s is outside root %s" % (path, root))
+    return joined
+
+
+def fsync_dir(dirpath: str) -> None:
+    try:
+        fd = os.open(dirpath, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on a directory; the rename is done anyway
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(path: str, mode: int = DEFAULT_DIR_MODE) -> None:
+    """Create ``path`` and its missing parents with ``mode`` (umask ignored).
+
+    Directories that already exist are left as they are.
+    """
+    path = os.path.abspath(path)
+    missing = []
+    cur = path
+    while not os.path.isdir(cur):
+        missing.append(cur)
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            break
+        cur = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+            continue
+        os.chmod(d, mode)
+        fsync_dir(os.path.dirname(d))
+
+
+def owner_for(path: str, owner_from_dir: bool):
+    """The (uid, gid) a file written at ``path`` by root should get, or None.
+
+    An existing file keeps its owner.  A new one takes its directory's owner
+    when ``owner_from_dir`` is set (state files the unprivileged node passes
+    must still be able to read and replace).  Only root can chown; others get None.
+    """
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    try:
+        st = os.stat(path)
+        return (st.st_uid, st.st_gid)
+    except FileNotFoundError:
+        pass
+    if owner_from_dir:
+        st = os.stat(os.path.dirname(path))
+        if (st.st_uid, st.st_gid) != (0, 0):
+            return (st.st_uid, st.st_gid)
+    return None
+
+
+def _temp_name(path: str) -> str:
+    d, base = os.path.split(path)
+    # ".<name>.tmp-<random>": ends in neither .json nor .yaml
+    return os.path.join(d, ".%s.tmp-%s" % (base, secrets.token_hex(6)))
+
+
+def _write_temp(path: str, data: bytes, mode: int, owner) -> str:
+    tmp = _temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            if owner is not None:
+                os.fchown(fd, owner[0], owner[1])
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return tmp
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_atomic(path: str, data: bytes, mode: int, dir_mode: int = DEFAULT_DIR_MODE,
+                 owner_from_dir: bool = False) -> None:
+    """Replace ``path`` with ``data`` atomically and durably, with file mode ``mode``.
+
+    Missing parent directories are created with ``dir_mode``.  When run as
+    root, an existing file keeps its owner (and, with ``owner_from_dir``, a new
+    one takes its directory's owner).  On failure the temporary file is removed
+    and ``path`` is left as it was.
+    """
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError("write_atomic wants bytes")
+    path = os.path.abspath(path)
+    d = os.path.dirname(path)
+    ensure_dir(d, dir_mode)
+    tmp = _write_temp(path, bytes(data), mode, owner_for(path, owner_from_dir))
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    fsync_dir(d)
+
+
+def create_exclusive(path: str, data: bytes, mode: int, dir_mode: int = DEFAULT_DIR_MODE,
+                     owner_from_dir: bool = False) -> bool:
+    """Create ``path`` atomically with ``data`` only if it does not exist yet.
+
+    Returns False, changing nothing, when ``path`` already exists (another
+    process may have won the race): the file is never replaced.  The content
+    appears whole or not at all.
+    """
+    path = os.path.abspath(path)
+    d = os.path.dirname(path)
+    ensure_dir(d, dir_mode)
+    if os.path.lexists(path):
+        return False
+    tmp = _write_temp(path, bytes(data), mode, owner_for(path, owner_from_dir))
+    try:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV):
+                raise
+            # no hard links here: fall back to a rename (a narrow race, never a torn file)
+            if os.path.lexists(path):
+                return False
+            os.rename(tmp, path)
+    finally:
+        _unlink_quietly(tmp)
+    fsync_dir(d)
+    return True
+
+
+def remove_file(path: str) -> bool:
+    """Remove ``path``; True if it existed.  The directory is fsynced."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    return True
+
+
+def read_bytes(path: str) -> Optional[bytes]:
+    """The content of ``path``, or None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+class PassLock:
+    """An exclusive ``flock`` held for one pass, on ``<state_dir>/lock``.
+
+    ``with PassLock(state_dir):`` waits up to ``timeout`` seconds (only one
+    try with ``blocking=False``) and raises ``LockTimeout`` naming the path.
+
+    With ``create=True`` (a real pass) the state directory (0700) and the lock
+    file (0600) are created when missing, and the directory itself is locked
+    too, first.  With ``create=False`` (check mode) nothing is created: the
+    lock file is locked when it exists, else the directory, else (no state
+    directory at all: there is nothing to protect) nothing.
+    """
+
+    def __init__(self, state_dir: str, timeout: float = 120.0, blocking: bool = True,
+                 create: bool = True, dir_mode: int = 0o700):
+        self.state_dir = os.path.abspath(state_dir)
+        self.path = os.path.join(self.state_dir, LOCK_NAME)
+        self.timeout = timeout
+        self.blocking = blocking
+        self.create = create
+        self.dir_mode = dir_mode
+        self._fds = []
+
+    def _open_targets(self):
+        o_dir = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+        if self.create:
+            ensure_dir(self.state_dir, self.dir_mode)
+            self._fds.append(os.open(self.state_dir, o_dir))
+            existed = os.path.exists(self.path)
+            owner = owner_for(self.path, True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            self._fds.append(fd)
+            if not existed:
+                if owner is not None:
+                    os.fchown(fd, owner[0], owner[1])
+                os.fchmod(fd, 0o600)
+            return
+        try:
+            self._fds.append(os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+            return
+        except FileNotFoundError:
+            pass
+        try:
+            self._fds.append(os.open(self.state_dir, o_dir))
+        except FileNotFoundError:
+            pass
+
+    def acquire(self) -> "PassLock":
+        if self._fds:
+            raise RuntimeError("PassLock is not reentrant")
+        deadline = time.monotonic() + max(0.0, float(self.timeout))
+        try:
+            self._open_targets()
+            for fd in self._fds:
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except OSError as exc:
+                        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                            raise
+                    if not self.blocking or time.monotonic() >= deadline:
+                        waited = "" if not self.blocking else " after %gs" % self.timeout
+                        raise LockTimeout(
+                            "another pass holds the lock %s%s; try again when it has finished"
+                            % (self.path, waited))
+                    time.sleep(0.05)
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        fds, self._fds = self._fds, []
+        for fd in reversed(fds):
+            try:
+                os.close(fd)  # closing the descriptor drops the flock
+            except OSError:
+                pass
+
+    @property
+    def held(self) -> bool:
+        return bool(self._fds)
+
+    def __enter__(self) -> "PassLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

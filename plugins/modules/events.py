@@ -1,0 +1,193 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module bcd.devices.events: list and acknowledge a node's journaled events."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: events
+short_description: List and acknowledge the node's journaled GPU hold events
+version_added: 0.1.0
+description:
+  - Returns every event in the node's event journal (C(<root>/<state_dir>/events.jsonl)) that has
+    not been acknowledged yet, oldest first.
+  - Every bind and release of a hold by M(bcd.devices.holds) is journaled as an attested event
+    (V(AllocationBound), V(AllocationReleased)) signed with the node key; a refused assignment is
+    journaled as a plain V(AllocationFailed) event. Events are returned by every run until they
+    are acknowledged here with O(ack_through).
+  - Acknowledged events are dropped from the journal. Sequence numbers are never reused, so the
+    next event after an acknowledgement continues the count.
+  - Check signatures on the controller with the filter P(bcd.devices.verify_report#filter) and
+    the node public key returned by M(bcd.devices.holds_info).
+  - The pass lock under O(state_dir) is held while the journal is read and rewritten, so this
+    never interleaves with a converging pass.
+author:
+  - bcd.devices contributors (!UNKNOWN)
+options:
+  state_dir:
+    description:
+      - The node's state directory, under O(root). Holds the journal, the node key and the lock.
+    type: path
+    default: /var/lib/bcd
+  root:
+    description:
+      - Prefix of every node path; a test host is a directory.
+    type: path
+    default: /
+  ack_through:
+    description:
+      - Acknowledge every journaled event whose C(seq) is at most this number.
+      - Omit to only list the unacknowledged events.
+    type: int
+attributes:
+  check_mode:
+    support: full
+    description:
+      - Reports what would be acknowledged and which events would remain; writes nothing, not even
+        the state directory or its lock file.
+  diff_mode:
+    support: none
+    description:
+      - The journal is not shown as a diff; RV(events) and RV(acknowledged) say what changed.
+  idempotent:
+    support: full
+    description:
+      - Acknowledging the same O(ack_through) twice changes nothing the second time.
+notes:
+  - Listing and acknowledging need no C(cryptography) library on the node; only signing (by
+    M(bcd.devices.holds)) and checking signatures (P(bcd.devices.verify_report#filter)) do.
+seealso:
+  - module: bcd.devices.holds
+  - module: bcd.devices.holds_info
+  - plugin: bcd.devices.verify_report
+    plugin_type: filter
+"""
+
+EXAMPLES = r"""
+- name: Read the node's unacknowledged events
+  bcd.devices.events:
+  register: journal
+
+- name: Get the node public key
+  bcd.devices.holds_info:
+  register: info
+
+- name: Refuse to go on if an attested event does not verify
+  ansible.builtin.assert:
+    that:
+      - item | bcd.devices.verify_report(info.node_public_key)
+    quiet: true
+  loop: "{{ journal.events | selectattr('purpose', 'defined') }}"
+  loop_control:
+    label: "{{ item.seq }} {{ item.type }}"
+
+- name: Acknowledge what was read (events journaled meanwhile stay)
+  bcd.devices.events:
+    ack_through: "{{ journal.events | map(attribute='seq') | max }}"
+  when: journal.events | length > 0
+
+- name: Events of a test host kept in a directory
+  bcd.devices.events:
+    root: /srv/fakehosts/node-a
+    state_dir: /var/lib/bcd
+"""
+
+RETURN = r"""
+events:
+  description:
+    - The unacknowledged journal after acknowledging, oldest first.
+    - In check mode, what would remain after acknowledging.
+    - V(AllocationBound) and V(AllocationReleased) carry C(purpose) (V(attested-report)) and
+      C(signature) (base64 Ed25519 over C(attested-report\n) followed by the canonical JSON of C(body));
+      V(AllocationFailed) carries neither.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - seq: 7
+      type: AllocationBound
+      body:
+        node_id: node-a
+        boot_id: 6f0c1e9e-1c7a-4a43-9a9e-2c4f1d2b7a10
+        allocation_id: alloc_01jz8k2v
+        generation: 42
+        device_ids: [GPU-5f1c2a90-0000-4000-8000-000000000001]
+        cdi_devices: [bcd.dev/gpu=GPU-5f1c2a90-0000-4000-8000-000000000001]
+        cdi_spec_path: /etc/cdi/bcd-alloc_01jz8k2v.json
+        env_file: /run/bcd/allocations/alloc_01jz8k2v.env
+      purpose: attested-report
+      signature: 3q2+7w...==
+    - seq: 8
+      type: AllocationFailed
+      body:
+        node_id: node-a
+        allocation_id: alloc_01jz8k2w
+        generation: 42
+        reason: overlap
+        message: GPU-5f1c2a90-0000-4000-8000-000000000001 is assigned to alloc_01jz8k2v
+acknowledged:
+  description: How many events were acknowledged (in check mode, would be).
+  returned: always
+  type: int
+  sample: 2
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, Journal
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import (
+    FsError,
+    LockTimeout,
+    PassLock,
+    join_root,
+)
+
+LOCK_TIMEOUT = 120.0
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state_dir=dict(type="path", default="/var/lib/bcd"),
+            root=dict(type="path", default="/"),
+            ack_through=dict(type="int"),
+        ),
+        supports_check_mode=True,
+    )
+    ack = module.params["ack_through"]
+    if ack is not None and ack < 0:
+        module.fail_json(msg="ack_through must not be negative, got %d" % ack)
+    try:
+        state_dir = join_root(module.params["root"], module.params["state_dir"])
+    except FsError as exc:
+        module.fail_json(msg="state_dir: %s" % exc)
+    if os.path.exists(state_dir) and not os.path.isdir(state_dir):
+        module.fail_json(msg="state_dir %s is not a directory" % state_dir)
+
+    journal = Journal(state_dir)
+    acknowledged = 0
+    try:
+        # only an acknowledgement writes; listing and check mode create nothing, not even the lock
+        # (and no state directory means nothing to acknowledge)
+        writes = ack is not None and not module.check_mode and os.path.isdir(state_dir)
+        with PassLock(state_dir, timeout=LOCK_TIMEOUT, create=writes):
+            if ack is not None:
+                acknowledged = journal.ack_through(ack, dry_run=module.check_mode)
+            events = journal.unacked()
+    except (EventsError, LockTimeout) as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg="cannot use the state directory %s: %s" % (state_dir, exc))
+    if module.check_mode and ack is not None:
+        events = [e for e in events if e["seq"] > ack]
+    for warning in journal.warnings:
+        module.warn(warning)
+    module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
+
+
+if __name__ == "__main__":
+    main()
