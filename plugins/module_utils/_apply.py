@@ -21,8 +21,9 @@ from __future__ import annotations
 from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError
 from ansible_collections.bcd.devices.plugins.module_utils._ledger import save_ledger
+from ansible_collections.bcd.devices.plugins.module_utils._slices import SliceError
 
-RETRYABLE = (OSError, EventsError, FsError)
+RETRYABLE = (OSError, EventsError, FsError, SliceError)
 
 
 class Applier(object):
@@ -55,9 +56,25 @@ class Applier(object):
             else:
                 self.host.write_node_file(change.kind, action.allocation_id, change.after)
 
+    def run_slice(self, action):
+        op = action.slice
+        if op["op"] == "apply":
+            self.host.apply_slice(op["name"], op["properties"], op["hugetlb_max"])
+        else:
+            self.host.remove_slice(op["name"])
+
+    def mark_bound(self, action):
+        record = {"generation": action.generation, "device_ids": action.device_ids}
+        if action.limits:
+            record["limits"] = action.limits
+        self.ledger.bound[action.allocation_id] = record
+        self.save()
+
     def run(self, action):
         verb = action.action
         alloc = action.allocation_id
+        if not action.changes:
+            return
         if verb in ("release", "finish-release"):
             if alloc not in self.ledger.releasing:
                 self.ledger.releasing[alloc] = {"generation": action.generation, "device_ids": action.device_ids}
@@ -67,19 +84,23 @@ class Applier(object):
             self.ledger.releasing.pop(alloc, None)
             self.ledger.bound.pop(alloc, None)
             self.save()
+            if action.slice:  # after the report: a slice that cannot be stopped now is a leftover next pass
+                self.run_slice(action)
         elif verb == "bind":
+            if action.slice:  # the slice exists before the spec names it
+                self.run_slice(action)
             self.write_files(action)
             self.journal_event(action.event)
-            self.ledger.bound[alloc] = {"generation": action.generation, "device_ids": action.device_ids}
-            self.save()
+            self.mark_bound(action)
         elif verb == "report-bound":
             self.journal_event(action.event)
-            self.ledger.bound[alloc] = {"generation": action.generation, "device_ids": action.device_ids}
-            self.save()
+            self.mark_bound(action)
         elif verb == "refuse":
             self.journal_event(action.event)
             self.ledger.failures[alloc] = action.generation
             self.save()
+        elif action.slice:
+            self.run_slice(action)
         else:
             self.write_files(action)
 
@@ -94,5 +115,6 @@ def apply_plan(plan, host, journal, ledger, state_path, key_loader):
         except RETRYABLE as exc:
             errors.append("%s: %s" % (action.text, exc))
             continue
-        done.append(action)
+        if action.changes:
+            done.append(action)
     return done, errors

@@ -130,7 +130,7 @@ def check_cpulist(value, where):
         raise InvalidAssignment("%s: must be a cpulist string such as 0-3,8" % where)
     if len(value) > CPULIST_MAX:
         raise InvalidAssignment("%s: cpulist longer than %d characters" % (where, CPULIST_MAX))
-    if not CPULIST_RE.match(value):
+    if not CPULIST_RE.fullmatch(value):
         raise InvalidAssignment("%s: %r is not a cpulist such as 0-3,8" % (where, value))
     for part in value.split(","):
         if "-" in part:
@@ -186,7 +186,7 @@ def _env(raw):
         if len(line) > 4096:
             raise InvalidAssignment("%s: longer than 4096 characters" % where)
         key, sep, _value = line.partition("=")
-        if not sep or not ENV_KEY_RE.match(key):
+        if not sep or not ENV_KEY_RE.fullmatch(key):
             raise InvalidAssignment("%s: must be KEY=VALUE with KEY matching %s" % (where, ENV_KEY_RE.pattern))
         if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV_KEYS:
             raise InvalidAssignment("%s: %s is set by bcd and cannot be overridden" % (where, key))
@@ -217,7 +217,7 @@ def parse_assignment(raw, index=0):
     if not isinstance(raw, dict):
         raise InvalidAssignment("devices[%d]: an assignment must be a mapping" % index)
     allocation_id = raw.get("allocation_id")
-    if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.match(allocation_id):
+    if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
         raise InvalidAssignment("allocation_id: %s does not match %s" % (_show(allocation_id), ALLOCATION_ID_RE.pattern))
     binding = raw.get("binding")
     binding = _text(binding, "binding", maximum=64) or BINDING_HOLD
@@ -258,6 +258,6 @@ def parse_assignments(raw_list):
             parsed.assignments.append(parse_assignment(raw, index))
         except InvalidAssignment as exc:
             parsed.refusals.append(Refusal(key, "invalid-assignment", str(exc)))
-            if ALLOCATION_ID_RE.match(key):
+            if ALLOCATION_ID_RE.fullmatch(key):
                 parsed.refused_ids.append(key)
     return parsed

@@ -73,13 +73,13 @@ def parse_atom(device_id, device_class=""):
     if device_class == CLASS_GPU:
         atom = Atom(id=device_id, device_class=CLASS_GPU, gpu_uuid=device_id)
     elif device_class == CLASS_MIG:
-        match = MIG_ID_RE.match(device_id)
+        match = MIG_ID_RE.fullmatch(device_id)
         if not match:
             raise AtomRefused("unsupported-device", '"%s" is not a MIG instance id (<gpu>/gi<n>/ci<n>)' % device_id)
         atom = Atom(id=device_id, device_class=CLASS_MIG, gpu_uuid=match.group(1),
                     gi=int(match.group(2)), ci=int(match.group(3)))
     elif device_class == CLASS_SLOT:
-        match = SLOT_ID_RE.match(device_id)
+        match = SLOT_ID_RE.fullmatch(device_id)
         if not match:
             raise AtomRefused("unsupported-device", '"%s" is not a slot id (<gpu>/s<n>)' % device_id)
         atom = Atom(id=device_id, device_class=CLASS_SLOT, gpu_uuid=match.group(1), slot=int(match.group(2)))
@@ -90,9 +90,9 @@ def parse_atom(device_id, device_class=""):
 
 def atom_from_id(device_id):
     """An atom read back from a hold's ``bcd.dev/device-id`` annotation: the class follows from the form."""
-    if MIG_ID_RE.match(device_id):
+    if MIG_ID_RE.fullmatch(device_id):
         return parse_atom(device_id, CLASS_MIG)
-    if SLOT_ID_RE.match(device_id):
+    if SLOT_ID_RE.fullmatch(device_id):
         return parse_atom(device_id, CLASS_SLOT)
     return parse_atom(device_id, CLASS_GPU)
 
@@ -119,7 +119,7 @@ def resolve_devices(refs, inventory):
     parsed = []
     for ref in refs:
         atom = parse_atom(ref.id, ref.device_class)
-        if not CDI_NAME_RE.match(atom.cdi_name):
+        if not CDI_NAME_RE.fullmatch(atom.cdi_name):
             raise AtomRefused("unsupported-device", '"%s" cannot name a CDI device' % ref.id)
         parsed.append(atom)
     resolved, missing = [], []

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import List
 
+from ansible_collections.bcd.devices.plugins.module_utils._admission import needs_admission, read_host_memory
 from ansible_collections.bcd.devices.plugins.module_utils._apply import apply_plan
 from ansible_collections.bcd.devices.plugins.module_utils._assignment import parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
@@ -67,21 +68,28 @@ def capabilities(host, inventory):
     """What the node can honour: nothing that needs root on an unprivileged node."""
     caps = []
     if host.privileged:
-        caps.extend(["cdi", "binding.kubernetes"])
+        caps.append("cdi")
+        if host.slices_unavailable() is None:
+            caps.append("devices.limits")
+        caps.append("binding.kubernetes")
     if inventory.error is None and inventory.gpus:
         caps.append("nvml")
     return caps
 
 
-def observe(host, ledger, wanted_ids=()):
-    """Read everything a plan needs from the host, once."""
+def observe(host, ledger, wanted=()):
+    """Read everything a plan needs from the host, once; host memory only when a new hold needs admission."""
     live = {}
     for allocation_id, (path, content) in host.hold_files().items():
         live[allocation_id] = read_hold(allocation_id, path, content)
     env_files = {}
-    for allocation_id in set(live) | set(ledger.releasing) | set(wanted_ids):
+    for allocation_id in set(live) | set(ledger.releasing) | set(a.allocation_id for a in wanted):
         env_files[allocation_id] = host.read(env_file_path(allocation_id))
     domains, domains_error = host.domains()
+    slices = host.slice_states()
+    memory = None
+    if any(needs_admission(a.limits) for a in wanted if a.allocation_id not in live):
+        memory = read_host_memory(host)
     return Observed(
         node_id=host.node_id(),
         boot_id=host.boot_id(),
@@ -94,6 +102,9 @@ def observe(host, ledger, wanted_ids=()):
         mps=host.exists(MPS_PIPE_DIRECTORY),
         domains=list(domains),
         domains_error=domains_error,
+        slices=slices,
+        slices_unavailable=host.slices_unavailable(),
+        memory=memory,
     )
 
 
@@ -117,12 +128,12 @@ def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd"
         if ledger.observed_generation is not None and generation < ledger.observed_generation:
             raise PassError("generation %d is older than the observed generation %d; refusing to go back"
                             % (generation, ledger.observed_generation))
-        observed = observe(host, ledger, [a.allocation_id for a in parsed.assignments])
+        observed = observe(host, ledger, parsed.assignments)
         plan = plan_pass(generation, parsed, observed, instances)
         warnings = _observation_warnings(observed) + plan.warnings
         errors = list(plan.errors)
         journal = Journal(state_path)
-        changed = bool(plan.actions)
+        changed = bool(plan.changes)
         if not check_mode:
             done, apply_errors = apply_plan(plan, host, journal, ledger, state_path,
                                             lambda: NodeKey.load_or_create(os.path.join(state_path, KEY_NAME)))

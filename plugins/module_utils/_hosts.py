@@ -27,6 +27,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
 from ansible_collections.bcd.devices.plugins.module_utils._cdi_vendor import load_vendor_spec
 from ansible_collections.bcd.devices.plugins.module_utils._fakehw import load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import join_root, read_bytes, remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils._slices import RecordSlices, SystemdSlices
 from ansible_collections.bcd.devices.plugins.module_utils._inventory import (
     read_libvirt_domains,
     read_real_inventory,
@@ -49,7 +50,7 @@ def node_file_path(kind, allocation_id):
     """The node path of a file of ``kind`` for a checked allocation id."""
     if kind not in NODE_FILE_KINDS:
         raise ValueError("unknown node file kind %r" % (kind,))
-    if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.match(allocation_id):
+    if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
         raise ValueError("allocation id %r is not valid" % (allocation_id,))
     return NODE_FILE_KINDS[kind](allocation_id)
 
@@ -101,7 +102,7 @@ class Host(object):
         except OSError:
             return found
         for name in names:
-            match = SPEC_FILE_RE.match(name)
+            match = SPEC_FILE_RE.fullmatch(name)
             if not match:
                 continue
             node_path = "%s/%s" % (SPEC_DIR, name)
@@ -121,6 +122,30 @@ class Host(object):
         if self.helper is not None:
             return self.helper.remove_node_file(kind, allocation_id)
         return remove_file(self.path(node_file_path(kind, allocation_id)))
+
+    # -- slices ----------------------------------------------------------------
+    def slice_states(self):
+        """``{name: SliceState}`` of every ``bcd-alloc-*.slice`` on the host."""
+        states = {}
+        for name in self.slices.names():
+            state = self.slices.state(name)
+            if state is not None:
+                states[name] = state
+        return states
+
+    def slices_unavailable(self):
+        """Why this host cannot make hold slices, or None."""
+        return None
+
+    def apply_slice(self, name, properties, hugetlb_max):
+        if self.helper is not None:
+            return self.helper.apply_slice(name, properties, hugetlb_max)
+        return self.slices.apply(name, properties, hugetlb_max)
+
+    def remove_slice(self, name):
+        if self.helper is not None:
+            return self.helper.remove_slice(name)
+        return self.slices.remove(name)
 
     # -- the hardware side -----------------------------------------------------
     def inventory(self):
@@ -157,6 +182,10 @@ class RealHost(Host):
     def __init__(self, root="/", helper=None, runner=run_command):
         super(RealHost, self).__init__(root, helper)
         self.runner = runner
+        self.slices = SystemdSlices(self, runner)
+
+    def slices_unavailable(self):
+        return self.slices.available()
 
     def _read_inventory(self):
         return read_real_inventory(run_command=self.runner)
@@ -176,6 +205,7 @@ class FakeHwHost(Host):
         super(FakeHwHost, self).__init__(root, helper)
         self.fakehw_path = fakehw_path
         self.hw = load_fakehw(fakehw_path)
+        self.slices = RecordSlices(self)
 
     def _read_inventory(self):
         return self.hw.inventory

@@ -9,11 +9,14 @@ executes exactly it. The order is the spec page's "One pass":
 
 1. releases cut short by an earlier pass are finished;
 2. holds no longer wanted are released (before any bind, so a GPU can move
-   between allocations in one generation);
-3. holds still wanted are kept: a changed rendering is written again, a
-   missing env file rewritten, a hold never reported is reported;
+   between allocations in one generation); a released hold's slice is
+   stopped once empty, and leftover slices of holds gone earlier too;
+3. holds still wanted are kept: a missing slice is created again (after a
+   reboot), a changed rendering is written again, a missing env file
+   rewritten, a hold never reported is reported;
 4. new holds, in spec order, are checked — binding, privilege, atoms,
-   conflicts — and bound; each claims its atoms against the holds after it;
+   conflicts, host admission — and bound, their slice first; each claims its
+   atoms (and its memory) against the holds after it;
 5. every refusal not yet reported for this generation becomes one
    ``AllocationFailed``.
 """
@@ -26,6 +29,7 @@ from typing import Dict, List, Optional
 from ansible_collections.bcd.devices.plugins.module_utils._assignment import (
     BINDING_HOLD,
     BINDING_KUBERNETES,
+    Limits,
 )
 from ansible_collections.bcd.devices.plugins.module_utils._atoms import (
     AtomRefused,
@@ -42,7 +46,14 @@ from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
     render_spec,
     spec_bytes,
 )
+from ansible_collections.bcd.devices.plugins.module_utils._admission import (
+    UNREADABLE,
+    Admission,
+    Exhausted,
+    needs_admission,
+)
 from ansible_collections.bcd.devices.plugins.module_utils._conflicts import Claims, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils._slices import allocation_of, slice_name, wanted_slice
 
 NODE_UNPRIVILEGED = (
     "bcd node runs without root and without [helper]: it cannot write /etc/cdi or create hold slices "
@@ -65,6 +76,9 @@ class Observed:
     mps: bool = False
     domains: List = field(default_factory=list)
     domains_error: Optional[str] = None
+    slices: Dict[str, object] = field(default_factory=dict)  # slice name -> SliceState
+    slices_unavailable: Optional[str] = None  # why this host cannot make hold slices
+    memory: Optional[object] = None  # HostMemory, read only when a new hold needs admission
 
 
 @dataclass
@@ -84,9 +98,15 @@ class Action:
     event: Optional[dict] = None  # {"type": ..., "body": {...}}
     device_ids: List[str] = field(default_factory=list)
     generation: Optional[int] = None
+    # {"op": "apply" | "remove", "name": ..., "properties": {...}, "hugetlb_max": {...}}
+    slice: Optional[dict] = None
+    limits: Optional[dict] = None  # recorded in the ledger with a bind
+    changes: bool = True  # False: shown in the plan, changes nothing (a busy slice kept)
 
     def to_dict(self):
         data = {"action": self.action, "allocation_id": self.allocation_id, "text": self.text}
+        if self.slice:
+            data["slice"] = dict(self.slice)
         if self.device_ids:
             data["device_ids"] = list(self.device_ids)
         if self.files:
@@ -118,6 +138,10 @@ class Plan:
     errors: List[str] = field(default_factory=list)  # retryable: the pass cannot finish now
     holds: List[dict] = field(default_factory=list)  # the holds once the plan is applied
     vfio: Dict[str, str] = field(default_factory=dict)  # GPUs running domains have now
+
+    @property
+    def changes(self):
+        return [action for action in self.actions if action.changes]
 
     def text(self):
         lines = [action.text for action in self.actions] or ["nothing to do"]
@@ -183,86 +207,182 @@ def vfio_claims(instances, observed):
 
 def _release_action(observed, allocation_id, generation, device_ids, verb, why):
     files = []
-    for kind, path in (("cdi", cdi_spec_path(allocation_id)), ("allocation-env", env_file_path(allocation_id))):
-        before = observed.live[allocation_id].content if (kind == "cdi" and allocation_id in observed.live) \
-            else observed.env_files.get(allocation_id)
+    hold = observed.live.get(allocation_id)
+    present = (("cdi", cdi_spec_path(allocation_id), hold.content if hold is not None else None),
+               ("allocation-env", env_file_path(allocation_id), observed.env_files.get(allocation_id)))
+    for kind, path, before in present:
         if before is not None:
             files.append(FileChange(kind, path, before, None))
     event = {"type": "AllocationReleased", "body": _base_body(observed, allocation_id, generation, device_ids)}
     removed = " and ".join(change.path for change in files) or "no files left"
     text = "%s %s (%s): remove %s, report AllocationReleased" % (verb, allocation_id, why, removed)
-    return Action(verb, allocation_id, text, files, event, list(device_ids), generation)
+    action = Action(verb, allocation_id, text, files, event, list(device_ids), generation)
+    state = observed.slices.get(slice_name(allocation_id))
+    if state is not None and not state.populated:
+        action.slice = {"op": "remove", "name": state.name}
+        action.text += ", then stop %s (empty)" % state.name
+    elif state is not None:
+        action.text += "; %s still runs a workload and is kept with its limits" % state.name
+    return action
 
 
-def _render(assignment_or_live, atoms, generation, observed, kubernetes, env=(), notes=None):
+def cgroup_parent_of(assignment, kubernetes):
+    """The slice a hold's spec names: plain holds with limits only (a Kubernetes hold lives in kubepods.slice)."""
+    if kubernetes or assignment is None or wanted_slice(assignment.limits) is None:
+        return None
+    return slice_name(assignment.allocation_id)
+
+
+def _render(assignment, atoms, generation, observed, kubernetes, notes=None):
     hold = HoldRender(
-        allocation_id=assignment_or_live.allocation_id,
-        reservation_id=assignment_or_live.reservation_id,
+        allocation_id=assignment.allocation_id,
+        reservation_id=assignment.reservation_id,
         generation=generation,
         atoms=tuple(atoms),
         kubernetes=kubernetes,
-        cgroup_parent=None,
+        cgroup_parent=cgroup_parent_of(assignment, kubernetes),
         mps=observed.mps,
-        env=tuple(env),
+        env=tuple(assignment.env),
     )
     return spec_bytes(render_spec(hold, observed.vendor, notes)), render_env(hold)
 
 
+def _limits_record(limits):
+    if limits is None:
+        return None
+    return dict((key, value) for key, value in vars(limits).items() if value is not None)
+
+
+def _slice_op(assignment):
+    properties, huge = wanted_slice(assignment.limits)
+    return {"op": "apply", "name": slice_name(assignment.allocation_id), "properties": properties,
+            "hugetlb_max": huge}
+
+
+def _describe_slice(op):
+    settings = ["%s=%s" % item for item in op["properties"].items()]
+    settings.extend("hugetlb.%s.max=%d" % item for item in sorted(op["hugetlb_max"].items()))
+    return "%s (%s)" % (op["name"], ", ".join(settings) or "no limits")
+
+
+class _Pass(object):
+    """The state of one planning pass: what is claimed, committed and planned so far."""
+
+    def __init__(self, generation, parsed, observed, instances):
+        self.plan = Plan(generation=generation)
+        self.generation = generation
+        self.parsed = parsed
+        self.observed = observed
+        self.instances = instances
+        self.wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments)
+        self.live = dict(observed.live)
+        self.failures = []  # (allocation_id, reason, message)
+        self.claims = Claims()
+        self.admission = None
+        self.memory_warned = False
+        self.sliced = set()  # slices wanted after this pass
+        self.released_slices = set()  # slices whose release this pass handles
+
+    def needs_root(self, what):
+        self.plan.errors.append("%s needs root or the helper; this pass is unprivileged" % what)
+
+    def add(self, action):
+        self.plan.actions.append(action)
+
+
 def plan_pass(generation, parsed, observed, instances=None):
     """The ordered plan for one pass. Pure: reads only its arguments."""
-    plan = Plan(generation=generation)
-    ledger = observed.ledger
-    wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments)
-    live = dict(observed.live)
-    failures = []  # (allocation_id, reason, message)
+    state = _Pass(generation, parsed, observed, instances)
+    _finish_releases(state)
+    _release_unwanted(state)
+    after_releases = len(state.plan.actions)
+    _claim_everything(state)
+    _keep_wanted(state)
+    _bind_new(state)
+    _leftover_slices(state, after_releases)
+    _report_failures(state)
+    return state.plan
 
-    def needs_root(what):
-        plan.errors.append("%s needs root or the helper; this pass is unprivileged" % what)
 
-    # 1. Releases an earlier pass recorded but did not finish.
-    for allocation_id in sorted(ledger.releasing):
-        record = ledger.releasing[allocation_id]
+def _finish_releases(state):
+    """1. Releases an earlier pass recorded but did not finish."""
+    observed, generation = state.observed, state.generation
+    for allocation_id in sorted(observed.ledger.releasing):
+        record = observed.ledger.releasing[allocation_id]
         action = _release_action(observed, allocation_id, record.get("generation", generation),
                                  record.get("device_ids") or [], "finish-release", "cut short by an earlier pass")
-        if action.files and not observed.privileged:
-            needs_root("finishing the release of %s" % allocation_id)
+        if (action.files or action.slice) and not observed.privileged:
+            state.needs_root("finishing the release of %s" % allocation_id)
             continue
-        plan.actions.append(action)
-        live.pop(allocation_id, None)
+        state.add(action)
+        state.released_slices.add(slice_name(allocation_id))
+        state.live.pop(allocation_id, None)
 
-    # 2. Holds no longer wanted, or wanted with other devices or another binding.
-    keep = set(wanted) | set(parsed.refused_ids)
-    rebind = set()
-    for allocation_id in sorted(live):
-        hold = live[allocation_id]
-        assignment = wanted.get(allocation_id)
-        if assignment is not None and not hold.problem and (
-                sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
-                or hold.kubernetes != assignment.kubernetes):
-            rebind.add(allocation_id)
-        if allocation_id in keep and allocation_id not in rebind:
+
+def _release_unwanted(state):
+    """2. Holds no longer wanted, or wanted with other devices or another binding."""
+    observed = state.observed
+    keep = set(state.wanted) | set(state.parsed.refused_ids)
+    for allocation_id in sorted(state.live):
+        hold = state.live[allocation_id]
+        assignment = state.wanted.get(allocation_id)
+        rebind = assignment is not None and not hold.problem and (
+            sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
+            or hold.kubernetes != assignment.kubernetes)
+        if allocation_id in keep and not rebind:
             continue
-        why = "wanted with other devices" if allocation_id in rebind else "no longer wanted"
         if not observed.privileged:
-            needs_root("releasing %s" % allocation_id)
+            state.needs_root("releasing %s" % allocation_id)
             continue
-        plan.actions.append(_release_action(observed, allocation_id, generation, hold.device_ids, "release", why))
-        live.pop(allocation_id)
+        why = "wanted with other devices" if rebind else "no longer wanted"
+        state.add(_release_action(observed, allocation_id, state.generation, hold.device_ids, "release", why))
+        state.released_slices.add(slice_name(allocation_id))
+        state.live.pop(allocation_id)
 
-    # Everything that claims GPUs from here on.
-    claims = Claims()
-    vfio, plan.vfio = vfio_claims(instances, observed)
+
+def _claim_everything(state):
+    """Everything that claims GPUs and memory from here on: VMs and the holds that stay."""
+    observed = state.observed
+    vfio, state.plan.vfio = vfio_claims(state.instances, observed)
     for gpu, instance in vfio.items():
-        claims.pass_through(instance, [gpu])
-    for allocation_id in sorted(live):
-        claims.claim(allocation_id, live[allocation_id].atoms)
+        state.claims.pass_through(instance, [gpu])
+    for allocation_id in sorted(state.live):
+        state.claims.claim(allocation_id, state.live[allocation_id].atoms)
 
-    # 3. Holds still wanted.
-    for allocation_id in [a.allocation_id for a in parsed.assignments] + sorted(parsed.refused_ids):
-        hold = live.get(allocation_id)
+
+def _admission(state):
+    """The pass's admission ledger, built when the first new hold needs it."""
+    if state.admission is None and state.observed.memory is not None:
+        admission = Admission(state.observed.memory, state.observed.domains)
+        for allocation_id in sorted(state.live):
+            assignment = state.wanted.get(allocation_id)
+            limits = assignment.limits if assignment is not None else None
+            if assignment is None:
+                record = state.observed.ledger.bound.get(allocation_id) or {}
+                limits = _limits_from_record(record.get("limits"))
+            current = state.observed.slices.get(slice_name(allocation_id))
+            admission.count(limits, current.hugetlb_current if current is not None else None)
+        state.admission = admission
+    return state.admission
+
+
+def _limits_from_record(record):
+    if not isinstance(record, dict):
+        return None
+    try:
+        return Limits(**record)
+    except TypeError:
+        return None
+
+
+def _keep_wanted(state):
+    """3. Holds still wanted: recreate a missing slice, re-render, rewrite env, report if never reported."""
+    plan, observed, generation = state.plan, state.observed, state.generation
+    for allocation_id in [a.allocation_id for a in state.parsed.assignments] + sorted(state.parsed.refused_ids):
+        hold = state.live.get(allocation_id)
         if hold is None:
             continue
-        assignment = wanted.get(allocation_id)
+        assignment = state.wanted.get(allocation_id)
         atoms = []
         for atom in hold.atoms:
             found, why = resolve_atom(atom, observed.inventory)
@@ -271,93 +391,61 @@ def plan_pass(generation, parsed, observed, instances=None):
                 plan.warnings.append("%s: %s; its spec is left as it is" % (allocation_id, why))
         if hold.problem:
             plan.warnings.append(hold.problem)
-        resolvable = all(atom is not None for atom in atoms) and not hold.problem
-        if assignment is not None and resolvable:
-            _plan_kept(plan, observed, assignment, hold, atoms, generation, needs_root)
+        if assignment is None:  # refused this pass: kept exactly as it is
+            if hold.cgroup_parent:
+                state.sliced.add(hold.cgroup_parent)
+        else:
+            _keep_slice(state, assignment, hold)
+            if all(atom is not None for atom in atoms) and not hold.problem:
+                _keep_files(state, assignment, hold, atoms)
+        cgroup_parent = cgroup_parent_of(assignment, hold.kubernetes) if assignment is not None else hold.cgroup_parent
         plan.holds.append(hold_summary(allocation_id, hold.reservation_id if assignment is None else
                                        assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
-                                       hold.cgroup_parent))
-        if allocation_id not in ledger.bound and allocation_id in wanted:
-            body = bound_body(observed, allocation_id, generation, hold.atoms, hold.cgroup_parent)
-            plan.actions.append(Action("report-bound", allocation_id,
-                                       "report %s bound (its AllocationBound was never journaled)" % allocation_id,
-                                       event={"type": "AllocationBound", "body": body},
-                                       device_ids=list(hold.device_ids), generation=generation))
-
-    # 4. New holds, in spec order.
-    refusals = dict((refusal.allocation_id, refusal) for refusal in parsed.refusals)
-    for refusal in parsed.refusals:
-        failures.append((refusal.allocation_id, refusal.reason, refusal.message))
-    for assignment in parsed.assignments:
-        allocation_id = assignment.allocation_id
-        if allocation_id in live or allocation_id in refusals:
-            continue
-        try:
-            atoms = _check_new(assignment, observed, claims)
-        except AtomRefused as exc:
-            failures.append((allocation_id, exc.reason, exc.message))
-            continue
-        try:
-            spec, env = _render(assignment, atoms, generation, observed, assignment.kubernetes, assignment.env,
-                                plan.warnings)
-        except RenderError as exc:
-            plan.errors.append(str(exc))
-            continue
-        if assignment.limits is not None:
-            plan.warnings.append("%s: limits are not applied yet (hold slices come in a later release); "
-                                 "bound with devices only" % allocation_id)
-        claims.claim(allocation_id, atoms)
-        body = bound_body(observed, allocation_id, generation, atoms)
-        files = [FileChange("cdi", cdi_spec_path(allocation_id), None, spec),
-                 FileChange("allocation-env", env_file_path(allocation_id),
-                            observed.env_files.get(allocation_id), env)]
-        text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
-                                          body["cdi_spec_path"], body["env_file"])
-        plan.actions.append(Action("bind", allocation_id, text, files, {"type": "AllocationBound", "body": body},
-                                   [atom.id for atom in atoms], generation))
-        plan.holds.append(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
-                                       assignment.kubernetes))
-
-    # 5. Failures, in spec order: one AllocationFailed per allocation and generation.
-    failures.sort(key=lambda failure: parsed.position(failure[0]))
-    for allocation_id, reason, message in failures:
-        plan.failures.append(Failure(allocation_id, generation, reason, message))
-        if ledger.failures.get(allocation_id) == generation:
-            continue
-        body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
-                "reason": reason, "message": message}
-        plan.actions.append(Action("refuse", allocation_id, "refuse %s (%s): %s" % (allocation_id, reason, message),
-                                   event={"type": "AllocationFailed", "body": body}, generation=generation))
-    return plan
+                                       cgroup_parent))
+        if allocation_id not in observed.ledger.bound and assignment is not None:
+            body = bound_body(observed, allocation_id, generation, hold.atoms, cgroup_parent)
+            state.add(Action("report-bound", allocation_id,
+                             "report %s bound (its AllocationBound was never journaled)" % allocation_id,
+                             event={"type": "AllocationBound", "body": body}, device_ids=list(hold.device_ids),
+                             generation=generation, limits=_limits_record(assignment.limits)))
 
 
-def _check_new(assignment, observed, claims):
-    """The checks of a new hold in order: binding, privilege, atoms, conflicts."""
-    if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
-        raise AtomRefused("unsupported-binding", "binding %s is not supported" % assignment.binding)
-    if not observed.privileged:
-        raise AtomRefused("node-unprivileged", NODE_UNPRIVILEGED)
-    atoms = resolve_devices(assignment.devices, observed.inventory)
-    found = conflicts(atoms, claims)
-    if found:
-        raise AtomRefused("overlap", "; ".join(found))
-    return atoms
+def _keep_slice(state, assignment, hold):
+    """A kept hold's slice: created again when missing (systemd forgets runtime properties on a reboot),
+    set again when its recorded limits differ from the wanted ones."""
+    if cgroup_parent_of(assignment, hold.kubernetes) is None:
+        return
+    op = _slice_op(assignment)
+    state.sliced.add(op["name"])
+    current = state.observed.slices.get(op["name"])
+    if current is None:
+        verb, text = "create-slice", "create %s again: the hold is kept but its slice is gone" % _describe_slice(op)
+    elif current.properties is not None and (current.properties != op["properties"]
+                                             or current.hugetlb_max != op["hugetlb_max"]):
+        verb, text = "apply-slice", "set %s: its limits changed" % _describe_slice(op)
+    else:
+        return
+    if not state.observed.privileged:
+        state.needs_root(text)
+        return
+    state.add(Action(verb, assignment.allocation_id, text, slice=op, device_ids=list(hold.device_ids),
+                     generation=state.generation))
 
 
-def _plan_kept(plan, observed, assignment, hold, atoms, generation, needs_root):
+def _keep_files(state, assignment, hold, atoms):
     """A kept hold: write again what no longer matches what it would render to now."""
+    plan, observed = state.plan, state.observed
     allocation_id = assignment.allocation_id
-    bound_generation = hold.generation if hold.generation is not None else generation
+    bound_generation = hold.generation if hold.generation is not None else state.generation
     try:
-        spec, env = _render(assignment, atoms, bound_generation, observed, hold.kubernetes, assignment.env,
-                            plan.warnings)
+        spec, env = _render(assignment, atoms, bound_generation, observed, hold.kubernetes, plan.warnings)
     except RenderError as exc:
         plan.errors.append(str(exc))
         return
     changes = []
     if spec != hold.content:
         why = "its reservation id changed" if hold.reservation_id != assignment.reservation_id \
-            else "the vendor spec or the inventory changed"
+            else "the vendor spec, the inventory or its limits changed"
         changes.append(("rerender", FileChange("cdi", hold.path, hold.content, spec),
                         "re-render %s (%s)" % (hold.path, why)))
     current_env = observed.env_files.get(allocation_id)
@@ -367,7 +455,112 @@ def _plan_kept(plan, observed, assignment, hold, atoms, generation, needs_root):
                         "rewrite %s (%s)" % (env_file_path(allocation_id), why)))
     for verb, change, text in changes:
         if not observed.privileged:
-            needs_root(text)
+            state.needs_root(text)
             continue
-        plan.actions.append(Action(verb, allocation_id, text, [change], device_ids=list(hold.device_ids),
-                                   generation=generation))
+        state.add(Action(verb, allocation_id, text, [change], device_ids=list(hold.device_ids),
+                         generation=state.generation))
+
+
+def _bind_new(state):
+    """4. New holds, in spec order: checked, then bound (slice, spec, env file, event)."""
+    plan, observed, generation = state.plan, state.observed, state.generation
+    refused = set(refusal.allocation_id for refusal in state.parsed.refusals)
+    for refusal in state.parsed.refusals:
+        state.failures.append((refusal.allocation_id, refusal.reason, refusal.message))
+    for assignment in state.parsed.assignments:
+        allocation_id = assignment.allocation_id
+        if allocation_id in state.live or allocation_id in refused:
+            continue
+        try:
+            atoms = _check_new(state, assignment)
+        except (AtomRefused, Exhausted) as exc:
+            reason = exc.reason if isinstance(exc, AtomRefused) else "resources-exhausted"
+            state.failures.append((allocation_id, reason, str(exc)))
+            continue
+        try:
+            spec, env = _render(assignment, atoms, generation, observed, assignment.kubernetes, plan.warnings)
+        except RenderError as exc:
+            plan.errors.append(str(exc))
+            continue
+        state.claims.claim(allocation_id, atoms)
+        cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
+        body = bound_body(observed, allocation_id, generation, atoms, cgroup_parent)
+        files = [FileChange("cdi", cdi_spec_path(allocation_id), None, spec),
+                 FileChange("allocation-env", env_file_path(allocation_id),
+                            observed.env_files.get(allocation_id), env)]
+        text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
+                                          body["cdi_spec_path"], body["env_file"])
+        action = Action("bind", allocation_id, text, files, {"type": "AllocationBound", "body": body},
+                        [atom.id for atom in atoms], generation, limits=_limits_record(assignment.limits))
+        if cgroup_parent is not None:
+            action.slice = _slice_op(assignment)
+            action.text += ", in %s" % _describe_slice(action.slice)
+            state.sliced.add(cgroup_parent)
+        state.add(action)
+        plan.holds.append(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
+                                       assignment.kubernetes, cgroup_parent))
+
+
+def _check_new(state, assignment):
+    """The checks of a new hold in order: binding, privilege, atoms, conflicts, host admission."""
+    observed = state.observed
+    if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
+        raise AtomRefused("unsupported-binding", "binding %s is not supported" % assignment.binding)
+    if not observed.privileged:
+        raise AtomRefused("node-unprivileged", NODE_UNPRIVILEGED)
+    atoms = resolve_devices(assignment.devices, observed.inventory)
+    found = conflicts(atoms, state.claims)
+    if found:
+        raise AtomRefused("overlap", "; ".join(found))
+    if cgroup_parent_of(assignment, assignment.kubernetes) is not None and observed.slices_unavailable:
+        raise AtomRefused("invalid-assignment", "limits: this node cannot create hold slices (%s)"
+                          % observed.slices_unavailable)
+    if needs_admission(assignment.limits):
+        admission = _admission(state)
+        if admission is None:
+            if not state.memory_warned:
+                state.plan.warnings.append(UNREADABLE)
+                state.memory_warned = True
+        else:
+            admission.check(assignment.limits)
+    return atoms
+
+
+def _leftover_slices(state, position):
+    """Slices whose hold is neither wanted nor released in this pass: stopped again once empty,
+    so a slice whose workload outlived its release goes when that workload exits. Planned right
+    after the releases, before anything is bound."""
+    observed = state.observed
+    leftovers = []
+    for name in sorted(observed.slices):
+        if name in state.sliced or name in state.released_slices:
+            continue
+        current = observed.slices[name]
+        allocation_id = allocation_of(name)
+        if current.populated:
+            leftovers.append(Action("keep-slice", allocation_id, "keep %s: its hold is gone but it still runs a "
+                                    "workload; it is stopped once empty" % name, changes=False))
+        elif not observed.privileged:
+            state.needs_root("stopping %s" % name)
+        else:
+            leftovers.append(Action("stop-slice", allocation_id, "stop %s: its hold is gone and it is empty" % name,
+                                    slice={"op": "remove", "name": name}))
+    state.plan.actions[position:position] = leftovers
+
+
+def _report_failures(state):
+    """5. Failures, in spec order: one AllocationFailed per allocation and generation."""
+    observed, generation = state.observed, state.generation
+    state.failures.sort(key=lambda failure: state.parsed.position(failure[0]))
+    reported = set()
+    for allocation_id, reason, message in state.failures:
+        if allocation_id in reported:  # an allocation sent twice: its first refusal stands
+            continue
+        reported.add(allocation_id)
+        state.plan.failures.append(Failure(allocation_id, generation, reason, message))
+        if observed.ledger.failures.get(allocation_id) == generation:
+            continue
+        body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
+                "reason": reason, "message": message}
+        state.add(Action("refuse", allocation_id, "refuse %s (%s): %s" % (allocation_id, reason, message),
+                         event={"type": "AllocationFailed", "body": body}, generation=generation))

@@ -29,7 +29,7 @@ description:
   - The existing holds are read back from C(/etc/cdi/bcd-*.json) on every run, never remembered.
   - Two runs never interleave on one node; a lock under O(state_dir) keeps them apart.
 author:
-  - bcd.devices contributors
+  - bcd.devices contributors (!UNKNOWN)
 requirements:
   - C(cryptography) on the node, to sign events.
   - C(PyYAML) on the node to read a YAML vendor spec or fakehw file.

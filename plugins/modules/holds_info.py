@@ -17,7 +17,7 @@ description:
     on the controller with P(bcd.devices.verify_report#filter).
   - Writes nothing, ever.
 author:
-  - bcd.devices contributors
+  - bcd.devices contributors (!UNKNOWN)
 options:
   root:
     description: Prefix of every node path. A test host is a directory.
