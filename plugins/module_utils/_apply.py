@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError
-from ansible_collections.bcd.devices.plugins.module_utils._ledger import save_ledger
+from ansible_collections.bcd.devices.plugins.module_utils._helper import HelperError
+from ansible_collections.bcd.devices.plugins.module_utils._ledger import record_event, save_ledger
 from ansible_collections.bcd.devices.plugins.module_utils._slices import SliceError
 
-RETRYABLE = (OSError, EventsError, FsError, SliceError)
+RETRYABLE = (OSError, EventsError, FsError, SliceError, HelperError)
 
 
 class Applier(object):
@@ -42,9 +43,13 @@ class Applier(object):
             self._key = self.key_loader()
         return self._key
 
-    def journal_event(self, event):
+    def report(self, action):
+        """Journal the action's event, then record it in the ledger (a crash in between is caught up)."""
+        event = action.event
         attested = event["type"] in ("AllocationBound", "AllocationReleased")
-        return self.journal.append(event["type"], event["body"], self.key() if attested else None)
+        journaled = self.journal.append(event["type"], event["body"], self.key() if attested else None)
+        record_event(self.ledger, journaled, action.limits)
+        self.save()
 
     def save(self):
         save_ledger(self.state_path, self.ledger)
@@ -63,13 +68,6 @@ class Applier(object):
         else:
             self.host.remove_slice(op["name"])
 
-    def mark_bound(self, action):
-        record = {"generation": action.generation, "device_ids": action.device_ids}
-        if action.limits:
-            record["limits"] = action.limits
-        self.ledger.bound[action.allocation_id] = record
-        self.save()
-
     def run(self, action):
         verb = action.action
         alloc = action.allocation_id
@@ -80,25 +78,16 @@ class Applier(object):
                 self.ledger.releasing[alloc] = {"generation": action.generation, "device_ids": action.device_ids}
                 self.save()
             self.write_files(action)
-            self.journal_event(action.event)
-            self.ledger.releasing.pop(alloc, None)
-            self.ledger.bound.pop(alloc, None)
-            self.save()
+            self.report(action)
             if action.slice:  # after the report: a slice that cannot be stopped now is a leftover next pass
                 self.run_slice(action)
         elif verb == "bind":
             if action.slice:  # the slice exists before the spec names it
                 self.run_slice(action)
             self.write_files(action)
-            self.journal_event(action.event)
-            self.mark_bound(action)
-        elif verb == "report-bound":
-            self.journal_event(action.event)
-            self.mark_bound(action)
-        elif verb == "refuse":
-            self.journal_event(action.event)
-            self.ledger.failures[alloc] = action.generation
-            self.save()
+            self.report(action)
+        elif verb in ("report-bound", "refuse"):
+            self.report(action)
         elif action.slice:
             self.run_slice(action)
         else:

@@ -9,6 +9,7 @@ both call ``run_pass``; nothing else decides what a pass does.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import List
@@ -22,10 +23,11 @@ from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
     read_hold,
 )
 from ansible_collections.bcd.devices.plugins.module_utils._events import Journal, NodeKey
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import PassLock
-from ansible_collections.bcd.devices.plugins.module_utils._ledger import load_ledger, save_ledger
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import PassLock, read_bytes, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils._ledger import catch_up, load_ledger, save_ledger
 from ansible_collections.bcd.devices.plugins.module_utils._planner import Observed, plan_pass
 
+NODESPEC_NAME = "nodespec.json"
 CONVERGED = "CONVERGED"
 PROGRESSING = "PROGRESSING"
 FAILED = "FAILED"
@@ -118,13 +120,40 @@ def section_of(generation, plan, errors, previous_observed):
     return {"state": CONVERGED, "generation": generation, "observed_generation": generation, "message": ""}
 
 
+def store_nodespec(state_path, generation, devices, instances):
+    """Keep the last input (0600) for the timers' passes; rewritten only when it changed."""
+    content = (json.dumps({"generation": generation, "devices": devices, "instances": instances or []},
+                          indent=2, sort_keys=True) + "\n").encode("utf-8")
+    path = os.path.join(state_path, NODESPEC_NAME)
+    if read_bytes(path) != content:
+        write_atomic(path, content, 0o600)
+
+
+def load_nodespec(state_path):
+    """The stored input as ``(generation, devices, instances)``, or None when there is none."""
+    content = read_bytes(os.path.join(state_path, NODESPEC_NAME))
+    if content is None:
+        return None
+    try:
+        data = json.loads(content.decode("utf-8"))
+        generation = data["generation"]
+        if isinstance(generation, bool) or not isinstance(generation, int) or not isinstance(data["devices"], list):
+            raise ValueError("generation must be an integer and devices a list")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PassError("%s/%s is unreadable: %s" % (state_path, NODESPEC_NAME, exc))
+    return generation, data["devices"], data.get("instances") or []
+
+
 def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd", check_mode=False,
-             lock_timeout=120.0):
-    """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing."""
+             lock_timeout=120.0, store_input=True):
+    """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing.
+    A real pass stores its input for the node's timers unless ``store_input`` is false."""
     parsed = parse_assignments(devices)
     state_path = host.path(state_dir)
     with PassLock(state_path, timeout=lock_timeout, create=not check_mode):
         ledger = load_ledger(state_path)
+        journal = Journal(state_path)
+        catch_up(ledger, journal.unacked())
         if ledger.observed_generation is not None and generation < ledger.observed_generation:
             raise PassError("generation %d is older than the observed generation %d; refusing to go back"
                             % (generation, ledger.observed_generation))
@@ -132,7 +161,6 @@ def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd"
         plan = plan_pass(generation, parsed, observed, instances)
         warnings = _observation_warnings(observed) + plan.warnings
         errors = list(plan.errors)
-        journal = Journal(state_path)
         changed = bool(plan.changes)
         if not check_mode:
             done, apply_errors = apply_plan(plan, host, journal, ledger, state_path,
@@ -143,6 +171,9 @@ def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd"
             if not errors:
                 ledger.observed_generation = generation
             ledger.vfio = plan.vfio
+            ledger.last_state = section_of(generation, plan, errors, previous)["state"]
+            if store_input:
+                store_nodespec(state_path, generation, devices, instances)
             wanted = set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals)
             ledger.failures = dict((k, v) for k, v in ledger.failures.items() if k in wanted)
             save_ledger(state_path, ledger)

@@ -458,3 +458,29 @@ class Journal:
         except OSError as exc:
             raise EventsError("cannot acknowledge events in %s: %s" % (self.path, exc.strerror or exc))
         return count
+
+
+def list_and_acknowledge(state_path, ack_through=None, check_mode=False, lock_timeout=120.0):
+    """The unacknowledged events after acknowledging through ``ack_through``.
+
+    Returns ``(events, acknowledged, warnings)``. Only an acknowledgement writes;
+    listing and check mode create nothing, not even the lock (and no state
+    directory means nothing to acknowledge). Shared by ``bcd.devices.events``
+    and ``bcd-holds events``.
+    """
+    from ansible_collections.bcd.devices.plugins.module_utils._fsutil import PassLock
+
+    if ack_through is not None and ack_through < 0:
+        raise EventsError("ack_through must not be negative, got %d" % ack_through)
+    if os.path.exists(state_path) and not os.path.isdir(state_path):
+        raise EventsError("state_dir %s is not a directory" % state_path)
+    journal = Journal(state_path)
+    acknowledged = 0
+    writes = ack_through is not None and not check_mode and os.path.isdir(state_path)
+    with PassLock(state_path, timeout=lock_timeout, create=writes):
+        if ack_through is not None:
+            acknowledged = journal.ack_through(ack_through, dry_run=check_mode)
+        events = journal.unacked()
+    if check_mode and ack_through is not None:
+        events = [event for event in events if event["seq"] > ack_through]
+    return events, acknowledged, list(journal.warnings)

@@ -206,11 +206,11 @@ def remove_file(path: str) -> bool:
 
 
 def read_bytes(path: str) -> Optional[bytes]:
-    """The content of ``path``, or None when it does not exist."""
+    """The content of ``path``, or None when it does not exist (a parent that is a file included)."""
     try:
         with open(path, "rb") as f:
             return f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 

@@ -18,7 +18,14 @@ the host:
 ``vfio``
     the GPUs running domains had at the last pass;
 ``observed_generation``
-    the last generation a pass finished (``CONVERGED`` or ``FAILED``).
+    the last generation a pass finished (``CONVERGED`` or ``FAILED``);
+``journal_seq``
+    the seq of the last journaled event whose effect is in the ledger: a pass
+    that died between journaling an event and recording it is caught up by
+    ``catch_up`` from the journal, so nothing is reported twice;
+``last_state``
+    the section state of the last pass (the retry timer runs a pass only
+    while it is ``PROGRESSING``).
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ class Ledger:
     failures: Dict[str, int] = field(default_factory=dict)
     vfio: Dict[str, str] = field(default_factory=dict)
     observed_generation: Optional[int] = None
+    last_state: Optional[str] = None
+    journal_seq: int = 0
     problem: Optional[str] = None
 
     def to_json(self):
@@ -72,7 +81,34 @@ def load_ledger(state_path):
         failures=_dict_of(data.get("failures"), int),
         vfio=_dict_of(data.get("vfio"), str),
         observed_generation=observed if isinstance(observed, int) and not isinstance(observed, bool) else None,
+        last_state=data.get("last_state") if isinstance(data.get("last_state"), str) else None,
+        journal_seq=data.get("journal_seq") if isinstance(data.get("journal_seq"), int) else 0,
     )
+
+
+def record_event(ledger, event, limits=None):
+    """What journaling ``event`` means for the ledger; applied after each append and by ``catch_up``."""
+    body = event.get("body") or {}
+    allocation_id = body.get("allocation_id")
+    generation = body.get("generation")
+    if event.get("type") == "AllocationBound":
+        record = {"generation": generation, "device_ids": list(body.get("device_ids") or [])}
+        if limits:
+            record["limits"] = limits
+        ledger.bound[allocation_id] = record
+    elif event.get("type") == "AllocationReleased":
+        ledger.releasing.pop(allocation_id, None)
+        ledger.bound.pop(allocation_id, None)
+    elif event.get("type") == "AllocationFailed" and isinstance(generation, int):
+        ledger.failures[allocation_id] = generation
+    ledger.journal_seq = max(ledger.journal_seq, event.get("seq") or 0)
+
+
+def catch_up(ledger, events):
+    """Replay the journaled events the ledger has not recorded yet (seq above ``journal_seq``)."""
+    for event in sorted(events, key=lambda e: e.get("seq") or 0):
+        if (event.get("seq") or 0) > ledger.journal_seq:
+            record_event(ledger, event)
 
 
 def save_ledger(state_path, ledger):

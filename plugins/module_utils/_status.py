@@ -88,3 +88,34 @@ def node_status(host, state_dir="/var/lib/bcd"):
         "node_public_key": node_public_key(host.path(state_dir)),
         "warnings": warnings,
     }
+
+
+def status_table(status):
+    """``bcd-holds status``: one line per GPU with who holds it or its parts, then releases and conditions."""
+    rows = [("GPU", "UUID", "HELD BY", "MIG INSTANCES AND SLOTS")]
+    for gpu in status["gpus"]:
+        if gpu["held_by"]:
+            holder = gpu["held_by"]
+        elif gpu.get("passed_through_to"):
+            holder = "VM " + gpu["passed_through_to"]
+        else:
+            holder = "-"
+        parts = ["gi%d/ci%d %s" % (m["gi"], m["ci"], m["held_by"] or "free") for m in gpu["mig"]]
+        parts.extend("s%s %s" % (slot["slot"], slot["held_by"]) for slot in gpu["slots"])
+        parts.extend("%s %s (gone)" % (part["id"].split("/", 1)[-1], part["held_by"]) for part in gpu["missing_parts"])
+        index = "-" if gpu["index"] is None else str(gpu["index"])
+        if not gpu["present"]:
+            index += " (missing)"
+        rows.append((index, gpu["uuid"], holder, ", ".join(parts) or "-"))
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    lines = ["%-*s  %-*s  %-*s  %s" % (widths[0], row[0], widths[1], row[1], widths[2], row[2], row[3]) for row in rows]
+    if not status["gpus"]:
+        lines.append("no GPUs (inventory: %s)" % status["inventory_source"])
+    pending = status.get("pending_releases") or []
+    lines.append("pending Kubernetes releases: %s" % (", ".join(
+        "%s (%ss)" % (p["allocation_id"], p.get("age_seconds", "?")) for p in pending) or "none"))
+    conditions = status.get("conditions") or []
+    lines.append("conditions: %s" % ("; ".join("%s (%s): %s" % (c["type"], c["reason"], c.get("message", ""))
+                                               for c in conditions) or "none"))
+    lines.append("capabilities: %s" % (", ".join(status["capabilities"]) or "none"))
+    return "\n".join(lines)

@@ -134,15 +134,12 @@ acknowledged:
   sample: 2
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, Journal
+from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, list_and_acknowledge
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import (
     FsError,
     LockTimeout,
-    PassLock,
     join_root,
 )
 
@@ -158,36 +155,19 @@ def main():
         ),
         supports_check_mode=True,
     )
-    ack = module.params["ack_through"]
-    if ack is not None and ack < 0:
-        module.fail_json(msg="ack_through must not be negative, got %d" % ack)
     try:
         state_dir = join_root(module.params["root"], module.params["state_dir"])
+        events, acknowledged, warnings = list_and_acknowledge(state_dir, module.params["ack_through"],
+                                                              module.check_mode, LOCK_TIMEOUT)
     except FsError as exc:
         module.fail_json(msg="state_dir: %s" % exc)
-    if os.path.exists(state_dir) and not os.path.isdir(state_dir):
-        module.fail_json(msg="state_dir %s is not a directory" % state_dir)
-
-    journal = Journal(state_dir)
-    acknowledged = 0
-    try:
-        # only an acknowledgement writes; listing and check mode create nothing, not even the lock
-        # (and no state directory means nothing to acknowledge)
-        writes = ack is not None and not module.check_mode and os.path.isdir(state_dir)
-        with PassLock(state_dir, timeout=LOCK_TIMEOUT, create=writes):
-            if ack is not None:
-                acknowledged = journal.ack_through(ack, dry_run=module.check_mode)
-            events = journal.unacked()
     except (EventsError, LockTimeout) as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
-        module.fail_json(msg="cannot use the state directory %s: %s" % (state_dir, exc))
-    if module.check_mode and ack is not None:
-        events = [e for e in events if e["seq"] > ack]
-    for warning in journal.warnings:
+        module.fail_json(msg="cannot use the state directory %s: %s" % (module.params["state_dir"], exc))
+    for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
-
 
 if __name__ == "__main__":
     main()

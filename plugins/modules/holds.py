@@ -16,12 +16,13 @@ description:
     runtime resolves as C(bcd.dev/gpu=<device>), and an env file
     C(/run/bcd/allocations/<allocation_id>.env) for workload managers that read env files.
   - Holds no longer wanted are released before new ones are bound, so a GPU can move between
-    allocations in one generation. Holds still wanted are kept; a kept hold whose rendering changed
+    allocations in one generation. A released hold's slice is stopped only once it is empty; a release
+    never kills a workload. Holds still wanted are kept; a kept hold whose rendering changed
     (a new NVIDIA vendor spec after a driver upgrade or MIG change, a new reservation id) is written
     again, and a missing env file (it lives on tmpfs) is rewritten.
-  - Each new hold is checked in order (binding, privilege, atoms, conflicts); one that fails is
-    refused with a reason (V(unsupported-binding), V(node-unprivileged), V(unsupported-device),
-    V(device-missing), V(overlap), V(invalid-assignment)) and reported once per allocation and
+  - Each new hold is checked in order (binding, privilege, atoms, conflicts, host admission); one that
+    fails is refused with a reason (V(unsupported-binding), V(node-unprivileged), V(unsupported-device),
+    V(device-missing), V(overlap), V(resources-exhausted), V(invalid-assignment)) and reported once per allocation and
     generation as an C(AllocationFailed) event. The others of the pass are bound anyway.
   - Every bind and release is journaled as an event signed with the node's Ed25519 key
     (C(AllocationBound), C(AllocationReleased)) before the module returns it. Events are returned
@@ -53,7 +54,10 @@ options:
         V(gpu.mig), V(gpu.slot); empty reads as V(gpu)). A whole GPU is its UUID, a MIG instance
         C(<GPU uuid>/gi<N>/ci<M>), a slot C(<GPU uuid>/s<N>).
       - C(limits) books host resources (C(cpus), C(mems), C(cpu_millis), C(memory_bytes), C(hugepages_2mi),
-        C(hugepages_1gi)). They are checked, then ignored with a warning in this release.
+        C(hugepages_1gi)). A plain hold with limits gets the slice C(bcd-alloc-<allocation_id>.slice), created
+        before its spec names it; a hold whose limits carry memory or huge pages is first admitted against the
+        host's committed memory (V(resources-exhausted) when it does not fit). A Kubernetes hold never gets a
+        slice, but its memory counts against later holds.
       - C(env) lists extra C(KEY=VALUE) lines for the env file. Keys starting with C(BCD_),
         C(NVIDIA_VISIBLE_DEVICES) and C(CUDA_MPS_PIPE_DIRECTORY) are bcd's own and refused.
       - Every field is checked; an assignment that cannot be honoured as given is refused with
@@ -83,8 +87,9 @@ options:
     default: /var/lib/bcd
   helper_socket:
     description:
-      - The root helper's socket. When set, every privileged write goes through it.
-      - Reserved for the node-side release; setting it now fails the task.
+      - The root helper's socket (C(bcd-holds helper), installed by the role C(bcd.devices.bcd_holds)).
+      - When set, every privileged write (CDI specs, env files, slices) goes through it, so the pass can run
+        as an unprivileged user; a write the helper refuses is retried like any failed write.
     type: path
   fail_on_refusal:
     description:
@@ -114,8 +119,9 @@ notes:
   - A run that cannot write a file (a full disk, a refused helper operation) leaves
     RV(section.state=PROGRESSING), journals no event for that hold and fails the task, so C(until)
     retries work; the next run finishes the work.
-  - Run as root. A run without root and without a helper refuses every new hold with
-    V(node-unprivileged) and writes nothing.
+  - Run as root, or as an ordinary user beside the root helper (O(helper_socket)). A run without root and
+    without a helper refuses every new hold with V(node-unprivileged), advertises none of the capabilities
+    that need root, and writes nothing.
 seealso:
   - module: bcd.devices.holds_info
   - module: bcd.devices.events
@@ -179,7 +185,9 @@ plan:
   contains:
     action:
       description: >-
-        V(bind), V(release), V(finish-release), V(rerender), V(write-env), V(report-bound) or V(refuse).
+        V(bind), V(release), V(finish-release), V(rerender), V(write-env), V(report-bound), V(refuse),
+        V(create-slice), V(apply-slice), V(stop-slice), or V(keep-slice) (shown, changes nothing: a slice
+        whose hold is gone still runs a workload).
       type: str
     allocation_id:
       description: The allocation the action is for.
@@ -232,7 +240,9 @@ conditions:
   type: list
   elements: dict
 capabilities:
-  description: What the node can honour (V(cdi), V(binding.kubernetes), V(nvml)); none that needs root on an unprivileged node.
+  description:
+    - What the node can honour (V(cdi), V(devices.limits), V(binding.kubernetes), V(nvml)).
+    - None that needs root on an unprivileged node; no V(devices.limits) where systemd with cgroup v2 cannot make slices.
   returned: always
   type: list
   elements: str
@@ -241,9 +251,10 @@ capabilities:
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.bcd.devices.plugins.module_utils._converge import PassError, diff_of, run_pass
-from ansible_collections.bcd.devices.plugins.module_utils._events import HAS_CRYPTOGRAPHY
+from ansible_collections.bcd.devices.plugins.module_utils._events import HAS_CRYPTOGRAPHY, EventsError
 from ansible_collections.bcd.devices.plugins.module_utils._fakehw import FakeHwError
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError, LockTimeout
+from ansible_collections.bcd.devices.plugins.module_utils._helper import HelperClient
 from ansible_collections.bcd.devices.plugins.module_utils._hosts import make_host
 
 
@@ -268,14 +279,13 @@ def main():
     params = module.params
     if not HAS_CRYPTOGRAPHY:
         module.fail_json(msg=missing_required_lib("cryptography"))
-    if params["helper_socket"]:
-        module.fail_json(msg="helper_socket is not supported by this release of bcd.devices")
     try:
-        host = make_host(params["root"], params["fakehw"])
+        helper = HelperClient(params["helper_socket"]) if params["helper_socket"] else None
+        host = make_host(params["root"], params["fakehw"], helper=helper)
         result = run_pass(host, params["generation"], params["devices"], params["instances"],
                           state_dir=params["state_dir"], check_mode=module.check_mode,
                           lock_timeout=params["lock_timeout"])
-    except (PassError, FakeHwError, FsError, LockTimeout, OSError) as exc:
+    except (PassError, FakeHwError, FsError, LockTimeout, EventsError, OSError) as exc:
         module.fail_json(msg=str(exc))
     output = result.to_dict()
     if module._diff:

@@ -1,0 +1,212 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""``bcd-holds``: the converger on the node, without Ansible.
+
+It runs the very code ``bcd.devices.holds`` runs: ``converge`` is ``run_pass``,
+``status`` is ``holds_info``'s ``node_status``, ``events`` is the events
+module's ``list_and_acknowledge``. The systemd timers call ``converge
+--stored``; the root helper is ``helper``.
+
+Exit codes: 0 done (a ``FAILED`` section is a terminal answer, not an error of
+the command), 1 a check failed (``doctor``) or bad usage, 2 the pass could not
+run, 75 the pass must be retried (``PROGRESSING``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+
+from ansible_collections.bcd.devices.plugins.module_utils._converge import (
+    FAILED,
+    PROGRESSING,
+    PassError,
+    load_nodespec,
+    run_pass,
+)
+from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, list_and_acknowledge
+from ansible_collections.bcd.devices.plugins.module_utils._fakehw import FakeHwError
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError, LockTimeout
+from ansible_collections.bcd.devices.plugins.module_utils._helper import (
+    HelperClient,
+    Policy,
+    listen,
+    serve,
+)
+from ansible_collections.bcd.devices.plugins.module_utils._hosts import make_host
+from ansible_collections.bcd.devices.plugins.module_utils._ledger import load_ledger
+from ansible_collections.bcd.devices.plugins.module_utils._doctor import run_checks
+from ansible_collections.bcd.devices.plugins.module_utils._status import node_status, status_table
+
+EX_OK, EX_CHECK, EX_ERROR, EX_RETRY = 0, 1, 2, 75
+DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"
+
+
+def log(level, message):
+    """A line on stderr; under systemd (JOURNAL_STREAM set) with the syslog priority prefix journald reads."""
+    priority = {"ERROR": 3, "WARNING": 4, "INFO": 6}[level]
+    prefix = "<%d>" % priority if os.environ.get("JOURNAL_STREAM") else ""
+    sys.stderr.write("%s%s: %s\n" % (prefix, level, message))
+
+
+def _common(parser):
+    parser.add_argument("--root", default="/", help="prefix of every node path (default /)")
+    parser.add_argument("--fakehw", help="a fakehw hardware file: the host is fakehw")
+    parser.add_argument("--state-dir", default="/var/lib/bcd", help="state directory under --root")
+
+
+def build_parser():
+    common = argparse.ArgumentParser(add_help=False)
+    _common(common)
+    parser = argparse.ArgumentParser(prog="bcd-holds", description="GPU holds on this node: converge, inspect, "
+                                     "and the root helper. The same code as the bcd.devices collection.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    converge = commands.add_parser("converge", parents=[common], help="run one pass")
+    source = converge.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec", help="a JSON file {generation, devices, instances}")
+    source.add_argument("--stored", action="store_true", help="the input of the last pass (<state-dir>/nodespec.json)")
+    converge.add_argument("--check", action="store_true", help="plan only; write nothing")
+    converge.add_argument("--retry-only", action="store_true",
+                          help="run only while the last pass was PROGRESSING (the retry timer)")
+    converge.add_argument("--helper-socket", help="send privileged writes through the root helper")
+    converge.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    status = commands.add_parser("status", parents=[common], help="who holds each GPU")
+    status.add_argument("--json", action="store_true")
+
+    doctor = commands.add_parser("doctor", parents=[common], help="check what would keep holds from binding")
+    doctor.add_argument("--helper-socket", help="the root helper the passes use")
+    doctor.add_argument("--json", action="store_true")
+
+    events = commands.add_parser("events", parents=[common], help="the unacknowledged event journal")
+    events.add_argument("--ack-through", type=int, metavar="SEQ", help="acknowledge events up to SEQ")
+
+    helper = commands.add_parser("helper", parents=[common], help="the root helper")
+    helper.add_argument("--socket", default=DEFAULT_HELPER_SOCKET)
+    helper.add_argument("--allow-user", action="append", default=[], metavar="NAME")
+    helper.add_argument("--allow-group", action="append", default=[], metavar="NAME")
+    return parser
+
+
+def _host(args, helper_socket=None):
+    helper = HelperClient(helper_socket) if helper_socket else None
+    return make_host(args.root, args.fakehw, helper=helper)
+
+
+def cmd_converge(args):
+    host = _host(args, args.helper_socket)
+    state_path = host.path(args.state_dir)
+    if args.retry_only:
+        last = load_ledger(state_path).last_state
+        if last != PROGRESSING:
+            print("nothing to retry: the last pass was %s" % (last or "never run"))
+            return EX_OK
+    if args.stored:
+        stored = load_nodespec(state_path)
+        if stored is None:
+            print("no stored input in %s/nodespec.json: nothing to converge" % args.state_dir)
+            return EX_OK
+        generation, devices, instances = stored
+    else:
+        try:
+            with open(args.spec, "rb") as handle:
+                data = json.loads(handle.read().decode("utf-8"))
+            generation, devices = data["generation"], data["devices"]
+            instances = data.get("instances") or []
+            if isinstance(generation, bool) or not isinstance(generation, int) or not isinstance(devices, list):
+                raise ValueError("generation must be an integer and devices a list")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log("ERROR", "cannot read the spec %s: %s" % (args.spec, exc))
+            return EX_ERROR
+    result = run_pass(host, generation, devices, instances, state_dir=args.state_dir, check_mode=args.check,
+                      store_input=not args.stored)
+    for warning in result.warnings:
+        log("WARNING", warning)
+    section = result.section
+    if section["state"] == PROGRESSING:
+        log("WARNING", "retrying: %s" % section["message"])
+    elif section["state"] == FAILED:
+        log("ERROR", "refused: %s" % section["message"])
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(("plan (check mode, nothing written):" if args.check else "plan:"))
+        lines = [action.text for action in result.plan.actions] or ["nothing to do"]
+        print("\n".join("  " + line for line in lines))
+        print("section: %s at generation %s (observed %s)%s" % (
+            section["state"], section["generation"], section["observed_generation"],
+            ": " + section["message"] if section["message"] else ""))
+    return EX_RETRY if section["state"] == PROGRESSING else EX_OK
+
+
+def cmd_status(args):
+    status = node_status(_host(args), args.state_dir)
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        print(status_table(status))
+    return EX_OK
+
+
+def cmd_doctor(args):
+    checks = run_checks(_host(args), args.state_dir, args.helper_socket)
+    if args.json:
+        print(json.dumps(checks, indent=2, sort_keys=True))
+    else:
+        for check in checks:
+            print("%-7s %-14s %s" % (check["level"], check["name"], check["message"]))
+    return EX_CHECK if any(check["level"] != "OK" for check in checks) else EX_OK
+
+
+def cmd_events(args):
+    host = _host(args)
+    events, acknowledged, warnings = list_and_acknowledge(host.path(args.state_dir), args.ack_through)
+    for warning in warnings:
+        log("WARNING", warning)
+    if args.ack_through is not None:
+        log("INFO", "acknowledged %d events" % acknowledged)
+    for event in events:
+        print(json.dumps(event, sort_keys=True))
+    return EX_OK
+
+
+def cmd_helper(args):
+    if os.geteuid() != 0 and not args.fakehw:
+        log("ERROR", "the root helper must run as root")
+        return EX_ERROR
+    host = make_host(args.root, args.fakehw)
+    try:
+        policy = Policy(args.allow_user, args.allow_group)
+        server = listen(args.socket, args.allow_user, args.allow_group)
+    except KeyError as exc:
+        log("ERROR", "no such user or group: %s" % exc)
+        return EX_ERROR
+    log("INFO", "bcd-holds helper listening on %s for root%s" % (
+        args.socket, "".join(", %s" % who for who in args.allow_user + ["group " + g for g in args.allow_group])))
+    stop = threading.Event()
+    try:
+        serve(host, server, policy, log=lambda line: log("INFO", line), stop=stop)
+    except KeyboardInterrupt:
+        stop.set()
+    finally:
+        server.close()
+    return EX_OK
+
+
+COMMANDS = {"converge": cmd_converge, "status": cmd_status, "doctor": cmd_doctor, "events": cmd_events,
+            "helper": cmd_helper}
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (PassError, FakeHwError, FsError, LockTimeout, EventsError, OSError) as exc:
+        log("ERROR", str(exc))
+        return EX_ERROR

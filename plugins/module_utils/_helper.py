@@ -1,0 +1,297 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The root helper: root's few writes for a pass that runs as an ordinary user.
+
+``bcd-holds helper`` listens on a unix socket and speaks one JSON object per
+line each way. Requests:
+
+* ``{"op": "file.write", "kind": "cdi"|"allocation-env", "allocation_id": …, "content": …}``
+* ``{"op": "file.remove", "kind": …, "allocation_id": …}``
+* ``{"op": "slice.apply", "name": "bcd-alloc-….slice", "properties": {…}, "hugetlb_max": {…}}``
+* ``{"op": "slice.remove", "name": …}``
+
+Replies are ``{"ok": true}`` or ``{"ok": false, "error": …}``. The helper builds
+every path itself from its own root, a kind and a checked allocation id;
+accepts only slice names and cpulists of the documented forms; checks that a
+CDI spec is valid CDI for that allocation; and serves only the peers it was
+told to (checked with ``SO_PEERCRED``). ``HelperClient`` is the other end; a
+host given one sends every privileged write through it.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import socket
+import struct
+import threading
+
+from ansible_collections.bcd.devices.plugins.module_utils._assignment import ALLOCATION_ID_RE, ENV_KEY_RE
+from ansible_collections.bcd.devices.plugins.module_utils._cdi import ANN_ALLOCATION, KIND
+from ansible_collections.bcd.devices.plugins.module_utils._cdi_validate import validate_spec
+from ansible_collections.bcd.devices.plugins.module_utils._hosts import NODE_FILE_KINDS
+from ansible_collections.bcd.devices.plugins.module_utils._slices import SliceError, check_slice_name, check_slice_request
+
+MAX_REQUEST = 1 << 20  # one JSON line, content included
+IO_TIMEOUT = 30.0
+OPS = ("file.write", "file.remove", "slice.apply", "slice.remove")
+
+
+class HelperError(Exception):
+    """The helper refused an operation or could not be reached; retryable."""
+
+
+class Refused(Exception):
+    """A request the helper will not carry out; the message goes back to the peer."""
+
+
+# -- the server ----------------------------------------------------------------------
+
+def check_content(kind, allocation_id, content):
+    """What the helper writes must be what a pass would write for that allocation."""
+    if not isinstance(content, str):
+        raise Refused("content must be a string")
+    if "\0" in content:
+        raise Refused("content contains NUL")
+    if kind == "cdi":
+        try:
+            spec = json.loads(content)
+        except ValueError as exc:
+            raise Refused("content is not JSON: %s" % exc)
+        if not isinstance(spec, dict) or spec.get("kind") != KIND:
+            raise Refused("a bcd CDI spec must be of kind %s" % KIND)
+        annotations = spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {}
+        if annotations.get(ANN_ALLOCATION) != allocation_id:
+            raise Refused("the spec's %s is not %s" % (ANN_ALLOCATION, allocation_id))
+        problems = validate_spec(spec)
+        if problems:
+            raise Refused("not valid CDI: %s" % "; ".join(problems[:5]))
+    else:
+        for number, line in enumerate(content.splitlines(), 1):
+            key, sep, _value = line.partition("=")
+            if not sep or not ENV_KEY_RE.fullmatch(key):
+                raise Refused("env line %d is not KEY=VALUE" % number)
+
+
+def handle_request(host, request):
+    """Carry out one request through ``host`` (a host without a helper: this process is root)."""
+    if not isinstance(request, dict):
+        raise Refused("a request must be a JSON object")
+    op = request.get("op")
+    if op not in OPS:
+        raise Refused("unknown op %r; known: %s" % (op, ", ".join(OPS)))
+    if op.startswith("file."):
+        kind = request.get("kind")
+        allocation_id = request.get("allocation_id")
+        if kind not in NODE_FILE_KINDS:
+            raise Refused("unknown kind %r; known: %s" % (kind, ", ".join(sorted(NODE_FILE_KINDS))))
+        if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
+            raise Refused("allocation_id %r does not match %s" % (allocation_id, ALLOCATION_ID_RE.pattern))
+        if op == "file.write":
+            content = request.get("content")
+            check_content(kind, allocation_id, content)
+            host.write_node_file(kind, allocation_id, content.encode("utf-8"))
+        else:
+            host.remove_node_file(kind, allocation_id)
+        return
+    name = request.get("name")
+    try:
+        if op == "slice.apply":
+            properties = request.get("properties") or {}
+            huge = request.get("hugetlb_max") or {}
+            check_slice_request(name, properties, huge)
+            host.apply_slice(name, properties, huge)
+        else:
+            check_slice_name(name)
+            host.remove_slice(name)
+    except SliceError as exc:
+        raise Refused(str(exc))
+
+
+def peer_credentials(connection):
+    """``(pid, uid, gid)`` of the peer, from ``SO_PEERCRED``."""
+    data = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", data)
+
+
+class Policy(object):
+    """Who may talk to the helper: root, the allowed users, members of the allowed groups."""
+
+    def __init__(self, users=(), groups=()):
+        self.uids = set(pwd.getpwnam(user).pw_uid if not str(user).isdigit() else int(user) for user in users)
+        self.gids = set(grp.getgrnam(group).gr_gid if not str(group).isdigit() else int(group) for group in groups)
+
+    def allows(self, uid, gid):
+        if uid == 0 or uid in self.uids or gid in self.gids:
+            return True
+        if not self.gids:
+            return False
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            return False
+        return any(name in grp.getgrgid(gid_).gr_mem for gid_ in self.gids if _group_exists(gid_))
+
+
+def _group_exists(gid):
+    try:
+        grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return True
+
+
+def _reply(connection, ok, error=None):
+    message = {"ok": True} if ok else {"ok": False, "error": error}
+    try:
+        connection.sendall((json.dumps(message) + "\n").encode("utf-8"))
+    except OSError:
+        pass
+
+
+def serve_connection(host, connection, policy, log=None):
+    """Answer one peer's requests until it hangs up; never raises."""
+    with connection:
+        connection.settimeout(IO_TIMEOUT)
+        try:
+            _pid, uid, gid = peer_credentials(connection)
+        except OSError as exc:
+            _reply(connection, False, "cannot read peer credentials: %s" % exc)
+            return
+        if not policy.allows(uid, gid):
+            _reply(connection, False, "uid %d gid %d may not use this helper" % (uid, gid))
+            return
+        buffer = b""
+        while True:
+            try:
+                chunk = connection.recv(65536)
+            except (OSError, socket.timeout):
+                return
+            if not chunk:
+                return
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                _answer(host, connection, line, uid, log)
+            if len(buffer) > MAX_REQUEST:
+                _reply(connection, False, "request longer than %d bytes" % MAX_REQUEST)
+                return
+
+
+def _answer(host, connection, line, uid, log):
+    if not line.strip():
+        return
+    if len(line) > MAX_REQUEST:
+        _reply(connection, False, "request longer than %d bytes" % MAX_REQUEST)
+        return
+    try:
+        request = json.loads(line.decode("utf-8"))
+        handle_request(host, request)
+    except (ValueError, UnicodeDecodeError) as exc:
+        _reply(connection, False, "malformed request: %s" % exc)
+    except Refused as exc:
+        _reply(connection, False, str(exc))
+    except (OSError, SliceError) as exc:
+        _reply(connection, False, "failed: %s" % exc)
+    else:
+        if log:
+            log("uid %d: %s %s" % (uid, request.get("op"), request.get("allocation_id") or request.get("name")))
+        _reply(connection, True)
+
+
+def listen(socket_path, users=(), groups=()):
+    """Bind the helper's socket: 0660 owned by root and the allowed group, else 0600 for the allowed user."""
+    try:
+        os.unlink(socket_path)
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(socket_path) or ".", mode=0o755, exist_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(socket_path)
+    if groups:
+        gid = grp.getgrnam(groups[0]).gr_gid if not str(groups[0]).isdigit() else int(groups[0])
+        os.chown(socket_path, 0, gid)
+        os.chmod(socket_path, 0o660)
+    elif users:
+        uid = pwd.getpwnam(users[0]).pw_uid if not str(users[0]).isdigit() else int(users[0])
+        os.chown(socket_path, uid, 0)
+        os.chmod(socket_path, 0o600)
+    else:
+        os.chmod(socket_path, 0o600)
+    server.listen(16)
+    return server
+
+
+def serve(host, server, policy, log=None, stop=None):
+    """Accept peers until ``stop`` (a threading.Event) is set; each peer in its own thread."""
+    server.settimeout(0.5)
+    while stop is None or not stop.is_set():
+        try:
+            connection, _address = server.accept()
+        except socket.timeout:
+            continue
+        except OSError:
+            if stop is not None and stop.is_set():
+                return
+            raise
+        thread = threading.Thread(target=serve_connection, args=(host, connection, policy, log))
+        thread.daemon = True
+        thread.start()
+
+
+# -- the client ----------------------------------------------------------------------
+
+class HelperClient(object):
+    """The unprivileged end: one request per connection, a deadline on each."""
+
+    def __init__(self, socket_path, timeout=IO_TIMEOUT):
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def request(self, message):
+        data = (json.dumps(message) + "\n").encode("utf-8")
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                connection.settimeout(self.timeout)
+                connection.connect(self.socket_path)
+                connection.sendall(data)
+                reply = b""
+                while b"\n" not in reply:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        break
+                    reply += chunk
+        except (OSError, socket.timeout) as exc:
+            raise HelperError("the root helper at %s cannot be reached: %s" % (self.socket_path, exc))
+        try:
+            answer = json.loads(reply.split(b"\n", 1)[0].decode("utf-8"))
+        except ValueError:
+            raise HelperError("the root helper at %s gave no answer" % self.socket_path)
+        if not isinstance(answer, dict) or answer.get("ok") is not True:
+            error = answer.get("error") if isinstance(answer, dict) else None
+            raise HelperError("the root helper refused %s: %s" % (message.get("op"), error or "no reason given"))
+
+    def reachable(self):
+        """Why the helper cannot be used now, or None (an empty request is answered as malformed)."""
+        try:
+            self.request({"op": "ping"})
+        except HelperError as exc:
+            return None if "unknown op" in str(exc) else str(exc)
+        return None
+
+    def write_node_file(self, kind, allocation_id, content):
+        self.request({"op": "file.write", "kind": kind, "allocation_id": allocation_id,
+                      "content": content.decode("utf-8")})
+
+    def remove_node_file(self, kind, allocation_id):
+        self.request({"op": "file.remove", "kind": kind, "allocation_id": allocation_id})
+        return True
+
+    def apply_slice(self, name, properties, hugetlb_max):
+        self.request({"op": "slice.apply", "name": name, "properties": properties, "hugetlb_max": hugetlb_max})
+
+    def remove_slice(self, name):
+        self.request({"op": "slice.remove", "name": name})
