@@ -1,0 +1,92 @@
+# bcd.devices: set up the toolchain, lint, test, demo.
+#
+#   make test   what CI runs (.ci/run): venv, lint, units, sanity, molecule, in order,
+#               stopping at the first failure
+#   make demo   the fakehw demo (hack/demo.sh)
+#
+# Everything runs from .venv (Python 3.11, pins in pyproject.toml and
+# requirements/constraints.txt) and writes only under .venv and .build; nothing is read
+# from or written to the user's ~/.ansible.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+.NOTPARALLEL:
+MAKEFLAGS += --no-builtin-rules --no-builtin-variables
+
+# The interpreter that creates .venv; it must be Python 3.11.
+PYTHON ?= $(or $(shell command -v python3.11 2>/dev/null),/usr/bin/python3.11)
+
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+BUILD := $(CURDIR)/.build
+# .build/ansible_collections/bcd/devices -> this checkout: makes the collection
+# importable as ansible_collections.bcd.devices (pytest, ansible, molecule).
+LINK := .build/ansible_collections/bcd/devices
+
+# Ansible tools run from the venv with a private ANSIBLE_HOME and find this collection
+# through the link above.
+ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE_COLLECTIONS_PATH="$(BUILD)"
+
+.PHONY: help venv lint units sanity molecule demo test clean distclean
+
+help:
+	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
+	@echo "make lint      target-Python check of modules and module_utils, ansible-lint"
+	@echo "make units     pytest on tests/unit (PYTEST_ARGS=... to pass options)"
+	@echo "make sanity    ansible-test sanity on a copy in .build/sanity (SANITY_ARGS=...)"
+	@echo "make molecule  every Molecule scenario"
+	@echo "make demo      hack/demo.sh: the fakehw demo"
+	@echo "make test      venv, lint, units, sanity, molecule; stops at the first failure"
+	@echo "make clean     remove .build and test output; make distclean also removes .venv"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/constraints.txt hack/test_requirements.py
+	@if [[ ! -x $(VENV)/bin/python ]]; then \
+	  "$(PYTHON)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { \
+	    echo "venv: $(PYTHON) is not Python 3.11; run make PYTHON=/path/to/python3.11" >&2; exit 1; }; \
+	  echo "venv: creating $(VENV) with $(PYTHON)"; \
+	  "$(PYTHON)" -m venv $(VENV); \
+	fi
+	@$(VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { \
+	  echo "venv: $(VENV) is not Python 3.11; run make distclean first" >&2; exit 1; }
+	$(VENV)/bin/python hack/test_requirements.py pyproject.toml test > $(VENV)/requirements-test.txt
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-input \
+	  -r $(VENV)/requirements-test.txt -c requirements/constraints.txt
+	@touch $@
+
+$(LINK):
+	mkdir -p $(@D)
+	ln -sfn ../../.. $@
+
+lint: $(STAMP) | $(LINK)
+	$(BIN)/python hack/check_target_python.py --no-ansible plugins/module_utils plugins/modules
+	$(ANSIBLE_ENV) ansible-lint --offline
+
+units: $(STAMP) | $(LINK)
+	@rc=0; $(BIN)/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	if ((rc == 5)); then echo "units: pytest collected no test under tests/unit" >&2; fi; \
+	exit $$rc
+
+sanity: $(STAMP)
+	VENV=$(VENV) BUILD=$(BUILD) bash hack/sanity.sh $(SANITY_ARGS)
+
+molecule: $(STAMP) | $(LINK)
+	VENV=$(VENV) BUILD=$(BUILD) bash hack/molecule.sh $(MOLECULE_ARGS)
+
+# hack/demo.sh runs with the venv's bin first on PATH and ANSIBLE_HOME and
+# ANSIBLE_COLLECTIONS_PATH set as for the other Ansible tools.
+demo: $(STAMP) | $(LINK)
+	@if [[ ! -f hack/demo.sh ]]; then echo "demo: hack/demo.sh is missing" >&2; exit 1; fi
+	$(ANSIBLE_ENV) VENV=$(VENV) BUILD=$(BUILD) bash hack/demo.sh
+
+test: venv lint units sanity molecule
+
+clean:
+	rm -rf .build tests/output .ansible .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
