@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Build a fakehw GPU node under a directory: a hardware file and NVIDIA's vendor spec.

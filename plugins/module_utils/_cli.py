@@ -46,6 +46,11 @@ EX_OK, EX_CHECK, EX_ERROR, EX_RETRY = 0, 1, 2, 75
 DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"
 
 
+def out(text):
+    """A line on stdout (module_utils code may not call print)."""
+    sys.stdout.write(text + "\n")
+
+
 def log(level, message):
     """A line on stderr; under systemd (JOURNAL_STREAM set) with the syslog priority prefix journald reads."""
     priority = {"ERROR": 3, "WARNING": 4, "INFO": 6}[level]
@@ -105,12 +110,12 @@ def cmd_converge(args):
     if args.retry_only:
         last = load_ledger(state_path).last_state
         if last != PROGRESSING:
-            print("nothing to retry: the last pass was %s" % (last or "never run"))
+            out("nothing to retry: the last pass was %s" % (last or "never run"))
             return EX_OK
     if args.stored:
         stored = load_nodespec(state_path)
         if stored is None:
-            print("no stored input in %s/nodespec.json: nothing to converge" % args.state_dir)
+            out("no stored input in %s/nodespec.json: nothing to converge" % args.state_dir)
             return EX_OK
         generation, devices, instances = stored
     else:
@@ -134,12 +139,12 @@ def cmd_converge(args):
     elif section["state"] == FAILED:
         log("ERROR", "refused: %s" % section["message"])
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+        out(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:
-        print(("plan (check mode, nothing written):" if args.check else "plan:"))
+        out(("plan (check mode, nothing written):" if args.check else "plan:"))
         lines = [action.text for action in result.plan.actions] or ["nothing to do"]
-        print("\n".join("  " + line for line in lines))
-        print("section: %s at generation %s (observed %s)%s" % (
+        out("\n".join("  " + line for line in lines))
+        out("section: %s at generation %s (observed %s)%s" % (
             section["state"], section["generation"], section["observed_generation"],
             ": " + section["message"] if section["message"] else ""))
     return EX_RETRY if section["state"] == PROGRESSING else EX_OK
@@ -148,19 +153,19 @@ def cmd_converge(args):
 def cmd_status(args):
     status = node_status(_host(args), args.state_dir)
     if args.json:
-        print(json.dumps(status, indent=2, sort_keys=True))
+        out(json.dumps(status, indent=2, sort_keys=True))
     else:
-        print(status_table(status))
+        out(status_table(status))
     return EX_OK
 
 
 def cmd_doctor(args):
     checks = run_checks(_host(args), args.state_dir, args.helper_socket)
     if args.json:
-        print(json.dumps(checks, indent=2, sort_keys=True))
+        out(json.dumps(checks, indent=2, sort_keys=True))
     else:
         for check in checks:
-            print("%-7s %-14s %s" % (check["level"], check["name"], check["message"]))
+            out("%-7s %-14s %s" % (check["level"], check["name"], check["message"]))
     return EX_CHECK if any(check["level"] != "OK" for check in checks) else EX_OK
 
 
@@ -172,7 +177,7 @@ def cmd_events(args):
     if args.ack_through is not None:
         log("INFO", "acknowledged %d events" % acknowledged)
     for event in events:
-        print(json.dumps(event, sort_keys=True))
+        out(json.dumps(event, sort_keys=True))
     return EX_OK
 
 

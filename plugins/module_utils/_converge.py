@@ -211,4 +211,3 @@ def diff_of(plan):
             })
     diffs.append({"prepared": "plan:\n" + "\n".join("  " + line for line in plan.text().splitlines()) + "\n"})
     return diffs
-

@@ -323,8 +323,7 @@ class Journal:
 
     def _add(self, p: _Parsed, event: Dict[str, Any], line: bytes) -> None:
         if event["seq"] <= p.max_seq:
-            self._warn("%s: event seq %d follows seq %d (out of order)"
-                                 % (self.path, event["seq"], p.max_seq))
+            self._warn("%s: event seq %d follows seq %d (out of order)" % (self.path, event["seq"], p.max_seq))
         p.max_seq = max(p.max_seq, event["seq"])
         p.events.append(event)
         p.kept_lines.append(line)

@@ -829,7 +829,7 @@ def read_libvirt_domains(run_command=None, inventory=None, which=None, virsh=Non
                 return [], _failure(argv, rc, out, err)
             for line in out.splitlines():
                 line = line.strip()
-                if line and line not in [n for n, _ in names]:
+                if line and line not in [name for name, _state in names]:
                     names.append((line, state))
         domains = []
         problems = []

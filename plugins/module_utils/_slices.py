@@ -261,4 +261,3 @@ def wanted_slice(limits):
     if limits is None or limits.is_empty():
         return None
     return slice_properties(limits), hugetlb_max(limits)
-

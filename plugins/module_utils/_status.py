@@ -50,9 +50,8 @@ def gpu_status(inventory, holds, domains=()):
         })
     for uuid in sorted(set(whole) | set(parts)):
         entries.append({"index": None, "uuid": uuid, "present": False, "held_by": whole.get(uuid),
-                        "passed_through_to": vms.get(uuid),
-                         "mig": [], "slots": [],
-                         "missing_parts": [{"id": atom.id, "held_by": owner} for atom, owner in parts.get(uuid, [])]})
+                        "passed_through_to": vms.get(uuid), "mig": [], "slots": [],
+                        "missing_parts": [{"id": atom.id, "held_by": owner} for atom, owner in parts.get(uuid, [])]})
     return entries
 
 

@@ -169,5 +169,6 @@ def main():
         module.warn(warning)
     module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
 
+
 if __name__ == "__main__":
     main()

@@ -214,7 +214,7 @@ section:
       description: The last generation the node finished; it does not advance while V(PROGRESSING).
       type: int
     message:
-      description: For V(FAILED), C(<allocation>: <message>) for each refusal; for V(PROGRESSING), the errors.
+      description: "For V(FAILED), C(<allocation>: <message>) for each refusal, joined by C(; ); for V(PROGRESSING), the errors."
       type: str
 failures:
   description: Every assignment refused in this pass.

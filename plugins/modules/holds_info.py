@@ -36,8 +36,10 @@ attributes:
     description: Reads only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Writes nothing, so there is nothing to show.
   idempotent:
     support: full
+    description: Reads only.
 seealso:
   - module: bcd.devices.holds
   - module: bcd.devices.events
