@@ -1,0 +1,274 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The input checks (DESIGN.md "Input that cannot be honoured as given"): every
+bad field is refused as ``invalid-assignment`` with a message naming the field,
+and the other assignments of the pass go on."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.bcd.devices.plugins.module_utils._assignment import (
+    BINDING_HOLD,
+    BINDING_KUBERNETES,
+    DeviceRef,
+    InvalidAssignment,
+    Limits,
+    parse_assignment,
+    parse_assignments,
+    parse_cpulist,
+)
+
+GPU = "GPU-5f1c2a90-0000-4000-8000-000000000001"
+
+
+def entry(**fields):
+    data = {"allocation_id": "alloc_1", "reservation_id": "rsv_1", "binding": "BINDING_HOLD",
+            "devices": [{"id": GPU, "device_class": "gpu"}]}
+    data.update(fields)
+    return data
+
+
+def refusal_of(raw):
+    """The one refusal of a single-entry devices section."""
+    parsed = parse_assignments([raw])
+    assert parsed.assignments == []
+    assert len(parsed.refusals) == 1
+    refusal = parsed.refusals[0]
+    assert refusal.reason == "invalid-assignment"
+    return refusal
+
+
+# --- what a good assignment reads as ------------------------------------------
+
+
+def test_a_full_assignment_is_read_field_by_field():
+    parsed = parse_assignments([entry(
+        binding="BINDING_KUBERNETES",
+        devices=[{"id": GPU, "device_class": ""}, {"id": GPU + "/gi1/ci0", "device_class": "gpu.mig"}],
+        limits={"cpus": "0-3,8,10-11", "mems": "0", "cpu_millis": 1500, "memory_bytes": 0,
+                "hugepages_2mi": 4, "hugepages_1gi": 1},
+        env=["TEAM=vision", "EMPTY=", "EQ=a=b"],
+    )])
+    assert parsed.refusals == []
+    (assignment,) = parsed.assignments
+    assert assignment.allocation_id == "alloc_1"
+    assert assignment.reservation_id == "rsv_1"
+    assert assignment.binding == BINDING_KUBERNETES and assignment.kubernetes
+    # an empty class reads as gpu
+    assert assignment.devices == (DeviceRef(GPU, "gpu"), DeviceRef(GPU + "/gi1/ci0", "gpu.mig"))
+    assert assignment.limits == Limits(cpus="0-3,8,10-11", mems="0", cpu_millis=1500, memory_bytes=0,
+                                       hugepages_2mi=4, hugepages_1gi=1)
+    assert assignment.env == ("TEAM=vision", "EMPTY=", "EQ=a=b")
+
+
+def test_absent_optional_fields_mean_a_plain_hold_of_devices_only():
+    assignment = parse_assignment({"allocation_id": "a", "devices": [{"id": GPU}]})
+    assert assignment.binding == BINDING_HOLD and not assignment.kubernetes
+    assert assignment.reservation_id == ""
+    assert assignment.devices == (DeviceRef(GPU, "gpu"),)
+    assert assignment.limits is None  # absent: devices only
+    assert assignment.env == ()
+
+
+def test_empty_limits_are_devices_only():
+    assert parse_assignment(entry(limits={})).limits is None
+
+
+def test_env_may_be_given_as_a_mapping():
+    assert parse_assignment(entry(env={"A": "1", "B": "x y"})).env == ("A=1", "B=x y")
+
+
+@pytest.mark.parametrize("binding", ["BINDING_INSTANCE", "BINDING_NODE", "whatever"])
+def test_other_bindings_pass_the_input_check_and_are_refused_later(binding):
+    # unsupported-binding is the converger's refusal, not invalid-assignment
+    assert parse_assignment(entry(binding=binding)).binding == binding
+
+
+def test_an_allocation_id_of_80_characters_is_fine():
+    assert parse_assignment(entry(allocation_id="a" * 80)).allocation_id == "a" * 80
+
+
+# --- allocation ids ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("allocation_id", [
+    "../../etc/passwd",
+    "alloc/1",
+    "alloc-1",
+    "alloc 1",
+    "alloc.1",
+    "a" * 81,
+    "",
+    "ä",
+    7,
+    None,
+    ["alloc_1"],
+])
+def test_an_allocation_id_that_cannot_name_a_file_is_refused(allocation_id):
+    refusal = refusal_of(entry(allocation_id=allocation_id))
+    assert refusal.message.startswith("allocation_id: ")
+    assert "^[A-Za-z0-9_]{1,80}$" in refusal.message
+
+
+@pytest.mark.parametrize("allocation_id", ["alloc_1\n", "alloc_1\r", "alloc\n_1", "alloc_1\x00"])
+def test_an_allocation_id_with_a_line_break_or_nul_is_refused(allocation_id):
+    # "alloc_1\n" would name /etc/cdi/bcd-alloc_1\n.json and a slice with a newline in it.
+    refusal = refusal_of(entry(allocation_id=allocation_id))
+    assert refusal.message.startswith("allocation_id: ")
+
+
+def test_a_huge_allocation_id_gives_a_short_message():
+    refusal = refusal_of(entry(allocation_id="x" * 100000))
+    assert refusal.message.startswith("allocation_id: ")
+    assert len(refusal.message) < 300
+    assert len(refusal.allocation_id) <= 256
+
+
+def test_an_allocation_id_may_appear_once():
+    parsed = parse_assignments([entry(), entry(devices=[{"id": GPU + "/s1", "device_class": "gpu.slot"}])])
+    assert [a.allocation_id for a in parsed.assignments] == ["alloc_1"]
+    assert [(r.allocation_id, r.reason) for r in parsed.refusals] == [("alloc_1", "invalid-assignment")]
+    assert parsed.refusals[0].message == "allocation_id: alloc_1 appears more than once"
+
+
+# --- env -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line, why", [
+    ("A=1\nB=2", "newline"),
+    ("A=1\rB=2", "newline"),
+    ("A=1\x00", "NUL"),
+    ("NOEQUALS", "KEY=VALUE"),
+    ("=value", "KEY=VALUE"),
+    ("1A=x", "KEY=VALUE"),
+    ("A-B=x", "KEY=VALUE"),
+    ("A B=x", "KEY=VALUE"),
+    (5, "KEY=VALUE"),
+    (None, "KEY=VALUE"),
+])
+def test_a_bad_env_line_is_refused_naming_its_index(line, why):
+    refusal = refusal_of(entry(env=["GOOD=1", line]))
+    assert refusal.message.startswith("env[1]: ")
+    assert why in refusal.message
+
+
+@pytest.mark.parametrize("key", ["BCD_ALLOCATION_ID", "BCD_RESERVATION_ID", "BCD_CGROUP_PARENT",
+                                 "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY"])
+def test_env_cannot_override_what_bcd_writes(key):
+    refusal = refusal_of(entry(env=["%s=x" % key]))
+    assert refusal.message.startswith("env[0]: ")
+    assert key in refusal.message
+
+
+@pytest.mark.parametrize("env", ["A=1", 5, {"A": "1\nB=2"}])
+def test_env_of_the_wrong_shape_is_refused(env):
+    assert refusal_of(entry(env=env)).message.startswith("env")
+
+
+# --- limits ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["cpus", "mems"])
+@pytest.mark.parametrize("value", ["0-3,", ",1", "a", "0-3-5", "3-1", "0 -3", "1,,2", 3, ["0-3"],
+                                   "0," * 600 + "1"])
+def test_a_bad_cpulist_is_refused_naming_its_field(field, value):
+    refusal = refusal_of(entry(limits={field: value}))
+    assert refusal.message.startswith("limits.%s: " % field)
+
+
+@pytest.mark.parametrize("field", ["cpus", "mems"])
+def test_a_cpulist_with_a_trailing_newline_is_refused(field):
+    # It would reach systemctl set-property AllowedCPUs= (and the helper) with a newline in it.
+    refusal = refusal_of(entry(limits={field: "0-3\n"}))
+    assert refusal.message.startswith("limits.%s: " % field)
+
+
+def test_a_cpulist_of_1024_characters_is_fine():
+    value = ("1," * 512)[:1023] + "2"
+    assert len(value) == 1024
+    assert parse_assignment(entry(limits={"cpus": value})).limits.cpus == value
+
+
+@pytest.mark.parametrize("field", ["cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi"])
+@pytest.mark.parametrize("value", [-1, 1.5, 1.0, True, "5", [1], {}])
+def test_a_limit_that_is_not_a_non_negative_integer_is_refused(field, value):
+    refusal = refusal_of(entry(limits={field: value}))
+    assert refusal.message == "limits.%s: must be a non-negative integer" % field
+
+
+@pytest.mark.parametrize("limits, message", [
+    ({"gpus": 1}, "limits.gpus: unknown field"),
+    ([1], "limits: must be a mapping"),
+    ("cpus=0", "limits: must be a mapping"),
+])
+def test_limits_of_the_wrong_shape_are_refused(limits, message):
+    assert refusal_of(entry(limits=limits)).message == message
+
+
+def test_parse_cpulist_names_every_number():
+    assert parse_cpulist("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
+
+
+# --- devices and other fields -------------------------------------------------------
+
+
+@pytest.mark.parametrize("devices, start", [
+    (None, "devices: "),
+    ("GPU-1", "devices: "),
+    ({"id": GPU}, "devices: "),
+    ([], "devices: at least one device is required"),
+    ([{"id": "GPU-%d" % n} for n in range(1025)], "devices: more than 1024 devices"),
+    ([GPU], "devices[0]: "),
+    ([{"id": GPU}, {"device_class": "gpu"}], "devices[1].id: required"),
+    ([{"id": 5}], "devices[0].id: must be a string"),
+    ([{"id": "GPU-1\n"}], "devices[0].id: contains a control character"),
+    ([{"id": "G" * 300}], "devices[0].id: longer than"),
+    ([{"id": GPU, "device_class": 1}], "devices[0].device_class: must be a string"),
+])
+def test_bad_devices_are_refused_naming_the_field(devices, start):
+    assert refusal_of(entry(devices=devices)).message.startswith(start)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("reservation_id", 5),
+    ("reservation_id", "rsv\n1"),
+    ("reservation_id", "r" * 1000),
+    ("binding", ["BINDING_HOLD"]),
+    ("binding", "BINDING_HOLD\n"),
+])
+def test_bad_text_fields_are_refused_naming_the_field(field, value):
+    assert refusal_of(entry(**{field: value})).message.startswith(field + ": ")
+
+
+def test_a_refusal_does_not_stop_the_others_and_keeps_spec_order():
+    parsed = parse_assignments([
+        entry(allocation_id="a1"),
+        "not a mapping",
+        entry(allocation_id="a2", env=["BAD"]),
+        {"devices": [{"id": GPU}]},
+        entry(allocation_id="a3"),
+    ])
+    assert [a.allocation_id for a in parsed.assignments] == ["a1", "a3"]
+    assert [r.allocation_id for r in parsed.refusals] == ["devices[1]", "a2", "devices[3]"]
+    assert parsed.order == ["a1", "devices[1]", "a2", "devices[3]", "a3"]
+    assert parsed.refusals[0].message == "devices[1]: an assignment must be a mapping"
+    # a refused entry with a usable name keeps its live hold; nameless ones cannot have one
+    assert parsed.refused_ids == ["a2"]
+
+
+def test_a_refused_entry_is_reported_under_the_id_it_was_sent_with():
+    parsed = parse_assignments([entry(allocation_id="../../etc/passwd")])
+    assert parsed.refusals[0].allocation_id == "../../etc/passwd"
+    assert parsed.refused_ids == []  # never used as a name
+
+
+def test_no_devices_section_is_no_assignments():
+    assert parse_assignments([]).assignments == []
+    assert parse_assignments(None).assignments == []
+
+
+def test_parse_assignment_raises_the_documented_exception():
+    with pytest.raises(InvalidAssignment, match="^allocation_id: "):
+        parse_assignment(entry(allocation_id="a/b"))

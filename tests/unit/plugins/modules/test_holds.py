@@ -1,0 +1,234 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The bcd.devices.holds module as a playbook task sees it: its result, check
+mode, --diff, refusals, retryable failures and bad input, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.bcd.devices.plugins.module_utils._events import verify_report
+from ansible_collections.bcd.devices.plugins.module_utils._status import node_public_key
+from ansible_collections.bcd.devices.plugins.modules import holds
+
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
+
+GPU_GONE = "GPU-5f1c2a90-0000-4000-8000-0000000000ff"
+NODE_UNPRIVILEGED = ("bcd node runs without root and without [helper]: it cannot write /etc/cdi or create hold "
+                     "slices (run bcd node as root, or under bcd helper)")
+
+
+def hold(allocation_id, *ids, **fields):
+    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id,
+            "devices": [{"id": i, "device_class": "gpu.slot" if "/s" in i else "gpu"} for i in ids]}
+    data.update(fields)
+    return data
+
+
+def run(capsys, node, check=False, diff=False, **args):
+    """Run the module's main() and return its JSON result."""
+    args.setdefault("root", node.root)
+    args.setdefault("fakehw", node.fakehw)
+    args["lock_timeout"] = args.get("lock_timeout", 5)
+    if check:
+        args["_ansible_check_mode"] = True
+    if diff:
+        args["_ansible_diff"] = True
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            holds.main()
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    result = json.loads(out)
+    result["_stderr"] = err
+    return result
+
+
+def warnings(result):
+    """The warning texts of a result: ansible-core 2.19 returns them as structured summaries, or, once
+    controller code is loaded in the same process (another test file), shows them on stderr at once."""
+    texts = []
+    for warning in result.get("warnings", []):
+        texts.append(warning["event"]["msg"] if isinstance(warning, dict) else warning)
+    texts.extend(line.split("]: ", 1)[1] for line in result["_stderr"].splitlines() if line.startswith("[WARNING]: "))
+    return texts
+
+
+def test_a_run_binds_and_returns_plan_section_events_and_holds(capsys, node):
+    result = run(capsys, node, generation=42, devices=[hold("a1", GPU_A)])
+    assert not result.get("failed")
+    assert result["changed"] is True
+    assert [(p["action"], p["allocation_id"]) for p in result["plan"]] == [("bind", "a1")]
+    assert all(p["text"] for p in result["plan"])
+    assert result["section"] == {"state": "CONVERGED", "generation": 42, "observed_generation": 42, "message": ""}
+    assert result["failures"] == []
+    assert [e["type"] for e in result["events"]] == ["AllocationBound"]
+    assert verify_report(result["events"][0], node_public_key(node.state()))
+    assert result["holds"][0]["cdi_devices"] == ["bcd.dev/gpu=" + GPU_A]
+    assert "cdi" in result["capabilities"] and "binding.kubernetes" in result["capabilities"]
+    assert node.exists("/etc/cdi/bcd-a1.json") and node.exists("/run/bcd/allocations/a1.env")
+
+
+def test_a_second_run_is_not_changed(capsys, node):
+    devices = [hold("a1", GPU_A), hold("a2", GPU_GONE)]
+    first = run(capsys, node, generation=1, devices=devices)
+    second = run(capsys, node, generation=1, devices=devices)
+    assert second["changed"] is False
+    assert second["plan"] == []
+    assert second["events"] == first["events"]
+
+
+def test_check_mode_writes_nothing_and_shows_what_a_real_run_does(capsys, node):
+    before = node.listing()
+    checked = run(capsys, node, check=True, generation=1, devices=[hold("a1", GPU_A), hold("a2", GPU_GONE)])
+    assert node.listing() == before
+    assert checked["changed"] is True
+    assert checked["events"] == []
+    real = run(capsys, node, generation=1, devices=[hold("a1", GPU_A), hold("a2", GPU_GONE)])
+    assert checked["plan"] == real["plan"]
+    assert checked["holds"] == real["holds"]
+    assert checked["failures"] == real["failures"]
+
+
+def test_diff_shows_each_files_before_and_after_and_the_plan(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    old_spec = node.read("/etc/cdi/bcd-a1.json").decode()
+    result = run(capsys, node, diff=True, check=True, generation=2, devices=[hold("a2", GPU_B, env=["TEAM=x"])])
+    diffs = result["diff"]
+    files = dict((d["before_header"].split(" ")[0], d) for d in diffs if "before_header" in d)
+    assert set(files) == {"/etc/cdi/bcd-a1.json", "/run/bcd/allocations/a1.env",
+                          "/etc/cdi/bcd-a2.json", "/run/bcd/allocations/a2.env"}
+    assert files["/etc/cdi/bcd-a1.json"]["before"] == old_spec
+    assert files["/etc/cdi/bcd-a1.json"]["after"] == ""
+    assert files["/etc/cdi/bcd-a2.json"]["before"] == ""
+    assert json.loads(files["/etc/cdi/bcd-a2.json"]["after"])["devices"][0]["name"] == GPU_B
+    assert files["/run/bcd/allocations/a2.env"]["after"].endswith("TEAM=x\n")
+    (prepared,) = [d["prepared"] for d in diffs if "prepared" in d]
+    assert "release a1" in prepared and "bind a2" in prepared
+    assert prepared.index("release a1") < prepared.index("bind a2")
+    # check mode: the diff described changes that were not made
+    assert node.read("/etc/cdi/bcd-a1.json").decode() == old_spec
+
+
+def test_refusals_are_warned_and_the_task_succeeds(capsys, node):
+    result = run(capsys, node, generation=3, devices=[hold("a1", GPU_GONE), hold("a2", GPU_A)])
+    assert not result.get("failed")
+    assert result["section"]["state"] == "FAILED"
+    assert result["section"]["message"] == "a1: %s not present" % GPU_GONE
+    assert result["failures"] == [{"allocation_id": "a1", "generation": 3, "reason": "device-missing",
+                                   "message": "%s not present" % GPU_GONE}]
+    assert any("a1" in w and "device-missing" in w for w in warnings(result))
+    assert node.exists("/etc/cdi/bcd-a2.json")
+
+
+def test_fail_on_refusal_fails_the_task(capsys, node):
+    result = run(capsys, node, generation=3, fail_on_refusal=True, devices=[hold("a1", GPU_GONE), hold("a2", GPU_A)])
+    assert result["failed"] is True
+    assert "a1" in result["msg"] and GPU_GONE in result["msg"]
+    assert result["failures"][0]["reason"] == "device-missing"
+    assert node.exists("/etc/cdi/bcd-a2.json")  # the others of the pass are bound anyway
+
+
+def test_an_unprivileged_run_refuses_every_hold_and_writes_none(capsys, node, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A), hold("a2", GPU_B + "/s1")])
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a1", "node-unprivileged", NODE_UNPRIVILEGED), ("a2", "node-unprivileged", NODE_UNPRIVILEGED)]
+    assert not node.exists("/etc/cdi") and not node.exists("/run/bcd/allocations")
+    assert [e["type"] for e in result["events"]] == ["AllocationFailed", "AllocationFailed"]
+    assert not {"cdi", "devices.limits", "binding.kubernetes"} & set(result["capabilities"])
+    assert any(NODE_UNPRIVILEGED in w for w in warnings(result))
+
+
+def test_a_write_failure_fails_the_task_as_progressing(capsys, node):
+    node.write("/etc/cdi", "not a directory")
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    assert result["failed"] is True
+    assert result["section"]["state"] == "PROGRESSING"
+    assert "retried" in result["msg"]
+    assert result["events"] == []
+    os.unlink(node.path("/etc/cdi"))
+    retried = run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    assert not retried.get("failed")
+    assert retried["section"]["state"] == "CONVERGED"
+
+
+@pytest.mark.parametrize("content, words", [
+    ("gpus: [", "fakehw"),
+    ('{"gpus": [{"uuid": "not-a-gpu"}]}', "gpus[0].uuid"),
+    ('{"gpus": [], "disks": []}', "disks"),
+    ('{"gpus": "GPU-1"}', "gpus"),
+])
+def test_a_bad_fakehw_file_fails_with_a_clear_message(capsys, node, content, words):
+    with open(node.fakehw, "w") as handle:
+        handle.write(content)
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    assert result["failed"] is True
+    assert words in result["msg"]
+    assert not node.exists("/etc/cdi/bcd-a1.json")
+
+
+def test_a_missing_fakehw_file_fails_with_a_clear_message(capsys, node):
+    result = run(capsys, node, generation=1, devices=[], fakehw=node.fakehw + ".missing")
+    assert result["failed"] is True
+    assert node.fakehw + ".missing" in result["msg"]
+
+
+def test_a_stale_generation_fails_the_task(capsys, node):
+    run(capsys, node, generation=5, devices=[])
+    result = run(capsys, node, generation=4, devices=[])
+    assert result["failed"] is True
+    assert "older" in result["msg"]
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"devices": []}, "generation"),
+    ({"generation": "latest", "devices": []}, "generation"),
+    ({"generation": 1}, "devices"),
+])
+def test_malformed_options_fail_with_ansibles_argument_error(capsys, node, args, words):
+    result = run(capsys, node, **args)
+    assert result["failed"] is True
+    assert words in result["msg"]
+
+
+def test_a_damaged_event_journal_fails_clearly(capsys, node):
+    os.makedirs(os.path.join(node.state(), "events.jsonl"))  # not a file
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    assert result["failed"] is True
+    assert "events.jsonl" in result["msg"]
+
+
+def test_hostile_input_is_refused_not_crashed_on(capsys, node):
+    devices = [hold("../../etc/passwd", GPU_A), "x", {"allocation_id": "a2", "devices": [{"id": GPU_A}],
+                                                      "env": ["A=1\nB=2"]}, hold("a3", GPU_B)]
+    result = run(capsys, node, generation=1, devices=devices)
+    assert not result.get("failed")
+    assert [f["reason"] for f in result["failures"]] == ["invalid-assignment"] * 3
+    assert [h["allocation_id"] for h in result["holds"]] == ["a3"]
+
+
+@pytest.mark.parametrize("instances", [
+    [{"gpus": [GPU_A]}],  # instance_id missing
+    [{"instance_id": "inst_1", "gpus": [GPU_A], "domain": "vm1"}],  # an unknown field
+])
+def test_malformed_instances_fail_the_task_with_an_argument_error(capsys, node, instances):
+    # DESIGN: a malformed option outside the assignments fails the task with Ansible's usual
+    # argument error, never a traceback.
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B)], instances=instances)
+    assert result.get("failed") is True
+    assert "instances" in result["msg"]
+    assert not node.exists("/etc/cdi/bcd-a1.json")
+
+
+def test_a_state_dir_outside_root_is_refused(capsys, node):
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A)], state_dir="/../../outside")
+    assert result["failed"] is True
+    assert "outside root" in result["msg"]
+    assert sorted(os.listdir(node.base)) == ["fakehw.json", "root"]
+    assert not os.path.exists(os.path.join(os.path.dirname(node.base), "outside"))
