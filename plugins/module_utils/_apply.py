@@ -21,6 +21,7 @@ from __future__ import annotations
 from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError
 from ansible_collections.bcd.devices.plugins.module_utils._helper import HelperError
+from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import clear_marker, quarantine, save_releases
 from ansible_collections.bcd.devices.plugins.module_utils._ledger import record_event, save_ledger
 from ansible_collections.bcd.devices.plugins.module_utils._slices import SliceError
 
@@ -30,7 +31,9 @@ RETRYABLE = (OSError, EventsError, FsError, SliceError, HelperError)
 class Applier(object):
     """Carries out one plan; ``key`` is loaded (or created) only when an attested event is due."""
 
-    def __init__(self, host, journal, ledger, state_path, key_loader):
+    def __init__(self, host, journal, ledger, state_path, key_loader, releases=None, now=0.0):
+        self.releases = releases
+        self.now = now
         self.host = host
         self.journal = journal
         self.ledger = ledger
@@ -68,12 +71,40 @@ class Applier(object):
         else:
             self.host.remove_slice(op["name"])
 
+    def save_releases(self):
+        save_releases(self.state_path, self.releases.pending)
+
+    def run_kubernetes(self, action):
+        """A Kubernetes release's steps: recorded before its files go, reported (then dropped) once free."""
+        verb, alloc = action.action, action.allocation_id
+        if verb == "quarantine-releases":
+            quarantine(self.state_path, self.now)
+            self.releases.unreadable, self.releases.marker = None, True
+        elif verb == "clear-marker":
+            clear_marker(self.state_path)
+            self.releases.marker = False
+        elif verb == "drop-release":
+            self.releases.pending.pop(alloc, None)
+            self.save_releases()
+        else:
+            if action.release is not None:
+                self.releases.pending[alloc] = action.release
+                self.save_releases()
+            self.write_files(action)
+            if action.event:
+                self.report(action)
+                self.releases.pending.pop(alloc, None)
+                self.save_releases()
+
     def run(self, action):
         verb = action.action
         alloc = action.allocation_id
         if not action.changes:
             return
-        if verb in ("release", "finish-release"):
+        if verb in ("release-kube", "report-release", "drop-release", "withdraw", "quarantine-releases",
+                    "clear-marker"):
+            self.run_kubernetes(action)
+        elif verb in ("release", "finish-release"):
             if alloc not in self.ledger.releasing:
                 self.ledger.releasing[alloc] = {"generation": action.generation, "device_ids": action.device_ids}
                 self.save()
@@ -94,9 +125,9 @@ class Applier(object):
             self.write_files(action)
 
 
-def apply_plan(plan, host, journal, ledger, state_path, key_loader):
+def apply_plan(plan, host, journal, ledger, state_path, key_loader, releases=None, now=0.0):
     """Run every action; return ``(done, errors)``: the actions carried out and the retryable errors."""
-    applier = Applier(host, journal, ledger, state_path, key_loader)
+    applier = Applier(host, journal, ledger, state_path, key_loader, releases, now)
     done, errors = [], []
     for action in plan.actions:
         try:

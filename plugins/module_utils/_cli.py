@@ -38,6 +38,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._helper import (
     serve,
 )
 from ansible_collections.bcd.devices.plugins.module_utils._hosts import make_host
+from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import load_releases
 from ansible_collections.bcd.devices.plugins.module_utils._ledger import load_ledger
 from ansible_collections.bcd.devices.plugins.module_utils._doctor import run_checks
 from ansible_collections.bcd.devices.plugins.module_utils._status import node_status, status_table
@@ -109,8 +110,9 @@ def cmd_converge(args):
     state_path = host.path(args.state_dir)
     if args.retry_only:
         last = load_ledger(state_path).last_state
-        if last != PROGRESSING:
-            out("nothing to retry: the last pass was %s" % (last or "never run"))
+        releases = load_releases(state_path)
+        if last != PROGRESSING and not releases.pending and not releases.marker and releases.unreadable is None:
+            out("nothing to retry: the last pass was %s and no Kubernetes release is pending" % (last or "never run"))
             return EX_OK
     if args.stored:
         stored = load_nodespec(state_path)

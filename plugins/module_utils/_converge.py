@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from typing import List
 
@@ -24,7 +25,8 @@ from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils._events import Journal, NodeKey
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import PassLock, read_bytes, write_atomic
-from ansible_collections.bcd.devices.plugins.module_utils._ledger import catch_up, load_ledger, save_ledger
+from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import Releases, load_releases
+from ansible_collections.bcd.devices.plugins.module_utils._ledger import catch_up_state, save_ledger
 from ansible_collections.bcd.devices.plugins.module_utils._planner import Observed, plan_pass
 
 NODESPEC_NAME = "nodespec.json"
@@ -46,7 +48,6 @@ class PassResult:
     events: List[dict] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     capabilities: List[str] = field(default_factory=list)
-    conditions: List[dict] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
 
     @property
@@ -61,7 +62,8 @@ class PassResult:
             "failures": [failure.to_dict() for failure in self.plan.failures],
             "events": self.events,
             "holds": self.plan.holds,
-            "conditions": self.conditions,
+            "conditions": self.plan.conditions,
+            "pending_releases": self.plan.pending_releases,
             "capabilities": self.capabilities,
         }
 
@@ -79,13 +81,20 @@ def capabilities(host, inventory):
     return caps
 
 
-def observe(host, ledger, wanted=()):
-    """Read everything a plan needs from the host, once; host memory only when a new hold needs admission."""
+def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir="/var/lib/bcd"):
+    """Read everything a plan needs from the host, once: host memory only when a new hold needs
+    admission, the kube side only when a Kubernetes release needs it."""
+    releases = releases if releases is not None else Releases()
     live = {}
     for allocation_id, (path, content) in host.hold_files().items():
         live[allocation_id] = read_hold(allocation_id, path, content)
+    wanted_ids = set(a.allocation_id for a in wanted)
+    kube = None
+    if releases.pending or releases.marker or releases.unreadable is not None or any(
+            hold.kubernetes and allocation_id not in wanted_ids for allocation_id, hold in live.items()):
+        kube = host.kube_side().look(host.inventory())
     env_files = {}
-    for allocation_id in set(live) | set(ledger.releasing) | set(a.allocation_id for a in wanted):
+    for allocation_id in set(live) | set(ledger.releasing) | wanted_ids | set(releases.pending):
         env_files[allocation_id] = host.read(env_file_path(allocation_id))
     domains, domains_error = host.domains()
     slices = host.slice_states()
@@ -107,6 +116,10 @@ def observe(host, ledger, wanted=()):
         slices=slices,
         slices_unavailable=host.slices_unavailable(),
         memory=memory,
+        releases=releases,
+        kube=kube,
+        now=now,
+        state_dir=state_dir,
     )
 
 
@@ -151,20 +164,22 @@ def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd"
     parsed = parse_assignments(devices)
     state_path = host.path(state_dir)
     with PassLock(state_path, timeout=lock_timeout, create=not check_mode):
-        ledger = load_ledger(state_path)
         journal = Journal(state_path)
-        catch_up(ledger, journal.unacked())
+        releases = load_releases(state_path)
+        ledger = catch_up_state(state_path, journal, releases, write=not check_mode)
         if ledger.observed_generation is not None and generation < ledger.observed_generation:
             raise PassError("generation %d is older than the observed generation %d; refusing to go back"
                             % (generation, ledger.observed_generation))
-        observed = observe(host, ledger, parsed.assignments)
+        now = time.time()
+        observed = observe(host, ledger, parsed.assignments, releases, now, state_dir)
         plan = plan_pass(generation, parsed, observed, instances)
         warnings = _observation_warnings(observed) + plan.warnings
         errors = list(plan.errors)
         changed = bool(plan.changes)
         if not check_mode:
             done, apply_errors = apply_plan(plan, host, journal, ledger, state_path,
-                                            lambda: NodeKey.load_or_create(os.path.join(state_path, KEY_NAME)))
+                                            lambda: NodeKey.load_or_create(os.path.join(state_path, KEY_NAME)),
+                                            releases, now)
             changed = bool(done)
             errors.extend(apply_errors)
             previous = ledger.observed_generation

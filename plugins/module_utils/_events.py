@@ -477,6 +477,11 @@ def list_and_acknowledge(state_path, ack_through=None, check_mode=False, lock_ti
     acknowledged = 0
     writes = ack_through is not None and not check_mode and os.path.isdir(state_path)
     with PassLock(state_path, timeout=lock_timeout, create=writes):
+        if writes:
+            # the ledger must have recorded every event before any is dropped (a pass may have died between)
+            from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import load_releases
+            from ansible_collections.bcd.devices.plugins.module_utils._ledger import catch_up_state
+            catch_up_state(state_path, journal, load_releases(state_path))
         if ack_through is not None:
             acknowledged = journal.ack_through(ack_through, dry_run=check_mode)
         events = journal.unacked()

@@ -27,6 +27,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
 from ansible_collections.bcd.devices.plugins.module_utils._cdi_vendor import load_vendor_spec
 from ansible_collections.bcd.devices.plugins.module_utils._fakehw import load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import join_root, read_bytes, remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils._kubelet import FakeKubeSide, RealKubeSide
 from ansible_collections.bcd.devices.plugins.module_utils._slices import RecordSlices, SystemdSlices
 from ansible_collections.bcd.devices.plugins.module_utils._inventory import (
     read_libvirt_domains,
@@ -99,8 +100,8 @@ class Host(object):
         directory = self.path(SPEC_DIR)
         try:
             names = sorted(os.listdir(directory))
-        except OSError:
-            return found
+        except (FileNotFoundError, NotADirectoryError):
+            return found  # no /etc/cdi: no holds (an unreadable one is an error: holds must not be given away)
         for name in names:
             match = SPEC_FILE_RE.fullmatch(name)
             if not match:
@@ -187,6 +188,9 @@ class RealHost(Host):
     def slices_unavailable(self):
         return self.slices.available()
 
+    def kube_side(self):
+        return RealKubeSide(self.root)
+
     def _read_inventory(self):
         return read_real_inventory(run_command=self.runner)
 
@@ -209,6 +213,9 @@ class FakeHwHost(Host):
 
     def _read_inventory(self):
         return self.hw.inventory
+
+    def kube_side(self):
+        return FakeKubeSide.from_fakehw(self.hw)
 
     def _read_domains(self):
         return list(self.hw.domains), None

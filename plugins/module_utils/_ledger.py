@@ -105,11 +105,39 @@ def record_event(ledger, event, limits=None):
 
 
 def catch_up(ledger, events):
-    """Replay the journaled events the ledger has not recorded yet (seq above ``journal_seq``)."""
+    """Replay the journaled events the ledger has not recorded yet (seq above ``journal_seq``); return them."""
+    replayed = []
     for event in sorted(events, key=lambda e: e.get("seq") or 0):
         if (event.get("seq") or 0) > ledger.journal_seq:
             record_event(ledger, event)
+            replayed.append(event)
+    return replayed
 
 
 def save_ledger(state_path, ledger):
     write_atomic(os.path.join(state_path, LEDGER_NAME), ledger.to_json(), 0o600)
+
+
+def catch_up_state(state_path, journal, releases=None, write=True):
+    """Bring the ledger (and the pending Kubernetes releases) up to the journal, before anything reads
+    or acknowledges it: a pass that died between journaling an event and recording it is finished here.
+    Returns the ledger."""
+    from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import save_releases
+
+    ledger = load_ledger(state_path)
+    replayed = catch_up(ledger, journal.unacked())
+    if not replayed:
+        return ledger
+    releases_changed = False
+    for event in replayed:
+        body = event.get("body") or {}
+        record = releases.pending.get(body.get("allocation_id")) if releases is not None else None
+        if event.get("type") == "AllocationReleased" and record is not None \
+                and record.generation == body.get("generation"):
+            del releases.pending[record.allocation_id]
+            releases_changed = True
+    if write:
+        save_ledger(state_path, ledger)
+        if releases_changed:
+            save_releases(state_path, releases.pending)
+    return ledger

@@ -33,6 +33,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._assignment import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils._atoms import (
     AtomRefused,
+    atom_from_id,
     resolve_atom,
     resolve_devices,
 )
@@ -52,7 +53,15 @@ from ansible_collections.bcd.devices.plugins.module_utils._admission import (
     Exhausted,
     needs_admission,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._conflicts import Claims, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils._conflicts import UNREADABLE_RELEASES, Claims, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import (
+    PendingRelease,
+    Releases,
+    device_names,
+    pending_summary,
+    pods_holding,
+    release_conditions,
+)
 from ansible_collections.bcd.devices.plugins.module_utils._slices import allocation_of, slice_name, wanted_slice
 
 NODE_UNPRIVILEGED = (
@@ -79,6 +88,10 @@ class Observed:
     slices: Dict[str, object] = field(default_factory=dict)  # slice name -> SliceState
     slices_unavailable: Optional[str] = None  # why this host cannot make hold slices
     memory: Optional[object] = None  # HostMemory, read only when a new hold needs admission
+    releases: Releases = field(default_factory=Releases)  # pending Kubernetes releases
+    kube: Optional[object] = None  # KubeView: what pods hold, asked only when a Kubernetes release needs it
+    now: float = 0.0
+    state_dir: str = "/var/lib/bcd"
 
 
 @dataclass
@@ -101,6 +114,7 @@ class Action:
     # {"op": "apply" | "remove", "name": ..., "properties": {...}, "hugetlb_max": {...}}
     slice: Optional[dict] = None
     limits: Optional[dict] = None  # recorded in the ledger with a bind
+    release: Optional[PendingRelease] = None  # a Kubernetes release to record before its files go
     changes: bool = True  # False: shown in the plan, changes nothing (a busy slice kept)
 
     def to_dict(self):
@@ -137,6 +151,8 @@ class Plan:
     warnings: List[str] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)  # retryable: the pass cannot finish now
     holds: List[dict] = field(default_factory=list)  # the holds once the plan is applied
+    conditions: List[dict] = field(default_factory=list)
+    pending_releases: List[dict] = field(default_factory=list)  # Kubernetes releases still waiting for pods
     vfio: Dict[str, str] = field(default_factory=dict)  # GPUs running domains have now
 
     @property
@@ -205,14 +221,16 @@ def vfio_claims(instances, observed):
     return claims, merged
 
 
-def _release_action(observed, allocation_id, generation, device_ids, verb, why):
-    files = []
+def _withdraw_files(observed, allocation_id):
+    """The removals that withdraw a hold: its spec and env file, where present."""
     hold = observed.live.get(allocation_id)
     present = (("cdi", cdi_spec_path(allocation_id), hold.content if hold is not None else None),
                ("allocation-env", env_file_path(allocation_id), observed.env_files.get(allocation_id)))
-    for kind, path, before in present:
-        if before is not None:
-            files.append(FileChange(kind, path, before, None))
+    return [FileChange(kind, path, before, None) for kind, path, before in present if before is not None]
+
+
+def _release_action(observed, allocation_id, generation, device_ids, verb, why):
+    files = _withdraw_files(observed, allocation_id)
     event = {"type": "AllocationReleased", "body": _base_body(observed, allocation_id, generation, device_ids)}
     removed = " and ".join(change.path for change in files) or "no files left"
     text = "%s %s (%s): remove %s, report AllocationReleased" % (verb, allocation_id, why, removed)
@@ -282,6 +300,8 @@ class _Pass(object):
         self.memory_warned = False
         self.sliced = set()  # slices wanted after this pass
         self.released_slices = set()  # slices whose release this pass handles
+        self.pending = {}  # Kubernetes releases still pending after this pass: allocation -> PendingRelease
+        self.marker = observed.releases.marker or observed.releases.unreadable is not None
 
     def needs_root(self, what):
         self.plan.errors.append("%s needs root or the helper; this pass is unprivileged" % what)
@@ -293,6 +313,7 @@ class _Pass(object):
 def plan_pass(generation, parsed, observed, instances=None):
     """The ordered plan for one pass. Pure: reads only its arguments."""
     state = _Pass(generation, parsed, observed, instances)
+    _kubernetes_releases(state)
     _finish_releases(state)
     _release_unwanted(state)
     after_releases = len(state.plan.actions)
@@ -302,6 +323,75 @@ def plan_pass(generation, parsed, observed, instances=None):
     _leftover_slices(state, after_releases)
     _report_failures(state)
     return state.plan
+
+
+def _release_kubernetes(state, hold, why):
+    """Steps 1 to 3 for a Kubernetes hold: record, withdraw, and report only if no pod holds its devices."""
+    observed = state.observed
+    release = PendingRelease(hold.allocation_id, list(hold.device_ids), state.generation, observed.now)
+    action = Action("release-kube", hold.allocation_id, "", _withdraw_files(observed, hold.allocation_id),
+                    device_ids=list(hold.device_ids), generation=state.generation, release=release)
+    holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
+    removed = " and ".join(change.path for change in action.files)
+    if holders == []:
+        action.event = {"type": "AllocationReleased",
+                        "body": _base_body(observed, hold.allocation_id, state.generation, hold.device_ids)}
+        action.text = "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report " \
+                      "AllocationReleased" % (hold.allocation_id, why, removed)
+    else:
+        state.pending[hold.allocation_id] = release
+        action.text = "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no " \
+                      "pod holds its devices (%s)" % (hold.allocation_id, why, removed, _held_by(holders))
+    state.add(action)
+
+
+def _held_by(holders):
+    if holders is None:
+        return "the kubelet cannot be asked: counted as held"
+    return "held by " + ", ".join(holders)
+
+
+def _kubernetes_releases(state):
+    """Kubernetes releases pending from earlier passes: set an unreadable file aside, clear the marker
+    once the kube side allows, drop releases the spec takes back, report those no pod holds."""
+    observed = state.observed
+    releases = observed.releases
+    if releases.unreadable is not None:
+        state.add(Action("quarantine-releases", "", "set %s/releasing.json aside (%s) and claim every GPU "
+                         "until the kube side is known" % (observed.state_dir, releases.unreadable)))
+    if state.marker and observed.kube is not None and observed.kube.error is None:
+        known = set()
+        for hold in observed.live.values():
+            known |= device_names(hold.device_ids, observed.inventory)
+        for release in releases.pending.values():
+            known |= device_names(release.device_ids, observed.inventory)
+        unknown = sorted(observed.kube.held - known)
+        gpus = set(gpu.uuid for gpu in observed.inventory.gpus)
+        gpus |= set(inst.uuid for gpu in observed.inventory.gpus for inst in gpu.mig)
+        if not [name for name in unknown if name in gpus]:
+            state.add(Action("clear-marker", "", "remove %s/releasing.unreadable: no pod holds a GPU of an "
+                             "allocation this node does not know" % observed.state_dir))
+            state.marker = False
+    for allocation_id in sorted(releases.pending):
+        release = releases.pending[allocation_id]
+        if allocation_id in state.wanted:
+            state.add(Action("drop-release", allocation_id, "drop the pending Kubernetes release of %s: the spec "
+                             "wants it again (not reported)" % allocation_id, generation=release.generation))
+            continue
+        files = _withdraw_files(observed, allocation_id)
+        state.live.pop(allocation_id, None)
+        holders = pods_holding(observed.kube, release.device_ids, observed.inventory)
+        if holders == []:
+            event = {"type": "AllocationReleased",
+                     "body": _base_body(observed, allocation_id, release.generation, release.device_ids)}
+            state.add(Action("report-release", allocation_id, "report %s released: no pod holds its devices any "
+                             "more" % allocation_id, files, event, list(release.device_ids), release.generation))
+            continue
+        state.pending[allocation_id] = release
+        if files:
+            state.add(Action("withdraw", allocation_id, "remove %s: %s is being released" % (
+                " and ".join(change.path for change in files), allocation_id), files,
+                device_ids=list(release.device_ids), generation=release.generation))
 
 
 def _finish_releases(state):
@@ -335,8 +425,11 @@ def _release_unwanted(state):
             state.needs_root("releasing %s" % allocation_id)
             continue
         why = "wanted with other devices" if rebind else "no longer wanted"
-        state.add(_release_action(observed, allocation_id, state.generation, hold.device_ids, "release", why))
-        state.released_slices.add(slice_name(allocation_id))
+        if hold.kubernetes:
+            _release_kubernetes(state, hold, why)
+        else:
+            state.add(_release_action(observed, allocation_id, state.generation, hold.device_ids, "release", why))
+            state.released_slices.add(slice_name(allocation_id))
         state.live.pop(allocation_id)
 
 
@@ -348,6 +441,22 @@ def _claim_everything(state):
         state.claims.pass_through(instance, [gpu])
     for allocation_id in sorted(state.live):
         state.claims.claim(allocation_id, state.live[allocation_id].atoms)
+    for allocation_id in sorted(state.pending):
+        state.claims.claim(allocation_id, _atoms_of(state.pending[allocation_id].device_ids))
+    if state.marker:
+        state.claims.claim_every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
+    state.plan.conditions = release_conditions(state.pending.values(), state.marker, observed.now, observed.state_dir)
+    state.plan.pending_releases = pending_summary(state.pending.values(), observed.now)
+
+
+def _atoms_of(device_ids):
+    atoms = []
+    for device_id in device_ids:
+        try:
+            atoms.append(atom_from_id(device_id))
+        except AtomRefused:
+            continue
+    return atoms
 
 
 def _admission(state):

@@ -11,10 +11,16 @@ each GPU the allocation holding it whole or holding its MIG instances or slots.
 from __future__ import annotations
 
 import os
+import time
 
 from ansible_collections.bcd.devices.plugins.module_utils._cdi import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils._converge import KEY_NAME, capabilities
 from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, NodeKey
+from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import (
+    load_releases,
+    pending_summary,
+    release_conditions,
+)
 from ansible_collections.bcd.devices.plugins.module_utils._planner import hold_summary
 
 
@@ -71,10 +77,15 @@ def node_status(host, state_dir="/var/lib/bcd"):
     holds = [read_hold(allocation_id, path, content)
              for allocation_id, (path, content) in sorted(host.hold_files().items())]
     inventory = host.inventory()
+    releases = load_releases(host.path(state_dir))
+    now = time.time()
     domains, domains_error = host.domains()
     warnings = [hold.problem for hold in holds if hold.problem]
     if domains_error:
         warnings.append("VMs: %s" % domains_error)
+    if releases.unreadable:
+        warnings.append("%s/releasing.json is unreadable (%s); the next pass sets it aside" % (state_dir,
+                                                                                             releases.unreadable))
     if inventory.error:
         warnings.append("GPU inventory: %s" % inventory.error)
     return {
@@ -83,7 +94,9 @@ def node_status(host, state_dir="/var/lib/bcd"):
         "gpus": gpu_status(inventory, holds, domains),
         "inventory_source": inventory.source,
         "capabilities": capabilities(host, inventory),
-        "conditions": [],
+        "conditions": release_conditions(releases.pending.values(), releases.marker or releases.unreadable is not None,
+                                         now, state_dir),
+        "pending_releases": pending_summary(releases.pending.values(), now),
         "node_public_key": node_public_key(host.path(state_dir)),
         "warnings": warnings,
     }

@@ -67,11 +67,21 @@ options:
     required: true
   instances:
     description:
-      - The NodeSpec's instances, each C({instance_id, gpus}); their GPUs are passed through to VMs
-        and a hold on them is refused with V(overlap).
+      - The NodeSpec's instances; their GPUs are passed through to VMs and a hold on them is refused with
+        V(overlap).
     type: list
     elements: dict
     default: []
+    suboptions:
+      instance_id:
+        description: The instance's id, named in the conflict message.
+        type: str
+        required: true
+      gpus:
+        description: UUIDs of the GPUs the instance has or is to have through VFIO.
+        type: list
+        elements: str
+        default: []
   root:
     description: Prefix of every node path. A test host is a directory.
     type: path
@@ -264,7 +274,10 @@ def argument_spec():
         # The assignments are checked by the converger, which refuses a bad one with
         # invalid-assignment instead of failing the whole task: so no suboptions here.
         devices=dict(type="list", elements="raw", required=True),
-        instances=dict(type="list", elements="dict", default=[]),
+        instances=dict(type="list", elements="dict", default=[], options=dict(
+            instance_id=dict(type="str", required=True),
+            gpus=dict(type="list", elements="str", default=[]),
+        )),
         root=dict(type="path", default="/"),
         fakehw=dict(type="path"),
         state_dir=dict(type="path", default="/var/lib/bcd"),

@@ -1,0 +1,378 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The kube side: which devices do pods on this node still hold?
+
+A Kubernetes hold's release is reported only once no pod holds any of its
+devices (spec page "Kubernetes releases", step 3). Two sources answer:
+
+* the kubelet's pod-resources API v1 (``List`` over
+  ``/var/lib/kubelet/pod-resources/kubelet.sock``, gRPC): the devices each
+  pod container was allocated;
+* the host's processes in pod cgroups (``/proc/<pid>/cgroup`` mentions
+  ``kubepods``) that have ``/dev/nvidia<minor>`` open: whole GPUs still in use.
+
+An unreachable kubelet is an error, never an empty answer: callers treat an
+error as "every device is held". gRPC and protobuf are optional on the node;
+without them the real kube side is unreachable with a message that says so.
+A fakehw host answers from its hardware file's ``kubelet`` section instead.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
+
+from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import PodDevices
+
+try:
+    import grpc
+
+    from ansible_collections.bcd.devices.plugins.module_utils._podresources_pb2 import (
+        ListPodResourcesRequest,
+    )
+    from ansible_collections.bcd.devices.plugins.module_utils._podresources_pb2_grpc import (
+        PodResourcesListerStub,
+    )
+
+    HAS_GRPC = True
+    GRPC_IMPORT_ERROR = None  # type: Optional[str]
+except Exception as exc:  # pylint: disable=broad-except
+    # ImportError without the packages; a protobuf runtime too old for the
+    # stubs fails with other errors, which mean the same to us.
+    grpc = None
+    ListPodResourcesRequest = None
+    PodResourcesListerStub = None
+    HAS_GRPC = False
+    GRPC_IMPORT_ERROR = "%s: %s" % (type(exc).__name__, exc)
+
+
+# The kubelet's socket, as a node path (under ``root``).
+SOCKET_PATH = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_TIMEOUT = 5.0
+# The kubelet's own clients accept answers up to 16 MiB; gRPC's default is 4 MiB.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# sun_path holds 108 bytes, the terminating NUL included.
+MAX_SOCKET_PATH_BYTES = 107
+# Major number of the NVIDIA character devices (/dev/nvidia<minor>, nvidiactl, ...).
+NVIDIA_MAJOR = 195
+
+# A time-sliced replica of a device: "<device id>::<replica>".
+_REPLICA_RE = re.compile(r"^(?P<id>.+)::[0-9]+$")
+# An open file that is a GPU's device node, by name (used when stat cannot tell).
+_NVIDIA_NODE_RE = re.compile(r"^(?:.*/)?dev/nvidia(?P<minor>[0-9]+)(?: \(deleted\))?$")
+
+
+class KubeletUnreachable(Exception):
+    """The kubelet's pod-resources API could not be asked. The message says
+    why (no socket, refused, no answer in time, no gRPC on the node) and is
+    fit to show to a user."""
+
+
+def normalize_device_id(device_id):
+    # type: (str) -> str
+    """The device a kubelet device id names: ``GPU-…::2`` (a time-sliced
+    replica) is ``GPU-…``; anything else (``GPU-…``, ``MIG-…``) is itself."""
+    match = _REPLICA_RE.match(device_id)
+    return match.group("id") if match else device_id
+
+
+# --------------------------------------------------------------------------
+# The kubelet's pod-resources API
+
+
+def list_pod_devices(socket_path, timeout=DEFAULT_TIMEOUT):
+    # type: (str, float) -> List[PodDevices]
+    """Ask the kubelet at ``socket_path`` (a host path) which pod containers
+    have devices: one ``PodDevices`` per container with at least one device,
+    in the kubelet's order, its device ids normalized and without repeats.
+
+    Every failure raises ``KubeletUnreachable``; the call never waits longer
+    than ``timeout`` seconds for an answer.
+    """
+    if not HAS_GRPC:
+        raise KubeletUnreachable(
+            "cannot ask the kubelet which pods hold devices: the Python packages "
+            "grpcio and protobuf (>= 3.20) are needed on the node (%s)" % GRPC_IMPORT_ERROR
+        )
+    path = os.path.abspath(socket_path)
+    _check_socket(path)
+
+    channel = grpc.insecure_channel(
+        "unix://" + path,
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.enable_retries", 0),
+        ],
+    )
+    try:
+        stub = PodResourcesListerStub(channel)
+        response = stub.List(ListPodResourcesRequest(), timeout=timeout)
+    except grpc.RpcError as err:
+        raise KubeletUnreachable(_rpc_error_message(path, err, timeout))
+    except Exception as err:  # pylint: disable=broad-except
+        raise KubeletUnreachable(
+            "the kubelet's pod-resources API at %s could not be asked: %s: %s"
+            % (path, type(err).__name__, err)
+        )
+    finally:
+        channel.close()
+
+    result = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            ids = []  # type: List[str]
+            for devices in container.devices:
+                for device_id in devices.device_ids:
+                    device_id = normalize_device_id(device_id)
+                    if device_id and device_id not in ids:
+                        ids.append(device_id)
+            if ids:
+                result.append(
+                    PodDevices(
+                        namespace=pod.namespace,
+                        name=pod.name,
+                        container=container.name,
+                        device_ids=tuple(ids),
+                    )
+                )
+    return result
+
+
+def _check_socket(path):
+    # type: (str) -> None
+    if len(path.encode("utf-8", "surrogateescape")) > MAX_SOCKET_PATH_BYTES:
+        raise KubeletUnreachable(
+            "the kubelet socket path %s is longer than a unix socket path may be (%d bytes)"
+            % (path, MAX_SOCKET_PATH_BYTES)
+        )
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ENOENT:
+            raise KubeletUnreachable(
+                "no kubelet pod-resources socket at %s (is the kubelet running on this node?)" % path
+            )
+        raise KubeletUnreachable("cannot use the kubelet socket %s: %s" % (path, err.strerror))
+    if not stat.S_ISSOCK(info.st_mode):
+        raise KubeletUnreachable("%s is not a socket, so no kubelet listens there" % path)
+
+
+def _rpc_error_message(path, err, timeout):
+    code = err.code() if hasattr(err, "code") else None
+    details = err.details() if hasattr(err, "details") else None
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return "the kubelet at %s did not answer pod-resources List within %g seconds" % (path, timeout)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return "cannot connect to the kubelet at %s: %s" % (path, details or "unavailable")
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return (
+            "the kubelet at %s does not serve the pod-resources API v1 List "
+            "(Kubernetes 1.20 or later is needed): %s" % (path, details or "unimplemented")
+        )
+    name = code.name if code is not None and hasattr(code, "name") else "error"
+    return "the kubelet at %s refused pod-resources List: %s: %s" % (path, name, details or "")
+
+
+# --------------------------------------------------------------------------
+# The host's pod processes
+
+
+def pod_processes_holding(root, gpu_minors):
+    # type: (str, Iterable[int]) -> Dict[int, List[int]]
+    """Processes in pod cgroups that have a GPU's device node open, read from
+    ``<root>/proc``: ``{minor: [pid, ...]}`` (pids ascending), only for the
+    minors in ``gpu_minors`` that some such process holds.
+
+    A process that exits meanwhile, or whose files this user may not read,
+    is skipped. A missing ``<root>/proc`` gives an empty answer.
+    """
+    wanted = set(int(m) for m in gpu_minors)
+    held = {}  # type: Dict[int, List[int]]
+    if not wanted:
+        return held
+    proc = os.path.join(os.path.abspath(root), "proc")
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return held
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        pid_dir = os.path.join(proc, entry)
+        if not _in_pod_cgroup(pid_dir):
+            continue
+        fd_dir = os.path.join(pid_dir, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        minors = set()
+        for fd in fds:
+            minor = _open_gpu_minor(os.path.join(fd_dir, fd))
+            if minor is not None and minor in wanted:
+                minors.add(minor)
+        for minor in minors:
+            held.setdefault(minor, []).append(int(entry))
+    for pids in held.values():
+        pids.sort()
+    return held
+
+
+def _in_pod_cgroup(pid_dir):
+    # type: (str) -> bool
+    try:
+        with open(os.path.join(pid_dir, "cgroup"), "rb") as handle:
+            content = handle.read(65536)
+    except OSError:
+        return False
+    return b"kubepods" in content
+
+
+def _open_gpu_minor(fd_path):
+    # type: (str) -> Optional[int]
+    """The GPU minor an open file descriptor refers to, or None.
+
+    The device itself decides when it can be looked at (major 195; minors
+    from 254 up are nvidiactl and friends, not GPUs). Otherwise the link's
+    target names it: ``/dev/nvidia<minor>``.
+    """
+    try:
+        info = os.stat(fd_path)
+    except OSError:
+        info = None
+    if info is not None and stat.S_ISCHR(info.st_mode):
+        if os.major(info.st_rdev) == NVIDIA_MAJOR and os.minor(info.st_rdev) < 254:
+            return os.minor(info.st_rdev)
+        return None
+    try:
+        target = os.readlink(fd_path)
+    except OSError:
+        return None
+    match = _NVIDIA_NODE_RE.match(target)
+    return int(match.group("minor")) if match else None
+
+
+# --------------------------------------------------------------------------
+# What is held
+
+
+def held_devices(pods, processes, gpu_uuid_by_minor):
+    # type: (Iterable[PodDevices], Mapping[int, List[int]], Mapping[int, str]) -> Set[str]
+    """The device ids some pod still holds: every (normalized) id the
+    kubelet lists for a pod container, and the UUID of every GPU whose device
+    node a pod process has open (a minor the map does not know adds nothing)."""
+    held = set()  # type: Set[str]
+    for pod in pods:
+        for device_id in pod.device_ids:
+            held.add(normalize_device_id(device_id))
+    for minor, pids in processes.items():
+        uuid = gpu_uuid_by_minor.get(minor)
+        if pids and uuid:
+            held.add(uuid)
+    return held
+
+
+def _with_parent_gpus(held, inventory):
+    # type: (Set[str], object) -> Set[str]
+    """``held`` plus the parent GPU of every held MIG device: a pod that uses
+    part of a GPU uses the GPU."""
+    result = set(held)
+    for gpu in getattr(inventory, "gpus", None) or ():
+        for inst in gpu.mig:
+            if inst.uuid in held:
+                result.add(gpu.uuid)
+    return result
+
+
+@dataclass
+class KubeView:
+    """One look at the kube side. ``error`` set: the kubelet could not be
+    asked, and every device counts as held (``held`` is then empty and
+    means nothing)."""
+
+    held: Set[str] = field(default_factory=set)
+    pods: List[PodDevices] = field(default_factory=list)
+    processes: Dict[int, List[int]] = field(default_factory=dict)
+    gpu_uuid_by_minor: Dict[int, str] = field(default_factory=dict)
+    error: Optional[str] = None
+
+    def holders(self, device_id):
+        # type: (str) -> List[str]
+        """Who holds ``device_id``, for messages: ``namespace/pod (container)``
+        for each pod container the kubelet lists with it, ``pid N`` for each
+        pod process that has its GPU open."""
+        names = []
+        for pod in self.pods:
+            if device_id in set(normalize_device_id(d) for d in pod.device_ids):
+                names.append("%s/%s (%s)" % (pod.namespace, pod.name, pod.container))
+        for minor in sorted(self.processes):
+            if self.gpu_uuid_by_minor.get(minor) == device_id:
+                names.extend("pid %d" % pid for pid in self.processes[minor])
+        return names
+
+
+class KubeSide(object):
+    """What the converger asks: ``held(inventory)`` gives the device ids (GPU
+    and MIG UUIDs) that pods still hold, and an error (None when the answer
+    can be trusted). With an error, callers count every device as held."""
+
+    def look(self, inventory):
+        # type: (object) -> KubeView
+        raise NotImplementedError
+
+    def held(self, inventory):
+        # type: (object) -> Tuple[Set[str], Optional[str]]
+        view = self.look(inventory)
+        if view.error is not None:
+            return set(), view.error
+        return set(view.held), None
+
+
+class RealKubeSide(KubeSide):
+    """The kubelet's pod-resources API and ``<root>/proc`` of a real host."""
+
+    def __init__(self, root="/", socket_path=None, timeout=DEFAULT_TIMEOUT):
+        self.root = root
+        if socket_path is None:
+            socket_path = os.path.join(os.path.abspath(root), SOCKET_PATH.lstrip("/"))
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def look(self, inventory):
+        # type: (object) -> KubeView
+        try:
+            pods = list_pod_devices(self.socket_path, self.timeout)
+        except KubeletUnreachable as err:
+            return KubeView(error=str(err))
+        by_minor = {}
+        for gpu in getattr(inventory, "gpus", None) or ():
+            if gpu.minor is not None:
+                by_minor[gpu.minor] = gpu.uuid
+        processes = pod_processes_holding(self.root, by_minor.keys())
+        held = _with_parent_gpus(held_devices(pods, processes, by_minor), inventory)
+        return KubeView(held=held, pods=pods, processes=processes, gpu_uuid_by_minor=by_minor)
+
+
+class FakeKubeSide(KubeSide):
+    """A fakehw host's kubelet: reachable or not, and the pods it lists."""
+
+    def __init__(self, reachable=True, pods=()):
+        self.reachable = bool(reachable)
+        self.pods = list(pods)
+
+    @classmethod
+    def from_fakehw(cls, fakehw):
+        """From a loaded ``_fakehw.FakeHw``."""
+        return cls(reachable=fakehw.kubelet_reachable, pods=fakehw.pods)
+
+    def look(self, inventory):
+        # type: (object) -> KubeView
+        if not self.reachable:
+            return KubeView(error="the kubelet is unreachable (fakehw: kubelet.reachable is false)")
+        held = _with_parent_gpus(held_devices(self.pods, {}, {}), inventory)
+        return KubeView(held=held, pods=list(self.pods))

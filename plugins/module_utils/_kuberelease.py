@@ -1,0 +1,190 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Kubernetes releases: a ``BINDING_KUBERNETES`` hold is released in four steps.
+
+1. **Recorded first** in ``<state_dir>/releasing.json`` (0600: device ids,
+   generation, time) before anything is removed.
+2. **Withdrawn**: its CDI spec and env file are removed at once, so the device
+   plugins stop advertising the devices.
+3. **Reported when free**: each pass asks the kube side whether a pod still
+   holds a device of the allocation (unreachable counts as held); only when
+   none does is ``AllocationReleased`` journaled and the record dropped.
+4. **Claimed meanwhile**: until reported, the devices stay the allocation's;
+   a spec that wants the allocation again drops the release unreported.
+
+A release pending over five minutes raises ``KubernetesReleaseStuck``. An
+unreadable ``releasing.json`` is renamed aside (kept), the marker
+``releasing.unreadable`` is written, and every GPU counts as claimed by
+``(pending Kubernetes releases that could not be read)`` until the kube side
+reports that no pod holds a device of an allocation the node does not know,
+or an operator removes the marker.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from ansible_collections.bcd.devices.plugins.module_utils._atoms import CLASS_MIG, AtomRefused, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils._fsutil import read_bytes, remove_file, write_atomic
+
+RELEASES_NAME = "releasing.json"
+MARKER_NAME = "releasing.unreadable"
+STUCK_AFTER = 300  # seconds
+
+
+@dataclass
+class PendingRelease:
+    allocation_id: str
+    device_ids: List[str]
+    generation: int
+    since: float  # epoch seconds
+
+    def to_json(self):
+        return {"device_ids": list(self.device_ids), "generation": self.generation,
+                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))}
+
+
+@dataclass
+class Releases:
+    """What ``releasing.json`` and its marker say."""
+
+    pending: Dict[str, PendingRelease] = field(default_factory=dict)
+    unreadable: Optional[str] = None  # why releasing.json could not be read: it is to be set aside
+    marker: bool = False
+
+
+def _since(text):
+    try:
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError("since %r is not a UTC time such as 2026-12-02T09:00:00Z" % (text,))
+
+
+def parse_releases(content):
+    """``{allocation_id: PendingRelease}``; raises ``ValueError`` on anything malformed."""
+    data = json.loads(content.decode("utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("releases"), dict):
+        raise ValueError('not an object with "releases"')
+    pending = {}
+    for allocation_id, record in data["releases"].items():
+        if not isinstance(record, dict) or not isinstance(record.get("device_ids"), list) \
+                or not all(isinstance(d, str) for d in record["device_ids"]) \
+                or isinstance(record.get("generation"), bool) or not isinstance(record.get("generation"), int):
+            raise ValueError("release %r is malformed" % allocation_id)
+        pending[allocation_id] = PendingRelease(allocation_id, list(record["device_ids"]), record["generation"],
+                                                _since(record.get("since")))
+    return pending
+
+
+def load_releases(state_path):
+    releases = Releases(marker=os.path.exists(os.path.join(state_path, MARKER_NAME)))
+    content = read_bytes(os.path.join(state_path, RELEASES_NAME))
+    if content is None:
+        return releases
+    try:
+        releases.pending = parse_releases(content)
+    except (ValueError, UnicodeDecodeError) as exc:
+        releases.unreadable = str(exc)
+    return releases
+
+
+def releases_bytes(pending):
+    data = {"releases": dict((alloc, pending[alloc].to_json()) for alloc in sorted(pending))}
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def save_releases(state_path, pending):
+    path = os.path.join(state_path, RELEASES_NAME)
+    if pending:
+        write_atomic(path, releases_bytes(pending), 0o600)
+    else:
+        remove_file(path)
+
+
+def quarantine(state_path, now):
+    """Set an unreadable ``releasing.json`` aside (never deleted) and write the marker."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    path = os.path.join(state_path, RELEASES_NAME)
+    aside = "%s.unreadable-%s" % (path, stamp)
+    if os.path.exists(path):
+        os.rename(path, aside)
+    write_atomic(os.path.join(state_path, MARKER_NAME), ("%s\n" % os.path.basename(aside)).encode(), 0o600)
+    return aside
+
+
+def clear_marker(state_path):
+    remove_file(os.path.join(state_path, MARKER_NAME))
+
+
+def device_names(device_ids, inventory):
+    """The names the kube side uses for a hold's devices: GPU UUIDs, and MIG UUIDs for MIG instances."""
+    names = set()
+    for device_id in device_ids:
+        try:
+            atom = atom_from_id(device_id)
+        except AtomRefused:
+            names.add(device_id)
+            continue
+        if atom.device_class == CLASS_MIG:
+            gpu = inventory.gpu(atom.gpu_uuid)
+            instance = gpu.mig_instance(atom.gi, atom.ci) if gpu is not None else None
+            names.add(instance.uuid if instance is not None else atom.gpu_uuid)
+        else:
+            names.add(atom.gpu_uuid)
+    return names
+
+
+def pods_holding(view, device_ids, inventory):
+    """Who still holds any of the devices (``None`` means the kube side could not be asked: held)."""
+    if view is None or view.error is not None:
+        return None
+    holders = []
+    for name in sorted(device_names(device_ids, inventory)):
+        if name in view.held:
+            holders.extend(view.holders(name) or [name])
+    return holders
+
+
+def stuck_condition(stuck, now):
+    return {
+        "type": "KubernetesReleaseStuck",
+        "status": "True",
+        "reason": "PodsHoldDevices",
+        "message": "; ".join("%s released %ds ago, pods still hold its devices" % (release.allocation_id,
+                                                                                     int(now - release.since))
+                             for release in stuck),
+    }
+
+
+def unreadable_condition(state_dir):
+    return {
+        "type": "KubernetesReleasesUnreadable",
+        "status": "True",
+        "reason": "ReleasesFileUnreadable",
+        "message": "%s/%s could not be read; every GPU stays claimed until the kubelet reports no pod on a GPU of "
+                   "an unknown allocation, or an operator removes %s/%s" % (state_dir, RELEASES_NAME, state_dir,
+                                                                           MARKER_NAME),
+    }
+
+
+def release_conditions(pending, marker, now, state_dir):
+    """The node conditions Kubernetes releases raise: stuck over five minutes, or the file unreadable."""
+    conditions = []
+    stuck = sorted((r for r in pending if now - r.since > STUCK_AFTER), key=lambda r: r.allocation_id)
+    if stuck:
+        conditions.append(stuck_condition(stuck, now))
+    if marker:
+        conditions.append(unreadable_condition(state_dir))
+    return conditions
+
+
+def pending_summary(pending, now):
+    """Pending releases as ``holds_info`` and ``bcd-holds status`` show them, with their age."""
+    return [{"allocation_id": r.allocation_id, "device_ids": list(r.device_ids), "generation": r.generation,
+             "age_seconds": int(max(0, now - r.since))} for r in sorted(pending, key=lambda r: r.allocation_id)]
