@@ -21,6 +21,7 @@ ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 CPULIST_MAX = 1024
 TEXT_MAX = 256
+MAX_ASSIGNMENTS = 1024  # per pass: a devices section is one node's, and every entry costs a journal write
 
 BINDING_HOLD = "BINDING_HOLD"
 BINDING_KUBERNETES = "BINDING_KUBERNETES"
@@ -243,6 +244,10 @@ def parse_assignments(raw_list):
     are refused. A refusal for an entry without a usable allocation id is keyed
     by its position (``devices[3]``) so it can still be reported.
     """
+    if raw_list is not None and not isinstance(raw_list, list):
+        raise InvalidAssignment("devices: must be a list of assignments")
+    if len(raw_list or []) > MAX_ASSIGNMENTS:
+        raise InvalidAssignment("devices: %d assignments; at most %d fit one node" % (len(raw_list), MAX_ASSIGNMENTS))
     parsed = ParsedInput()
     seen = set()
     for index, raw in enumerate(raw_list or []):

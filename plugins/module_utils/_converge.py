@@ -17,7 +17,7 @@ from typing import List
 
 from ansible_collections.bcd.devices.plugins.module_utils._admission import needs_admission, read_host_memory
 from ansible_collections.bcd.devices.plugins.module_utils._apply import apply_plan
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils._assignment import InvalidAssignment, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
     MPS_PIPE_DIRECTORY,
     env_file_path,
@@ -161,7 +161,10 @@ def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd"
              lock_timeout=120.0, store_input=True):
     """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing.
     A real pass stores its input for the node's timers unless ``store_input`` is false."""
-    parsed = parse_assignments(devices)
+    try:
+        parsed = parse_assignments(devices)
+    except InvalidAssignment as exc:
+        raise PassError(str(exc))
     state_path = host.path(state_dir)
     with PassLock(state_path, timeout=lock_timeout, create=not check_mode):
         journal = Journal(state_path)

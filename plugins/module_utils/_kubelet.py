@@ -277,16 +277,21 @@ def held_devices(pods, processes, gpu_uuid_by_minor):
     return held
 
 
-def _with_parent_gpus(held, inventory):
-    # type: (Set[str], object) -> Set[str]
-    """``held`` plus the parent GPU of every held MIG device: a pod that uses
-    part of a GPU uses the GPU."""
-    result = set(held)
+def _mig_parents(inventory):
+    # type: (object) -> Dict[str, str]
+    """``{MIG UUID: parent GPU UUID}`` for the MIG devices the inventory lists."""
+    parents = {}  # type: Dict[str, str]
     for gpu in getattr(inventory, "gpus", None) or ():
         for inst in gpu.mig:
-            if inst.uuid in held:
-                result.add(gpu.uuid)
-    return result
+            parents[inst.uuid] = gpu.uuid
+    return parents
+
+
+def _with_parent_gpus(held, mig_parent):
+    # type: (Set[str], Mapping[str, str]) -> Set[str]
+    """``held`` plus the parent GPU of every held MIG device: a pod that uses
+    part of a GPU uses the GPU."""
+    return set(held) | set(mig_parent[d] for d in held if d in mig_parent)
 
 
 @dataclass
@@ -299,16 +304,19 @@ class KubeView:
     pods: List[PodDevices] = field(default_factory=list)
     processes: Dict[int, List[int]] = field(default_factory=dict)
     gpu_uuid_by_minor: Dict[int, str] = field(default_factory=dict)
+    mig_parent: Dict[str, str] = field(default_factory=dict)
     error: Optional[str] = None
 
     def holders(self, device_id):
         # type: (str) -> List[str]
         """Who holds ``device_id``, for messages: ``namespace/pod (container)``
-        for each pod container the kubelet lists with it, ``pid N`` for each
-        pod process that has its GPU open."""
+        for each pod container the kubelet lists with it (or, for a GPU, with
+        one of its MIG devices), ``pid N`` for each pod process that has its
+        GPU open."""
         names = []
         for pod in self.pods:
-            if device_id in set(normalize_device_id(d) for d in pod.device_ids):
+            ids = set(normalize_device_id(d) for d in pod.device_ids)
+            if device_id in ids or any(self.mig_parent.get(d) == device_id for d in ids):
                 names.append("%s/%s (%s)" % (pod.namespace, pod.name, pod.container))
         for minor in sorted(self.processes):
             if self.gpu_uuid_by_minor.get(minor) == device_id:
@@ -354,8 +362,9 @@ class RealKubeSide(KubeSide):
             if gpu.minor is not None:
                 by_minor[gpu.minor] = gpu.uuid
         processes = pod_processes_holding(self.root, by_minor.keys())
-        held = _with_parent_gpus(held_devices(pods, processes, by_minor), inventory)
-        return KubeView(held=held, pods=pods, processes=processes, gpu_uuid_by_minor=by_minor)
+        parents = _mig_parents(inventory)
+        held = _with_parent_gpus(held_devices(pods, processes, by_minor), parents)
+        return KubeView(held=held, pods=pods, processes=processes, gpu_uuid_by_minor=by_minor, mig_parent=parents)
 
 
 class FakeKubeSide(KubeSide):
@@ -374,5 +383,6 @@ class FakeKubeSide(KubeSide):
         # type: (object) -> KubeView
         if not self.reachable:
             return KubeView(error="the kubelet is unreachable (fakehw: kubelet.reachable is false)")
-        held = _with_parent_gpus(held_devices(self.pods, {}, {}), inventory)
-        return KubeView(held=held, pods=list(self.pods))
+        parents = _mig_parents(inventory)
+        held = _with_parent_gpus(held_devices(self.pods, {}, {}), parents)
+        return KubeView(held=held, pods=list(self.pods), mig_parent=parents)

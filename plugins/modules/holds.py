@@ -17,7 +17,9 @@ description:
     C(/run/bcd/allocations/<allocation_id>.env) for workload managers that read env files.
   - Holds no longer wanted are released before new ones are bound, so a GPU can move between
     allocations in one generation. A released hold's slice is stopped only once it is empty; a release
-    never kills a workload. Holds still wanted are kept; a kept hold whose rendering changed
+    never kills a workload. A Kubernetes hold's release is recorded in C(releasing.json), its files are
+    removed at once, and C(AllocationReleased) is reported only once no pod holds its devices; meanwhile
+    its devices stay claimed. Holds still wanted are kept; a kept hold whose rendering changed
     (a new NVIDIA vendor spec after a driver upgrade or MIG change, a new reservation id) is written
     again, and a missing env file (it lives on tmpfs) is rewritten.
   - Each new hold is checked in order (binding, privilege, atoms, conflicts, host admission); one that
@@ -196,8 +198,9 @@ plan:
     action:
       description: >-
         V(bind), V(release), V(finish-release), V(rerender), V(write-env), V(report-bound), V(refuse),
-        V(create-slice), V(apply-slice), V(stop-slice), or V(keep-slice) (shown, changes nothing: a slice
-        whose hold is gone still runs a workload).
+        V(create-slice), V(apply-slice), V(stop-slice), V(keep-slice) (shown, changes nothing: a slice
+        whose hold is gone still runs a workload); for Kubernetes holds V(release-kube), V(withdraw),
+        V(report-release), V(drop-release), V(quarantine-releases) and V(clear-marker).
       type: str
     allocation_id:
       description: The allocation the action is for.
@@ -245,10 +248,22 @@ holds:
   type: list
   elements: dict
 conditions:
-  description: Node conditions about holds (none are raised by this release).
+  description:
+    - Node conditions about holds, each C(type), C(status), C(reason) and C(message).
+    - V(KubernetesReleaseStuck) (reason V(PodsHoldDevices)) while a Kubernetes release has waited over five
+      minutes for pods; V(KubernetesReleasesUnreadable) (reason V(ReleasesFileUnreadable)) while every GPU is
+      claimed because C(releasing.json) could not be read.
   returned: always
   type: list
   elements: dict
+pending_releases:
+  description: Kubernetes releases still waiting for pods to let go of their devices, with their age.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {allocation_id: alloc_k8s, device_ids: [GPU-5f1c2a90-0000-4000-8000-000000000003], generation: 43,
+       age_seconds: 42}
 capabilities:
   description:
     - What the node can honour (V(cdi), V(devices.limits), V(binding.kubernetes), V(nvml)).

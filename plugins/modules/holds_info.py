@@ -13,6 +13,7 @@ version_added: 0.1.0
 description:
   - Reads the holds back from C(/etc/cdi/bcd-*.json) and the node's GPU inventory, and reports per GPU
     which allocation holds it whole or holds its MIG instances or slots.
+  - Lists Kubernetes releases still waiting for pods, with their age.
   - Returns the node's capabilities, its conditions and its public key, for checking event signatures
     on the controller with P(bcd.devices.verify_report#filter).
   - Writes nothing, ever.
@@ -90,12 +91,17 @@ inventory_source:
   returned: always
   type: str
 capabilities:
-  description: What the node can honour (V(cdi), V(binding.kubernetes), V(nvml)).
+  description: What the node can honour (V(cdi), V(devices.limits), V(binding.kubernetes), V(nvml)).
   returned: always
   type: list
   elements: str
 conditions:
-  description: Node conditions about holds.
+  description: Node conditions about holds (V(KubernetesReleaseStuck), V(KubernetesReleasesUnreadable)).
+  returned: always
+  type: list
+  elements: dict
+pending_releases:
+  description: Kubernetes releases still waiting for pods, each with C(allocation_id), C(device_ids), C(generation), C(age_seconds).
   returned: always
   type: list
   elements: dict
