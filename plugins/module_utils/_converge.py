@@ -206,6 +206,10 @@ def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd"
 
 def _observation_warnings(observed):
     warnings = []
+    if not observed.privileged:
+        warnings.append("this pass runs without root and without the root helper: it refuses every new hold "
+                        "(node-unprivileged), writes nothing, and advertises no cdi, devices.limits or "
+                        "binding.kubernetes capability")
     if observed.inventory.error:
         warnings.append("GPU inventory: %s" % observed.inventory.error)
     warnings.extend(getattr(observed.vendor, "warnings", None) or [])
