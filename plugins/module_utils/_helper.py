@@ -10,6 +10,8 @@ line each way. Requests:
 * ``{"op": "file.remove", "kind": …, "allocation_id": …}``
 * ``{"op": "slice.apply", "name": "bcd-alloc-….slice", "properties": {…}, "hugetlb_max": {…}}``
 * ``{"op": "slice.remove", "name": …}``
+* ``{"op": "kube.look"}``: what pods hold, asked of the kubelet (its socket is root's);
+  the reply carries ``"view"``
 
 Replies are ``{"ok": true}`` or ``{"ok": false, "error": …}``. The helper builds
 every path itself from its own root, a kind and a checked allocation id;
@@ -33,11 +35,12 @@ from ansible_collections.bcd.devices.plugins.module_utils._assignment import ALL
 from ansible_collections.bcd.devices.plugins.module_utils._cdi import ANN_ALLOCATION, KIND
 from ansible_collections.bcd.devices.plugins.module_utils._cdi_validate import validate_spec
 from ansible_collections.bcd.devices.plugins.module_utils._hosts import NODE_FILE_KINDS
+from ansible_collections.bcd.devices.plugins.module_utils._kubelet import view_to_json
 from ansible_collections.bcd.devices.plugins.module_utils._slices import SliceError, check_slice_name, check_slice_request
 
 MAX_REQUEST = 1 << 20  # one JSON line, content included
 IO_TIMEOUT = 30.0
-OPS = ("file.write", "file.remove", "slice.apply", "slice.remove")
+OPS = ("file.write", "file.remove", "slice.apply", "slice.remove", "kube.look")
 
 
 class HelperError(Exception):
@@ -77,12 +80,15 @@ def check_content(kind, allocation_id, content):
 
 
 def handle_request(host, request):
-    """Carry out one request through ``host`` (a host without a helper: this process is root)."""
+    """Carry out one request through ``host`` (a host without a helper: this process is root).
+    Returns extra reply fields, or None."""
     if not isinstance(request, dict):
         raise Refused("a request must be a JSON object")
     op = request.get("op")
     if op not in OPS:
         raise Refused("unknown op %r; known: %s" % (op, ", ".join(OPS)))
+    if op == "kube.look":
+        return {"view": view_to_json(host.kube_side().look(host.inventory()))}
     if op.startswith("file."):
         kind = request.get("kind")
         allocation_id = request.get("allocation_id")
@@ -96,7 +102,7 @@ def handle_request(host, request):
             host.write_node_file(kind, allocation_id, content.encode("utf-8"))
         else:
             host.remove_node_file(kind, allocation_id)
-        return
+        return None
     name = request.get("name")
     try:
         if op == "slice.apply":
@@ -109,6 +115,7 @@ def handle_request(host, request):
             host.remove_slice(name)
     except SliceError as exc:
         raise Refused(str(exc))
+    return None
 
 
 def peer_credentials(connection):
@@ -144,8 +151,9 @@ def _group_exists(gid):
     return True
 
 
-def _reply(connection, ok, error=None):
+def _reply(connection, ok, error=None, extra=None):
     message = {"ok": True} if ok else {"ok": False, "error": error}
+    message.update(extra or {})
     try:
         connection.sendall((json.dumps(message) + "\n").encode("utf-8"))
     except OSError:
@@ -189,7 +197,7 @@ def _answer(host, connection, line, uid, log):
         return
     try:
         request = json.loads(line.decode("utf-8"))
-        handle_request(host, request)
+        extra = handle_request(host, request)
     except (ValueError, UnicodeDecodeError) as exc:
         _reply(connection, False, "malformed request: %s" % exc)
     except Refused as exc:
@@ -198,8 +206,8 @@ def _answer(host, connection, line, uid, log):
         _reply(connection, False, "failed: %s" % exc)
     else:
         if log:
-            log("uid %d: %s %s" % (uid, request.get("op"), request.get("allocation_id") or request.get("name")))
-        _reply(connection, True)
+            log("uid %d: %s %s" % (uid, request.get("op"), request.get("allocation_id") or request.get("name") or ""))
+        _reply(connection, True, extra=extra)
 
 
 def listen(socket_path, users=(), groups=()):
@@ -273,6 +281,7 @@ class HelperClient(object):
         if not isinstance(answer, dict) or answer.get("ok") is not True:
             error = answer.get("error") if isinstance(answer, dict) else None
             raise HelperError("the root helper refused %s: %s" % (message.get("op"), error or "no reason given"))
+        return answer
 
     def reachable(self):
         """Why the helper cannot be used now, or None (an empty request is answered as malformed)."""
@@ -295,3 +304,7 @@ class HelperClient(object):
 
     def remove_slice(self, name):
         self.request({"op": "slice.remove", "name": name})
+
+    def kube_look(self):
+        """The kube side as the root helper sees it (``_kubelet.view_to_json`` data)."""
+        return self.request({"op": "kube.look"}).get("view") or {}

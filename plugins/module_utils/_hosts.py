@@ -12,6 +12,7 @@ file *kind* and a checked allocation id, never from input directly.
 
 from __future__ import annotations
 
+import abc
 import os
 import shutil
 import socket
@@ -27,7 +28,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
 from ansible_collections.bcd.devices.plugins.module_utils._cdi_vendor import load_vendor_spec
 from ansible_collections.bcd.devices.plugins.module_utils._fakehw import load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import join_root, read_bytes, remove_file, write_atomic
-from ansible_collections.bcd.devices.plugins.module_utils._kubelet import FakeKubeSide, RealKubeSide
+from ansible_collections.bcd.devices.plugins.module_utils._kubelet import FakeKubeSide, HelperKubeSide, RealKubeSide
 from ansible_collections.bcd.devices.plugins.module_utils._slices import RecordSlices, SystemdSlices
 from ansible_collections.bcd.devices.plugins.module_utils._inventory import (
     read_libvirt_domains,
@@ -65,7 +66,7 @@ def run_command(argv, timeout=30):
     return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
 
-class Host(object):
+class Host(abc.ABC):
     """What a pass may ask of a node. Subclasses provide the hardware side."""
 
     fakehw = False
@@ -148,6 +149,13 @@ class Host(object):
             return self.helper.remove_slice(name)
         return self.slices.remove(name)
 
+    # -- the kube side ---------------------------------------------------------
+    def kube_side(self):
+        """Who asks the kubelet: this process as root, else the root helper (the kubelet's socket is root's)."""
+        if self.helper is not None and os.geteuid() != 0:
+            return HelperKubeSide(self.helper)
+        return self._kube_side()
+
     # -- the hardware side -----------------------------------------------------
     def inventory(self):
         if self._inventory is None:
@@ -170,11 +178,17 @@ class Host(object):
     def node_id(self):
         return socket.gethostname()
 
+    @abc.abstractmethod
     def _read_inventory(self):
-        raise NotImplementedError
+        """The node's GPUs, as an ``Inventory``."""
 
+    @abc.abstractmethod
     def _read_domains(self):
-        raise NotImplementedError
+        """``(domains, error)``."""
+
+    @abc.abstractmethod
+    def _kube_side(self):
+        """A ``KubeSide`` asked directly (this process can reach the kubelet)."""
 
 
 class RealHost(Host):
@@ -188,7 +202,7 @@ class RealHost(Host):
     def slices_unavailable(self):
         return self.slices.available()
 
-    def kube_side(self):
+    def _kube_side(self):
         return RealKubeSide(self.root)
 
     def _read_inventory(self):
@@ -214,7 +228,7 @@ class FakeHwHost(Host):
     def _read_inventory(self):
         return self.hw.inventory
 
-    def kube_side(self):
+    def _kube_side(self):
         return FakeKubeSide.from_fakehw(self.hw)
 
     def _read_domains(self):

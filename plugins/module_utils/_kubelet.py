@@ -386,3 +386,48 @@ class FakeKubeSide(KubeSide):
         parents = _mig_parents(inventory)
         held = _with_parent_gpus(held_devices(self.pods, {}, {}), parents)
         return KubeView(held=held, pods=list(self.pods), mig_parent=parents)
+
+
+def view_to_json(view):
+    """A ``KubeView`` as JSON data, for the root helper to answer ``kube.look``."""
+    return {
+        "held": sorted(view.held),
+        "pods": [{"namespace": p.namespace, "name": p.name, "container": p.container,
+                  "device_ids": list(p.device_ids)} for p in view.pods],
+        "processes": dict((str(minor), list(pids)) for minor, pids in view.processes.items()),
+        "gpu_uuid_by_minor": dict((str(minor), uuid) for minor, uuid in view.gpu_uuid_by_minor.items()),
+        "mig_parent": dict(view.mig_parent),
+        "error": view.error,
+    }
+
+
+def view_from_json(data):
+    """The other way; anything malformed is an error view (every device counts as held)."""
+    try:
+        return KubeView(
+            held=set(str(d) for d in data["held"]),
+            pods=[PodDevices(str(p["namespace"]), str(p["name"]), str(p["container"]),
+                             tuple(str(d) for d in p["device_ids"])) for p in data["pods"]],
+            processes=dict((int(minor), [int(pid) for pid in pids]) for minor, pids in data["processes"].items()),
+            gpu_uuid_by_minor=dict((int(minor), str(uuid)) for minor, uuid in data["gpu_uuid_by_minor"].items()),
+            mig_parent=dict((str(k), str(v)) for k, v in data["mig_parent"].items()),
+            error=data.get("error") if isinstance(data.get("error"), str) else None,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return KubeView(error="the root helper's answer about the kubelet is malformed: %s" % exc)
+
+
+class HelperKubeSide(KubeSide):
+    """An unprivileged node's kube side: the root helper asks the kubelet (its socket is root's)."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def look(self, inventory):
+        # type: (object) -> KubeView
+        from ansible_collections.bcd.devices.plugins.module_utils._helper import HelperError  # no import cycle
+
+        try:
+            return view_from_json(self.client.kube_look())
+        except HelperError as exc:
+            return KubeView(error=str(exc))

@@ -156,9 +156,8 @@ def stuck_condition(stuck, now):
         "type": "KubernetesReleaseStuck",
         "status": "True",
         "reason": "PodsHoldDevices",
-        "message": "; ".join("%s released %ds ago, pods still hold its devices" % (release.allocation_id,
-                                                                                     int(now - release.since))
-                             for release in stuck),
+        "message": "; ".join("%s released %ds ago, pods still hold its devices"
+                             % (release.allocation_id, int(now - release.since)) for release in stuck),
     }
 
 
@@ -168,8 +167,8 @@ def unreadable_condition(state_dir):
         "status": "True",
         "reason": "ReleasesFileUnreadable",
         "message": "%s/%s could not be read; every GPU stays claimed until the kubelet reports no pod on a GPU of "
-                   "an unknown allocation, or an operator removes %s/%s" % (state_dir, RELEASES_NAME, state_dir,
-                                                                           MARKER_NAME),
+                   "an unknown allocation, or an operator removes %s/%s"
+                   % (state_dir, RELEASES_NAME, state_dir, MARKER_NAME),
     }
 
 

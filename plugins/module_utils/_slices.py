@@ -115,7 +115,7 @@ def check_slice_request(name, properties, huge):
                 check_cpulist(value, key)
             except InvalidAssignment as exc:
                 raise SliceError(str(exc))
-        elif not pattern.match(value):
+        elif not pattern.fullmatch(value):
             raise SliceError("slice property %s=%r is not valid" % (key, value))
     for size, value in huge.items():
         if size not in dict((s, p) for s, _a, p in HUGE_SIZES):

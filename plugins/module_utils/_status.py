@@ -84,8 +84,8 @@ def node_status(host, state_dir="/var/lib/bcd"):
     if domains_error:
         warnings.append("VMs: %s" % domains_error)
     if releases.unreadable:
-        warnings.append("%s/releasing.json is unreadable (%s); the next pass sets it aside" % (state_dir,
-                                                                                             releases.unreadable))
+        warnings.append("%s/releasing.json is unreadable (%s); the next pass sets it aside"
+                        % (state_dir, releases.unreadable))
     if inventory.error:
         warnings.append("GPU inventory: %s" % inventory.error)
     return {
