@@ -46,11 +46,14 @@ class Applier(object):
             self._key = self.key_loader()
         return self._key
 
-    def report(self, action):
-        """Journal the action's event, then record it in the ledger (a crash in between is caught up)."""
+    def report(self, action, then=None):
+        """Journal the action's event, run ``then`` (what reporting settles: a release record dropped),
+        then record the event in the ledger. A crash anywhere after the journal is caught up next pass."""
         event = action.event
         attested = event["type"] in ("AllocationBound", "AllocationReleased")
         journaled = self.journal.append(event["type"], event["body"], self.key() if attested else None)
+        if then is not None:
+            then()
         record_event(self.ledger, journaled, action.limits)
         self.save()
 
@@ -92,9 +95,10 @@ class Applier(object):
                 self.save_releases()
             self.write_files(action)
             if action.event:
-                self.report(action)
-                self.releases.pending.pop(alloc, None)
-                self.save_releases()
+                def drop_record():
+                    self.releases.pending.pop(alloc, None)
+                    self.save_releases()
+                self.report(action, then=drop_record)
 
     def run(self, action):
         verb = action.action

@@ -112,6 +112,10 @@ def quarantine(state_path, now):
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     path = os.path.join(state_path, RELEASES_NAME)
     aside = "%s.unreadable-%s" % (path, stamp)
+    number = 1
+    while os.path.exists(aside):  # never replace an earlier one set aside in the same second
+        number += 1
+        aside = "%s.unreadable-%s-%d" % (path, stamp, number)
     if os.path.exists(path):
         os.rename(path, aside)
     write_atomic(os.path.join(state_path, MARKER_NAME), ("%s\n" % os.path.basename(aside)).encode(), 0o600)

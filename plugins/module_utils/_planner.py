@@ -442,14 +442,15 @@ def _claim_everything(state):
     for allocation_id in sorted(state.live):
         state.claims.claim(allocation_id, state.live[allocation_id].atoms)
     for allocation_id in sorted(state.pending):
-        state.claims.claim(allocation_id, _atoms_of(state.pending[allocation_id].device_ids))
+        state.claims.claim(allocation_id, atoms_of(state.pending[allocation_id].device_ids))
     if state.marker:
         state.claims.claim_every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
     state.plan.conditions = release_conditions(state.pending.values(), state.marker, observed.now, observed.state_dir)
     state.plan.pending_releases = pending_summary(state.pending.values(), observed.now)
 
 
-def _atoms_of(device_ids):
+def atoms_of(device_ids):
+    """Atoms of device ids read back from a file; ids that do not parse are skipped."""
     atoms = []
     for device_id in device_ids:
         try:

@@ -14,6 +14,7 @@ import os
 import time
 
 from ansible_collections.bcd.devices.plugins.module_utils._cdi import read_hold
+from ansible_collections.bcd.devices.plugins.module_utils._conflicts import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils._converge import KEY_NAME, capabilities
 from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, NodeKey
 from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import (
@@ -21,20 +22,28 @@ from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import (
     pending_summary,
     release_conditions,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._planner import hold_summary
+from ansible_collections.bcd.devices.plugins.module_utils._planner import atoms_of, hold_summary
 
 
-def gpu_status(inventory, holds, domains=()):
+def gpu_status(inventory, holds, domains=(), releases=None):
     """One entry per GPU of the inventory, then one per GPU a hold names that the inventory lacks.
-    ``passed_through_to`` names the VM that has the GPU through VFIO."""
+    ``passed_through_to`` names the VM that has the GPU through VFIO. Devices of a pending Kubernetes
+    release show as ``<allocation> (release pending)``; while the releases file is unreadable, every
+    GPU not otherwise held shows as claimed by those releases."""
     vms = dict((gpu, domain.instance_id) for domain in domains for gpu in domain.gpus)
     whole, parts = {}, {}
-    for hold in holds:
-        for atom in hold.atoms:
+    owners = [(hold.allocation_id, hold.atoms) for hold in holds]
+    for release in (releases.pending.values() if releases is not None else ()):
+        owners.append(("%s (release pending)" % release.allocation_id, atoms_of(release.device_ids)))
+    for owner, atoms in owners:
+        for atom in atoms:
             if atom.whole:
-                whole[atom.gpu_uuid] = hold.allocation_id
+                whole[atom.gpu_uuid] = owner
             else:
-                parts.setdefault(atom.gpu_uuid, []).append((atom, hold.allocation_id))
+                parts.setdefault(atom.gpu_uuid, []).append((atom, owner))
+    if releases is not None and (releases.marker or releases.unreadable is not None):
+        for gpu in inventory.gpus:
+            whole.setdefault(gpu.uuid, UNREADABLE_RELEASES)
     entries = []
     for gpu in inventory.gpus:
         held_parts = parts.pop(gpu.uuid, [])
@@ -91,7 +100,7 @@ def node_status(host, state_dir="/var/lib/bcd"):
     return {
         "holds": [hold_summary(h.allocation_id, h.reservation_id, h.generation, h.atoms, h.kubernetes,
                                h.cgroup_parent) for h in holds],
-        "gpus": gpu_status(inventory, holds, domains),
+        "gpus": gpu_status(inventory, holds, domains, releases),
         "inventory_source": inventory.source,
         "capabilities": capabilities(host, inventory),
         "conditions": release_conditions(releases.pending.values(), releases.marker or releases.unreadable is not None,

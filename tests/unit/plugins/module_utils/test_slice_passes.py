@@ -1,0 +1,329 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Hold slices across whole passes on a fakehw node (spec page, "Hold slices" and
+"One pass"): the slice exists before the spec names it, the spec, env file and
+event name it, a Kubernetes hold gets none, a release never stops a slice that
+still runs a workload, a leftover slice goes once empty, a kept hold's slice
+comes back after a reboot, and check mode shows every step without writing."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+from ansible_collections.bcd.devices.plugins.module_utils._events import Journal
+from ansible_collections.bcd.devices.plugins.module_utils._hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils._slices import RecordSlices, SliceError
+
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
+
+GIB = 1 << 30
+MIB = 1 << 20
+LIMITS = {"cpus": "0-3", "mems": "0", "cpu_millis": 1500, "memory_bytes": 4 * GIB, "hugepages_2mi": 2}
+SLICE = "bcd-alloc-a1.slice"
+RECORD = "/run/bcd/slices/%s.json" % SLICE
+
+
+def hold(allocation_id, device_id, binding="BINDING_HOLD", limits=None):
+    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": binding,
+            "devices": [{"id": device_id, "device_class": "gpu"}]}
+    if limits is not None:
+        data["limits"] = limits
+    return data
+
+
+A1 = hold("a1", GPU_A, limits=LIMITS)
+
+
+def steps(result):
+    return [(a.action, a.allocation_id) for a in result.plan.actions]
+
+
+def events(node, event_type=None, allocation_id=None):
+    return [e for e in Journal(node.state()).unacked()
+            if (event_type is None or e["type"] == event_type)
+            and (allocation_id is None or e["body"]["allocation_id"] == allocation_id)]
+
+
+def record(node, name=SLICE):
+    content = node.read("/run/bcd/slices/%s.json" % name)
+    return None if content is None else json.loads(content)
+
+
+def set_populated(node, populated, name=SLICE):
+    data = record(node, name)
+    data["populated"] = populated
+    node.write("/run/bcd/slices/%s.json" % name, json.dumps(data))
+
+
+def contents(node):
+    return dict((path, (mode, content)) for path, (mode, _mtime, content) in node.listing().items())
+
+
+EXPECTED_RECORD = {
+    "name": SLICE,
+    "properties": {"AllowedCPUs": "0-3", "AllowedMemoryNodes": "0", "CPUQuota": "150%",
+                   "MemoryMax": str(4 * GIB), "MemoryHigh": str(4 * GIB * 9 // 10)},
+    "hugetlb_max": {"2MB": 4 * MIB},
+    "hugetlb_current": {},
+    "populated": False,
+}
+
+
+# --- a bind ------------------------------------------------------------------------------------------------------
+
+
+def test_a_hold_with_limits_runs_in_a_slice_the_spec_env_and_event_name(node):
+    result = node.run(1, [A1])
+    assert result.section["state"] == "CONVERGED"
+    assert record(node) == EXPECTED_RECORD
+    spec = json.loads(node.read("/etc/cdi/bcd-a1.json"))
+    assert spec["annotations"]["bcd.dev/cgroup-parent"] == SLICE
+    assert spec["containerEdits"]["env"][:2] == ["BCD_ALLOCATION_ID=a1", "BCD_CGROUP_PARENT=" + SLICE]
+    lines = node.read("/run/bcd/allocations/a1.env").decode().splitlines()
+    assert lines[0] == "BCD_ALLOCATION_ID=a1"
+    assert lines[1] == "BCD_CGROUP_PARENT=" + SLICE
+    assert lines[2:] == ["BCD_RESERVATION_ID=rsv_a1", "NVIDIA_VISIBLE_DEVICES=" + GPU_A]
+    (bound,) = events(node, "AllocationBound", "a1")
+    assert bound["body"]["cgroup_parent"] == SLICE
+    assert result.plan.holds[0]["cgroup_parent"] == SLICE
+    assert SLICE in result.plan.actions[0].text and "CPUQuota=150%" in result.plan.actions[0].text
+
+
+def test_a_hold_without_limits_gets_no_slice(node):
+    node.run(1, [hold("a1", GPU_A)])
+    assert not node.exists("/run/bcd/slices")
+    spec = json.loads(node.read("/etc/cdi/bcd-a1.json"))
+    assert "bcd.dev/cgroup-parent" not in spec["annotations"]
+    assert "BCD_CGROUP_PARENT" not in node.read("/run/bcd/allocations/a1.env").decode()
+    assert "cgroup_parent" not in events(node, "AllocationBound", "a1")[0]["body"]
+
+
+def test_the_slice_is_made_before_the_spec_names_it(node, monkeypatch):
+    order = []
+    real_apply, real_write = FakeHwHost.apply_slice, FakeHwHost.write_node_file
+
+    def apply_slice(self, name, properties, huge):
+        order.append(("slice", name))
+        return real_apply(self, name, properties, huge)
+
+    def write_node_file(self, kind, allocation_id, content):
+        order.append((kind, allocation_id))
+        return real_write(self, kind, allocation_id, content)
+
+    monkeypatch.setattr(FakeHwHost, "apply_slice", apply_slice)
+    monkeypatch.setattr(FakeHwHost, "write_node_file", write_node_file)
+    node.run(1, [A1])
+    assert order == [("slice", SLICE), ("cdi", "a1"), ("allocation-env", "a1")]
+
+
+def test_a_spec_that_cannot_be_written_finds_the_slice_already_made(node, monkeypatch):
+    real_write = FakeHwHost.write_node_file
+
+    def no_spec(self, kind, allocation_id, content):
+        if kind == "cdi":
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real_write(self, kind, allocation_id, content)
+
+    monkeypatch.setattr(FakeHwHost, "write_node_file", no_spec)
+    result = node.run(1, [A1])
+    assert result.section["state"] == "PROGRESSING"
+    assert "Read-only file system" in result.section["message"]
+    assert record(node) == EXPECTED_RECORD  # the slice came first
+    assert not node.exists("/etc/cdi/bcd-a1.json")
+    assert events(node, "AllocationBound") == []
+    monkeypatch.undo()
+    done = node.run(1, [A1])
+    assert done.section["state"] == "CONVERGED"
+    assert steps(done) == [("bind", "a1")]
+    assert record(node) == EXPECTED_RECORD
+    assert len(events(node, "AllocationBound", "a1")) == 1
+    assert node.run(1, [A1]).changed is False
+
+
+def test_a_slice_that_cannot_be_made_leaves_no_spec_naming_it(node, monkeypatch):
+    def refuse(self, name, properties, huge):
+        raise SliceError("systemctl start %s failed (1): Access denied" % name)
+
+    monkeypatch.setattr(RecordSlices, "apply", refuse)
+    result = node.run(1, [A1, hold("a2", GPU_B)])
+    assert result.section["state"] == "PROGRESSING"
+    assert "Access denied" in result.section["message"]
+    assert not node.exists("/etc/cdi/bcd-a1.json")
+    assert not node.exists("/run/bcd/allocations/a1.env")
+    assert [e["body"]["allocation_id"] for e in events(node, "AllocationBound")] == ["a2"]
+
+
+def test_a_kubernetes_hold_with_limits_gets_no_slice(node):
+    result = node.run(1, [hold("k1", GPU_A, binding="BINDING_KUBERNETES", limits=LIMITS)])
+    assert result.section["state"] == "CONVERGED"
+    assert not node.exists("/run/bcd/slices")
+    spec = json.loads(node.read("/etc/cdi/bcd-k1.json"))
+    assert spec["annotations"]["bcd.dev/binding"] == "kubernetes"
+    assert "bcd.dev/cgroup-parent" not in spec["annotations"]
+    assert not any(line.startswith("BCD_CGROUP_PARENT=") for line in spec["containerEdits"]["env"])
+    assert "BCD_CGROUP_PARENT" not in node.read("/run/bcd/allocations/k1.env").decode()
+    assert "cgroup_parent" not in events(node, "AllocationBound", "k1")[0]["body"]
+    assert "cgroup_parent" not in result.plan.holds[0]
+    assert all(a.slice is None for a in result.plan.actions)
+
+
+# --- releases and leftovers ----------------------------------------------------------------------------------------
+
+
+def test_a_released_holds_empty_slice_is_stopped_after_its_release_is_reported(node):
+    node.run(1, [A1])
+    result = node.run(2, [])
+    assert steps(result) == [("release", "a1")]
+    assert result.plan.actions[0].slice == {"op": "remove", "name": SLICE}
+    assert "then stop %s (empty)" % SLICE in result.plan.actions[0].text
+    assert record(node) is None
+    assert not node.exists("/etc/cdi/bcd-a1.json")
+    assert len(events(node, "AllocationReleased", "a1")) == 1
+
+
+def test_a_slice_still_running_a_workload_outlives_its_release_and_goes_once_empty(node):
+    node.run(1, [A1])
+    set_populated(node, True)
+    released = node.run(2, [])
+    assert steps(released) == [("release", "a1")]
+    assert released.plan.actions[0].slice is None
+    assert "%s still runs a workload and is kept with its limits" % SLICE in released.plan.actions[0].text
+    assert not node.exists("/etc/cdi/bcd-a1.json")  # the hold is gone...
+    kept = record(node)
+    assert kept["populated"] is True and kept["properties"] == EXPECTED_RECORD["properties"]  # ...its limits stay
+    assert len(events(node, "AllocationReleased", "a1")) == 1
+    # while the workload runs, every pass keeps the slice and changes nothing
+    busy = node.run(3, [])
+    assert steps(busy) == [("keep-slice", "a1")]
+    assert busy.changed is False
+    assert "still runs a workload" in busy.plan.actions[0].text
+    assert record(node)["populated"] is True
+    # the workload exits: the leftover is stopped, and nothing is reported again
+    set_populated(node, False)
+    empty = node.run(4, [])
+    assert steps(empty) == [("stop-slice", "a1")]
+    assert empty.changed is True
+    assert record(node) is None
+    assert len(events(node, "AllocationReleased", "a1")) == 1
+    assert node.run(5, []).changed is False
+
+
+def test_a_leftover_slice_is_stopped_before_anything_is_bound(node):
+    node.run(1, [A1])
+    set_populated(node, True)
+    node.run(2, [])
+    set_populated(node, False)
+    result = node.run(3, [hold("a2", GPU_B, limits={"cpus": "4-7"}), hold("a3", GPU_C)])
+    assert steps(result) == [("stop-slice", "a1"), ("bind", "a2"), ("bind", "a3")]
+    assert record(node) is None
+    assert record(node, "bcd-alloc-a2.slice")["properties"] == {"AllowedCPUs": "4-7"}
+
+
+def test_a_slice_that_cannot_be_stopped_is_a_leftover_next_pass(node, monkeypatch):
+    node.run(1, [A1])
+
+    def refuse(self, name):
+        raise SliceError("systemctl stop %s failed (1): Access denied" % name)
+
+    monkeypatch.setattr(RecordSlices, "remove", refuse)
+    result = node.run(2, [])
+    assert result.section["state"] == "PROGRESSING"
+    assert len(events(node, "AllocationReleased", "a1")) == 1  # the release itself was done and reported
+    assert record(node) is not None
+    monkeypatch.undo()
+    again = node.run(2, [])
+    assert steps(again) == [("stop-slice", "a1")]
+    assert again.section["state"] == "CONVERGED"
+    assert record(node) is None
+    assert len(events(node, "AllocationReleased", "a1")) == 1
+
+
+# --- kept holds --------------------------------------------------------------------------------------------------------
+
+
+def test_a_kept_holds_slice_lost_on_a_reboot_is_made_again(node):
+    node.run(1, [A1])
+    spec = node.read("/etc/cdi/bcd-a1.json")
+    env = node.read("/run/bcd/allocations/a1.env")
+    os.unlink(node.path(RECORD))  # systemd forgets runtime slices on a reboot; the hold does not
+    result = node.run(1, [A1])
+    assert steps(result) == [("create-slice", "a1")]
+    assert "create %s" % SLICE in result.plan.actions[0].text
+    assert record(node) == EXPECTED_RECORD
+    assert node.read("/etc/cdi/bcd-a1.json") == spec
+    assert node.read("/run/bcd/allocations/a1.env") == env
+    assert len(events(node, "AllocationBound", "a1")) == 1
+    assert node.run(1, [A1]).changed is False
+
+
+def test_a_whole_reboot_brings_back_the_slice_before_the_env_file(node):
+    node.run(1, [A1, hold("a2", GPU_B)])
+    env = node.read("/run/bcd/allocations/a1.env")
+    for directory in ("/run/bcd/slices", "/run/bcd/allocations"):  # /run is tmpfs
+        for name in os.listdir(node.path(directory)):
+            os.unlink(os.path.join(node.path(directory), name))
+    result = node.run(1, [A1, hold("a2", GPU_B)])
+    assert steps(result) == [("create-slice", "a1"), ("write-env", "a1"), ("write-env", "a2")]
+    assert record(node) == EXPECTED_RECORD
+    assert node.read("/run/bcd/allocations/a1.env") == env
+    assert len(events(node, "AllocationBound")) == 2
+
+
+def test_a_kept_holds_changed_limits_are_set_on_its_slice(node):
+    node.run(1, [A1])
+    changed = dict(LIMITS, cpus="0-7", memory_bytes=8 * GIB)
+    result = node.run(2, [hold("a1", GPU_A, limits=changed)])
+    assert ("apply-slice", "a1") in steps(result)
+    assert record(node)["properties"]["AllowedCPUs"] == "0-7"
+    assert record(node)["properties"]["MemoryMax"] == str(8 * GIB)
+    assert len(events(node, "AllocationBound", "a1")) == 1
+
+
+# --- check mode -----------------------------------------------------------------------------------------------------
+
+
+def check_then_run(node, generation, devices):
+    before = node.listing()
+    checked = node.run(generation, devices, check_mode=True)
+    assert node.listing() == before, "check mode wrote something"
+    real = node.run(generation, devices)
+    assert [a.to_dict() for a in checked.plan.actions] == [a.to_dict() for a in real.plan.actions]
+    return checked
+
+
+def test_check_mode_shows_every_slice_step_and_writes_nothing(node):
+    bind = check_then_run(node, 1, [A1])
+    assert steps(bind) == [("bind", "a1")]
+    assert bind.plan.actions[0].to_dict()["slice"] == {
+        "op": "apply", "name": SLICE, "properties": EXPECTED_RECORD["properties"], "hugetlb_max": {"2MB": 4 * MIB}}
+    os.unlink(node.path(RECORD))
+    again = check_then_run(node, 1, [A1])
+    assert steps(again) == [("create-slice", "a1")]
+    set_populated(node, True)
+    kept = check_then_run(node, 2, [])
+    assert steps(kept) == [("release", "a1")]
+    assert "still runs a workload" in kept.plan.actions[0].text
+    busy = check_then_run(node, 3, [])
+    assert steps(busy) == [("keep-slice", "a1")]
+    set_populated(node, False)
+    stop = check_then_run(node, 4, [])
+    assert steps(stop) == [("stop-slice", "a1")]
+    assert stop.plan.actions[0].to_dict()["slice"] == {"op": "remove", "name": SLICE}
+    assert record(node) is None
+    node.run(5, [A1])
+    released = check_then_run(node, 6, [])
+    assert steps(released) == [("release", "a1")]
+    assert released.plan.actions[0].slice == {"op": "remove", "name": SLICE}
+
+
+@pytest.mark.parametrize("limits", [{"cpus": "0-3"}, {"cpu_millis": 500}, {"memory_bytes": GIB},
+                                    {"hugepages_1gi": 1}, {"mems": "0"}], ids=lambda d: next(iter(d)))
+def test_any_one_limit_gives_the_hold_a_slice(node, limits):
+    node.run(1, [hold("a1", GPU_A, limits=limits)])
+    assert record(node) is not None
+    assert json.loads(node.read("/etc/cdi/bcd-a1.json"))["annotations"]["bcd.dev/cgroup-parent"] == SLICE

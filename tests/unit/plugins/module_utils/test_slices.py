@@ -1,0 +1,405 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Hold slices (spec page, "Hold slices"): the systemd properties and huge page
+limits a hold's ``limits`` become, the names and cpulists refused before any
+command runs, and the real-host backend against a recorded ``systemctl`` and a
+cgroup-v2 tree made of plain files under ``tmp_path``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from ansible_collections.bcd.devices.plugins.module_utils._assignment import Limits
+from ansible_collections.bcd.devices.plugins.module_utils._converge import capabilities
+from ansible_collections.bcd.devices.plugins.module_utils._hosts import RealHost
+from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import Inventory
+from ansible_collections.bcd.devices.plugins.module_utils._slices import (
+    SliceError,
+    check_slice_request,
+    cpu_quota,
+    hugetlb_max,
+    slice_name,
+    slice_properties,
+    wanted_slice,
+)
+
+GIB = 1 << 30
+MIB = 1 << 20
+NAME = "bcd-alloc-a1.slice"
+CGROUP = "/sys/fs/cgroup"
+SLICE_DIR = CGROUP + "/bcd.slice/bcd-alloc.slice"
+
+
+# --- what the limits become -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("millis, quota", [(1234, "124%"), (1000, "100%"), (1, "1%"), (1001, "101%"), (999, "100%"),
+                                           (250, "25%"), (16000, "1600%")])
+def test_cpu_millis_become_whole_percents_of_one_cpu_rounded_up(millis, quota):
+    assert cpu_quota(millis) == quota
+    assert slice_properties(Limits(cpu_millis=millis)) == {"CPUQuota": quota}
+
+
+def test_every_limit_becomes_its_property():
+    limits = Limits(cpus="0-3,8", mems="0", cpu_millis=1234, memory_bytes=10 * GIB)
+    assert slice_properties(limits) == {
+        "AllowedCPUs": "0-3,8",
+        "AllowedMemoryNodes": "0",
+        "CPUQuota": "124%",
+        "MemoryMax": str(10 * GIB),
+        "MemoryHigh": "9663676416",  # 90% of 10 GiB
+    }
+
+
+def test_memory_high_is_ninety_percent_of_memory_max():
+    properties = slice_properties(Limits(memory_bytes=1000 * MIB))
+    assert properties == {"MemoryMax": str(1000 * MIB), "MemoryHigh": str(900 * MIB)}
+
+
+def test_huge_pages_become_hugetlb_limits_in_bytes():
+    assert hugetlb_max(Limits(hugepages_2mi=3)) == {"2MB": 3 * 2 * MIB}
+    assert hugetlb_max(Limits(hugepages_1gi=2)) == {"1GB": 2 * GIB}
+    assert hugetlb_max(Limits(hugepages_2mi=512, hugepages_1gi=4)) == {"2MB": GIB, "1GB": 4 * GIB}
+    # systemd has no property for them
+    assert slice_properties(Limits(hugepages_2mi=512, hugepages_1gi=4)) == {}
+
+
+def test_absent_limits_set_nothing():
+    assert slice_properties(None) == {}
+    assert hugetlb_max(None) == {}
+    assert wanted_slice(None) is None
+    assert wanted_slice(Limits()) is None  # nothing booked: no slice at all
+    assert slice_properties(Limits(cpus="2")) == {"AllowedCPUs": "2"}
+    assert hugetlb_max(Limits(cpus="2")) == {}
+    assert wanted_slice(Limits(mems="1")) == ({"AllowedMemoryNodes": "1"}, {})
+
+
+def test_the_slice_is_named_after_the_allocation():
+    assert slice_name("alloc_01jz8k2v") == "bcd-alloc-alloc_01jz8k2v.slice"
+
+
+# --- the real host: a recorded systemctl and a cgroup tree of plain files ----------------------------------------
+
+
+class Systemctl(object):
+    """A recorded ``systemctl``: every argv is kept; ``start`` makes the slice's cgroup as systemd would,
+    ``stop`` removes it. ``fail`` maps a verb to ``(rc, stderr)``."""
+
+    def __init__(self, root):
+        self.root = root
+        self.calls = []
+        self.fail = {}
+
+    def __call__(self, argv):
+        self.calls.append(list(argv))
+        verb = argv[1] if len(argv) > 1 else ""
+        if verb in self.fail:
+            rc, err = self.fail[verb]
+            return rc, "", err
+        if argv[0] == "systemctl" and verb == "start":
+            directory = os.path.join(self.root, SLICE_DIR.lstrip("/"), argv[2])
+            os.makedirs(directory, exist_ok=True)
+            with open(os.path.join(directory, "cgroup.events"), "w") as handle:
+                handle.write("populated 0\nfrozen 0\n")
+            for size in ("2MB", "1GB"):
+                for suffix in ("max", "current"):
+                    with open(os.path.join(directory, "hugetlb.%s.%s" % (size, suffix)), "w") as handle:
+                        handle.write("max\n" if suffix == "max" else "0\n")
+        elif argv[0] == "systemctl" and verb == "stop":
+            shutil.rmtree(os.path.join(self.root, SLICE_DIR.lstrip("/"), argv[2]), ignore_errors=True)
+        return 0, "", ""
+
+
+def cgroup_host(tmp_path, v2=True, systemd=True):
+    """A host whose root is ``tmp_path``: a cgroup-v2 tree with bcd.slice and bcd-alloc.slice, and systemd."""
+    root = str(tmp_path)
+    if v2:
+        for directory in (CGROUP, CGROUP + "/bcd.slice", SLICE_DIR):
+            os.makedirs(os.path.join(root, directory.lstrip("/")), exist_ok=True)
+            with open(os.path.join(root, directory.lstrip("/"), "cgroup.subtree_control"), "w") as handle:
+                handle.write("")
+        with open(os.path.join(root, CGROUP.lstrip("/"), "cgroup.controllers"), "w") as handle:
+            handle.write("cpuset cpu io memory hugetlb pids rdma misc\n")
+    if systemd:
+        os.makedirs(os.path.join(root, "run/systemd/system"), exist_ok=True)
+    systemctl = Systemctl(root)
+    host = RealHost(root, runner=systemctl)
+    return host, systemctl
+
+
+def read(host, node_path):
+    with open(host.path(node_path)) as handle:
+        return handle.read()
+
+
+def test_apply_starts_the_slice_then_sets_every_property_at_runtime(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    properties, huge = wanted_slice(Limits(cpus="0-3,8", mems="0", cpu_millis=1234, memory_bytes=10 * GIB))
+    host.slices.apply(NAME, properties, huge)
+    assert systemctl.calls == [
+        ["systemctl", "start", NAME],
+        ["systemctl", "set-property", "--runtime", NAME, "AllowedCPUs=0-3,8", "AllowedMemoryNodes=0",
+         "CPUQuota=124%", "MemoryMax=10737418240", "MemoryHigh=9663676416"],
+    ]
+    # no huge pages booked: the hugetlb controller is left alone
+    for parent in ("", "/bcd.slice", "/bcd.slice/bcd-alloc.slice"):
+        assert read(host, CGROUP + parent + "/cgroup.subtree_control") == ""
+    assert read(host, "%s/%s/hugetlb.2MB.max" % (SLICE_DIR, NAME)) == "max\n"
+
+
+def test_properties_go_in_a_fixed_order_whatever_order_they_come_in(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    host.slices.apply(NAME, {"MemoryHigh": "900", "CPUQuota": "50%", "MemoryMax": "1000"}, {})
+    assert systemctl.calls[1] == ["systemctl", "set-property", "--runtime", NAME, "CPUQuota=50%", "MemoryMax=1000",
+                                  "MemoryHigh=900"]
+
+
+def test_huge_pages_enable_hugetlb_down_the_tree_and_write_the_limits_in_bytes(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    properties, huge = wanted_slice(Limits(mems="1", hugepages_2mi=3, hugepages_1gi=2))
+    host.slices.apply(NAME, properties, huge)
+    assert systemctl.calls == [
+        ["systemctl", "start", NAME],
+        ["systemctl", "set-property", "--runtime", NAME, "AllowedMemoryNodes=1"],
+    ]
+    for parent in ("", "/bcd.slice", "/bcd.slice/bcd-alloc.slice"):
+        assert read(host, CGROUP + parent + "/cgroup.subtree_control") == "+hugetlb"
+    assert read(host, "%s/%s/hugetlb.2MB.max" % (SLICE_DIR, NAME)) == str(3 * 2 * MIB)
+    assert read(host, "%s/%s/hugetlb.1GB.max" % (SLICE_DIR, NAME)) == str(2 * GIB)
+
+
+def test_only_huge_pages_start_the_slice_without_set_property(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    host.slices.apply(NAME, {}, {"1GB": GIB})
+    assert systemctl.calls == [["systemctl", "start", NAME]]
+    assert read(host, "%s/%s/hugetlb.1GB.max" % (SLICE_DIR, NAME)) == str(GIB)
+
+
+def test_remove_stops_the_slice(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    host.slices.apply(NAME, {"MemoryMax": "1000"}, {})
+    host.slices.remove(NAME)
+    assert systemctl.calls[-1] == ["systemctl", "stop", NAME]
+    assert host.slices.state(NAME) is None
+
+
+def test_the_slice_state_is_read_from_the_cgroup(tmp_path):
+    host, _unused = cgroup_host(tmp_path)
+    assert host.slices.names() == []
+    assert host.slices.state(NAME) is None
+    host.slices.apply(NAME, {}, {"2MB": 4 * MIB})
+    directory = host.path("%s/%s" % (SLICE_DIR, NAME))
+    with open(os.path.join(directory, "hugetlb.2MB.current"), "w") as handle:
+        handle.write("2097152\n")
+    state = host.slices.state(NAME)
+    assert state.name == NAME
+    assert state.populated is False
+    assert state.hugetlb_max == {"2MB": 4 * MIB}  # "max" (no limit) for 1GB is not a number: not listed
+    assert state.hugetlb_current == {"2MB": 2 * MIB, "1GB": 0}
+    with open(os.path.join(directory, "cgroup.events"), "w") as handle:
+        handle.write("populated 1\nfrozen 0\n")
+    assert host.slices.state(NAME).populated is True
+    # other cgroups beside it are not bcd's slices
+    os.makedirs(host.path(SLICE_DIR + "/other.slice"))
+    os.makedirs(host.path(SLICE_DIR + "/bcd-alloc-a-b.slice"))
+    assert host.slices.names() == [NAME]
+    assert list(host.slice_states()) == [NAME]
+
+
+def test_a_failing_systemctl_raises_slice_error_with_its_stderr(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    systemctl.fail["start"] = (1, "Failed to start bcd-alloc-a1.slice: Access denied\n")
+    with pytest.raises(SliceError) as caught:
+        host.slices.apply(NAME, {"MemoryMax": "1000"}, {"2MB": 2 * MIB})
+    assert "Failed to start bcd-alloc-a1.slice: Access denied" in str(caught.value)
+    assert "systemctl start %s" % NAME in str(caught.value)
+    assert systemctl.calls == [["systemctl", "start", NAME]]  # nothing after a failed start
+    assert read(host, CGROUP + "/cgroup.subtree_control") == ""
+
+
+def test_a_failing_set_property_and_stop_raise_slice_error(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    systemctl.fail["set-property"] = (1, "Unknown assignment: AllowedCPUs=0-3\n")
+    with pytest.raises(SliceError) as caught:
+        host.slices.apply(NAME, {"AllowedCPUs": "0-3"}, {})
+    assert "Unknown assignment: AllowedCPUs=0-3" in str(caught.value)
+    systemctl.fail["stop"] = (5, "Unit bcd-alloc-a1.slice not loaded.\n")
+    with pytest.raises(SliceError) as caught:
+        host.slices.remove(NAME)
+    assert "Unit bcd-alloc-a1.slice not loaded." in str(caught.value)
+
+
+def test_a_hugetlb_file_that_cannot_be_written_raises_slice_error(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    systemctl.fail["start"] = (0, "")  # systemd answers but makes no cgroup: the limit has nowhere to go
+    with pytest.raises(SliceError) as caught:
+        host.slices.apply(NAME, {}, {"1GB": GIB})
+    assert "hugetlb.1GB.max" in str(caught.value)
+
+
+def test_slices_are_available_on_systemd_with_cgroup_v2(tmp_path):
+    host, _unused = cgroup_host(tmp_path)
+    assert host.slices.available() is None
+    assert host.slices_unavailable() is None
+
+
+def test_slices_are_unavailable_without_cgroup_v2(tmp_path):
+    host, _unused = cgroup_host(tmp_path, v2=False)
+    reason = host.slices.available()
+    assert reason is not None and "cgroup v2" in reason and "/sys/fs/cgroup" in reason
+    inventory = Inventory(gpus=[], source="none")
+    assert "devices.limits" not in capabilities(host, inventory)
+
+
+def test_slices_are_unavailable_without_systemd(tmp_path):
+    host, _unused = cgroup_host(tmp_path, systemd=False)
+    reason = host.slices.available()
+    assert reason is not None and "systemd" in reason
+    assert "devices.limits" not in capabilities(host, Inventory(gpus=[], source="none"))
+    host_ok, _unused = cgroup_host(tmp_path / "ok")
+    assert "devices.limits" in capabilities(host_ok, Inventory(gpus=[], source="none"))
+
+
+# --- refused before any command -----------------------------------------------------------------------------------
+
+BAD_NAMES = [
+    "bcd-alloc-.slice",
+    "bcd-alloc-a-b.slice",
+    "bcd-alloc-a1.service",
+    "bcd-alloc-../../x.slice",
+    "bcd-alloc-a1.slice\n",
+    "bcd-alloc-a1.slice;reboot",
+    "bcd-alloc-%s.slice" % ("a" * 81),
+    "bcd-alloc-a 1.slice",
+    "other-a1.slice",
+    "-.slice",
+    "",
+    None,
+    42,
+]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_a_bad_slice_name_is_refused_before_any_command(tmp_path, name):
+    host, systemctl = cgroup_host(tmp_path)
+    before = sorted(os.walk(str(tmp_path)))
+    with pytest.raises(SliceError) as caught:
+        host.slices.apply(name, {"MemoryMax": "1000"}, {"2MB": 2 * MIB})
+    assert "bcd-alloc-" in str(caught.value)
+    with pytest.raises(SliceError):
+        host.slices.remove(name)
+    assert systemctl.calls == []
+    assert sorted(os.walk(str(tmp_path))) == before
+    assert read(host, CGROUP + "/cgroup.subtree_control") == ""
+
+
+def test_the_longest_name_is_accepted(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    name = "bcd-alloc-%s.slice" % ("A_9" * 26 + "zz")  # 80 characters
+    host.slices.apply(name, {}, {})
+    host.slices.remove(name)
+    assert systemctl.calls == [["systemctl", "start", name], ["systemctl", "stop", name]]
+
+
+CPULIST_1024 = "0," * 511 + "10"
+CPULIST_1025 = "0," * 511 + "100"
+
+BAD_PROPERTIES = [
+    {"AllowedCPUs": CPULIST_1025},
+    {"AllowedMemoryNodes": CPULIST_1025},
+    {"AllowedCPUs": "0-3;reboot"},
+    {"AllowedCPUs": "0-3 8"},
+    {"AllowedCPUs": "3-1"},
+    {"AllowedCPUs": "all"},
+    {"AllowedCPUs": ""},
+    {"AllowedCPUs": "0-3\n"},
+    {"AllowedMemoryNodes": "0\nMemoryMax=1"},
+    {"AllowedCPUs": 3},
+    {"CPUQuota": "124"},
+    {"CPUQuota": "-5%"},
+    {"MemoryMax": "infinity"},
+    {"MemoryHigh": "1G"},
+    {"Delegate": "yes"},
+    {"ExecStartPre": "/bin/sh"},
+]
+
+
+@pytest.mark.parametrize("properties", BAD_PROPERTIES, ids=lambda p: repr(p)[:40])
+def test_bad_properties_are_refused_before_any_command(tmp_path, properties):
+    host, systemctl = cgroup_host(tmp_path)
+    with pytest.raises(SliceError):
+        host.slices.apply(NAME, properties, {})
+    assert systemctl.calls == []
+
+
+@pytest.mark.parametrize("properties", [{"CPUQuota": "100%\n"}, {"MemoryMax": "1024\n"}, {"MemoryHigh": "9\n"}],
+                         ids=["CPUQuota", "MemoryMax", "MemoryHigh"])
+def test_a_property_with_a_trailing_line_break_is_refused_before_any_command(tmp_path, properties):
+    # The root helper runs this same check on what an unprivileged client sends: a value that
+    # is not exactly a number must not reach systemctl's command line.
+    host, systemctl = cgroup_host(tmp_path)
+    with pytest.raises(SliceError):
+        host.slices.apply(NAME, properties, {})
+    assert systemctl.calls == []
+
+
+@pytest.mark.parametrize("huge", [{"4MB": 4 * MIB}, {"2MB": -1}, {"2MB": True}, {"1GB": "1073741824"},
+                                  {"1GB": 1.5}, []], ids=repr)
+def test_bad_hugetlb_limits_are_refused_before_any_command(tmp_path, huge):
+    host, systemctl = cgroup_host(tmp_path)
+    with pytest.raises(SliceError):
+        host.slices.apply(NAME, {}, huge)
+    assert systemctl.calls == []
+    assert read(host, CGROUP + "/cgroup.subtree_control") == ""
+
+
+def test_a_cpulist_of_1024_characters_is_accepted(tmp_path):
+    assert len(CPULIST_1024) == 1024 and len(CPULIST_1025) == 1025
+    host, systemctl = cgroup_host(tmp_path)
+    host.slices.apply(NAME, {"AllowedCPUs": CPULIST_1024, "AllowedMemoryNodes": CPULIST_1024}, {})
+    assert systemctl.calls[1] == ["systemctl", "set-property", "--runtime", NAME, "AllowedCPUs=" + CPULIST_1024,
+                                  "AllowedMemoryNodes=" + CPULIST_1024]
+
+
+def test_the_record_backend_refuses_the_same_before_writing(make_node):
+    node = make_node()
+    host = node.host()
+    for name, properties, huge in [("bcd-alloc-../x.slice", {}, {}), (NAME, {"AllowedCPUs": CPULIST_1025}, {}),
+                                   (NAME, {"AllowedCPUs": "0;1"}, {}), (NAME, {}, {"2MB": -1})]:
+        with pytest.raises(SliceError):
+            host.slices.apply(name, properties, huge)
+    assert not node.exists("/run/bcd/slices")
+    with pytest.raises(SliceError):
+        check_slice_request(NAME, "AllowedCPUs=0", {})
+
+
+def test_the_record_backend_keeps_a_slice_as_a_json_record(make_node):
+    node = make_node()
+    host = node.host()
+    properties, huge = wanted_slice(Limits(cpus="0-3", mems="0", cpu_millis=1234, memory_bytes=GIB, hugepages_2mi=2))
+    host.slices.apply(NAME, properties, huge)
+    record = json.loads(node.read("/run/bcd/slices/%s.json" % NAME))
+    assert record == {
+        "name": NAME,
+        "properties": {"AllowedCPUs": "0-3", "AllowedMemoryNodes": "0", "CPUQuota": "124%",
+                       "MemoryMax": str(GIB), "MemoryHigh": str(GIB * 9 // 10)},
+        "hugetlb_max": {"2MB": 4 * MIB},
+        "hugetlb_current": {},
+        "populated": False,
+    }
+    # a running workload (a test sets populated) survives a new apply of the limits
+    record["populated"] = True
+    record["hugetlb_current"] = {"2MB": 2 * MIB}
+    node.write("/run/bcd/slices/%s.json" % NAME, json.dumps(record))
+    host.slices.apply(NAME, {"MemoryMax": "5"}, {})
+    state = host.slices.state(NAME)
+    assert state.populated is True and state.hugetlb_current == {"2MB": 2 * MIB}
+    assert state.properties == {"MemoryMax": "5"}
+    host.slices.remove(NAME)
+    assert host.slices.state(NAME) is None
+    assert host.slices.names() == []
