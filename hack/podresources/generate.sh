@@ -115,6 +115,7 @@ for pattern in GRPC_GENERATED_VERSION _version_not_supported _registered_method 
   gone "$grpc" "$pattern"
 done
 
+"$venv/bin/python" "$(dirname "$0")/guard_imports.py" "$pb2" "$grpc"
 "$venv/bin/black" --quiet --target-version py38 --line-length 160 "$pb2" "$grpc"
 # pep8 (ansible-test: 160 columns) accepts the lines black could not shorten.
 for file in "$pb2" "$grpc"; do
