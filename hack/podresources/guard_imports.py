@@ -12,6 +12,10 @@ _kubelet.py reads PROTOBUF_IMPORT_ERROR and GRPC_IMPORT_ERROR and reports what i
 import sys
 
 
+def indent(lines):
+    return "\n".join(("    " + line) if line.strip() else "" for line in lines)
+
+
 def guard_pb2(text):
     """Everything from the first protobuf import on runs only when protobuf imports."""
     start = text.index("from google.protobuf import")
@@ -19,7 +23,6 @@ def guard_pb2(text):
     imports, rest = [], []
     for line in body.splitlines():
         (imports if not rest and (line.startswith("from google.protobuf") or not line.strip()) else rest).append(line)
-    indent = lambda lines: "\n".join(("    " + line) if line.strip() else "" for line in lines)  # noqa: E731
     return (head + "try:\n" + indent(imports) + "\n"
             + "except ImportError as exc:  # no protobuf on this node: _kubelet.py says so\n"
             + "    PROTOBUF_IMPORT_ERROR = exc\n"
