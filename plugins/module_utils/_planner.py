@@ -7,10 +7,13 @@ host to the ordered plan of a pass.
 Check mode is this plan without the apply; diff mode shows it; a real run
 executes exactly it. The order is the spec page's "One pass":
 
-1. releases cut short by an earlier pass are finished;
+1. Kubernetes releases pending from earlier passes are reported once no pod
+   holds them, or dropped unreported when the spec wants the allocation
+   again; plain releases cut short by an earlier pass are finished;
 2. holds no longer wanted are released (before any bind, so a GPU can move
    between allocations in one generation); a released hold's slice is
-   stopped once empty, and leftover slices of holds gone earlier too;
+   stopped once empty, and leftover slices of holds gone earlier too; a
+   Kubernetes hold is recorded and withdrawn, and reported once free;
 3. holds still wanted are kept: a missing slice is created again (after a
    reboot), a changed rendering is written again, a missing env file
    rewritten, a hold never reported is reported;
