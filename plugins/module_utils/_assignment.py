@@ -240,26 +240,30 @@ def _show(value):
 def parse_assignments(raw_list):
     """Split the raw ``devices`` section into assignments and refusals.
 
-    An allocation id may appear once: its first entry is checked, later ones
-    are refused. A refusal for an entry without a usable allocation id is keyed
-    by its position (``devices[3]``) so it can still be reported.
+    An allocation id may appear once. One sent more than once is ambiguous, so
+    every entry of it is refused (one refusal for the allocation) and a hold it
+    already has is kept as it is. A refusal for an entry without a usable
+    allocation id is keyed by its position (``devices[3]``) so it can still be
+    reported.
     """
     if raw_list is not None and not isinstance(raw_list, list):
         raise InvalidAssignment("devices: must be a list of assignments")
     if len(raw_list or []) > MAX_ASSIGNMENTS:
         raise InvalidAssignment("devices: %d assignments; at most %d fit one node" % (len(raw_list), MAX_ASSIGNMENTS))
     parsed = ParsedInput()
-    seen = set()
+    keys = []
     for index, raw in enumerate(raw_list or []):
         raw_id = raw.get("allocation_id") if isinstance(raw, dict) else None
         # A refusal is reported under the id the control plane sent, when it sent a string.
-        key = raw_id[:TEXT_MAX] if isinstance(raw_id, str) and raw_id else "devices[%d]" % index
-        parsed.order.append(key)
-        if key in seen:
-            parsed.refusals.append(Refusal(key, "invalid-assignment", "allocation_id: %s appears more than once" % key))
+        keys.append(raw_id[:TEXT_MAX] if isinstance(raw_id, str) and raw_id else "devices[%d]" % index)
+    counts = dict((key, keys.count(key)) for key in keys)
+    for index, (key, raw) in enumerate(zip(keys, raw_list or [])):
+        if key in parsed.order:
             continue
-        seen.add(key)
+        parsed.order.append(key)
         try:
+            if counts[key] > 1:
+                raise InvalidAssignment("allocation_id: %s appears %d times" % (key, counts[key]))
             parsed.assignments.append(parse_assignment(raw, index))
         except InvalidAssignment as exc:
             parsed.refusals.append(Refusal(key, "invalid-assignment", str(exc)))

@@ -27,7 +27,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._events import Journal
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import PassLock, read_bytes, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import Releases, load_releases
 from ansible_collections.bcd.devices.plugins.module_utils._ledger import catch_up_state, save_ledger
-from ansible_collections.bcd.devices.plugins.module_utils._planner import Observed, plan_pass
+from ansible_collections.bcd.devices.plugins.module_utils._planner import Observed, hold_summary, plan_pass
 
 NODESPEC_NAME = "nodespec.json"
 CONVERGED = "CONVERGED"
@@ -66,6 +66,12 @@ class PassResult:
             "pending_releases": self.plan.pending_releases,
             "capabilities": self.capabilities,
         }
+
+
+def summary_of(hold):
+    """A hold read back from its spec, as ``holds`` and ``holds_info`` return it."""
+    return hold_summary(hold.allocation_id, hold.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
+                        hold.cgroup_parent)
 
 
 def capabilities(host, inventory):
@@ -197,6 +203,10 @@ def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd"
             save_ledger(state_path, ledger)
         else:
             previous = ledger.observed_generation
+        if not check_mode:  # what is on the node now, whatever failed on the way
+            files = host.hold_files()
+            plan.holds = [summary_of(read_hold(allocation_id, *files[allocation_id]))
+                          for allocation_id in sorted(files, key=lambda a: (parsed.position(a), a))]
         events = journal.unacked()
         warnings.extend(journal.warnings)
     section = section_of(generation, plan, errors, previous)

@@ -25,6 +25,16 @@ def _check(name, level, message):
     return {"name": name, "level": level, "message": message}
 
 
+def check_helper(helper_socket):
+    """The root helper the passes are to use answers."""
+    if not helper_socket:
+        return _check("helper", OK, "no root helper configured (passes must run as root)")
+    why = HelperClient(helper_socket, timeout=5).reachable()
+    if why is not None:
+        return _check("helper", ERROR, "the root helper at %s does not answer: %s" % (helper_socket, why))
+    return _check("helper", OK, "the root helper at %s answers" % helper_socket)
+
+
 def check_privilege(host, inventory, helper_socket):
     if os.geteuid() == 0:
         return _check("gpu-binding", OK, "passes run as root")
@@ -118,6 +128,7 @@ def run_checks(host, state_dir="/var/lib/bcd", helper_socket=None):
     inventory = host.inventory()
     return [
         check_privilege(host, inventory, helper_socket),
+        check_helper(helper_socket),
         check_inventory(inventory),
         check_vendor_spec(host.vendor_spec(), inventory),
         check_holds(host, inventory),

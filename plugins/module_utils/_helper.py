@@ -53,6 +53,17 @@ class Refused(Exception):
 
 # -- the server ----------------------------------------------------------------------
 
+def _has_nul(value):
+    """A NUL anywhere in parsed JSON (``\\u0000`` escapes pass the text check)."""
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, dict):
+        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
+
+
 def check_content(kind, allocation_id, content):
     """What the helper writes must be what a pass would write for that allocation."""
     if not isinstance(content, str):
@@ -64,6 +75,8 @@ def check_content(kind, allocation_id, content):
             spec = json.loads(content)
         except ValueError as exc:
             raise Refused("content is not JSON: %s" % exc)
+        if _has_nul(spec):
+            raise Refused("content contains NUL")
         if not isinstance(spec, dict) or spec.get("kind") != KIND:
             raise Refused("a bcd CDI spec must be of kind %s" % KIND)
         annotations = spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {}

@@ -65,7 +65,12 @@ from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import (
     pods_holding,
     release_conditions,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._slices import allocation_of, slice_name, wanted_slice
+from ansible_collections.bcd.devices.plugins.module_utils._slices import (
+    allocation_of,
+    limits_of_slice,
+    slice_name,
+    wanted_slice,
+)
 
 NODE_UNPRIVILEGED = (
     "bcd node runs without root and without [helper]: it cannot write /etc/cdi or create hold slices "
@@ -419,19 +424,27 @@ def _release_unwanted(state):
     for allocation_id in sorted(state.live):
         hold = state.live[allocation_id]
         assignment = state.wanted.get(allocation_id)
-        rebind = assignment is not None and not hold.problem and (
+        # A damaged spec (its devices cannot be read back) is released and bound again from the assignment.
+        rebind = assignment is not None and (hold.problem is not None or (
             sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
-            or hold.kubernetes != assignment.kubernetes)
+            or hold.kubernetes != assignment.kubernetes))
         if allocation_id in keep and not rebind:
             continue
         if not observed.privileged:
             state.needs_root("releasing %s" % allocation_id)
+            state.plan.holds.append(hold_summary(allocation_id, hold.reservation_id, hold.generation, hold.atoms,
+                                                 hold.kubernetes, hold.cgroup_parent))
             continue
-        why = "wanted with other devices" if rebind else "no longer wanted"
+        why = "no longer wanted"
+        if rebind:
+            why = "its spec is damaged" if hold.problem else "wanted with other devices"
+        device_ids = hold.device_ids
+        if hold.problem:  # what was reported bound, when the file no longer says
+            device_ids = (observed.ledger.bound.get(allocation_id) or {}).get("device_ids") or hold.device_ids
         if hold.kubernetes:
             _release_kubernetes(state, hold, why)
         else:
-            state.add(_release_action(observed, allocation_id, state.generation, hold.device_ids, "release", why))
+            state.add(_release_action(observed, allocation_id, state.generation, device_ids, "release", why))
             state.released_slices.add(slice_name(allocation_id))
         state.live.pop(allocation_id)
 
@@ -475,6 +488,11 @@ def _admission(state):
                 limits = _limits_from_record(record.get("limits"))
             current = state.observed.slices.get(slice_name(allocation_id))
             admission.count(limits, current.hugetlb_current if current is not None else None)
+        for name in sorted(state.observed.slices):
+            # A slice whose hold is gone but whose workload still runs keeps what it was promised.
+            current = state.observed.slices[name]
+            if current.populated and allocation_of(name) not in state.live:
+                admission.count(limits_of_slice(current), current.hugetlb_current)
         state.admission = admission
     return state.admission
 

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import InvalidAssignment, check_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils._assignment import InvalidAssignment, Limits, check_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import read_bytes, remove_file, write_atomic
 
 SLICE_NAME_RE = re.compile(r"^bcd-alloc-[A-Za-z0-9_]{1,80}\.slice$")
@@ -133,6 +133,7 @@ class SliceState:
     hugetlb_max: Dict[str, int] = field(default_factory=dict)
     hugetlb_current: Dict[str, int] = field(default_factory=dict)
     populated: bool = False
+    memory_max: Optional[int] = None  # the cgroup's memory.max, where properties cannot be read back
 
 
 class RecordSlices(object):
@@ -220,7 +221,9 @@ class SystemdSlices(object):
                 value = (read_bytes(os.path.join(directory, filename)) or b"").strip()
                 if value.isdigit():
                     target[size] = int(value)
-        return SliceState(name=name, hugetlb_max=limits, hugetlb_current=current, populated=populated)
+        memory = (read_bytes(os.path.join(directory, "memory.max")) or b"").strip()
+        return SliceState(name=name, hugetlb_max=limits, hugetlb_current=current, populated=populated,
+                          memory_max=int(memory) if memory.isdigit() else None)
 
     def _systemctl(self, *args):
         argv = ["systemctl"] + list(args)
@@ -261,3 +264,15 @@ def wanted_slice(limits):
     if limits is None or limits.is_empty():
         return None
     return slice_properties(limits), hugetlb_max(limits)
+
+
+def limits_of_slice(state):
+    """What a slice still holds of the host, as ``Limits``: its memory limit and huge page limits."""
+    properties = state.properties or {}
+    memory = properties.get("MemoryMax")
+    if memory is None and state.memory_max is not None:
+        memory = str(state.memory_max)
+    pages = dict((attribute, state.hugetlb_max.get(size, 0) // page) for size, attribute, page in HUGE_SIZES)
+    return Limits(mems=properties.get("AllowedMemoryNodes") or None,
+                  memory_bytes=int(memory) if memory and memory.isdigit() else None,
+                  hugepages_2mi=pages["hugepages_2mi"] or None, hugepages_1gi=pages["hugepages_1gi"] or None)

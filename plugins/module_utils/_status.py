@@ -15,14 +15,14 @@ import time
 
 from ansible_collections.bcd.devices.plugins.module_utils._cdi import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils._conflicts import UNREADABLE_RELEASES
-from ansible_collections.bcd.devices.plugins.module_utils._converge import KEY_NAME, capabilities
+from ansible_collections.bcd.devices.plugins.module_utils._converge import KEY_NAME, capabilities, summary_of
 from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, NodeKey
 from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import (
     load_releases,
     pending_summary,
     release_conditions,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._planner import atoms_of, hold_summary
+from ansible_collections.bcd.devices.plugins.module_utils._planner import atoms_of
 
 
 def gpu_status(inventory, holds, domains=(), releases=None):
@@ -98,8 +98,7 @@ def node_status(host, state_dir="/var/lib/bcd"):
     if inventory.error:
         warnings.append("GPU inventory: %s" % inventory.error)
     return {
-        "holds": [hold_summary(h.allocation_id, h.reservation_id, h.generation, h.atoms, h.kubernetes,
-                               h.cgroup_parent) for h in holds],
+        "holds": [summary_of(hold) for hold in holds],
         "gpus": gpu_status(inventory, holds, domains, releases),
         "inventory_source": inventory.source,
         "capabilities": capabilities(host, inventory),

@@ -328,3 +328,27 @@ def test_exhausted_is_a_plain_exception_with_the_message():
     assert str(caught.value) == "ResourcesExhausted: 1025 MiB of memory needed, 1024 MiB left on this host"
     admission.check(Limits(memory_bytes=GIB))
     assert admission.committed == GIB
+
+
+def test_a_released_hold_whose_workload_still_runs_keeps_its_memory_and_pages(make_node):
+    # 11 GiB of normal memory and 4 free 1 GiB pages; b1 books 8 GiB and 3 pages, then is released while its
+    # slice still runs a workload: what the slice was promised is still committed.
+    node = make_node()
+    write_memory(node, 16 * GIB, hugetlb=4 * GIB, pages={"1GB": (4, 0), "2MB": (0, 0)})
+    node.run(1, [hold("b1", GPU_A, memory_bytes=8 * GIB, hugepages_1gi=3)])
+    slice_record = node.path("/run/bcd/slices/bcd-alloc-b1.slice.json")
+    with open(slice_record) as handle:
+        data = json.load(handle)
+    data["populated"] = True
+    with open(slice_record, "w") as handle:
+        json.dump(data, handle)
+    result = node.run(2, [hold("a2", GPU_B, memory_bytes=4 * GIB), hold("a3", GPU_C, hugepages_1gi=2)])
+    assert failures(result) == {
+        "a2": ("resources-exhausted", "ResourcesExhausted: 4096 MiB of memory needed, 3072 MiB left on this host"),
+        "a3": ("resources-exhausted", "ResourcesExhausted: 2 hugepages of 1048576 KiB needed, 1 free"),
+    }
+    data["populated"] = False  # the workload exits: the slice goes, and so does what it held
+    with open(slice_record, "w") as handle:
+        json.dump(data, handle)
+    freed = node.run(3, [hold("a2", GPU_B, memory_bytes=4 * GIB), hold("a3", GPU_C, hugepages_1gi=2)])
+    assert failures(freed) == {}

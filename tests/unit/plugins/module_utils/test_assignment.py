@@ -127,10 +127,13 @@ def test_a_huge_allocation_id_gives_a_short_message():
 
 
 def test_an_allocation_id_may_appear_once():
-    parsed = parse_assignments([entry(), entry(devices=[{"id": GPU + "/s1", "device_class": "gpu.slot"}])])
-    assert [a.allocation_id for a in parsed.assignments] == ["alloc_1"]
+    # Sent twice, it is ambiguous: neither entry is honoured, and the allocation is refused once.
+    parsed = parse_assignments([entry(), entry(devices=[{"id": GPU + "/s1", "device_class": "gpu.slot"}]),
+                                entry(allocation_id="alloc_2")])
+    assert [a.allocation_id for a in parsed.assignments] == ["alloc_2"]
     assert [(r.allocation_id, r.reason) for r in parsed.refusals] == [("alloc_1", "invalid-assignment")]
-    assert parsed.refusals[0].message == "allocation_id: alloc_1 appears more than once"
+    assert parsed.refusals[0].message == "allocation_id: alloc_1 appears 2 times"
+    assert parsed.refused_ids == ["alloc_1"]  # a hold it already has is kept
 
 
 # --- env -------------------------------------------------------------------------

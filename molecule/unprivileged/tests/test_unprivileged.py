@@ -1,0 +1,110 @@
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""After an unprivileged pass was refused and the same pass bound through the root helper."""
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from snapshot import quote, snapshot  # noqa: E402
+
+ROOT = "/tmp/bcd-molecule-unprivileged/node-u"
+SOCKET = ROOT + "/run/bcd/helper.sock"
+
+# A peer of the helper: sends each argv line raw, prints the replies (or the connection error).
+CLIENT = r"""
+import json, socket, sys
+try:
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.settimeout(10)
+    connection.connect(sys.argv[1])
+    connection.sendall("".join(line + "\n" for line in sys.argv[2:]).encode())
+    connection.shutdown(socket.SHUT_WR)
+    data = b""
+    while True:
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    print(json.dumps([json.loads(line) for line in data.decode().splitlines()]))
+except OSError as exc:
+    print(json.dumps({"connect": exc.strerror}))
+"""
+
+
+@pytest.fixture(scope="module")
+def node(host):
+    return snapshot(host, ROOT)
+
+
+def ask(host, user, *requests):
+    lines = " ".join(quote(r if isinstance(r, str) else json.dumps(r)) for r in requests)
+    result = host.run("setpriv --reuid=%s --regid=$(id -g %s) --init-groups -- /usr/bin/python3 -c %s %s %s"
+                      % (user, user, quote(CLIENT), SOCKET, lines))
+    assert result.rc == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_holds_were_written_by_the_helper_as_root(node):
+    for allocation in ("u_plain", "u_sliced"):
+        for path in ("/etc/cdi/bcd-%s.json" % allocation, "/run/bcd/allocations/%s.env" % allocation):
+            assert (node[path]["user"], node[path]["mode"]) == ("root", 0o644), path
+    record = json.loads(node["/run/bcd/slices/bcd-alloc-u_sliced.slice.json"]["text"])
+    assert record["properties"]["AllowedCPUs"] == "0-1"
+    assert record["properties"]["MemoryMax"] == "1073741824"
+    assert (node["/run/bcd/slices/bcd-alloc-u_sliced.slice.json"]["user"]) == "root"
+
+
+def test_the_pass_state_is_bcds_and_journals_the_refusals_then_the_binds(node):
+    assert (node["/var/lib/bcd"]["user"], node["/var/lib/bcd"]["mode"]) == ("bcd", 0o700)
+    for name in ("events.jsonl", "ledger.json", "node.key", "nodespec.json"):
+        item = node["/var/lib/bcd/" + name]
+        assert (item["user"], item["mode"]) == ("bcd", 0o600), name
+    events = [json.loads(line) for line in node["/var/lib/bcd/events.jsonl"]["text"].splitlines()]
+    assert [(e["type"], e["body"]["allocation_id"]) for e in events] == [
+        ("AllocationFailed", "u_plain"), ("AllocationFailed", "u_sliced"),
+        ("AllocationBound", "u_plain"), ("AllocationBound", "u_sliced")]
+    assert events[0]["body"]["reason"] == "node-unprivileged"
+
+
+def test_the_helper_socket_is_for_bcd_only(host, node):
+    sock = node["/run/bcd/helper.sock"]
+    assert (sock["type"], sock["user"], sock["mode"]) == ("socket", "bcd", 0o600)
+    assert ask(host, "nobody", {"op": "slice.remove", "name": "bcd-alloc-u_plain.slice"}) == {
+        "connect": "Permission denied"}
+
+
+def test_the_helper_refuses_what_it_must_not_do_and_keeps_serving(host):
+    before = snapshot(host, "/tmp/bcd-molecule-unprivileged")
+    replies = ask(host, "bcd",
+                  {"op": "file.write", "kind": "allocation-env", "allocation_id": "../../../../etc/x",
+                   "content": "A=1"},
+                  {"op": "file.write", "kind": "../cdi", "allocation_id": "u_x", "content": "A=1"},
+                  {"op": "file.write", "kind": "cdi", "allocation_id": "u_x", "content": "{}"},
+                  {"op": "slice.apply", "name": "../../x.slice", "properties": {}},
+                  {"op": "slice.apply", "name": "bcd-alloc-u_x.slice", "properties": {"AllowedCPUs": "0," * 600}},
+                  "this is not JSON",
+                  {"op": "file.remove", "kind": "allocation-env", "allocation_id": "u_gone"})
+    assert [reply["ok"] for reply in replies] == [False] * 6 + [True]
+    assert "does not match" in replies[0]["error"]
+    assert "unknown kind" in replies[1]["error"]
+    assert "of kind bcd.dev/gpu" in replies[2]["error"]
+    assert replies[3]["error"] and "1024" in replies[4]["error"]
+    assert replies[5]["error"].startswith("malformed request")
+    after = snapshot(host, "/tmp/bcd-molecule-unprivileged")
+    changed = sorted(path for path in set(before) | set(after)
+                     if before.get(path) != after.get(path) and not path.endswith("/helper.log"))
+    assert changed == []
+
+
+def test_the_helper_is_still_running_and_logged_whom_it_served(host, node):
+    pid = node["/helper.pid"]["text"].strip()
+    assert host.run("kill -0 %s" % pid).rc == 0
+    uid = host.user("bcd").uid
+    log = host.file(ROOT + "/helper.log").content_string
+    assert "bcd-holds helper listening on %s for root, bcd" % SOCKET in log
+    assert "uid %d: file.write u_plain" % uid in log
+    assert "uid %d: slice.apply bcd-alloc-u_sliced.slice" % uid in log
