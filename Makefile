@@ -1,6 +1,6 @@
 # bcd.devices: set up the toolchain, lint, test, demo.
 #
-#   make test   what CI runs (.ci/run): venv, lint, units, sanity, molecule, in order,
+#   make test   what CI runs (.ci/run): venv, lint, units, sanity, molecule, e2e, in order,
 #               stopping at the first failure
 #   make demo   the fakehw demo (hack/demo.sh)
 #
@@ -29,7 +29,7 @@ LINK := .build/ansible_collections/bcd/devices
 # through the link above.
 ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE_COLLECTIONS_PATH="$(BUILD)"
 
-.PHONY: help venv lint units sanity molecule demo test clean distclean
+.PHONY: help venv lint units sanity molecule demo e2e test clean distclean
 
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
@@ -38,6 +38,7 @@ help:
 	@echo "make sanity    ansible-test sanity on a copy in .build/sanity (SANITY_ARGS=...)"
 	@echo "make molecule  every Molecule scenario"
 	@echo "make demo      hack/demo.sh: the fakehw demo"
+	@echo "make e2e       hack/e2e.sh: podman 5 and the CDI library consume converged specs (root)"
 	@echo "make test      venv, lint, units, sanity, molecule; stops at the first failure"
 	@echo "make clean     remove .build and test output; make distclean also removes .venv"
 
@@ -82,7 +83,10 @@ demo: $(STAMP) | $(LINK)
 	@if [[ ! -f hack/demo.sh ]]; then echo "demo: hack/demo.sh is missing" >&2; exit 1; fi
 	$(ANSIBLE_ENV) VENV=$(VENV) BUILD=$(BUILD) bash hack/demo.sh
 
-test: venv lint units sanity molecule
+e2e: $(STAMP) | $(LINK)
+	bash hack/e2e.sh $(E2E_ARGS)
+
+test: venv lint units sanity molecule e2e
 
 clean:
 	rm -rf .build tests/output .ansible .pytest_cache

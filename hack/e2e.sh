@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# End-to-end: real CDI consumers accept the specs bcd.devices writes
+# (docs/verified-consumers.md says what is proven and with which versions).
+#
+#   bash hack/e2e.sh [PYTEST ARGS...]      e.g. -k release, -x
+#
+# 1. Installs the host tools it lacks (debootstrap, zstd) with apt-get.
+# 2. Gets the Debian trixie rootfs (podman 5, runc, busybox-static, Go and Debian's CDI
+#    Go library) from .cache/e2e/rootfs, building and caching it on the first run.
+# 3. Gets tests/e2e/cdicheck, a checker built on that CDI library, from .cache/e2e/bin,
+#    building it in the rootfs when its source changed.
+# 4. In a private mount namespace, unpacks the rootfs on a tmpfs and runs tests/e2e
+#    (pytest; tests/e2e/lib/in_podman_rootfs.sh): fakehw nodes (in a scratch directory
+#    under .cache/e2e/work) are converged through ansible-playbook, then podman, chrooted
+#    in the rootfs, and the checker consume the specs. Nothing is mounted on the host,
+#    and the scratch directory is removed.
+#
+# Needs root, .venv (make venv) and, on a cold cache, the Debian mirror. Environment:
+#   E2E_CACHE          the cache (default .cache/e2e; git ignores .cache/)
+#   E2E_DEBIAN_MIRROR  default http://deb.debian.org/debian
+#   E2E_REBUILD=1      rebuild the rootfs and the checker even when cached
+#   E2E_KEEP=1         keep the scratch directory (its path is printed)
+set -euo pipefail
+shopt -s inherit_errexit
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export E2E_CACHE=${E2E_CACHE:-$repo/.cache/e2e}
+# shellcheck source=tests/e2e/lib/rootfs.sh
+source tests/e2e/lib/rootfs.sh
+
+die() {
+  printf 'e2e: %s\n' "$*" >&2
+  exit 2
+}
+
+started=$SECONDS
+[[ $(id -u) == 0 ]] || die "run as root: debootstrap, chroot, mknod and mount namespaces need it"
+[[ -x .venv/bin/ansible-playbook && -x .venv/bin/python ]] ||
+  die ".venv is missing or incomplete: run 'make venv' first (or 'make e2e')"
+if [[ ! -e .build/ansible_collections/bcd/devices ]]; then
+  mkdir -p .build/ansible_collections/bcd
+  ln -sfn ../../.. .build/ansible_collections/bcd/devices
+fi
+
+# --- host tools --------------------------------------------------------------------
+missing=()
+for tool in debootstrap:debootstrap zstd:zstd unshare:util-linux chroot:coreutils; do
+  command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
+done
+if ((${#missing[@]})); then
+  e2e_log "installing ${missing[*]} with apt-get"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+mkdir -p "$E2E_CACHE/work" "$E2E_CACHE/bin"
+# One run at a time per cache: scratch directories and cache writes are not shared.
+exec 9>"$E2E_CACHE/.lock"
+flock -n 9 || die "another hack/e2e.sh is running on $E2E_CACHE"
+for stale in "$E2E_CACHE"/work/run.*; do
+  # A scratch directory left by a killed run; its mounts died with its namespace.
+  if [[ -d $stale ]] && ! grep -qF " $stale/" /proc/self/mountinfo; then rm -rf "$stale"; fi
+done
+
+# --- the rootfs --------------------------------------------------------------------
+t=$SECONDS
+rootfs_tarball trixie-podman trixie \
+  "podman runc busybox-static golang-go golang-github-container-orchestrated-devices-container-device-interface-dev"
+rootfs_time="$((SECONDS - t))s ($( ((ROOTFS_BUILT)) && echo built || echo cached))"
+tarball=$ROOTFS_TARBALL
+
+work=$(mktemp -d "$E2E_CACHE/work/run.XXXXXX")
+# shellcheck disable=SC2317  # run by the EXIT trap
+cleanup() {
+  if [[ ${E2E_KEEP:-0} == 1 ]]; then
+    e2e_log "kept the scratch directory $work (the fakehw nodes are in $work/nodes)"
+  elif ! grep -qF " $work/" /proc/self/mountinfo; then
+    rm -rf "$work"
+  fi
+}
+trap cleanup EXIT
+# tests/e2e/lib/in_podman_rootfs.sh unpacks the rootfs on a tmpfs at $work/rootfs, in a private
+# mount namespace, prepares podman in it, then runs the command given.
+in_rootfs() {
+  unshare -m --propagation private -- bash tests/e2e/lib/in_podman_rootfs.sh "$tarball" "$work" "$@"
+}
+
+# --- the checker on the reference CDI library ---------------------------------------
+t=$SECONDS
+checker_key=$({ cat tests/e2e/cdicheck/main.go; basename "$tarball"; } | sha256sum | cut -c1-12)
+checker=$E2E_CACHE/bin/cdicheck-$checker_key
+checker_state=cached
+if [[ ! -x $checker || ${E2E_REBUILD:-0} == 1 ]]; then
+  e2e_log "building tests/e2e/cdicheck against Debian's CDI Go library"
+  # shellcheck disable=SC2016  # expanded by the inner shell
+  in_rootfs bash -euo pipefail -c '
+    root=$1 src=$2 dest=$3
+    go_env() {
+      chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp GO111MODULE=off GOPATH=/usr/share/gocode \
+        GOCACHE=/tmp/gocache GOTELEMETRY=off CGO_ENABLED=0 "$@"
+    }
+    mkdir -p "$root/tmp/cdicheck"
+    cp "$src" "$root/tmp/cdicheck/main.go"
+    unformatted=$(go_env gofmt -l /tmp/cdicheck/main.go)
+    if [[ -n $unformatted ]]; then echo "e2e: tests/e2e/cdicheck/main.go is not gofmt-formatted" >&2; exit 1; fi
+    go_env go build -trimpath -ldflags="-s -w" -o /tmp/cdicheck/cdicheck /tmp/cdicheck/main.go
+    cp "$root/tmp/cdicheck/cdicheck" "$dest"
+  ' build-cdicheck "$work/rootfs" "$repo/tests/e2e/cdicheck/main.go" "$work/cdicheck"
+  rm -f "$E2E_CACHE"/bin/cdicheck-*
+  mv "$work/cdicheck" "$checker"
+  checker_state=built
+fi
+checker_time="$((SECONDS - t))s ($checker_state)"
+
+# --- the suite ---------------------------------------------------------------------
+t=$SECONDS
+status=0
+# shellcheck disable=SC2016  # expanded by the inner shell
+in_rootfs bash -euo pipefail -c '
+  root=$1 work=$2 checker=$3
+  shift 3
+  install -m 0755 "$checker" "$root/usr/local/bin/cdicheck"
+  exec env BCD_E2E_ROOTFS="$root" BCD_E2E_WORK="$work" .venv/bin/python -m pytest tests/e2e -p no:cacheprovider -v "$@"
+' run-suite "$work/rootfs" "$work" "$checker" "$@" || status=$?
+suite_time="$((SECONDS - t))s"
+
+e2e_log "rootfs $rootfs_time, checker $checker_time, suite (unpack included) $suite_time;" \
+  "total $((SECONDS - started))s"
+if ((status)); then
+  e2e_log "FAILED (pytest exit status $status); E2E_KEEP=1 keeps the scratch directory"
+fi
+exit "$status"

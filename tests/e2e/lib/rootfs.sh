@@ -1,0 +1,108 @@
+# shellcheck shell=bash
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Root filesystems for the end-to-end tests, built once with debootstrap and cached as
+# zstd tarballs under .cache/e2e/rootfs (ignored by git through .cache/).
+#
+# A tarball is named <name>-<key>.tar.zst, where <key> hashes the recipe: the suite, the
+# variant, the package list and RECIPE_EPOCH. Changing any of them builds a new tarball;
+# the old ones of that name are removed. Packages are not pinned: a cached tarball keeps
+# the versions it was built with until the recipe changes or E2E_REBUILD=1 is set. Each
+# tarball carries /etc/bcd-e2e/manifest (the recipe and `dpkg-query` of every package)
+# so a run can report the versions it tested.
+#
+# Functions (source this file; `set -euo pipefail` is expected):
+#   rootfs_tarball NAME SUITE "PKG ..."   sets ROOTFS_TARBALL to the tarball's path, building
+#                                         it when missing (then ROOTFS_BUILT=1); a failed
+#                                         build ends the calling script (errexit)
+#   rootfs_extract TARBALL DIR            unpacks a tarball into DIR (created, must be empty)
+#   in_chroot DIR CMD...                  runs CMD chrooted in DIR in a private mount
+#                                         namespace with /proc, /sys and /dev (for apt, go)
+#
+# The podman rootfs of this suite is `rootfs_tarball trixie-podman trixie "podman ..."`;
+# a systemd rootfs for systemd-nspawn is
+# `rootfs_tarball bookworm-systemd bookworm "systemd systemd-sysv dbus python3"`.
+#
+# Environment: E2E_CACHE (default <repo>/.cache/e2e), E2E_DEBIAN_MIRROR (default
+# http://deb.debian.org/debian), E2E_REBUILD=1 to rebuild even when cached.
+
+RECIPE_EPOCH=1
+
+e2e_log() { printf '== e2e: %s\n' "$*" >&2; }
+
+in_chroot() {
+  local dir=$1
+  shift
+  # A private mount namespace: nothing mounted here is seen, or left behind, outside.
+  # shellcheck disable=SC2016  # expanded by the inner shell
+  unshare -m --propagation private -- /bin/bash -euo pipefail -c '
+    dir=$1; shift
+    mount -t proc proc "$dir/proc"
+    mount --rbind /sys "$dir/sys"
+    mount --rbind /dev "$dir/dev"
+    exec chroot "$dir" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+      LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"
+  ' in_chroot "$dir" "$@"
+}
+
+rootfs_tarball() {
+  local name=$1 suite=$2 packages=$3
+  local cache=${E2E_CACHE:?}/rootfs mirror=${E2E_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+  local recipe key tarball
+  recipe=$(printf 'epoch %s\nsuite %s\nvariant minbase\npackages %s\n' "$RECIPE_EPOCH" "$suite" "$packages")
+  key=$(printf '%s\n' "$recipe" | sha256sum | cut -c1-12)
+  tarball=$cache/$name-$key.tar.zst
+  # shellcheck disable=SC2034  # results for the caller
+  ROOTFS_TARBALL=$tarball ROOTFS_BUILT=0
+  if [[ -s $tarball && ${E2E_REBUILD:-0} != 1 ]]; then
+    return 0
+  fi
+  mkdir -p "$cache"
+  e2e_log "building rootfs $name ($suite: $packages) from $mirror; cached as $tarball"
+  # A plain command (not under if, ||, or $(...)) so that errexit holds inside it.
+  (_rootfs_build "$cache" "$name" "$suite" "$packages" "$mirror" "$recipe" "$tarball")
+  # shellcheck disable=SC2034
+  ROOTFS_BUILT=1
+}
+
+# Runs in a subshell (see rootfs_tarball): the EXIT trap removes the unpacked tree even
+# when the build fails halfway.
+_rootfs_build() {
+  set -euo pipefail
+  local cache=$1 name=$2 suite=$3 packages=$4 mirror=$5 recipe=$6 tarball=$7 build
+  build=$(mktemp -d "$cache/.build-$name.XXXXXX")
+  # shellcheck disable=SC2064  # expand now: $build is local
+  trap "rm -rf '$build'" EXIT
+  if ! debootstrap --variant=minbase "$suite" "$build/root" "$mirror" >"$build/debootstrap.log" 2>&1; then
+    tail -n 30 "$build/debootstrap.log" >&2
+    e2e_log "debootstrap $suite failed (log above)"
+    return 1
+  fi
+  cp /etc/resolv.conf "$build/root/etc/resolv.conf"
+  # shellcheck disable=SC2086  # the package list is split on purpose
+  if ! in_chroot "$build/root" sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@"' \
+    apt-install $packages >"$build/apt.log" 2>&1; then
+    tail -n 30 "$build/apt.log" >&2
+    e2e_log "apt-get install in the $suite rootfs failed (log above)"
+    return 1
+  fi
+  in_chroot "$build/root" apt-get clean
+  rm -rf "$build/root/var/lib/apt/lists/"*_* "$build/root/tmp/"* "$build/root/etc/resolv.conf"
+  mkdir -p "$build/root/etc/bcd-e2e"
+  {
+    printf '%s\n' "$recipe"
+    printf 'built %s from %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$mirror"
+    # shellcheck disable=SC2016  # a dpkg-query format, not shell
+    in_chroot "$build/root" dpkg-query -W -f '${Package} ${Version}\n'
+  } >"$build/root/etc/bcd-e2e/manifest"
+  tar -C "$build/root" --numeric-owner --xattrs -cf - . | zstd -q -T0 -3 -o "$build/rootfs.tar.zst"
+  rm -f "$cache/$name"-*.tar.zst
+  mv "$build/rootfs.tar.zst" "$tarball"
+}
+
+rootfs_extract() {
+  local tarball=$1 dir=$2
+  mkdir -p "$dir"
+  zstd -q -dc "$tarball" | tar -C "$dir" --numeric-owner --xattrs -xf -
+}
