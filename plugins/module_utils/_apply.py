@@ -125,6 +125,9 @@ class Applier(object):
             self.report(action)
         elif action.slice:
             self.run_slice(action)
+            if verb == "apply-slice" and alloc in self.ledger.bound:  # the limits the slice now has
+                self.ledger.bound[alloc]["limits"] = action.limits
+                self.save()
         else:
             self.write_files(action)
 

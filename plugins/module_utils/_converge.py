@@ -96,8 +96,10 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir="/var/lib
         live[allocation_id] = read_hold(allocation_id, path, content)
     wanted_ids = set(a.allocation_id for a in wanted)
     kube = None
+    wanted_devices = dict((a.allocation_id, (a.kubernetes, sorted(ref.id for ref in a.devices))) for a in wanted)
     if releases.pending or releases.marker or releases.unreadable is not None or any(
-            hold.kubernetes and allocation_id not in wanted_ids for allocation_id, hold in live.items()):
+            hold.kubernetes and wanted_devices.get(allocation_id) != (True, sorted(hold.device_ids))
+            for allocation_id, hold in live.items()):  # a Kubernetes hold goes, or moves to other devices
         kube = host.kube_side().look(host.inventory())
     env_files = {}
     for allocation_id in set(live) | set(ledger.releasing) | wanted_ids | set(releases.pending):
@@ -227,6 +229,8 @@ def _observation_warnings(observed):
         warnings.append("VMs: %s; using the GPUs they had at the last pass" % observed.domains_error)
     if observed.ledger.problem:
         warnings.append(observed.ledger.problem)
+    if observed.kube is not None and observed.kube.error is not None:
+        warnings.append("the kube side cannot be asked (%s): Kubernetes releases count as held" % observed.kube.error)
     return warnings
 
 

@@ -187,7 +187,15 @@ def release_conditions(pending, marker, now, state_dir):
     return conditions
 
 
-def pending_summary(pending, now):
-    """Pending releases as ``holds_info`` and ``bcd-holds status`` show them, with their age."""
-    return [{"allocation_id": r.allocation_id, "device_ids": list(r.device_ids), "generation": r.generation,
-             "age_seconds": int(max(0, now - r.since))} for r in sorted(pending, key=lambda r: r.allocation_id)]
+def pending_summary(pending, now, holders=None):
+    """Pending releases as ``holds_info`` and ``bcd-holds status`` show them, with their age, and (from a
+    pass) who holds their devices: ``held_by`` lists pods and processes, or is None when the kube side
+    could not be asked."""
+    summary = []
+    for release in sorted(pending, key=lambda r: r.allocation_id):
+        entry = {"allocation_id": release.allocation_id, "device_ids": list(release.device_ids),
+                 "generation": release.generation, "age_seconds": int(max(0, now - release.since))}
+        if holders is not None:
+            entry["held_by"] = holders.get(release.allocation_id)
+        summary.append(entry)
+    return summary

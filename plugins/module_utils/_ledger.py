@@ -98,7 +98,10 @@ def record_event(ledger, event, limits=None):
         ledger.bound[allocation_id] = record
     elif event.get("type") == "AllocationReleased":
         ledger.releasing.pop(allocation_id, None)
-        ledger.bound.pop(allocation_id, None)
+        bound = ledger.bound.get(allocation_id)
+        # a late Kubernetes release of old devices leaves a newer hold of the same id reported
+        if bound is not None and sorted(bound.get("device_ids") or []) == sorted(body.get("device_ids") or []):
+            ledger.bound.pop(allocation_id, None)
     elif event.get("type") == "AllocationFailed" and isinstance(generation, int):
         ledger.failures[allocation_id] = generation
     ledger.journal_seq = max(ledger.journal_seq, event.get("seq") or 0)

@@ -309,6 +309,7 @@ class _Pass(object):
         self.sliced = set()  # slices wanted after this pass
         self.released_slices = set()  # slices whose release this pass handles
         self.pending = {}  # Kubernetes releases still pending after this pass: allocation -> PendingRelease
+        self.holders = {}  # allocation -> who holds its devices (None: the kube side cannot be asked)
         self.marker = observed.releases.marker or observed.releases.unreadable is not None
 
     def needs_root(self, what):
@@ -348,6 +349,7 @@ def _release_kubernetes(state, hold, why):
                       "AllocationReleased" % (hold.allocation_id, why, removed)
     else:
         state.pending[hold.allocation_id] = release
+        state.holders[hold.allocation_id] = holders
         action.text = "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no " \
                       "pod holds its devices (%s)" % (hold.allocation_id, why, removed, _held_by(holders))
     state.add(action)
@@ -368,11 +370,11 @@ def _kubernetes_releases(state):
         state.add(Action("quarantine-releases", "", "set %s/releasing.json aside (%s) and claim every GPU "
                          "until the kube side is known" % (observed.state_dir, releases.unreadable)))
     if state.marker and observed.kube is not None and observed.kube.error is None:
-        known = set()
-        for hold in observed.live.values():
-            known |= device_names(hold.device_ids, observed.inventory)
-        for release in releases.pending.values():
-            known |= device_names(release.device_ids, observed.inventory)
+        known = set()  # what pods may hold of allocations the node knows: their devices and parent GPUs
+        for device_ids in [hold.device_ids for hold in observed.live.values()] + \
+                [release.device_ids for release in releases.pending.values()]:
+            known |= device_names(device_ids, observed.inventory)
+            known |= set(atom.gpu_uuid for atom in atoms_of(device_ids))
         unknown = sorted(observed.kube.held - known)
         gpus = set(gpu.uuid for gpu in observed.inventory.gpus)
         gpus |= set(inst.uuid for gpu in observed.inventory.gpus for inst in gpu.mig)
@@ -382,12 +384,16 @@ def _kubernetes_releases(state):
             state.marker = False
     for allocation_id in sorted(releases.pending):
         release = releases.pending[allocation_id]
-        if allocation_id in state.wanted:
+        assignment = state.wanted.get(allocation_id)
+        if assignment is not None and assignment.kubernetes and \
+                sorted(ref.id for ref in assignment.devices) == sorted(release.device_ids):
             state.add(Action("drop-release", allocation_id, "drop the pending Kubernetes release of %s: the spec "
                              "wants it again (not reported)" % allocation_id, generation=release.generation))
             continue
-        files = _withdraw_files(observed, allocation_id)
-        state.live.pop(allocation_id, None)
+        files = []
+        if assignment is None:  # its files, if a crash left them, are withdrawn; a new hold of the same id is not
+            files = _withdraw_files(observed, allocation_id)
+            state.live.pop(allocation_id, None)
         holders = pods_holding(observed.kube, release.device_ids, observed.inventory)
         if holders == []:
             event = {"type": "AllocationReleased",
@@ -396,6 +402,7 @@ def _kubernetes_releases(state):
                              "more" % allocation_id, files, event, list(release.device_ids), release.generation))
             continue
         state.pending[allocation_id] = release
+        state.holders[allocation_id] = holders
         if files:
             state.add(Action("withdraw", allocation_id, "remove %s: %s is being released" % (
                 " and ".join(change.path for change in files), allocation_id), files,
@@ -462,7 +469,7 @@ def _claim_everything(state):
     if state.marker:
         state.claims.claim_every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
     state.plan.conditions = release_conditions(state.pending.values(), state.marker, observed.now, observed.state_dir)
-    state.plan.pending_releases = pending_summary(state.pending.values(), observed.now)
+    state.plan.pending_releases = pending_summary(state.pending.values(), observed.now, state.holders)
 
 
 def atoms_of(device_ids):
@@ -549,10 +556,14 @@ def _keep_slice(state, assignment, hold):
     op = _slice_op(assignment)
     state.sliced.add(op["name"])
     current = state.observed.slices.get(op["name"])
+    recorded = (state.observed.ledger.bound.get(assignment.allocation_id) or {}).get("limits")
     if current is None:
         verb, text = "create-slice", "create %s again: the hold is kept but its slice is gone" % _describe_slice(op)
     elif current.properties is not None and (current.properties != op["properties"]
                                              or current.hugetlb_max != op["hugetlb_max"]):
+        verb, text = "apply-slice", "set %s: its limits changed" % _describe_slice(op)
+    elif current.properties is None and recorded is not None and recorded != _limits_record(assignment.limits):
+        # systemd's properties are not read back: the limits the hold was bound with are the ledger's
         verb, text = "apply-slice", "set %s: its limits changed" % _describe_slice(op)
     else:
         return
@@ -560,7 +571,7 @@ def _keep_slice(state, assignment, hold):
         state.needs_root(text)
         return
     state.add(Action(verb, assignment.allocation_id, text, slice=op, device_ids=list(hold.device_ids),
-                     generation=state.generation))
+                     generation=state.generation, limits=_limits_record(assignment.limits)))
 
 
 def _keep_files(state, assignment, hold, atoms):

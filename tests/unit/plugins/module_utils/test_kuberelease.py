@@ -115,7 +115,7 @@ def test_a_release_is_recorded_withdrawn_and_reported_once_no_pod_holds_the_devi
     assert released(node) == []
     assert result.section["state"] == "CONVERGED"
     assert result.plan.pending_releases == [{"allocation_id": "k1", "device_ids": [GPU_A], "generation": 2,
-                                             "age_seconds": 0}]
+                                             "age_seconds": 0, "held_by": ["default/train-0 (main)"]}]
     waiting = node.run(2, [])
     assert waiting.changed is False
     assert waiting.plan.pending_releases[0]["allocation_id"] == "k1"
@@ -534,3 +534,30 @@ def test_a_pass_killed_while_reporting_a_release_reports_it_once(bound, monkeypa
     monkeypatch.undo()
     node.run(2, [])
     assert_released_once_and_nothing_left(node)
+
+
+def test_a_kubernetes_hold_moved_to_other_devices_keeps_its_old_release_pending(node):
+    node.run(1, [K1])
+    pods(node, GPU_A)
+    moved = node.run(2, [hold("k1", GPU_B)])
+    assert steps(moved) == [("release-kube", "k1"), ("bind", "k1")]
+    assert "held by default/train-0 (main)" in moved.plan.actions[0].text
+    assert [r["device_ids"] for r in moved.plan.pending_releases] == [[GPU_A]]
+    taken = node.run(3, [hold("k1", GPU_B), hold("p1", GPU_A, binding="BINDING_HOLD")])
+    assert [(f.allocation_id, f.message) for f in taken.plan.failures] == [("p1", "%s is assigned to k1" % GPU_A)]
+    pods(node)
+    freed = node.run(4, [hold("k1", GPU_B)])
+    assert steps(freed) == [("report-release", "k1")]
+    assert [e["body"]["device_ids"] for e in released(node)] == [[GPU_A]]
+    again = node.run(4, [hold("k1", GPU_B)])  # the newer hold of k1 stays reported: nothing to do
+    assert steps(again) == []
+    assert hold_files(node) == ["/etc/cdi/bcd-k1.json", "/run/bcd/allocations/k1.env"]
+
+
+def test_the_unreadable_marker_clears_while_a_pod_uses_a_mig_instance_of_a_known_hold(node):
+    node.run(1, [hold("k2", MIG)])
+    node.write(RELEASES, "{not json")
+    pods(node, MIG_A1)  # the kube side reports the MIG device (and so its parent GPU) as held
+    result = node.run(2, [hold("k2", MIG)])
+    assert ("clear-marker", "") in steps(result)
+    assert not node.exists(MARKER)

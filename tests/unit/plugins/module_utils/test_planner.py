@@ -25,6 +25,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._cdi_vendor import Ven
 from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import Domain, Gpu, Inventory, MigInstance
 from ansible_collections.bcd.devices.plugins.module_utils._ledger import Ledger
 from ansible_collections.bcd.devices.plugins.module_utils._planner import Observed, plan_pass
+from ansible_collections.bcd.devices.plugins.module_utils._slices import SliceState
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2
 
@@ -430,3 +431,16 @@ def test_plan_text_has_one_line_per_action():
 def test_env_paths_never_come_from_input():
     result = plan(1, [assign("a1", [GPU_A])], observe())
     assert [c.path for c in result.actions[0].files] == [cdi_spec_path("a1"), env_file_path("a1")]
+
+
+def test_changed_limits_are_set_again_where_the_slice_cannot_be_read_back():
+    # systemd's runtime properties are not read back (SliceState.properties is None): the limits the hold was
+    # bound with, kept in the ledger, tell whether they changed.
+    hold, env = live("a1", [GPU_A])
+    observed = observe([(hold, env)], ledger=Ledger(bound={"a1": {"generation": 1, "limits": {"cpus": "0-3"}}}),
+                       slices={"bcd-alloc-a1.slice": SliceState("bcd-alloc-a1.slice", properties=None)})
+    changed = plan(2, [assign("a1", [GPU_A], limits={"cpus": "0-7"})], observed)
+    assert [(a.action, a.slice["properties"]) for a in changed.actions if a.action == "apply-slice"] == [
+        ("apply-slice", {"AllowedCPUs": "0-7"})]
+    same = plan(2, [assign("a1", [GPU_A], limits={"cpus": "0-3"})], observed)
+    assert "apply-slice" not in [a.action for a in same.actions]
