@@ -40,4 +40,7 @@ home=$build/molecule-home
 rm -rf "$home"
 mkdir -p "$home"
 export MOLECULE_GLOB ANSIBLE_HOME=$home ANSIBLE_COLLECTIONS_PATH=$build PATH=$venv/bin:$PATH
+if [[ " $* " == *" -s "* || " $* " == *" --scenario-name "* ]]; then
+  exec molecule test "$@"  # one scenario: MOLECULE_ARGS="-s role"
+fi
 exec molecule test --all "$@"

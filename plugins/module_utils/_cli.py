@@ -9,7 +9,7 @@ module's ``list_and_acknowledge``. The systemd timers call ``converge
 --stored``; the root helper is ``helper``.
 
 Exit codes: 0 done (a ``FAILED`` section is a terminal answer, not an error of
-the command), 1 a check failed (``doctor``) or bad usage, 2 the pass could not
+the command), 1 a check failed (``doctor``), 2 bad usage or the pass could not
 run, 75 the pass must be retried (``PROGRESSING``).
 """
 
@@ -84,6 +84,7 @@ def build_parser():
     converge.add_argument("--json", action="store_true", help="print the result as JSON")
 
     status = commands.add_parser("status", parents=[common], help="who holds each GPU")
+    status.add_argument("--helper-socket", help="the root helper the passes use (for the capabilities shown)")
     status.add_argument("--json", action="store_true")
 
     doctor = commands.add_parser("doctor", parents=[common], help="check what would keep holds from binding")
@@ -139,7 +140,9 @@ def cmd_converge(args):
     if section["state"] == PROGRESSING:
         log("WARNING", "retrying: %s" % section["message"])
     elif section["state"] == FAILED:
-        log("ERROR", "refused: %s" % section["message"])
+        # ERROR when this pass reported the refusals; a later pass of the same generation only repeats them
+        reported_now = any(action.action == "refuse" for action in result.plan.actions) and not args.check
+        log("ERROR" if reported_now else "INFO", "refused: %s" % section["message"])
     if args.json:
         out(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:
@@ -153,7 +156,7 @@ def cmd_converge(args):
 
 
 def cmd_status(args):
-    status = node_status(_host(args), args.state_dir)
+    status = node_status(_host(args, args.helper_socket), args.state_dir)
     if args.json:
         out(json.dumps(status, indent=2, sort_keys=True))
     else:

@@ -147,7 +147,7 @@ def store_nodespec(state_path, generation, devices, instances):
                           indent=2, sort_keys=True) + "\n").encode("utf-8")
     path = os.path.join(state_path, NODESPEC_NAME)
     if read_bytes(path) != content:
-        write_atomic(path, content, 0o600)
+        write_atomic(path, content, 0o600, 0o700, owner_from_dir=True)
 
 
 def load_nodespec(state_path):

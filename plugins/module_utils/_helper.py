@@ -219,7 +219,8 @@ def _answer(host, connection, line, uid, log):
         _reply(connection, False, "failed: %s" % exc)
     else:
         if log:
-            log("uid %d: %s %s" % (uid, request.get("op"), request.get("allocation_id") or request.get("name") or ""))
+            what = [request.get(key) for key in ("kind", "allocation_id", "name") if request.get(key)]
+            log("uid %d: %s %s" % (uid, request.get("op"), " ".join(what)))
         _reply(connection, True, extra=extra)
 
 

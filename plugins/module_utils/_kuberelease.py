@@ -102,7 +102,7 @@ def releases_bytes(pending):
 def save_releases(state_path, pending):
     path = os.path.join(state_path, RELEASES_NAME)
     if pending:
-        write_atomic(path, releases_bytes(pending), 0o600)
+        write_atomic(path, releases_bytes(pending), 0o600, 0o700, owner_from_dir=True)
     else:
         remove_file(path)
 
@@ -118,7 +118,8 @@ def quarantine(state_path, now):
         aside = "%s.unreadable-%s-%d" % (path, stamp, number)
     if os.path.exists(path):
         os.rename(path, aside)
-    write_atomic(os.path.join(state_path, MARKER_NAME), ("%s\n" % os.path.basename(aside)).encode(), 0o600)
+    write_atomic(os.path.join(state_path, MARKER_NAME), ("%s\n" % os.path.basename(aside)).encode(), 0o600, 0o700,
+                 owner_from_dir=True)
     return aside
 
 

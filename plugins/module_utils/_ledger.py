@@ -118,7 +118,12 @@ def catch_up(ledger, events):
 
 
 def save_ledger(state_path, ledger):
-    write_atomic(os.path.join(state_path, LEDGER_NAME), ledger.to_json(), 0o600)
+    """Write the ledger when it changed (a pass that changes nothing rewrites nothing); state files
+    take the state directory's owner, so root's passes and the bcd account's share them."""
+    path = os.path.join(state_path, LEDGER_NAME)
+    content = ledger.to_json()
+    if read_bytes(path) != content:
+        write_atomic(path, content, 0o600, 0o700, owner_from_dir=True)
 
 
 def catch_up_state(state_path, journal, releases=None, write=True):

@@ -170,6 +170,17 @@ def test_a_spec_file_that_cannot_be_read_is_an_error_with_a_message(capsys, node
     assert code == EX_ERROR and "No such file" in err
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can hand files to another account")
+def test_a_root_pass_leaves_every_state_file_to_the_owner_of_the_state_directory(capsys, node):
+    os.makedirs(node.state(), mode=0o700)
+    os.chown(node.state(), 65534, 65534)
+    code, _out, _err = cli(capsys, node, "converge", "--spec", write_spec(node, 1, [hold("a1", GPU_B)]))
+    assert code == EX_OK
+    owners = dict((name, os.stat(node.state(name)).st_uid) for name in os.listdir(node.state()))
+    assert {"events.jsonl", "ledger.json", "node.key", "nodespec.json"} <= set(owners)
+    assert set(owners.values()) == {65534}, owners
+
+
 def test_a_stale_generation_is_an_error(capsys, node):
     cli(capsys, node, "converge", "--spec", write_spec(node, 5, []))
     code, _out, err = cli(capsys, node, "converge", "--spec", write_spec(node, 4, [], "old.json"))
@@ -226,7 +237,8 @@ def test_an_unprivileged_pass_claims_nothing_refuses_plain_holds_and_writes_no_h
     assert result["section"]["state"] == "FAILED"
     assert not set(result["capabilities"]) & {"cdi", "devices.limits", "binding.kubernetes"}
     assert not node.exists("/etc/cdi") and not node.exists("/run/bcd")
-    # logged, at a level above info, with the spec page's message
+    # logged at warning level (why), and the refusal itself with the spec page's message
+    assert "WARNING: this pass runs without root and without the root helper" in err
     assert "ERROR: refused: a1: %s" % UNPRIVILEGED in err
     # and doctor says why
     code, out, _err = cli(capsys, node, "doctor")
@@ -306,6 +318,30 @@ def test_status_marks_a_held_gpu_the_node_no_longer_has(capsys, node):
     code, out, _err = cli(capsys, node, "status")
     assert code == EX_OK
     assert out.splitlines()[2].split() == ["-", "(missing)", GPU_C, "a1", "-"]
+
+
+def test_status_and_the_retry_pass_follow_a_pending_kubernetes_release(capsys, node):
+    pod = {"namespace": "default", "name": "train-0", "container": "main", "device_ids": [GPU_B]}
+    node.set_hardware(kubelet={"reachable": True, "pods": [pod]})
+    cli(capsys, node, "converge", "--spec", write_spec(node, 1, [hold("k1", GPU_B, binding="BINDING_KUBERNETES")]))
+    cli(capsys, node, "converge", "--spec", write_spec(node, 2, [], "g2.json"))
+    code, out, _err = cli(capsys, node, "status")
+    lines = out.splitlines()
+    assert lines[2].split(None, 2)[:2] == ["1", GPU_B] and "k1 (release pending)" in lines[2]
+    assert lines[4].startswith("pending Kubernetes releases: k1 (") and lines[4].endswith("s)")
+    status = json.loads(cli(capsys, node, "status", "--json")[1])
+    assert [p["allocation_id"] for p in status["pending_releases"]] == ["k1"]
+    # the retry timer's pass runs while the release is pending, and reports it once the pod is gone
+    code, out, _err = cli(capsys, node, "converge", "--stored", "--retry-only")
+    assert code == EX_OK and "nothing to do" in out
+    node.set_hardware(kubelet={"reachable": True, "pods": []})
+    code, out, _err = cli(capsys, node, "converge", "--stored", "--retry-only")
+    assert "report k1 released: no pod holds its devices any more" in out
+    _code, out, _err = cli(capsys, node, "events")
+    assert [e["type"] for e in events_of(out)] == ["AllocationBound", "AllocationReleased"]
+    code, out, _err = cli(capsys, node, "converge", "--stored", "--retry-only")
+    assert out.startswith("nothing to retry: the last pass was CONVERGED")
+    assert "pending Kubernetes releases: none" in cli(capsys, node, "status")[1]
 
 
 def test_status_reads_without_writing(capsys, node):
