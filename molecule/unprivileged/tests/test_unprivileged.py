@@ -106,5 +106,5 @@ def test_the_helper_is_still_running_and_logged_whom_it_served(host, node):
     uid = host.user("bcd").uid
     log = host.file(ROOT + "/helper.log").content_string
     assert "bcd-holds helper listening on %s for root, bcd" % SOCKET in log
-    assert "uid %d: file.write u_plain" % uid in log
+    assert "uid %d: file.write cdi u_plain" % uid in log
     assert "uid %d: slice.apply bcd-alloc-u_sliced.slice" % uid in log
