@@ -2,14 +2,17 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 #
-# End-to-end: real CDI consumers accept the specs bcd.devices writes
-# (docs/verified-consumers.md says what is proven and with which versions).
+# End-to-end: real CDI consumers accept the specs bcd.devices writes, and a real
+# systemd manages the hold slices (docs/verified-consumers.md says what is proven and
+# with which versions).
 #
-#   bash hack/e2e.sh [PYTEST ARGS...]      e.g. -k release, -x
+#   bash hack/e2e.sh [PYTEST ARGS...]      e.g. -k release, -x, -k systemd
 #
-# 1. Installs the host tools it lacks (debootstrap, zstd) with apt-get.
+# 1. Installs the host tools it lacks (debootstrap, zstd, the ssh client) with apt-get.
 # 2. Gets the Debian trixie rootfs (podman 5, runc, busybox-static, Go and Debian's CDI
-#    Go library) from .cache/e2e/rootfs, building and caching it on the first run.
+#    Go library) and the Debian bookworm rootfs (systemd, systemd-nspawn, sshd, python3
+#    with cryptography and PyYAML) from .cache/e2e/rootfs, building and caching each on
+#    the first run.
 # 3. Gets tests/e2e/cdicheck, a checker built on that CDI library, from .cache/e2e/bin,
 #    building it in the rootfs when its source changed.
 # 4. In a private mount namespace, unpacks the rootfs on a tmpfs and runs tests/e2e
@@ -17,6 +20,10 @@
 #    under .cache/e2e/work) are converged through ansible-playbook, then podman, chrooted
 #    in the rootfs, and the checker consume the specs. Nothing is mounted on the host,
 #    and the scratch directory is removed.
+#    The systemd part (tests/e2e/test_systemd_slices.py) boots the bookworm rootfs with
+#    its own systemd-nspawn (tests/e2e/lib/in_systemd_node.sh, in a further private mount
+#    namespace) and converges it with the role bcd.devices.bcd_holds over ssh on a
+#    loopback port; the container is powered off when the suite ends.
 #
 # Needs root, .venv (make venv) and, on a cold cache, the Debian mirror. Environment:
 #   E2E_CACHE          the cache (default .cache/e2e; git ignores .cache/)
@@ -48,9 +55,11 @@ fi
 
 # --- host tools --------------------------------------------------------------------
 missing=()
-for tool in debootstrap:debootstrap zstd:zstd unshare:util-linux chroot:coreutils; do
+for tool in debootstrap:debootstrap zstd:zstd unshare:util-linux nsenter:util-linux chroot:coreutils \
+  ssh:openssh-client ssh-keygen:openssh-client; do
   command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
 done
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u | sed '/^$/d')
 if ((${#missing[@]})); then
   e2e_log "installing ${missing[*]} with apt-get"
   apt-get update -qq
@@ -72,6 +81,15 @@ rootfs_tarball trixie-podman trixie \
   "podman runc busybox-static golang-go golang-github-container-orchestrated-devices-container-device-interface-dev"
 rootfs_time="$((SECONDS - t))s ($( ((ROOTFS_BUILT)) && echo built || echo cached))"
 tarball=$ROOTFS_TARBALL
+
+# The systemd node of tests/e2e/test_systemd_slices.py: systemd-container gives the
+# systemd-nspawn that boots it (nothing is installed on the machine), openssh-server the
+# role's connection, python3-apt the role's package task.
+t=$SECONDS
+rootfs_tarball bookworm-systemd bookworm \
+  "systemd systemd-sysv systemd-container dbus python3 python3-apt python3-cryptography python3-yaml openssh-server"
+systemd_rootfs_time="$((SECONDS - t))s ($( ((ROOTFS_BUILT)) && echo built || echo cached))"
+export BCD_E2E_SYSTEMD_TARBALL=$ROOTFS_TARBALL
 
 work=$(mktemp -d "$E2E_CACHE/work/run.XXXXXX")
 # shellcheck disable=SC2317  # run by the EXIT trap
@@ -128,7 +146,8 @@ in_rootfs bash -euo pipefail -c '
 ' run-suite "$work/rootfs" "$work" "$checker" "$@" || status=$?
 suite_time="$((SECONDS - t))s"
 
-e2e_log "rootfs $rootfs_time, checker $checker_time, suite (unpack included) $suite_time;" \
+e2e_log "rootfs $rootfs_time, systemd rootfs $systemd_rootfs_time, checker $checker_time," \
+  "suite (unpack and boot included) $suite_time;" \
   "total $((SECONDS - started))s"
 if ((status)); then
   e2e_log "FAILED (pytest exit status $status); E2E_KEEP=1 keeps the scratch directory"

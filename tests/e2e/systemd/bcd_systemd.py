@@ -1,0 +1,406 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A node whose PID 1 is a real systemd, for tests/e2e/test_systemd_slices.py.
+
+The cached Debian bookworm rootfs (systemd, dbus, sshd, python3 with cryptography and
+PyYAML; hack/e2e.sh builds it and names it in ``BCD_E2E_SYSTEMD_TARBALL``) is booted
+with systemd-nspawn by tests/e2e/lib/in_systemd_node.sh, in a private mount namespace
+of its own, with the cgroup v2 (unified) hierarchy. The node is then driven the way an
+operator drives one:
+
+* ``ansible-playbook`` runs the role ``bcd.devices.bcd_holds`` (tests/e2e/systemd/site.yml)
+  over ssh to the container's sshd on a loopback port, as root with a key made for the run;
+* ``nsenter`` into the container's namespaces runs ``systemctl``, ``journalctl`` and
+  ``systemd-run`` to look at what systemd made and to play the operator and the workload.
+
+The node has no GPU: ``/usr/local/bin/nvidia-smi`` is a stand-in that prints ``-L`` and
+``-q -x`` for two fake H100s, so ``bcd.devices`` reads it as a real host (``RealHost``:
+slices through systemd, not the JSON records of a fakehw host). What this part checks is
+systemd's side of a hold; the CDI side is parts 1 and 2 of the suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from typing import Dict
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+TARBALL = os.environ.get("BCD_E2E_SYSTEMD_TARBALL", "")
+WORK = os.environ.get("BCD_E2E_WORK", "")
+BOOT_SCRIPT = os.path.join(REPO, "tests", "e2e", "lib", "in_systemd_node.sh")
+PLAYBOOK = os.path.join(HERE, "site.yml")
+ANSIBLE_PLAYBOOK = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
+HOSTNAME = "bcd-e2e-node"
+BOOT_TIMEOUT_S = 90
+
+# The units the role installs, and what a failure prints the journal of.
+UNITS = ("bcd-holds-helper.service", "bcd-holds-converge.service", "bcd-holds-retry.service",
+         "bcd-holds-retry.timer", "bcd-holds-drift.timer")
+
+# Two fake GPUs, as nvidia-smi prints them (the shapes of tests/data/nvidia-smi's real samples).
+GPUS = (
+    {"index": 0, "uuid": "GPU-5f1c2a90-00e2-4000-8000-000000000001", "minor": 0, "pci": "00000000:3B:00.0"},
+    {"index": 1, "uuid": "GPU-5f1c2a90-00e2-4000-8000-000000000002", "minor": 1, "pci": "00000000:86:00.0"},
+)
+GPU_NAME = "NVIDIA H100 80GB HBM3"
+
+NVIDIA_SMI = r"""#!/bin/sh
+# bcd e2e stand-in for nvidia-smi: two fake GPUs, for bcd.devices' nvidia-smi reader.
+case "$*" in
+  "-L")
+    cat <<'EOF'
+%(listing)s
+EOF
+    ;;
+  "-q -x")
+    cat <<'EOF'
+%(query)s
+EOF
+    ;;
+  *)
+    echo "bcd e2e stand-in nvidia-smi: $* is not supported" >&2
+    exit 2
+    ;;
+esac
+"""
+
+
+def nvidia_smi_script():
+    listing = "\n".join("GPU %d: %s (UUID: %s)" % (g["index"], GPU_NAME, g["uuid"]) for g in GPUS)
+    query = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">', "<nvidia_smi_log>",
+             "\t<driver_version>575.64.03</driver_version>", "\t<attached_gpus>%d</attached_gpus>" % len(GPUS)]
+    for gpu in GPUS:
+        query += ['\t<gpu id="%s">' % gpu["pci"], "\t\t<product_name>%s</product_name>" % GPU_NAME,
+                  "\t\t<uuid>%s</uuid>" % gpu["uuid"], "\t\t<minor_number>%d</minor_number>" % gpu["minor"],
+                  "\t\t<pci>", "\t\t\t<pci_bus_id>%s</pci_bus_id>" % gpu["pci"], "\t\t</pci>", "\t</gpu>"]
+    query.append("</nvidia_smi_log>")
+    return NVIDIA_SMI % {"listing": listing, "query": "\n".join(query)}
+
+
+def free_loopback_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _die_with_parent():
+    """In the child before exec: SIGTERM (nspawn then powers the container off) when pytest dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class NodeError(AssertionError):
+    """The node could not be booted or driven; the message carries what the runtime said."""
+
+
+class SystemdNode(object):
+    """The booted container; see the module docstring."""
+
+    def __init__(self, tarball, work):
+        self.tarball = tarball
+        self.dir = os.path.join(work, "systemd-node")
+        self.overlay = os.path.join(self.dir, "overlay")
+        self.key = os.path.join(self.dir, "id_ed25519")
+        self.console = os.path.join(self.dir, "console.log")
+        self.port = 0
+        self.proc = None  # the systemd-nspawn process
+        self.leader = 0  # the container's PID 1, as this machine numbers it
+        self.last_playbook = ""  # the output of the last ansible-playbook run, for failures
+        self.versions = {}  # type: Dict[str, str]
+        self.boot_seconds = 0.0
+
+    # -- boot and shut down ---------------------------------------------------------
+    def prepare_overlay(self):
+        os.makedirs(self.dir, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bcd-e2e", "-f", self.key],
+                       check=True, capture_output=True)
+        with open(self.key + ".pub") as handle:
+            public = handle.read()
+        self.port = free_loopback_port()
+        files = {
+            "etc/ssh/sshd_config.d/bcd-e2e.conf": ("# bcd e2e: loopback only, keys only\nPort %d\n"
+                                                   "ListenAddress 127.0.0.1\nPasswordAuthentication no\n"
+                                                   "PermitRootLogin prohibit-password\n" % self.port, 0o644),
+            "root/.ssh/authorized_keys": (public, 0o600),
+            "usr/local/bin/nvidia-smi": (nvidia_smi_script(), 0o755),
+            "etc/hostname": (HOSTNAME + "\n", 0o644),
+        }
+        for path, (content, mode) in files.items():
+            target = os.path.join(self.overlay, path)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "w") as handle:
+                handle.write(content)
+            os.chmod(target, mode)
+        os.chmod(os.path.join(self.overlay, "root"), 0o700)
+        os.chmod(os.path.join(self.overlay, "root", ".ssh"), 0o700)
+
+    def boot(self):
+        self.prepare_overlay()
+        started = time.monotonic()
+        with open(self.console, "wb") as console:
+            # pylint: disable-next=subprocess-popen-preexec-fn
+            self.proc = subprocess.Popen(
+                ["unshare", "-m", "--propagation", "private", "--", "bash", BOOT_SCRIPT, self.tarball, self.dir,
+                 self.overlay], stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent)
+        deadline = started + BOOT_TIMEOUT_S
+        while not self.leader:
+            if self.proc.poll() is not None:
+                raise NodeError("systemd-nspawn exited (%d) before the container started:\n%s"
+                                % (self.proc.returncode, self.console_tail()))
+            if time.monotonic() > deadline:
+                raise NodeError("no container init after %d s:\n%s" % (BOOT_TIMEOUT_S, self.console_tail()))
+            self.leader = self._init_pid()
+            time.sleep(0.2)
+        state = ""
+        while time.monotonic() < deadline:
+            try:
+                proc = self.nsenter("systemctl", "is-system-running", "--wait", check=False,
+                                    timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                state = "still starting"
+                break
+            state = proc.stdout.strip()
+            if state in ("running", "degraded"):
+                break
+            time.sleep(0.5)  # systemd's socket is not there yet
+        if state != "running":
+            raise NodeError("the container's systemd is %r, not running, after %d s:\n%s\n%s\n%s" % (
+                state, BOOT_TIMEOUT_S, self.nsenter("systemctl", "--failed", "--no-pager", check=False).stdout,
+                self.nsenter("journalctl", "-b", "--no-pager", "-n", "80", check=False).stdout, self.console_tail()))
+        self._wait_for_sshd(deadline)
+        self.boot_seconds = time.monotonic() - started
+        self.collect_versions()
+
+    def _init_pid(self):
+        """The container's PID 1: the child of nspawn that runs systemd."""
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % entry) as handle:
+                    stat = handle.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            if int(fields[1]) == self.proc.pid and comm == "systemd":
+                return int(entry)
+        return 0
+
+    def _wait_for_sshd(self, deadline):
+        while time.monotonic() < deadline:
+            if self.nsenter("systemctl", "is-active", "ssh.service", check=False).stdout.strip() == "active":
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=2):
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.3)
+        raise NodeError("sshd in the container does not answer on 127.0.0.1:%d:\n%s" % (
+            self.port, self.journal(["ssh.service"])))
+
+    def shutdown(self):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()  # nspawn asks the container's systemd to power off
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def console_tail(self, lines=40):
+        try:
+            with open(self.console, "rb") as handle:
+                text = handle.read().decode("utf-8", "replace")
+        except OSError:
+            return "(no console log)"
+        return "console (%s):\n%s" % (self.console, "\n".join(text.splitlines()[-lines:]))
+
+    # -- inside the container ---------------------------------------------------------
+    def nsenter(self, *args, check=True, timeout=120):
+        """Run a command in the container's namespaces and root; a failure with check raises NodeError."""
+        argv = ["nsenter", "-t", str(self.leader), "-a", "-r", "-w", "/usr/bin/env", "-i",
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
+                "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0"] + list(args)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise NodeError("in the container, `%s` failed (%d):\n%s%s" % (
+                " ".join(shlex.quote(a) for a in args), proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+        return proc
+
+    def show(self, unit, *properties):
+        """``systemctl show UNIT -p ...`` as a dict (every property asked for is in it). A property
+        printed on several lines (``TimersMonotonic``: one line per timer setting) is joined with newlines."""
+        argv = ["systemctl", "show", unit]
+        for name in properties:
+            argv += ["-p", name]
+        out = self.nsenter(*argv).stdout
+        values = {}
+        for line in out.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                values[key] = values[key] + "\n" + value if key in values else value
+        missing = [name for name in properties if name not in values]
+        if missing:
+            raise NodeError("systemctl show %s printed no %s:\n%s" % (unit, ", ".join(missing), out))
+        return values
+
+    def read(self, path):
+        """A file of the container, or None."""
+        proc = self.nsenter("cat", path, check=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def exists(self, path):
+        return self.nsenter("test", "-e", path, check=False).returncode == 0
+
+    def owners(self, *paths):
+        """``{path: "user:group mode"}``."""
+        out = self.nsenter("stat", "-c", "%n\t%U:%G %a", *paths).stdout
+        return dict(line.split("\t", 1) for line in out.splitlines())
+
+    def uid_of(self, user):
+        return int(self.nsenter("id", "-u", user).stdout.strip())
+
+    def cursor(self):
+        """The journal's position now: ``journal_records(unit, cursor)`` shows what came after it."""
+        out = self.nsenter("journalctl", "-n", "0", "--show-cursor", "--no-pager", "-q").stdout
+        for line in out.splitlines():
+            if line.startswith("-- cursor: "):
+                return line[len("-- cursor: "):].strip()
+        return None
+
+    def journal(self, units, lines=150):
+        argv = ["journalctl", "--no-pager", "-o", "short-precise", "-n", str(lines)]
+        for unit in units:
+            argv += ["-u", unit]
+        proc = self.nsenter(*argv, check=False)
+        return "journalctl %s:\n%s%s" % (" ".join("-u " + u for u in units), proc.stdout, proc.stderr)
+
+    def journal_records(self, unit, since):
+        """The journal of a unit after a cursor, as JSON records (``_UID``, ``_PID``, ``MESSAGE``, ...):
+        the unit's own lines and systemd's about it. The journal is filtered here: journalctl 252 finds
+        no entries for ``-u UNIT --after-cursor C`` when the cursor's entry is another unit's."""
+        records = []
+        for line in self.nsenter("journalctl", "--no-pager", "-o", "json", "--after-cursor", since).stdout.splitlines():
+            record = json.loads(line)
+            if unit not in (record.get("_SYSTEMD_UNIT"), record.get("UNIT")):
+                continue
+            if isinstance(record.get("MESSAGE"), list):  # journald's form of a non-UTF-8 message
+                record["MESSAGE"] = bytes(record["MESSAGE"]).decode("utf-8", "replace")
+            records.append(record)
+        return records
+
+    def journal_text(self, unit, since, wanted, timeout=15):
+        """The messages a unit logged after ``since``, once they include ``wanted`` (journald takes a
+        service's output asynchronously, so a line may land after the service ended); as they are at
+        the timeout otherwise."""
+        deadline = time.monotonic() + timeout
+        while True:
+            records = self.journal_records(unit, since=since)
+            text = "\n".join(str(record.get("MESSAGE", "")) for record in records)
+            if wanted in text or time.monotonic() > deadline:
+                return records, text
+            time.sleep(0.2)
+
+    def explain(self, extra_units=()):
+        """What the runtime said: units, slices, the journal of bcd's units and of the slices."""
+        parts = [self.nsenter("systemctl", "status", "--no-pager", "--lines=0", "--all", "bcd-holds-*",
+                              "bcd*.slice", *extra_units, check=False).stdout,
+                 self.journal(list(UNITS) + list(extra_units))]
+        if self.last_playbook:
+            parts.append("last ansible-playbook run (tail):\n" + self.last_playbook[-4000:])
+        return "\n".join(parts)
+
+    @contextlib.contextmanager
+    def explained(self, *extra_units):
+        """Any failure inside the block is re-raised with what systemd and the journal say."""
+        try:
+            yield
+        except Exception as exc:  # an AssertionError from a check, or a NodeError
+            try:
+                context = self.explain(extra_units)
+            except Exception as again:  # the node itself is gone
+                context = "(could not ask the container: %s)\n%s" % (again, self.console_tail())
+            raise AssertionError("%s\n\n--- what the container says ---\n%s" % (exc, context)) from exc
+
+    # -- the role ----------------------------------------------------------------------
+    def run_role(self, generation, devices, name):
+        """One ``ansible-playbook`` run of the role; returns ``{"pass": bcd_holds_pass, "service_mgr": ...}``."""
+        inventory = os.path.join(self.dir, "inventory.yml")
+        host = {"ansible_host": "127.0.0.1", "ansible_port": self.port, "ansible_user": "root",
+                "ansible_ssh_private_key_file": self.key, "ansible_python_interpreter": "/usr/bin/python3",
+                "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                                           "-o IdentitiesOnly=yes -o LogLevel=ERROR"}
+        with open(inventory, "w") as handle:
+            yaml.safe_dump({"systemd_nodes": {"hosts": {HOSTNAME: host}}}, handle)
+        result = os.path.join(self.dir, "result-%s.json" % name)
+        extra = os.path.join(self.dir, "vars-%s.json" % name)
+        with open(extra, "w") as handle:
+            json.dump({"bcd_holds_generation": generation, "bcd_holds_devices": devices,
+                       "bcd_holds_fail_on_refusal": True, "e2e_result": result}, handle)
+        home = os.path.join(self.dir, "ansible-home")
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build"), ANSIBLE_HOME=home,
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_PIPELINING="1",
+                   ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(home, "cp"), ANSIBLE_STDOUT_CALLBACK="default",
+                   ANSIBLE_HOST_KEY_CHECKING="0")
+        proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", inventory, PLAYBOOK, "-e", "@" + extra], env=env,
+                              capture_output=True, text=True, check=False, timeout=600)
+        self.last_playbook = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            raise NodeError("ansible-playbook (%s) failed (%d):\n%s\n%s" % (
+                name, proc.returncode, proc.stdout[-8000:], proc.stderr[-3000:]))
+        with open(result) as handle:
+            return json.load(handle)
+
+    # -- versions, for the summary ------------------------------------------------------
+    def collect_versions(self):
+        manifest = {}
+        for line in (self.read("/etc/bcd-e2e/manifest") or "").splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                manifest[parts[0]] = parts[1]
+        systemd = self.nsenter("systemctl", "--version", check=False).stdout.splitlines()
+        self.versions = {
+            "systemd (container PID 1)": systemd[0] if systemd else "?",
+            "systemd-nspawn": manifest.get("systemd-container", "?"),
+            "python3 (node)": manifest.get("python3", "?"),
+            "openssh-server": manifest.get("openssh-server", "?"),
+            "container cgroup": self.nsenter("stat", "-f", "-c", "%T", "/sys/fs/cgroup", check=False).stdout.strip(),
+        }
+
+
+def cgroup_dir(slice_unit):
+    """The slice's cgroup directory in the container (systemd nests bcd-alloc-x.slice in bcd.slice/bcd-alloc.slice)."""
+    return "/sys/fs/cgroup/bcd.slice/bcd-alloc.slice/" + slice_unit
+
+
+def parse_cgroup_events(text):
+    return dict(line.split(" ", 1) for line in (text or "").splitlines() if " " in line)
+
+
+def timer_setting(value, name):
+    """A setting (``OnUnitInactiveUSec``) out of ``systemctl show -p TimersMonotonic``, which prints one
+    ``{ OnUnitInactiveUSec=10min ; next_elapse=... }`` per setting; None when the timer has none."""
+    for key, setting in re.findall(r"\{\s*(\w+)=([^;\s]+)\s*;", value):
+        if key == name:
+            return setting
+    return None
+
+
+__all__ = ["SystemdNode", "NodeError", "GPUS", "UNITS", "TARBALL", "WORK", "cgroup_dir", "parse_cgroup_events",
+           "timer_setting"]

@@ -1,0 +1,290 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A real systemd manages the hold slices.
+
+A Debian bookworm root filesystem boots under systemd-nspawn with the cgroup v2
+hierarchy (tests/e2e/systemd/bcd_systemd.py, tests/e2e/lib/in_systemd_node.sh). The
+role ``bcd.devices.bcd_holds`` converges it over ssh, as an operator would: the bcd
+account, the node command, the root helper, the units and the timers, and a pass that
+binds a hold with limits (``s_sliced``) and one without (``s_plain``). Then, asking
+systemd itself (``systemctl show``, the journal, the cgroup files):
+
+* the hold's slice exists with exactly the properties its limits ask for, where systemd
+  puts slices, and the unsliced hold has none;
+* the helper runs as root, the passes as ``bcd``, the timers are enabled and waiting,
+  and the files belong to who they should;
+* a slice stopped by hand (its runtime properties reverted) is made again, with its
+  properties, by the pass the drift timer runs (``bcd-holds-converge.service``);
+* a release leaves a slice that runs a process alone, with its limits, through a role
+  run and a timer pass; once the process exits, the next timer pass stops the slice.
+
+Each failure prints what systemd and the journal of the units said.
+Run with `bash hack/e2e.sh`; see docs/verified-consumers.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "systemd"))
+
+import bcd_systemd  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from bcd_systemd import GPUS, cgroup_dir, parse_cgroup_events, timer_setting  # noqa: E402  pylint: disable=import-error
+
+pytestmark = pytest.mark.skipif(
+    not (bcd_systemd.TARBALL and bcd_systemd.WORK and os.path.isfile(bcd_systemd.TARBALL)),
+    reason="the systemd part of the end-to-end suite: run it with `bash hack/e2e.sh` (or `make e2e`)")
+
+SLICED = "s_sliced"
+PLAIN = "s_plain"
+SLICE = "bcd-alloc-%s.slice" % SLICED
+WORKLOAD = "bcd-e2e-workload.service"
+LIMITS = {"cpus": "0", "mems": "0", "cpu_millis": 1250, "memory_bytes": 768 << 20}
+# What systemd must show for LIMITS, worked out by hand: 1250 millicores are 125 % of one
+# CPU, 1.25 s of CPU time per second; MemoryHigh is 90 % of MemoryMax (805306368 * 9 // 10).
+EXPECTED = {
+    "AllowedCPUs": "0",
+    "AllowedMemoryNodes": "0",
+    "CPUQuotaPerSecUSec": "1.250000s",
+    "MemoryMax": "805306368",
+    "MemoryHigh": "724775731",
+}
+HELPER_SOCKET = "/run/bcd/helper.sock"
+
+
+def sliced_hold():
+    return {"allocation_id": SLICED, "reservation_id": "r_sliced", "binding": "BINDING_HOLD",
+            "devices": [{"id": GPUS[0]["uuid"], "device_class": "gpu"}], "limits": dict(LIMITS)}
+
+
+def plain_hold():
+    return {"allocation_id": PLAIN, "reservation_id": "r_plain", "binding": "BINDING_HOLD",
+            "devices": [{"id": GPUS[1]["uuid"], "device_class": "gpu"}]}
+
+
+class SummaryPlugin(object):
+    """What ran, in the terminal summary (registered by the node fixture)."""
+
+    def __init__(self, node):
+        self.node = node
+
+    def pytest_terminal_summary(self, terminalreporter):
+        terminalreporter.section("bcd.devices e2e: systemd part")
+        for name, version in self.node.versions.items():
+            terminalreporter.write_line("%-34s %s" % (name, version))
+        terminalreporter.write_line("%-34s %.1f s (unpack, boot to multi-user, sshd)" % (
+            "container boot", self.node.boot_seconds))
+
+
+@pytest.fixture(scope="module")
+def node(pytestconfig):
+    """The booted systemd node (bookworm under systemd-nspawn)."""
+    booted = bcd_systemd.SystemdNode(bcd_systemd.TARBALL, bcd_systemd.WORK)
+    pytestconfig.pluginmanager.register(SummaryPlugin(booted), "bcd-e2e-systemd-summary")
+    try:
+        booted.boot()
+        yield booted
+    finally:
+        booted.shutdown()
+
+
+@pytest.fixture(scope="module")
+def generation_1(node):  # pylint: disable=redefined-outer-name
+    """The role run at generation 1: the sliced and the plain hold bound."""
+    return node.run_role(1, [sliced_hold(), plain_hold()], "gen1")
+
+
+def holds_by_id(result):
+    return {hold["allocation_id"]: hold for hold in result["pass"]["holds"]}
+
+
+def actions_of(result, allocation_id):
+    return [action for action in result["pass"]["plan"] if action["allocation_id"] == allocation_id]
+
+
+def assert_slice(node):  # pylint: disable=redefined-outer-name
+    """The slice is active, where systemd puts it, with exactly the properties of LIMITS."""
+    shown = node.show(SLICE, "ActiveState", "ControlGroup", *sorted(EXPECTED))
+    assert shown["ActiveState"] == "active", "%s is %s, not active" % (SLICE, shown["ActiveState"])
+    wrong = {name: (shown[name], value) for name, value in EXPECTED.items() if shown[name] != value}
+    assert not wrong, "%s: these properties differ from the hold's limits (shown, expected): %s" % (SLICE, wrong)
+    assert shown["ControlGroup"] == "/bcd.slice/bcd-alloc.slice/" + SLICE
+    assert node.exists(cgroup_dir(SLICE)), "systemd shows %s active but its cgroup %s is missing" % (
+        SLICE, cgroup_dir(SLICE))
+    return shown
+
+
+def assert_slice_gone(node):  # pylint: disable=redefined-outer-name
+    shown = node.show(SLICE, "ActiveState")
+    assert shown["ActiveState"] == "inactive", "%s is still %s" % (SLICE, shown["ActiveState"])
+    assert not node.exists(cgroup_dir(SLICE)), "%s is inactive but its cgroup is still there" % SLICE
+
+
+def run_timer_pass(node):  # pylint: disable=redefined-outer-name
+    """Start what bcd-holds-drift.timer starts and wait for it (a oneshot); return the journal's cursor before."""
+    cursor = node.cursor()
+    node.nsenter("systemctl", "start", "bcd-holds-converge.service")
+    shown = node.show("bcd-holds-converge.service", "Result", "ExecMainStatus", "ActiveState")
+    assert shown["Result"] == "success" and shown["ExecMainStatus"] == "0", (
+        "the drift pass failed: %s" % shown)
+    return cursor
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def test_the_container_runs_systemd_on_cgroup_v2(node):  # pylint: disable=redefined-outer-name
+    """The ground the rest stands on: what bcd.devices checks before it makes a slice."""
+    with node.explained():
+        assert node.nsenter("cat", "/proc/1/comm").stdout.strip() == "systemd"
+        assert node.nsenter("stat", "-f", "-c", "%T", "/sys/fs/cgroup").stdout.strip() == "cgroup2fs"
+        assert node.exists("/sys/fs/cgroup/cgroup.controllers")
+        assert node.nsenter("test", "-d", "/run/systemd/system", check=False).returncode == 0
+
+
+def test_the_role_binds_a_sliced_hold_through_systemd(node, generation_1):  # pylint: disable=redefined-outer-name
+    with node.explained():
+        assert generation_1["service_mgr"] == "systemd", "the role did not see systemd: %s" % generation_1
+        result = generation_1["pass"]
+        assert result["section"]["state"] == "CONVERGED", result["section"]
+        assert "devices.limits" in result["capabilities"], (
+            "the node does not offer limits, so no slice can be made: %s" % result["capabilities"])
+        holds = holds_by_id(generation_1)
+        assert sorted(holds) == [PLAIN, SLICED]
+        bind = [a for a in actions_of(generation_1, SLICED) if a["action"] == "bind"]
+        assert bind and SLICE in bind[0]["text"], actions_of(generation_1, SLICED)
+
+        assert_slice(node)
+        # The spec and the env file name the slice the workload manager must place the workload in.
+        spec = json.loads(node.read("/etc/cdi/bcd-%s.json" % SLICED))
+        assert spec["annotations"]["bcd.dev/cgroup-parent"] == SLICE, spec.get("annotations")
+        env = node.read("/run/bcd/allocations/%s.env" % SLICED) or ""
+        assert "BCD_CGROUP_PARENT=%s" % SLICE in env.splitlines(), env
+        # The slice is systemd's, not a fakehw host's record.
+        assert not node.exists("/run/bcd/slices"), "a fakehw slice record directory exists on a real host"
+
+
+def test_a_hold_without_limits_gets_no_slice(node, generation_1):  # pylint: disable=redefined-outer-name
+    with node.explained():
+        assert PLAIN in holds_by_id(generation_1)
+        shown = node.show("bcd-alloc-%s.slice" % PLAIN, "LoadState", "ActiveState")
+        assert shown["ActiveState"] == "inactive", shown
+        listed = node.nsenter("ls", "/sys/fs/cgroup/bcd.slice/bcd-alloc.slice").stdout.split()
+        assert [name for name in listed if name.startswith("bcd-alloc-")] == [SLICE], listed
+        spec = json.loads(node.read("/etc/cdi/bcd-%s.json" % PLAIN))
+        assert "bcd.dev/cgroup-parent" not in (spec.get("annotations") or {}), spec.get("annotations")
+
+
+def test_the_helper_runs_as_root_and_the_passes_as_bcd(node, generation_1):  # pylint: disable=redefined-outer-name
+    del generation_1
+    with node.explained():
+        helper = node.show("bcd-holds-helper.service", "ActiveState", "SubState", "User", "MainPID", "UnitFileState")
+        assert (helper["ActiveState"], helper["SubState"], helper["UnitFileState"]) == (
+            "active", "running", "enabled"), helper
+        assert helper["User"] in ("", "root"), helper  # no User=: root
+        status = node.read("/proc/%s/status" % helper["MainPID"]) or ""
+        uids = [line.split()[1:] for line in status.splitlines() if line.startswith("Uid:")]
+        assert uids == [["0", "0", "0", "0"]], "the helper's process runs as %s" % uids
+        # Only bcd (and root) may connect: the socket is bcd's, mode 0600.
+        assert node.owners(HELPER_SOCKET)[HELPER_SOCKET] == "bcd:root 600", node.owners(HELPER_SOCKET)
+
+        for unit in ("bcd-holds-converge.service", "bcd-holds-retry.service"):
+            shown = node.show(unit, "User", "ExecStart")
+            assert shown["User"] == "bcd", (unit, shown)
+            assert "--helper-socket %s" % HELPER_SOCKET in shown["ExecStart"], (unit, shown["ExecStart"])
+        assert node.show("bcd-holds-converge.service", "UnitFileState")["UnitFileState"] == "enabled"
+
+        for timer, service, every in (("bcd-holds-drift.timer", "bcd-holds-converge.service", "10min"),
+                                      ("bcd-holds-retry.timer", "bcd-holds-retry.service", "30s")):
+            shown = node.show(timer, "ActiveState", "SubState", "UnitFileState", "Triggers", "TimersMonotonic")
+            assert (shown["ActiveState"], shown["SubState"], shown["UnitFileState"], shown["Triggers"]) == (
+                "active", "waiting", "enabled", service), (timer, shown)
+            assert timer_setting(shown["TimersMonotonic"], "OnActiveUSec") == every, (timer, shown)
+            assert timer_setting(shown["TimersMonotonic"], "OnUnitInactiveUSec") == every, (timer, shown)
+
+        owners = node.owners("/usr/local/bin/bcd-holds", "/var/lib/bcd", "/etc/cdi/bcd-%s.json" % SLICED,
+                             "/etc/systemd/system/bcd-holds-converge.service")
+        assert owners["/usr/local/bin/bcd-holds"] == "root:root 755", owners
+        assert owners["/var/lib/bcd"] == "bcd:bcd 700", owners
+        assert owners["/etc/cdi/bcd-%s.json" % SLICED] == "root:root 644", owners
+        assert owners["/etc/systemd/system/bcd-holds-converge.service"] == "root:root 644", owners
+        state_files = node.nsenter("find", "/var/lib/bcd", "-mindepth", "1").stdout.split()
+        assert state_files, "the pass left nothing in /var/lib/bcd"
+        wrong = {path: who for path, who in node.owners(*state_files).items() if not who.startswith("bcd:bcd ")}
+        assert not wrong, "state files the timers' passes (as bcd) could not replace: %s" % wrong
+
+
+def test_the_drift_pass_makes_a_stopped_slice_again(node, generation_1):  # pylint: disable=redefined-outer-name
+    del generation_1
+    with node.explained(SLICE):
+        # By hand: stop the slice and drop its runtime properties (what a reboot also does).
+        node.nsenter("systemctl", "stop", SLICE)
+        node.nsenter("systemctl", "revert", SLICE)
+        assert_slice_gone(node)
+        assert node.show(SLICE, "MemoryMax")["MemoryMax"] == "infinity", "revert left the slice's properties"
+
+        cursor = run_timer_pass(node)
+        assert_slice(node)
+        records, text = node.journal_text("bcd-holds-converge.service", cursor, "section:")
+        assert "create %s" % SLICE in text and "again" in text, "the pass did not say it made the slice again:\n" + text
+        # The pass ran as bcd (every line it logged came from a process of bcd's), and the
+        # root helper made the slice for it.
+        bcd = node.uid_of("bcd")
+        own = [r for r in records if r.get("_PID") != "1"]
+        assert own and all(r.get("_UID") == str(bcd) for r in own), sorted({r.get("_UID") for r in own})
+        wanted = "uid %d: slice.apply %s" % (bcd, SLICE)
+        _records, helper = node.journal_text("bcd-holds-helper.service", cursor, wanted)
+        assert wanted in helper, "the helper did not make the slice:\n" + helper
+
+
+def test_a_release_leaves_a_busy_slice_until_its_process_exits(node, generation_1):  # pylint: disable=redefined-outer-name
+    del generation_1
+    with node.explained(SLICE, WORKLOAD):
+        assert_slice(node)
+        node.nsenter("systemd-run", "--quiet", "--slice=%s" % SLICE, "--unit=%s" % WORKLOAD, "sleep", "300")
+        workload = node.show(WORKLOAD, "ActiveState", "MainPID", "ControlGroup")
+        assert workload["ActiveState"] == "active", workload
+        assert workload["ControlGroup"] == "/bcd.slice/bcd-alloc.slice/%s/%s" % (SLICE, WORKLOAD), workload
+        assert parse_cgroup_events(node.read(cgroup_dir(SLICE) + "/cgroup.events")).get("populated") == "1"
+
+        # The release: a new input without the sliced hold, through the role (its pass runs as root).
+        released = node.run_role(2, [plain_hold()], "gen2-release")
+        after = node.show(WORKLOAD, "ActiveState", "MainPID")
+        assert after == {"ActiveState": "active", "MainPID": workload["MainPID"]}, "the release stopped the workload"
+        assert_slice(node)  # kept, with its limits
+        assert released["pass"]["section"]["state"] == "CONVERGED", released["pass"]["section"]
+        assert SLICED not in holds_by_id(released)
+        assert not node.exists("/etc/cdi/bcd-%s.json" % SLICED), "the released hold's spec is still there"
+        release = [a for a in actions_of(released, SLICED) if a["action"] == "release"]
+        assert release and "still runs a workload and is kept" in release[0]["text"], actions_of(released, SLICED)
+
+        # The timer's pass (as bcd, through the helper) leaves it alone too while the process runs.
+        cursor = run_timer_pass(node)
+        assert_slice(node)
+        assert node.show(WORKLOAD, "ActiveState")["ActiveState"] == "active"
+        _records, text = node.journal_text("bcd-holds-converge.service", cursor, "keep %s" % SLICE)
+        assert "keep %s" % SLICE in text, text
+
+        # The process exits; the slice is empty but systemd keeps it until someone stops it.
+        node.nsenter("systemctl", "kill", "--signal=SIGKILL", WORKLOAD)
+        deadline = time.monotonic() + 30
+        while node.show(WORKLOAD, "ActiveState")["ActiveState"] not in ("inactive", "failed"):
+            assert time.monotonic() < deadline, "the workload did not exit after SIGKILL"
+            time.sleep(0.2)
+        assert parse_cgroup_events(node.read(cgroup_dir(SLICE) + "/cgroup.events")).get("populated") == "0"
+        assert node.show(SLICE, "ActiveState")["ActiveState"] == "active"
+
+        cursor = run_timer_pass(node)
+        assert_slice_gone(node)
+        _records, text = node.journal_text("bcd-holds-converge.service", cursor, "stop %s" % SLICE)
+        assert "stop %s" % SLICE in text, text
+        wanted = "uid %d: slice.remove %s" % (node.uid_of("bcd"), SLICE)
+        _records, helper = node.journal_text("bcd-holds-helper.service", cursor, wanted)
+        assert wanted in helper, "the helper did not stop the slice:\n" + helper
+        assert node.exists("/etc/cdi/bcd-%s.json" % PLAIN), "the plain hold went with the slice"
