@@ -20,6 +20,7 @@ A fakehw host answers from its hardware file's ``kubelet`` section instead.
 
 from __future__ import annotations
 
+import abc
 import errno
 import os
 import re
@@ -324,14 +325,15 @@ class KubeView:
         return names
 
 
-class KubeSide(object):
+class KubeSide(abc.ABC):
     """What the converger asks: ``held(inventory)`` gives the device ids (GPU
     and MIG UUIDs) that pods still hold, and an error (None when the answer
     can be trusted). With an error, callers count every device as held."""
 
+    @abc.abstractmethod
     def look(self, inventory):
         # type: (object) -> KubeView
-        raise NotImplementedError
+        """One look at the kube side."""
 
     def held(self, inventory):
         # type: (object) -> Tuple[Set[str], Optional[str]]

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "shared"))  # snapshot.py, shared by scenarios
 from snapshot import snapshot  # noqa: E402
 
 ROOT = "/tmp/bcd-molecule-role/node-r"
