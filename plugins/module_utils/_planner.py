@@ -68,6 +68,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import (
 from ansible_collections.bcd.devices.plugins.module_utils._slices import (
     allocation_of,
     limits_of_slice,
+    same_properties,
     slice_name,
     wanted_slice,
 )
@@ -559,10 +560,11 @@ def _keep_slice(state, assignment, hold):
     recorded = (state.observed.ledger.bound.get(assignment.allocation_id) or {}).get("limits")
     if current is None:
         verb, text = "create-slice", "create %s again: the hold is kept but its slice is gone" % _describe_slice(op)
-    elif current.properties is not None and (current.properties != op["properties"]
-                                             or current.hugetlb_max != op["hugetlb_max"]):
-        verb, text = "apply-slice", "set %s: its limits changed" % _describe_slice(op)
-    elif current.properties is None and recorded is not None and recorded != _limits_record(assignment.limits):
+    elif current.properties is not None and not same_properties(current.properties, op["properties"]):
+        verb, text = "apply-slice", "set %s: its properties differ" % _describe_slice(op)
+    elif current.hugetlb_exact and current.hugetlb_max != op["hugetlb_max"]:
+        verb, text = "apply-slice", "set %s: its huge page limits differ" % _describe_slice(op)
+    elif recorded is not None and recorded != _limits_record(assignment.limits):
         # systemd's properties are not read back: the limits the hold was bound with are the ledger's
         verb, text = "apply-slice", "set %s: its limits changed" % _describe_slice(op)
     else:

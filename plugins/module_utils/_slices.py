@@ -24,7 +24,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import InvalidAssignment, Limits, check_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils._assignment import (
+    InvalidAssignment,
+    Limits,
+    check_cpulist,
+    parse_cpulist,
+)
 from ansible_collections.bcd.devices.plugins.module_utils._fsutil import read_bytes, remove_file, write_atomic
 
 SLICE_NAME_RE = re.compile(r"^bcd-alloc-[A-Za-z0-9_]{1,80}\.slice$")
@@ -134,6 +139,7 @@ class SliceState:
     hugetlb_current: Dict[str, int] = field(default_factory=dict)
     populated: bool = False
     memory_max: Optional[int] = None  # the cgroup's memory.max, where properties cannot be read back
+    hugetlb_exact: bool = True  # False: hugetlb_max lists only the sizes the host lets us read
 
 
 class RecordSlices(object):
@@ -222,8 +228,17 @@ class SystemdSlices(object):
                 if value.isdigit():
                     target[size] = int(value)
         memory = (read_bytes(os.path.join(directory, "memory.max")) or b"").strip()
-        return SliceState(name=name, hugetlb_max=limits, hugetlb_current=current, populated=populated,
-                          memory_max=int(memory) if memory.isdigit() else None)
+        return SliceState(name=name, properties=self._properties(name), hugetlb_max=limits,
+                          hugetlb_current=current, populated=populated,
+                          memory_max=int(memory) if memory.isdigit() else None, hugetlb_exact=False)
+
+    def _properties(self, name):
+        """The slice's properties as systemd has them now (in ``slice_properties`` form), so a drift pass
+        can set again what was changed by hand; None when systemctl cannot tell."""
+        rc, out, _err = self.runner(["systemctl", "show", name] + ["--property=%s" % key for key in SHOW_PROPERTIES])
+        if rc != 0:
+            return None
+        return parse_show(out)
 
     def _systemctl(self, *args):
         argv = ["systemctl"] + list(args)
@@ -248,6 +263,56 @@ class SystemdSlices(object):
     def remove(self, name):
         check_slice_name(name)
         self._systemctl("stop", name)
+
+
+SHOW_PROPERTIES = ("AllowedCPUs", "AllowedMemoryNodes", "CPUQuotaPerSecUSec", "MemoryMax", "MemoryHigh")
+_TIMESPAN_UNITS = {"us": 1, "ms": 1000, "s": 1000000, "min": 60000000, "h": 3600000000}
+_TIMESPAN_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(us|ms|s|min|h)")
+
+
+def parse_timespan_usec(text):
+    """systemd's timespan (``1.240000s``, ``500ms``, ``1min 4s``) in microseconds, or None."""
+    text = text.strip()
+    parts = _TIMESPAN_RE.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text.replace(" ", ""):
+        return None
+    return int(round(sum(float(number) * _TIMESPAN_UNITS[unit] for number, unit in parts)))
+
+
+def parse_show(text):
+    """``systemctl show`` output as the properties this module sets (unset ones left out)."""
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    properties = {}
+    for key in ("AllowedCPUs", "AllowedMemoryNodes"):
+        if values.get(key):
+            properties[key] = values[key]
+    quota = values.get("CPUQuotaPerSecUSec")
+    usec = parse_timespan_usec(quota) if quota and quota != "infinity" else None
+    if usec is not None:
+        properties["CPUQuota"] = "%d%%" % int(round(usec / 10000.0))
+    for key in ("MemoryMax", "MemoryHigh"):
+        if values.get(key, "").isdigit():
+            properties[key] = values[key]
+    return properties
+
+
+def same_properties(current, wanted):
+    """Whether the slice has every wanted property (cpulists compared as sets; others as rendered)."""
+    for key, value in wanted.items():
+        have = current.get(key)
+        if key in ("AllowedCPUs", "AllowedMemoryNodes") and have is not None:
+            try:
+                if parse_cpulist(have) == parse_cpulist(value):
+                    continue
+            except ValueError:
+                return False
+        if have != value:
+            return False
+    return True
 
 
 def _write_cgroup(path, value):

@@ -243,6 +243,20 @@ def test_the_drift_pass_makes_a_stopped_slice_again(node, generation_1):  # pyli
         assert wanted in helper, "the helper did not make the slice:\n" + helper
 
 
+def test_the_drift_pass_sets_a_property_changed_by_hand_again_and_otherwise_does_nothing(node, generation_1):  # pylint: disable=redefined-outer-name
+    del generation_1
+    with node.explained(SLICE):
+        cursor = run_timer_pass(node)  # on a converged node a drift pass changes nothing
+        _records, text = node.journal_text("bcd-holds-converge.service", cursor, "section:")
+        assert "nothing to do" in text, "a drift pass on a converged node planned work:\n" + text
+        node.nsenter("systemctl", "set-property", "--runtime", SLICE, "MemoryMax=1073741824")
+        assert node.show(SLICE, "MemoryMax")["MemoryMax"] == "1073741824"
+        cursor = run_timer_pass(node)
+        assert_slice(node)  # every property as the hold's limits say again
+        _records, text = node.journal_text("bcd-holds-converge.service", cursor, "section:")
+        assert "set %s" % SLICE in text and "differ" in text, "the pass did not say it set the slice again:\n" + text
+
+
 def test_a_release_leaves_a_busy_slice_until_its_process_exits(node, generation_1):  # pylint: disable=redefined-outer-name
     del generation_1
     with node.explained(SLICE, WORKLOAD):

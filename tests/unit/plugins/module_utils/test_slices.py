@@ -403,3 +403,27 @@ def test_the_record_backend_keeps_a_slice_as_a_json_record(make_node):
     host.slices.remove(NAME)
     assert host.slices.state(NAME) is None
     assert host.slices.names() == []
+
+
+# --- reading systemd's properties back (drift repair) ---------------------------------------------------------
+
+
+def test_systemctl_show_is_read_back_in_the_form_the_properties_are_set():
+    from ansible_collections.bcd.devices.plugins.module_utils._slices import parse_show, parse_timespan_usec
+    shown = ("AllowedCPUs=0-3\nAllowedMemoryNodes=0\nCPUQuotaPerSecUSec=1.240000s\n"
+             "MemoryMax=4294967296\nMemoryHigh=3865470566\n")
+    assert parse_show(shown) == {"AllowedCPUs": "0-3", "AllowedMemoryNodes": "0", "CPUQuota": "124%",
+                                 "MemoryMax": "4294967296", "MemoryHigh": "3865470566"}
+    unset = "AllowedCPUs=\nAllowedMemoryNodes=\nCPUQuotaPerSecUSec=infinity\nMemoryMax=infinity\nMemoryHigh=infinity\n"
+    assert parse_show(unset) == {}
+    assert [parse_timespan_usec(t) for t in ("500ms", "1min 4s", "10ms", "2s", "1.5x", "")] == [
+        500000, 64000000, 10000, 2000000, None, None]
+
+
+def test_a_property_changed_by_hand_is_set_again_and_an_equal_cpulist_is_left_alone():
+    from ansible_collections.bcd.devices.plugins.module_utils._slices import same_properties
+    wanted = {"AllowedCPUs": "0-3", "CPUQuota": "124%", "MemoryMax": "4294967296"}
+    assert same_properties({"AllowedCPUs": "0,1,2,3", "CPUQuota": "124%", "MemoryMax": "4294967296",
+                            "MemoryHigh": "1"}, wanted)
+    assert not same_properties({"AllowedCPUs": "0-3", "CPUQuota": "124%", "MemoryMax": "1073741824"}, wanted)
+    assert not same_properties({"AllowedCPUs": "0-3", "MemoryMax": "4294967296"}, wanted)
