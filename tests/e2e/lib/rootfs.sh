@@ -22,7 +22,7 @@
 #
 # The podman rootfs of this suite is `rootfs_tarball trixie-podman trixie "podman ..."`;
 # a systemd rootfs for systemd-nspawn is
-# `rootfs_tarball bookworm-systemd bookworm "systemd systemd-sysv dbus python3"`.
+# `rootfs_tarball bookworm-systemd bookworm "systemd systemd-sysv …"` (the full list is in hack/e2e.sh).
 #
 # Environment: E2E_CACHE (default <repo>/.cache/e2e), E2E_DEBIAN_MIRROR (default
 # http://deb.debian.org/debian), E2E_REBUILD=1 to rebuild even when cached.
