@@ -16,7 +16,6 @@ import abc
 import os
 import shutil
 import socket
-import subprocess
 
 from ansible_collections.bcd.devices.plugins.module_utils._assignment import ALLOCATION_ID_RE
 from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
@@ -31,6 +30,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._fsutil import join_ro
 from ansible_collections.bcd.devices.plugins.module_utils._kubelet import FakeKubeSide, HelperKubeSide, RealKubeSide
 from ansible_collections.bcd.devices.plugins.module_utils._slices import RecordSlices, SystemdSlices
 from ansible_collections.bcd.devices.plugins.module_utils._inventory import (
+    default_run_command,
     read_libvirt_domains,
     read_real_inventory,
 )
@@ -55,15 +55,6 @@ def node_file_path(kind, allocation_id):
     if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
         raise ValueError("allocation id %r is not valid" % (allocation_id,))
     return NODE_FILE_KINDS[kind](allocation_id)
-
-
-def run_command(argv, timeout=30):
-    """Run a command without a shell; (rc, stdout, stderr), never raising."""
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
 
 class Host(abc.ABC):
@@ -194,7 +185,7 @@ class Host(abc.ABC):
 class RealHost(Host):
     """A real GPU node: NVML or ``nvidia-smi``, and libvirt when ``virsh`` exists."""
 
-    def __init__(self, root="/", helper=None, runner=run_command):
+    def __init__(self, root="/", helper=None, runner=default_run_command):
         super(RealHost, self).__init__(root, helper)
         self.runner = runner
         self.slices = SystemdSlices(self, runner)
