@@ -45,7 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 def _import_verify_report():
     """``verify_report`` from the collection, found on sys.path or above this file."""
     try:
-        from ansible_collections.bcd.devices.plugins.module_utils._events import verify_report
+        from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
         return verify_report
     except ImportError:
         pass
@@ -60,7 +60,7 @@ def _import_verify_report():
     for candidate in candidates:
         if os.path.isdir(os.path.join(candidate, "ansible_collections", "bcd", "devices")):
             sys.path.insert(0, candidate)
-            from ansible_collections.bcd.devices.plugins.module_utils._events import verify_report
+            from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
             return verify_report
     raise ImportError("cannot find the bcd.devices collection: put the directory that holds "
                       "ansible_collections/bcd/devices on PYTHONPATH")

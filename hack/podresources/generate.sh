@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 #
 # Regenerate the Python stubs of the kubelet's pod-resources API v1
-# (plugins/module_utils/_podresources_pb2.py and _podresources_pb2_grpc.py) from
+# (plugins/module_utils/node/podresources_pb2.py and podresources_pb2_grpc.py) from
 # hack/podresources/api.proto, with grpcio-tools from .venv. Run it from anywhere; it
 # writes only those two files.
 #
@@ -44,8 +44,8 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 venv=${VENV:-$repo/.venv}
 proto=$repo/hack/podresources/api.proto
-dest=$repo/plugins/module_utils
-pkg=ansible_collections.bcd.devices.plugins.module_utils
+dest=$repo/plugins/module_utils/node
+pkg=ansible_collections.bcd.devices.plugins.module_utils.node
 
 "$venv/bin/python" -c 'import grpc_tools' 2>/dev/null || {
   echo "generate: grpcio-tools is not installed in $venv" >&2
@@ -82,7 +82,7 @@ header() {
 HEADER
 }
 
-# _podresources_pb2.py
+# podresources_pb2.py
 need "$pb2" '^from google.protobuf import runtime_version as _runtime_version$'
 need "$pb2" '^_runtime_version.ValidateProtobufRuntimeVersion($'
 need "$pb2" "_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, '_podresources_pb2', _globals)"
@@ -92,11 +92,11 @@ sed -i \
   -e '/^# NO CHECKED-IN PROTOBUF GENCODE$/d' \
   -e '/^from google.protobuf import runtime_version as _runtime_version$/d' \
   -e '/^_runtime_version.ValidateProtobufRuntimeVersion($/,/^)$/d' \
-  -e "s/_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, '_podresources_pb2', _globals)/_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, '$pkg._podresources_pb2', _globals)/" \
+  -e "s/_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, '_podresources_pb2', _globals)/_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, '$pkg.podresources_pb2', _globals)/" \
   "$pb2"
 gone "$pb2" '_runtime_version'
 
-# _podresources_pb2_grpc.py
+# podresources_pb2_grpc.py
 need "$grpc" '^GRPC_GENERATED_VERSION = '
 need "$grpc" '^import warnings$'
 need "$grpc" '_registered_method=True)'
@@ -106,7 +106,7 @@ sed -i \
   -e '/^GRPC_GENERATED_VERSION = /,/^    )$/d' \
   -e '/^import warnings$/d' \
   -e '/^    server.add_registered_method_handlers(.*)$/d' \
-  -e "s/^import _podresources_pb2 as __podresources__pb2$/from $pkg import _podresources_pb2 as podresources_pb2/" \
+  -e "s/^import _podresources_pb2 as __podresources__pb2$/from $pkg import podresources_pb2 as podresources_pb2/" \
   -e 's/\b__podresources__pb2\./podresources_pb2./g' \
   "$grpc"
 # Joined across lines: `...,\n<spaces>_registered_method=True)` becomes `...)`.
@@ -124,6 +124,6 @@ for file in "$pb2" "$grpc"; do
 done
 need "$pb2" '# noqa: E501$'
 
-{ header; cat "$pb2"; } > "$dest/_podresources_pb2.py"
-{ header; cat "$grpc"; } > "$dest/_podresources_pb2_grpc.py"
-echo "generate: wrote $dest/_podresources_pb2.py and $dest/_podresources_pb2_grpc.py"
+{ header; cat "$pb2"; } > "$dest/podresources_pb2.py"
+{ header; cat "$grpc"; } > "$dest/podresources_pb2_grpc.py"
+echo "generate: wrote $dest/podresources_pb2.py and $dest/podresources_pb2_grpc.py"

@@ -69,7 +69,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.bcd.devices.plugins.module_utils._events import (
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     HAS_CRYPTOGRAPHY,
     CRYPTOGRAPHY_IMPORT_ERROR,
     EventsError,

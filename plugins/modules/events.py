@@ -136,8 +136,8 @@ acknowledged:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, list_and_acknowledge
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import (
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import EventsError, list_and_acknowledge
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     FsError,
     LockTimeout,
     join_root,

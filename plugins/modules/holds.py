@@ -275,12 +275,12 @@ capabilities:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.bcd.devices.plugins.module_utils._converge import PassError, diff_of, run_pass
-from ansible_collections.bcd.devices.plugins.module_utils._events import HAS_CRYPTOGRAPHY, EventsError
-from ansible_collections.bcd.devices.plugins.module_utils._fakehw import FakeHwError
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError, LockTimeout
-from ansible_collections.bcd.devices.plugins.module_utils._helper import HelperClient
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import make_host
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError, diff_of, run_pass
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY, EventsError
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeHwError
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, LockTimeout
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperClient
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
 
 
 def argument_spec():

@@ -113,10 +113,10 @@ node_public_key:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.bcd.devices.plugins.module_utils._fakehw import FakeHwError
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import make_host
-from ansible_collections.bcd.devices.plugins.module_utils._status import node_status
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeHwError
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
+from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
 
 
 def main():

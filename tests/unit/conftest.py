@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils._converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NVIDIA_CDI = DATA / "nvidia-cdi"

@@ -7,10 +7,10 @@ import os
 import sys
 
 try:
-    from ansible_collections.bcd.devices.plugins.module_utils._events import verify_report
+    from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
 except ImportError:  # the collection through ANSIBLE_COLLECTIONS_PATH (hack/molecule.sh sets it)
     sys.path[:0] = [p for p in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) if p]
-    from ansible_collections.bcd.devices.plugins.module_utils._events import verify_report
+    from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
 
 GATEWAY = "/tmp/bcd-molecule-delivery/gateway"
 ROOTS = {"node-a": "/tmp/bcd-molecule-delivery/node-a", "node-b": "/tmp/bcd-molecule-delivery/node-b"}

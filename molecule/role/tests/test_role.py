@@ -54,13 +54,16 @@ def test_bcd_holds_is_installed_under_the_prefix(node):
     lines = launcher["text"].splitlines()
     assert lines[0] == "#!/usr/bin/python3"
     assert "# Ansible managed" in lines[1:4]
-    assert "from ansible_collections.bcd.devices.plugins.module_utils._cli import main" in launcher["text"]
+    assert "from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import main" in launcher["text"]
 
 
 def test_the_library_is_the_collections_module_utils(node):
     source = os.path.join(REPO, "plugins", "module_utils")
-    wanted = sorted(name for name in os.listdir(source) if name.endswith(".py"))
-    installed = sorted(path.rsplit("/", 1)[1] for path in node
+    wanted = sorted(os.path.relpath(os.path.join(directory, name), source)
+                    for directory, _dirs, names in os.walk(source) if "__pycache__" not in directory
+                    for name in names if name.endswith(".py"))
+    assert "domain/planner.py" in wanted and "domain/__init__.py" in wanted  # the subpackages go too
+    installed = sorted(path[len(LIB) + 1:] for path in node
                        if path.startswith(LIB + "/") and path.endswith(".py") and "/__pycache__/" not in path)
     assert installed == wanted
     for name in wanted:
@@ -68,7 +71,7 @@ def test_the_library_is_the_collections_module_utils(node):
         assert owner_mode(item) == ("root", "root", 0o644), name
         with open(os.path.join(source, name), "rb") as handle:
             assert item["sha256"] == hashlib.sha256(handle.read()).hexdigest(), name
-    for directory in ("/usr/local/lib/bcd-holds", LIB):
+    for directory in ("/usr/local/lib/bcd-holds", LIB, LIB + "/domain", LIB + "/entry"):
         assert owner_mode(node[directory]) == ("root", "root", 0o755)
 
 

@@ -14,7 +14,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.bcd.devices.plugins.filter import verify_report as filter_plugin
-from ansible_collections.bcd.devices.plugins.module_utils._events import Journal, NodeKey
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, NodeKey
 
 BOUND = {"node_id": "node-a", "boot_id": "b", "allocation_id": "alloc_1", "generation": 3,
          "device_ids": ["GPU-1"], "cdi_devices": ["bcd.dev/gpu=GPU-1"],

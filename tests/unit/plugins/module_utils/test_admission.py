@@ -11,15 +11,15 @@ import json
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils._admission import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import (
     Admission,
     Exhausted,
     HostMemory,
     read_host_memory,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import Limits
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import FakeHwHost
-from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import Domain
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import Limits
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
     BINDING_HOLD,
     BINDING_KUBERNETES,
     DeviceRef,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import DeviceRef
-from ansible_collections.bcd.devices.plugins.module_utils._atoms import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import DeviceRef
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     AtomRefused,
     atom_from_id,
     parse_atom,
@@ -17,7 +17,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._atoms import (
     resolve_devices,
     visible_devices,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import Gpu, Inventory, MigInstance
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance
 
 GPU_A = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 GPU_B = "GPU-5f1c2a90-0000-4000-8000-000000000002"

@@ -13,9 +13,9 @@ import json
 import pytest
 import yaml
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import DeviceRef
-from ansible_collections.bcd.devices.plugins.module_utils._atoms import resolve_devices
-from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import DeviceRef
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import resolve_devices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     HoldRender,
     cdi_device,
     cdi_spec_path,
@@ -25,8 +25,8 @@ from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
     render_spec,
     spec_bytes,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._cdi_validate import validate_spec
-from ansible_collections.bcd.devices.plugins.module_utils._cdi_vendor import VendorSpec, load_vendor_spec
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import validate_spec
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import VendorSpec, load_vendor_spec
 
 from ansible_collections.bcd.devices.tests.unit.conftest import (
     CDI_SCHEMA, GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2, vendor_text,

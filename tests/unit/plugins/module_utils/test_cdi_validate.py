@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.bcd.devices.plugins.module_utils._cdi_vendor import _load_yaml
-from ansible_collections.bcd.devices.plugins.module_utils._cdi_validate import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import _load_yaml
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import (
     CdiVersionError,
     KNOWN_VERSIONS,
     minimum_version,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.bcd.devices.plugins.module_utils import _cdi_vendor
-from ansible_collections.bcd.devices.plugins.module_utils._cdi_vendor import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain import cdi_vendor as _cdi_vendor
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import (
     VendorSpec,
     load_vendor_spec,
 )

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils._cli import EX_CHECK, EX_ERROR, EX_OK, EX_RETRY, main
-from ansible_collections.bcd.devices.plugins.module_utils._events import NodeKey
-from ansible_collections.bcd.devices.plugins.module_utils._helper import Policy, listen, serve
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_CHECK, EX_ERROR, EX_OK, EX_RETRY, main
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import NodeKey
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils._atoms import parse_atom
-from ansible_collections.bcd.devices.plugins.module_utils._conflicts import UNREADABLE_RELEASES, Claims, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import parse_atom
+from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
 
 GPU_A = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 GPU_B = "GPU-5f1c2a90-0000-4000-8000-000000000002"

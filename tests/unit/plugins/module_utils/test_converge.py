@@ -13,12 +13,12 @@ import os
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils import _events
-from ansible_collections.bcd.devices.plugins.module_utils._converge import PassError
-from ansible_collections.bcd.devices.plugins.module_utils._events import Journal, list_and_acknowledge, verify_report
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import LockTimeout, PassLock
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import FakeHwHost
-from ansible_collections.bcd.devices.plugins.module_utils._status import node_public_key
+from ansible_collections.bcd.devices.plugins.module_utils.state import events as _events
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, list_and_acknowledge, verify_report
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import LockTimeout, PassLock
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_public_key
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, vendor_text
 

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ansible_collections.bcd.devices.plugins.module_utils import _events
-from ansible_collections.bcd.devices.plugins.module_utils._events import (
+from ansible_collections.bcd.devices.plugins.module_utils.state import events as _events
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     EventsError,
     Journal,
     NodeKey,

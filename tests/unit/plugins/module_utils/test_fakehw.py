@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils import _fakehw as fakehw
-from ansible_collections.bcd.devices.plugins.module_utils._fakehw import FakeHwError, load_fakehw
-from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import (
+from ansible_collections.bcd.devices.plugins.module_utils.node import fakehw as fakehw
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeHwError, load_fakehw
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
     MigInstance,
     PodDevices,

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils import _fsutil
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import (
+from ansible_collections.bcd.devices.plugins.module_utils.node import fsutil as _fsutil
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     FsError,
     LockTimeout,
     PassLock,

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils import _cli
-from ansible_collections.bcd.devices.plugins.module_utils._converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils._helper import (
+from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
     MAX_REQUEST,
     HelperClient,
     HelperError,
@@ -39,14 +39,14 @@ from ansible_collections.bcd.devices.plugins.module_utils._helper import (
     listen,
     serve,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 
 GPU_A = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 GPU_B = "GPU-5f1c2a90-0000-4000-8000-000000000002"
 HARDWARE = {"node_id": "node-h", "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-2c4f1d2b7a10",
             "gpus": [{"uuid": GPU_A, "index": 0, "minor": 0}, {"uuid": GPU_B, "index": 1, "minor": 1}]}
 # .../.build: the directory that holds ansible_collections/ (not resolved: .build links to the checkout)
-COLLECTIONS_PARENT = os.path.abspath(os.path.join(os.path.dirname(_cli.__file__), *[os.pardir] * 5))
+COLLECTIONS_PARENT = _cli.__file__[:_cli.__file__.rindex("/ansible_collections/")]
 
 
 def valid_cdi(allocation_id="a1", device="GPU-x"):
@@ -433,7 +433,7 @@ def test_the_policy_serves_root_the_allowed_users_and_groups():
 CONVERGE = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.bcd.devices.plugins.module_utils._cli import main
+from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import main
 sys.exit(main(sys.argv[2:]))
 """
 

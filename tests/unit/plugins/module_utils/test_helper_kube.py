@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils._helper import HelperClient, Policy, listen, serve
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperClient, Policy, listen, serve
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, MIG_A1
 
 

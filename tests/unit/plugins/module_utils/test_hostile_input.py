@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import random
 
-from ansible_collections.bcd.devices.plugins.module_utils._converge import PassError
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, MIG_A1
 
 ATOMS = [GPU_A, GPU_B, GPU_A + "/gi1/ci0", GPU_B + "/s1", MIG_A1, "../../etc/passwd", "GPU-x\n", "", "a/b/c",

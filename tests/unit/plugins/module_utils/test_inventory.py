@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils import _inventory as inv
-from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import (
+from ansible_collections.bcd.devices.plugins.module_utils.node import inventory as inv
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Gpu,
     Inventory,
     MigInstance,

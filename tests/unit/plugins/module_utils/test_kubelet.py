@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils import _kubelet as kubelet
-from ansible_collections.bcd.devices.plugins.module_utils._fakehw import parse_fakehw_text
-from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import (
+from ansible_collections.bcd.devices.plugins.module_utils.node import kubelet as kubelet
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import parse_fakehw_text
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Gpu,
     Inventory,
     MigInstance,
     PodDevices,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._kubelet import (
+from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import (
     FakeKubeSide,
     KubeletUnreachable,
     RealKubeSide,
@@ -38,10 +38,10 @@ from ansible_collections.bcd.devices.plugins.module_utils._kubelet import (
 )
 
 grpc = pytest.importorskip("grpc")
-pb = pytest.importorskip("ansible_collections.bcd.devices.plugins.module_utils._podresources_pb2")
-pb_grpc = pytest.importorskip("ansible_collections.bcd.devices.plugins.module_utils._podresources_pb2_grpc")
+pb = pytest.importorskip("ansible_collections.bcd.devices.plugins.module_utils.node.podresources_pb2")
+pb_grpc = pytest.importorskip("ansible_collections.bcd.devices.plugins.module_utils.node.podresources_pb2_grpc")
 
-MODULE_UTILS = Path(kubelet.__file__).resolve().parent
+NODE_DIR = Path(kubelet.__file__).resolve().parent
 
 GPU_A = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 GPU_B = "GPU-5f1c2a90-0000-4000-8000-000000000002"
@@ -388,13 +388,13 @@ def test_fake_kube_side_with_no_pods_holds_nothing():
 def test_committed_stubs_carry_no_runtime_version_checks():
     """Regenerated without hack/podresources/generate.sh, the stubs would refuse
     the node's older protobuf and grpcio (Debian 12: 3.21 and 1.51)."""
-    pb2 = (MODULE_UTILS / "_podresources_pb2.py").read_text()
-    stubs = (MODULE_UTILS / "_podresources_pb2_grpc.py").read_text()
+    pb2 = (NODE_DIR / "podresources_pb2.py").read_text()
+    stubs = (NODE_DIR / "podresources_pb2_grpc.py").read_text()
     assert "_runtime_version" not in pb2
     assert "GRPC_GENERATED_VERSION" not in stubs
     assert "_registered_method" not in stubs
     assert "add_registered_method_handlers" not in stubs
-    assert "from ansible_collections.bcd.devices.plugins.module_utils import _podresources_pb2 as podresources_pb2" in stubs
+    assert "from ansible_collections.bcd.devices.plugins.module_utils.node import podresources_pb2 as podresources_pb2" in stubs
 
 
 def test_stubs_keep_upstream_field_numbers():

@@ -21,9 +21,9 @@ import types
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.bcd.devices.plugins.module_utils import _apply, _cli, _converge
-from ansible_collections.bcd.devices.plugins.module_utils._events import Journal
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.entry import apply as _apply, cli as _cli, converge as _converge
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.modules import holds_info
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2

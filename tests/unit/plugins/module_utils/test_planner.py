@@ -10,9 +10,9 @@ import copy
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import DeviceRef, parse_assignments
-from ansible_collections.bcd.devices.plugins.module_utils._atoms import resolve_devices
-from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import DeviceRef, parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import resolve_devices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     HoldRender,
     cdi_spec_path,
     env_file_path,
@@ -21,11 +21,11 @@ from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
     render_spec,
     spec_bytes,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._cdi_vendor import VendorSpec
-from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import Domain, Gpu, Inventory, MigInstance
-from ansible_collections.bcd.devices.plugins.module_utils._ledger import Ledger
-from ansible_collections.bcd.devices.plugins.module_utils._planner import Observed, plan_pass
-from ansible_collections.bcd.devices.plugins.module_utils._slices import SliceState
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import VendorSpec
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain, Gpu, Inventory, MigInstance
+from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import Ledger
+from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, plan_pass
+from ansible_collections.bcd.devices.plugins.module_utils.node.slices import SliceState
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2
 

@@ -15,9 +15,9 @@ import os
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils._events import Journal
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import FakeHwHost
-from ansible_collections.bcd.devices.plugins.module_utils._slices import RecordSlices, SliceError
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SliceError
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 

@@ -14,11 +14,11 @@ import shutil
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import Limits
-from ansible_collections.bcd.devices.plugins.module_utils._converge import capabilities
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import RealHost
-from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import Inventory
-from ansible_collections.bcd.devices.plugins.module_utils._slices import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import Limits
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import RealHost
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
+from ansible_collections.bcd.devices.plugins.module_utils.node.slices import (
     SliceError,
     check_slice_request,
     cpu_quota,
@@ -409,7 +409,7 @@ def test_the_record_backend_keeps_a_slice_as_a_json_record(make_node):
 
 
 def test_systemctl_show_is_read_back_in_the_form_the_properties_are_set():
-    from ansible_collections.bcd.devices.plugins.module_utils._slices import parse_show, parse_timespan_usec
+    from ansible_collections.bcd.devices.plugins.module_utils.node.slices import parse_show, parse_timespan_usec
     shown = ("AllowedCPUs=0-3\nAllowedMemoryNodes=0\nCPUQuotaPerSecUSec=1.240000s\n"
              "MemoryMax=4294967296\nMemoryHigh=3865470566\n")
     assert parse_show(shown) == {"AllowedCPUs": "0-3", "AllowedMemoryNodes": "0", "CPUQuota": "124%",
@@ -421,7 +421,7 @@ def test_systemctl_show_is_read_back_in_the_form_the_properties_are_set():
 
 
 def test_a_property_changed_by_hand_is_set_again_and_an_equal_cpulist_is_left_alone():
-    from ansible_collections.bcd.devices.plugins.module_utils._slices import same_properties
+    from ansible_collections.bcd.devices.plugins.module_utils.node.slices import same_properties
     wanted = {"AllowedCPUs": "0-3", "CPUQuota": "124%", "MemoryMax": "4294967296"}
     assert same_properties({"AllowedCPUs": "0,1,2,3", "CPUQuota": "124%", "MemoryMax": "4294967296",
                             "MemoryHigh": "1"}, wanted)

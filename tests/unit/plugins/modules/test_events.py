@@ -11,7 +11,7 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.bcd.devices.plugins.module_utils._events import Journal, NodeKey, verify_report
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, NodeKey, verify_report
 from ansible_collections.bcd.devices.plugins.modules import events as events_module
 
 BOUND = {"node_id": "node-a", "boot_id": "b", "allocation_id": "alloc_1", "generation": 3,

@@ -12,8 +12,8 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.bcd.devices.plugins.module_utils._events import verify_report
-from ansible_collections.bcd.devices.plugins.module_utils._status import node_public_key
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
+from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_public_key
 from ansible_collections.bcd.devices.plugins.modules import holds
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B

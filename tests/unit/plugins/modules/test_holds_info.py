@@ -12,7 +12,7 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.bcd.devices.plugins.module_utils._events import verify_report
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
 from ansible_collections.bcd.devices.plugins.modules import holds, holds_info
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.bcd.devices.plugins.module_utils._atoms import CLASS_MIG
-from ansible_collections.bcd.devices.plugins.module_utils._cdi import SPEC_DIR, read_hold
-from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, Journal
-from ansible_collections.bcd.devices.plugins.module_utils._helper import HelperClient
-from ansible_collections.bcd.devices.plugins.module_utils._ledger import load_ledger
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import SPEC_DIR, read_hold
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import EventsError, Journal
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperClient
+from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import load_ledger
 
 OK, WARN, ERROR = "OK", "WARN", "ERROR"
 

@@ -30,7 +30,7 @@ else:
 
     _globals = globals()
     _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-    _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "ansible_collections.bcd.devices.plugins.module_utils._podresources_pb2", _globals)
+    _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "ansible_collections.bcd.devices.plugins.module_utils.node.podresources_pb2", _globals)
     if not _descriptor._USE_C_DESCRIPTORS:
         _globals["DESCRIPTOR"]._loaded_options = None
         _globals["DESCRIPTOR"]._serialized_options = b"Z'k8s.io/kubelet/pkg/apis/podresources/v1"

@@ -17,19 +17,19 @@ import os
 import shutil
 import socket
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import ALLOCATION_ID_RE
-from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     SPEC_DIR,
     SPEC_FILE_RE,
     cdi_spec_path,
     env_file_path,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._cdi_vendor import load_vendor_spec
-from ansible_collections.bcd.devices.plugins.module_utils._fakehw import load_fakehw
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import join_root, read_bytes, remove_file, write_atomic
-from ansible_collections.bcd.devices.plugins.module_utils._kubelet import FakeKubeSide, HelperKubeSide, RealKubeSide
-from ansible_collections.bcd.devices.plugins.module_utils._slices import RecordSlices, SystemdSlices
-from ansible_collections.bcd.devices.plugins.module_utils._inventory import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import load_vendor_spec
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root, read_bytes, remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import FakeKubeSide, HelperKubeSide, RealKubeSide
+from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
+from ansible_collections.bcd.devices.plugins.module_utils.node.inventory import (
     default_run_command,
     read_libvirt_domains,
     read_real_inventory,

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import parse_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import parse_cpulist
 
 MIB = 1 << 20
 GIB = 1 << 30

@@ -15,19 +15,19 @@ import time
 from dataclasses import dataclass, field
 from typing import List
 
-from ansible_collections.bcd.devices.plugins.module_utils._admission import needs_admission, read_host_memory
-from ansible_collections.bcd.devices.plugins.module_utils._apply import apply_plan
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import InvalidAssignment, parse_assignments
-from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import needs_admission, read_host_memory
+from ansible_collections.bcd.devices.plugins.module_utils.entry.apply import apply_plan
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import InvalidAssignment, parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     MPS_PIPE_DIRECTORY,
     env_file_path,
     read_hold,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._events import Journal, NodeKey
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import PassLock, read_bytes, write_atomic
-from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import Releases, load_releases
-from ansible_collections.bcd.devices.plugins.module_utils._ledger import catch_up_state, save_ledger
-from ansible_collections.bcd.devices.plugins.module_utils._planner import Observed, hold_summary, plan_pass
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, NodeKey
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, read_bytes, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases, load_releases
+from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import catch_up_state, save_ledger
+from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, hold_summary, plan_pass
 
 NODESPEC_NAME = "nodespec.json"
 CONVERGED = "CONVERGED"

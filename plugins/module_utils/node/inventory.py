@@ -42,7 +42,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
     Gpu,
     Inventory,

@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils._atoms import CLASS_MIG, AtomRefused, atom_from_id
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import read_bytes, remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, AtomRefused, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes, remove_file, write_atomic
 
 RELEASES_NAME = "releasing.json"
 MARKER_NAME = "releasing.unreadable"

@@ -28,15 +28,15 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import PodDevices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
 
 try:
     import grpc
 
-    from ansible_collections.bcd.devices.plugins.module_utils._podresources_pb2 import (
+    from ansible_collections.bcd.devices.plugins.module_utils.node.podresources_pb2 import (
         ListPodResourcesRequest,
     )
-    from ansible_collections.bcd.devices.plugins.module_utils._podresources_pb2_grpc import (
+    from ansible_collections.bcd.devices.plugins.module_utils.node.podresources_pb2_grpc import (
         PodResourcesListerStub,
     )
 
@@ -427,7 +427,7 @@ class HelperKubeSide(KubeSide):
 
     def look(self, inventory):
         # type: (object) -> KubeView
-        from ansible_collections.bcd.devices.plugins.module_utils._helper import HelperError  # no import cycle
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperError  # no import cycle
 
         try:
             return view_from_json(self.client.kube_look())

@@ -29,18 +29,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
     BINDING_HOLD,
     BINDING_KUBERNETES,
     Limits,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._atoms import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     AtomRefused,
     atom_from_id,
     resolve_atom,
     resolve_devices,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     HoldRender,
     RenderError,
     cdi_device,
@@ -50,14 +50,14 @@ from ansible_collections.bcd.devices.plugins.module_utils._cdi import (
     render_spec,
     spec_bytes,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._admission import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import (
     UNREADABLE,
     Admission,
     Exhausted,
     needs_admission,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._conflicts import UNREADABLE_RELEASES, Claims, conflicts
-from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
     PendingRelease,
     Releases,
     device_names,
@@ -65,7 +65,7 @@ from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import (
     pods_holding,
     release_conditions,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._slices import (
+from ansible_collections.bcd.devices.plugins.module_utils.node.slices import (
     allocation_of,
     limits_of_slice,
     same_properties,

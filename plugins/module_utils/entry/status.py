@@ -13,16 +13,16 @@ from __future__ import annotations
 import os
 import time
 
-from ansible_collections.bcd.devices.plugins.module_utils._cdi import read_hold
-from ansible_collections.bcd.devices.plugins.module_utils._conflicts import UNREADABLE_RELEASES
-from ansible_collections.bcd.devices.plugins.module_utils._converge import KEY_NAME, capabilities, summary_of
-from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, NodeKey
-from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import KEY_NAME, capabilities, summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import EventsError, NodeKey
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
     load_releases,
     pending_summary,
     release_conditions,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._planner import atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import atoms_of
 
 
 def gpu_status(inventory, holds, domains=(), releases=None):

@@ -19,14 +19,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils._inventory_model import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
     Gpu,
     Inventory,
     MigInstance,
     PodDevices,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._inventory import normalize_pci_address
+from ansible_collections.bcd.devices.plugins.module_utils.node.inventory import normalize_pci_address
 
 try:
     import yaml

@@ -21,27 +21,27 @@ import os
 import sys
 import threading
 
-from ansible_collections.bcd.devices.plugins.module_utils._converge import (
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import (
     FAILED,
     PROGRESSING,
     PassError,
     load_nodespec,
     run_pass,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError, list_and_acknowledge
-from ansible_collections.bcd.devices.plugins.module_utils._fakehw import FakeHwError
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError, LockTimeout
-from ansible_collections.bcd.devices.plugins.module_utils._helper import (
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import EventsError, list_and_acknowledge
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeHwError
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, LockTimeout
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
     HelperClient,
     Policy,
     listen,
     serve,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import make_host
-from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import load_releases
-from ansible_collections.bcd.devices.plugins.module_utils._ledger import load_ledger
-from ansible_collections.bcd.devices.plugins.module_utils._doctor import run_checks
-from ansible_collections.bcd.devices.plugins.module_utils._status import node_status, status_table
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import load_releases
+from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import load_ledger
+from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import run_checks
+from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
 
 EX_OK, EX_CHECK, EX_ERROR, EX_RETRY = 0, 1, 2, 75
 DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"

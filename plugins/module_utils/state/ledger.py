@@ -35,7 +35,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import read_bytes, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes, write_atomic
 
 LEDGER_NAME = "ledger.json"
 
@@ -130,7 +130,7 @@ def catch_up_state(state_path, journal, releases=None, write=True):
     """Bring the ledger (and the pending Kubernetes releases) up to the journal, before anything reads
     or acknowledges it: a pass that died between journaling an event and recording it is finished here.
     Returns the ledger."""
-    from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import save_releases
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import save_releases
 
     ledger = load_ledger(state_path)
     replayed = catch_up(ledger, journal.unacked())

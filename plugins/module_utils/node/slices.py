@@ -24,13 +24,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
     InvalidAssignment,
     Limits,
     check_cpulist,
     parse_cpulist,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import read_bytes, remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes, remove_file, write_atomic
 
 SLICE_NAME_RE = re.compile(r"^bcd-alloc-[A-Za-z0-9_]{1,80}\.slice$")
 CGROUP_ROOT = "/sys/fs/cgroup"

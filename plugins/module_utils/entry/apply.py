@@ -18,12 +18,12 @@ finishes the work. A crash between any two steps leaves the same situation.
 
 from __future__ import annotations
 
-from ansible_collections.bcd.devices.plugins.module_utils._events import EventsError
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import FsError
-from ansible_collections.bcd.devices.plugins.module_utils._helper import HelperError
-from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import clear_marker, quarantine, save_releases
-from ansible_collections.bcd.devices.plugins.module_utils._ledger import record_event, save_ledger
-from ansible_collections.bcd.devices.plugins.module_utils._slices import SliceError
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import EventsError
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import clear_marker, quarantine, save_releases
+from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import record_event, save_ledger
+from ansible_collections.bcd.devices.plugins.module_utils.node.slices import SliceError
 
 RETRYABLE = (OSError, EventsError, FsError, SliceError, HelperError)
 

@@ -31,12 +31,12 @@ import socket
 import struct
 import threading
 
-from ansible_collections.bcd.devices.plugins.module_utils._assignment import ALLOCATION_ID_RE, ENV_KEY_RE
-from ansible_collections.bcd.devices.plugins.module_utils._cdi import ANN_ALLOCATION, KIND
-from ansible_collections.bcd.devices.plugins.module_utils._cdi_validate import validate_spec
-from ansible_collections.bcd.devices.plugins.module_utils._hosts import NODE_FILE_KINDS
-from ansible_collections.bcd.devices.plugins.module_utils._kubelet import view_to_json
-from ansible_collections.bcd.devices.plugins.module_utils._slices import SliceError, check_slice_name, check_slice_request
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE, ENV_KEY_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import ANN_ALLOCATION, KIND
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import validate_spec
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import NODE_FILE_KINDS
+from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
+from ansible_collections.bcd.devices.plugins.module_utils.node.slices import SliceError, check_slice_name, check_slice_request
 
 MAX_REQUEST = 1 << 20  # one JSON line, content included
 IO_TIMEOUT = 30.0

@@ -29,7 +29,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils._fsutil import (
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     create_exclusive,
     ensure_dir,
     fsync_dir,
@@ -467,7 +467,7 @@ def list_and_acknowledge(state_path, ack_through=None, check_mode=False, lock_ti
     directory means nothing to acknowledge). Shared by ``bcd.devices.events``
     and ``bcd-holds events``.
     """
-    from ansible_collections.bcd.devices.plugins.module_utils._fsutil import PassLock
+    from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock
 
     if ack_through is not None and ack_through < 0:
         raise EventsError("ack_through must not be negative, got %d" % ack_through)
@@ -479,8 +479,8 @@ def list_and_acknowledge(state_path, ack_through=None, check_mode=False, lock_ti
     with PassLock(state_path, timeout=lock_timeout, create=writes):
         if writes:
             # the ledger must have recorded every event before any is dropped (a pass may have died between)
-            from ansible_collections.bcd.devices.plugins.module_utils._kuberelease import load_releases
-            from ansible_collections.bcd.devices.plugins.module_utils._ledger import catch_up_state
+            from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import load_releases
+            from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import catch_up_state
             catch_up_state(state_path, journal, load_releases(state_path))
         if ack_through is not None:
             acknowledged = journal.ack_through(ack_through, dry_run=check_mode)

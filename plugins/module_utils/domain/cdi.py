@@ -20,13 +20,13 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils._atoms import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     CLASS_MIG,
     atom_from_id,
     visible_devices,
     AtomRefused,
 )
-from ansible_collections.bcd.devices.plugins.module_utils._cdi_validate import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import (
     minimum_version,
     validate_spec,
     version_key,

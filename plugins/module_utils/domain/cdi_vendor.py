@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils._cdi_validate import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import (
     CdiVersionError,
     validate_spec,
     version_key,
