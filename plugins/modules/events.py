@@ -25,17 +25,9 @@ description:
     never interleaves with a converging pass.
 author:
   - bcd.devices contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - bcd.devices.node
 options:
-  state_dir:
-    description:
-      - The node's state directory, under O(root). Holds the journal, the node key and the lock.
-    type: path
-    default: /var/lib/bcd
-  root:
-    description:
-      - Prefix of every node path; a test host is a directory.
-    type: path
-    default: /
   ack_through:
     description:
       - Acknowledge every journaled event whose C(seq) is at most this number.
@@ -136,36 +128,24 @@ acknowledged:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.bcd.devices.plugins.module_utils.state.events import EventsError, list_and_acknowledge
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
-    FsError,
-    LockTimeout,
-    join_root,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, host_from_params, state_of
 
 LOCK_TIMEOUT = 120.0
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            state_dir=dict(type="path", default="/var/lib/bcd"),
-            root=dict(type="path", default="/"),
-            ack_through=dict(type="int"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, ack_through=dict(type="int")),
+                           supports_check_mode=True)
     try:
-        state_dir = join_root(module.params["root"], module.params["state_dir"])
-        events, acknowledged, warnings = list_and_acknowledge(state_dir, module.params["ack_through"],
-                                                              module.check_mode, LOCK_TIMEOUT)
-    except FsError as exc:
-        module.fail_json(msg="state_dir: %s" % exc)
-    except (EventsError, LockTimeout) as exc:
+        state = state_of(host_from_params(module.params), module.params)
+        events, acknowledged = state.list_and_acknowledge(module.params["ack_through"], module.check_mode,
+                                                          LOCK_TIMEOUT)
+    except BcdError as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
         module.fail_json(msg="cannot use the state directory %s: %s" % (module.params["state_dir"], exc))
-    for warning in warnings:
+    for warning in state.warnings():
         module.warn(warning)
     module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
 

@@ -84,25 +84,6 @@ options:
         type: list
         elements: str
         default: []
-  root:
-    description: Prefix of every node path. A test host is a directory.
-    type: path
-    default: /
-  fakehw:
-    description:
-      - A fakehw hardware file (YAML or JSON) describing GPUs, MIG instances, VMs and pods; makes the
-        host fakehw. Paths are on the node. See the user guide for its format.
-    type: path
-  state_dir:
-    description: The state directory under O(root) (journal, ledger, node key, lock).
-    type: path
-    default: /var/lib/bcd
-  helper_socket:
-    description:
-      - The root helper's socket (C(bcd-holds helper), installed by the role C(bcd.devices.bcd_holds)).
-      - When set, every privileged write (CDI specs, env files, slices) goes through it, so the pass can run
-        as an unprivileged user; a write the helper refuses is retried like any failed write.
-    type: path
   fail_on_refusal:
     description:
       - Fail the task when any assignment is refused. Otherwise refusals are returned in RV(failures),
@@ -113,6 +94,9 @@ options:
     description: Seconds to wait for another pass on the same node to finish.
     type: float
     default: 120
+extends_documentation_fragment:
+  - bcd.devices.node
+  - bcd.devices.node.helper
 attributes:
   check_mode:
     support: full
@@ -275,16 +259,15 @@ capabilities:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError, diff_of, run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY, EventsError
-from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeHwError
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, LockTimeout
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperClient
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import HELPER_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY
 
 
-def argument_spec():
-    return dict(
+def module_argument_spec():
+    return argument_spec(
+        NODE_OPTIONS, HELPER_OPTIONS,
         generation=dict(type="int", required=True),
         # The assignments are checked by the converger, which refuses a bad one with
         # invalid-assignment instead of failing the whole task: so no suboptions here.
@@ -293,31 +276,26 @@ def argument_spec():
             instance_id=dict(type="str", required=True),
             gpus=dict(type="list", elements="str", default=[]),
         )),
-        root=dict(type="path", default="/"),
-        fakehw=dict(type="path"),
-        state_dir=dict(type="path", default="/var/lib/bcd"),
-        helper_socket=dict(type="path"),
         fail_on_refusal=dict(type="bool", default=False),
         lock_timeout=dict(type="float", default=120),
     )
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True)
     params = module.params
     if not HAS_CRYPTOGRAPHY:
         module.fail_json(msg=missing_required_lib("cryptography"))
     try:
-        helper = HelperClient(params["helper_socket"]) if params["helper_socket"] else None
-        host = make_host(params["root"], params["fakehw"], helper=helper)
+        host = host_from_params(params)
         result = run_pass(host, params["generation"], params["devices"], params["instances"],
                           state_dir=params["state_dir"], check_mode=module.check_mode,
                           lock_timeout=params["lock_timeout"])
-    except (PassError, FakeHwError, FsError, LockTimeout, EventsError, OSError) as exc:
+    except (BcdError, OSError) as exc:
         module.fail_json(msg=str(exc))
     output = result.to_dict()
     if module._diff:
-        output["diff"] = diff_of(result.plan)
+        output["diff"] = result.plan.diffs()
     for warning in result.warnings:
         module.warn(warning)
     for failure in result.plan.failures:

@@ -19,18 +19,9 @@ description:
   - Writes nothing, ever.
 author:
   - bcd.devices contributors (!UNKNOWN)
-options:
-  root:
-    description: Prefix of every node path. A test host is a directory.
-    type: path
-    default: /
-  fakehw:
-    description: A fakehw hardware file; makes the host fakehw (see M(bcd.devices.holds)).
-    type: path
-  state_dir:
-    description: The state directory under O(root), where the node key lives.
-    type: path
-    default: /var/lib/bcd
+extends_documentation_fragment:
+  - bcd.devices.node
+  - bcd.devices.node.helper
 attributes:
   check_mode:
     support: full
@@ -113,25 +104,16 @@ node_public_key:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeHwError
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import HELPER_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            root=dict(type="path", default="/"),
-            fakehw=dict(type="path"),
-            state_dir=dict(type="path", default="/var/lib/bcd"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS), supports_check_mode=True)
     try:
-        host = make_host(module.params["root"], module.params["fakehw"])
-        status = node_status(host, module.params["state_dir"])
-    except (FakeHwError, FsError, OSError) as exc:
+        status = node_status(host_from_params(module.params), module.params["state_dir"])
+    except (BcdError, OSError) as exc:
         module.fail_json(msg=str(exc))
     for warning in status.pop("warnings"):
         module.warn(warning)

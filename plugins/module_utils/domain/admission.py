@@ -17,33 +17,27 @@ is *committed*, not what is used:
   ``mems`` nodes.
 
 A hold with only ``cpus`` or ``cpu_millis`` is not admitted. The host is read
-once per pass, only when a hold needs it, and holds earlier in the pass count
+(``node/memory.py``) once per pass, only when a hold needs it, and holds earlier in the pass count
 against later ones.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import parse_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 
 MIB = 1 << 20
 GIB = 1 << 30
 HEADROOM = GIB
 # (slice size name, limits attribute, page size in KiB)
 PAGE_SIZES = (("2MB", "hugepages_2mi", 2048), ("1GB", "hugepages_1gi", 1048576))
-MEMINFO = "/proc/meminfo"
-HUGEPAGES = "/sys/kernel/mm/hugepages/hugepages-%dkB/%s"
-NODE_ROOT = "/sys/devices/system/node"
-NODE_HUGEPAGES = NODE_ROOT + "/node%d/hugepages/hugepages-%dkB/free_hugepages"
-NODE_RE = re.compile(r"^node([0-9]+)$")
 UNREADABLE = "host memory unreadable; binding without host-side admission"
 
 
-class Exhausted(Exception):
+class Exhausted(BcdError):
     """The hold does not fit; the message is the spec page's ``ResourcesExhausted: …``."""
 
 
@@ -59,45 +53,6 @@ class HostMemory:
     @property
     def normal_available(self):
         return self.mem_total - self.hugetlb - HEADROOM
-
-
-def _int_file(host, path):
-    content = host.read(path)
-    if content is None:
-        return None
-    text = content.strip()
-    return int(text) if text.isdigit() else None
-
-
-def read_host_memory(host):
-    """``HostMemory`` from ``/proc/meminfo`` and the huge page files under the host's root, or None."""
-    content = host.read(MEMINFO)
-    if content is None:
-        return None
-    fields = {}
-    for line in content.decode("ascii", "replace").splitlines():
-        key, _sep, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            fields[key.strip()] = int(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)
-    if "MemTotal" not in fields:
-        return None
-    memory = HostMemory(mem_total=fields["MemTotal"], hugetlb=fields.get("Hugetlb", 0))
-    try:
-        nodes = sorted(int(m.group(1)) for m in (NODE_RE.fullmatch(n) for n in os.listdir(host.path(NODE_ROOT))) if m)
-    except OSError:
-        nodes = []
-    for size, _attribute, kib in PAGE_SIZES:
-        free = _int_file(host, HUGEPAGES % (kib, "free_hugepages"))
-        reserved = _int_file(host, HUGEPAGES % (kib, "resv_hugepages")) or 0
-        memory.free_pages[size] = max(0, (free or 0) - reserved)
-        per_node = {}
-        for node in nodes:
-            value = _int_file(host, NODE_HUGEPAGES % (node, kib))
-            if value is not None:
-                per_node[node] = value
-        memory.node_free_pages[size] = per_node
-    return memory
 
 
 def needs_admission(limits):
@@ -161,8 +116,3 @@ class Admission(object):
             if pages > free:
                 raise Exhausted("ResourcesExhausted: %d hugepages of %d KiB needed, %d free" % (pages, kib, free))
         self.count(limits)
-
-
-def admission_for(host, domains) -> Optional[Admission]:
-    memory = read_host_memory(host)
-    return Admission(memory, domains) if memory is not None else None

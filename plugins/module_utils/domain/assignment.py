@@ -16,7 +16,11 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-ALLOCATION_ID_RE = re.compile(r"^[A-Za-z0-9_]{1,80}$")
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+
+# An allocation id names files and a slice: the one pattern every such name is built from.
+ALLOCATION_ID = r"[A-Za-z0-9_]{1,80}"
+ALLOCATION_ID_RE = re.compile(r"^%s$" % ALLOCATION_ID)
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 CPULIST_MAX = 1024
@@ -35,7 +39,7 @@ RESERVED_ENV_KEYS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY")
 RESERVED_ENV_PREFIX = "BCD_"
 
 
-class InvalidAssignment(Exception):
+class InvalidAssignment(BcdError):
     """An assignment that cannot be honoured as given; the message names the field."""
 
 

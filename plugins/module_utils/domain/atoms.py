@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+
 CLASS_GPU = "gpu"
 CLASS_MIG = "gpu.mig"
 CLASS_SLOT = "gpu.slot"
@@ -32,7 +34,7 @@ SLOT_ID_RE = re.compile(r"^([^/]+)/s([0-9]{1,6})$")
 CDI_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 
 
-class AtomRefused(Exception):
+class AtomRefused(BcdError):
     """An atom that cannot be held: ``reason`` is the failure reason."""
 
     def __init__(self, reason, message):
@@ -143,3 +145,14 @@ def visible_devices(atoms):
         if name and name not in names:
             names.append(name)
     return names
+
+
+def atoms_of(device_ids):
+    """Atoms of device ids read back from a file; ids that do not parse are skipped."""
+    atoms = []
+    for device_id in device_ids:
+        try:
+            atoms.append(atom_from_id(device_id))
+        except AtomRefused:
+            continue
+    return atoms

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     CLASS_MIG,
     atom_from_id,
@@ -31,6 +32,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     validate_spec,
     version_key,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 
 KIND = "bcd.dev/gpu"
 SPEC_DIR = "/etc/cdi"
@@ -46,10 +48,10 @@ ANN_CGROUP_PARENT = "bcd.dev/cgroup-parent"
 ANN_BINDING = "bcd.dev/binding"
 ANN_DEVICE_ID = "bcd.dev/device-id"
 
-SPEC_FILE_RE = re.compile(r"^bcd-([A-Za-z0-9_]{1,80})\.json$")
+SPEC_FILE_RE = re.compile(r"^bcd-(%s)\.json$" % ALLOCATION_ID)
 
 
-class RenderError(Exception):
+class RenderError(BcdError):
     """A spec that would not be valid CDI; nothing is written for it."""
 
 

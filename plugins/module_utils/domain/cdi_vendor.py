@@ -11,18 +11,8 @@ device, plus NVIDIA's common edits once (without its
 ``NVIDIA_VISIBLE_DEVICES=void``). Devices are matched by UUID names only: the
 index names (``"0"``, ``"0:1"``) change meaning when GPUs are renumbered.
 
-Which file is used:
-
-* ``<root>/etc/cdi`` and ``<root>/var/run/cdi`` are scanned for ``*.json``,
-  ``*.yaml`` and ``*.yml`` (dotfiles included, as runtimes load them); our own
-  ``bcd-*.json`` files and specs of another ``kind`` are skipped.
-* CDI gives ``/var/run/cdi`` priority over ``/etc/cdi`` (a runtime resolves a
-  device found in both from ``/var/run/cdi``), so an NVIDIA spec there wins
-  over any in ``/etc/cdi``. Within one directory the first file by name is
-  used, with a warning: runtimes drop a device name defined by two files of
-  one directory from both.
-* A WSL2 spec has a single device, ``all`` (backed by ``/dev/dxg``); it then
-  stands for every GPU, and MIG devices have no edits.
+Which file of ``/etc/cdi`` and ``/var/run/cdi`` is used is the loader's choice
+(``node/vendor_spec.py``); this file parses one.
 
 YAML needs PyYAML (``HAS_YAML``); without it a YAML file is read only if it is
 JSON, and otherwise produces a warning. PyYAML follows YAML 1.1, which reads
@@ -39,7 +29,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -64,7 +53,8 @@ __all__ = [
     "NVIDIA_KIND",
     "SPEC_DIRS",
     "VendorSpec",
-    "load_vendor_spec",
+    "build_vendor_spec",
+    "parse_spec_text",
 ]
 
 NVIDIA_KIND = "nvidia.com/gpu"
@@ -218,11 +208,11 @@ def _load_yaml(text):
 # --- reading files ----------------------------------------------------------
 
 
-class _SpecFileError(Exception):
+class SpecFileError(Exception):
     """A spec file could not be read or parsed (becomes a warning)."""
 
 
-def _parse(text, name):
+def parse_spec_text(text, name):
     # type: (str, str) -> Any
     """Parse a spec file as the runtimes do: JSON or YAML whatever the name
     (their YAML reader takes both); YAML only with PyYAML."""
@@ -232,8 +222,8 @@ def _parse(text, name):
         json_error = exc
     if not HAS_YAML:
         if name.endswith(".json"):
-            raise _SpecFileError("not valid JSON (%s)" % json_error)
-        raise _SpecFileError(
+            raise SpecFileError("not valid JSON (%s)" % json_error)
+        raise SpecFileError(
             "cannot read YAML: PyYAML is not installed on this node (%s); install "
             "python3-yaml, or have nvidia-ctk write JSON (--format=json)" % YAML_IMPORT_ERROR
         )
@@ -241,82 +231,25 @@ def _parse(text, name):
         return _load_yaml(text)
     except yaml.YAMLError as exc:
         if name.endswith(".json"):
-            raise _SpecFileError("not valid JSON (%s)" % json_error)
-        raise _SpecFileError("not valid YAML (%s)" % " ".join(str(exc).split()))
+            raise SpecFileError("not valid JSON (%s)" % json_error)
+        raise SpecFileError("not valid YAML (%s)" % " ".join(str(exc).split()))
     except (ValueError, TypeError, RecursionError) as exc:
-        raise _SpecFileError("not valid YAML (%s)" % exc)
+        raise SpecFileError("not valid YAML (%s)" % exc)
 
 
-def _candidate_files(root, spec_dir, warnings):
-    # type: (str, str, List[str]) -> List[str]
-    """Names of the spec files in ``<root><spec_dir>``, sorted."""
-    local = os.path.join(root, spec_dir.lstrip("/"))
-    try:
-        names = os.listdir(local)
-    except FileNotFoundError:
-        return []
-    except NotADirectoryError:
-        warnings.append("%s is not a directory; no CDI specs read from it" % spec_dir)
-        return []
-    except OSError as exc:
-        warnings.append("cannot list %s: %s" % (spec_dir, exc.strerror or exc))
-        return []
-    out = []
-    for name in sorted(names):
-        if not name.endswith(SPEC_EXTENSIONS):
-            continue
-        if name.startswith("bcd-") and name.endswith(".json"):
-            continue  # a hold of ours
-        if os.path.isdir(os.path.join(local, name)):
-            continue
-        out.append(name)
-    return out
-
-
-def _read_nvidia_spec(root, node_path, warnings):
-    # type: (str, str, List[str]) -> Optional[Tuple[Dict[str, Any], bytes]]
-    """The parsed spec and its bytes when ``node_path`` is an NVIDIA spec;
-    None (with a warning when the file is bad) otherwise."""
-    local = os.path.join(root, node_path.lstrip("/"))
-    try:
-        with open(local, "rb") as handle:
-            raw = handle.read()
-    except OSError as exc:
-        warnings.append("cannot read CDI spec %s: %s" % (node_path, exc.strerror or exc))
-        return None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        warnings.append("cannot read CDI spec %s: not UTF-8 text (%s)" % (node_path, exc.reason))
-        return None
-    try:
-        data = _parse(text, node_path)
-    except _SpecFileError as exc:
-        warnings.append("cannot read CDI spec %s: %s" % (node_path, exc))
-        return None
-    if not isinstance(data, dict):
-        warnings.append(
-            "cannot read CDI spec %s: it holds no CDI spec (no mapping at the top)" % node_path
-        )
-        return None
-    if data.get("kind") != NVIDIA_KIND:
-        return None
-    return data, raw
-
-
-def _build(node_path, data, raw):
+def build_vendor_spec(node_path, data, raw):
     # type: (str, Dict[str, Any], bytes) -> VendorSpec
-    """A VendorSpec from a parsed NVIDIA spec; raises _SpecFileError when the
+    """A VendorSpec from a parsed NVIDIA spec; raises SpecFileError when the
     spec is too broken to use at all."""
     version = data.get("cdiVersion")
     try:
         key = version_key(version)
     except CdiVersionError:
-        raise _SpecFileError("its cdiVersion %r is not a CDI version" % (version,))
+        raise SpecFileError("its cdiVersion %r is not a CDI version" % (version,))
     version = "%d.%d.%d" % key  # "v0.5.0", which the library allows, as "0.5.0"
     devices_in = data.get("devices")
     if not isinstance(devices_in, list):
-        raise _SpecFileError("its devices are not a list")
+        raise SpecFileError("its devices are not a list")
 
     spec = VendorSpec(path=node_path, cdi_version=version, digest=hashlib.sha256(raw).hexdigest())
     for idx, device in enumerate(devices_in):
@@ -361,37 +294,3 @@ def _build(node_path, data, raw):
             "--device-name-strategy=uuid" % node_path
         )
     return spec
-
-
-def load_vendor_spec(root="/"):
-    # type: (str) -> VendorSpec
-    """Read NVIDIA's CDI spec under ``root`` (see the module docstring for
-    which file wins). Never raises for the files' content: problems are in
-    the result's ``warnings``; without a usable spec ``path`` is None."""
-    warnings = []  # type: List[str]
-    chosen = None  # type: Optional[VendorSpec]
-    for spec_dir in reversed(SPEC_DIRS):  # highest priority first
-        usable = []  # type: List[VendorSpec]
-        for name in _candidate_files(root, spec_dir, warnings):
-            node_path = "%s/%s" % (spec_dir, name)
-            found = _read_nvidia_spec(root, node_path, warnings)
-            if found is None:
-                continue
-            try:
-                usable.append(_build(node_path, found[0], found[1]))
-            except _SpecFileError as exc:
-                warnings.append("cannot use CDI spec %s: %s" % (node_path, exc))
-            except RecursionError:
-                warnings.append("cannot use CDI spec %s: it is nested too deeply" % node_path)
-        if usable and chosen is None:
-            chosen = usable[0]
-            if len(usable) > 1:
-                warnings.append(
-                    "several NVIDIA CDI specs in %s (%s); using %s. Runtimes drop a device "
-                    "that two files of one directory define: keep one spec"
-                    % (spec_dir, ", ".join(s.path for s in usable), chosen.path)
-                )
-    if chosen is None:
-        return VendorSpec(warnings=warnings)
-    chosen.warnings = warnings + chosen.warnings
-    return chosen

@@ -23,15 +23,11 @@ or an operator removes the marker.
 
 from __future__ import annotations
 
-import calendar
-import json
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, AtomRefused, atom_from_id
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes, remove_file, write_atomic
 
 RELEASES_NAME = "releasing.json"
 MARKER_NAME = "releasing.unreadable"
@@ -57,74 +53,6 @@ class Releases:
     pending: Dict[str, PendingRelease] = field(default_factory=dict)
     unreadable: Optional[str] = None  # why releasing.json could not be read: it is to be set aside
     marker: bool = False
-
-
-def _since(text):
-    try:
-        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError("since %r is not a UTC time such as 2026-12-02T09:00:00Z" % (text,))
-
-
-def parse_releases(content):
-    """``{allocation_id: PendingRelease}``; raises ``ValueError`` on anything malformed."""
-    data = json.loads(content.decode("utf-8"))
-    if not isinstance(data, dict) or not isinstance(data.get("releases"), dict):
-        raise ValueError('not an object with "releases"')
-    pending = {}
-    for allocation_id, record in data["releases"].items():
-        if not isinstance(record, dict) or not isinstance(record.get("device_ids"), list) \
-                or not all(isinstance(d, str) for d in record["device_ids"]) \
-                or isinstance(record.get("generation"), bool) or not isinstance(record.get("generation"), int):
-            raise ValueError("release %r is malformed" % allocation_id)
-        pending[allocation_id] = PendingRelease(allocation_id, list(record["device_ids"]), record["generation"],
-                                                _since(record.get("since")))
-    return pending
-
-
-def load_releases(state_path):
-    releases = Releases(marker=os.path.exists(os.path.join(state_path, MARKER_NAME)))
-    content = read_bytes(os.path.join(state_path, RELEASES_NAME))
-    if content is None:
-        return releases
-    try:
-        releases.pending = parse_releases(content)
-    except (ValueError, UnicodeDecodeError) as exc:
-        releases.unreadable = str(exc)
-    return releases
-
-
-def releases_bytes(pending):
-    data = {"releases": dict((alloc, pending[alloc].to_json()) for alloc in sorted(pending))}
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-
-
-def save_releases(state_path, pending):
-    path = os.path.join(state_path, RELEASES_NAME)
-    if pending:
-        write_atomic(path, releases_bytes(pending), 0o600, 0o700, owner_from_dir=True)
-    else:
-        remove_file(path)
-
-
-def quarantine(state_path, now):
-    """Set an unreadable ``releasing.json`` aside (never deleted) and write the marker."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    path = os.path.join(state_path, RELEASES_NAME)
-    aside = "%s.unreadable-%s" % (path, stamp)
-    number = 1
-    while os.path.exists(aside):  # never replace an earlier one set aside in the same second
-        number += 1
-        aside = "%s.unreadable-%s-%d" % (path, stamp, number)
-    if os.path.exists(path):
-        os.rename(path, aside)
-    write_atomic(os.path.join(state_path, MARKER_NAME), ("%s\n" % os.path.basename(aside)).encode(), 0o600, 0o700,
-                 owner_from_dir=True)
-    return aside
-
-
-def clear_marker(state_path):
-    remove_file(os.path.join(state_path, MARKER_NAME))
 
 
 def device_names(device_ids, inventory):

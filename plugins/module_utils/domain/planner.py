@@ -2,18 +2,21 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The planner: one pure function from the wanted assignments and the observed
-host to the ordered plan of a pass.
+host to the ordered plan of a pass (a list of ``actions.Action``).
 
 Check mode is this plan without the apply; diff mode shows it; a real run
-executes exactly it. The order is the spec page's "One pass":
+executes exactly it. ``plan_pass`` runs the phases of a pass in this order
+(docs/architecture.md, "One pass"):
 
 1. Kubernetes releases pending from earlier passes are reported once no pod
    holds them, or dropped unreported when the spec wants the allocation
-   again; plain releases cut short by an earlier pass are finished;
+   again (``kube_plan``); plain releases cut short by an earlier pass are
+   finished;
 2. holds no longer wanted are released (before any bind, so a GPU can move
    between allocations in one generation); a released hold's slice is
-   stopped once empty, and leftover slices of holds gone earlier too; a
-   Kubernetes hold is recorded and withdrawn, and reported once free;
+   stopped once empty; a Kubernetes hold is recorded and withdrawn, and
+   reported once free; then slices of holds gone earlier are stopped once
+   empty;
 3. holds still wanted are kept: a missing slice is created again (after a
    reboot), a changed rendering is written again, a missing env file
    rewritten, a hold never reported is reported;
@@ -29,26 +32,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
-    BINDING_HOLD,
-    BINDING_KUBERNETES,
-    Limits,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
-    AtomRefused,
-    atom_from_id,
-    resolve_atom,
-    resolve_devices,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
-    HoldRender,
-    RenderError,
-    cdi_device,
-    cdi_spec_path,
-    env_file_path,
-    render_env,
-    render_spec,
-    spec_bytes,
+from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
+    ApplySlice,
+    Bind,
+    CreateSlice,
+    FileChange,
+    FinishRelease,
+    KeepSlice,
+    Refuse,
+    Release,
+    ReportBound,
+    Rerender,
+    SliceApply,
+    SliceStop,
+    StopSlice,
+    WriteEnv,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import (
     UNREADABLE,
@@ -56,19 +54,41 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.admission impor
     Exhausted,
     needs_admission,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
-    PendingRelease,
-    Releases,
-    device_names,
-    pending_summary,
-    pods_holding,
-    release_conditions,
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
+    BINDING_HOLD,
+    BINDING_KUBERNETES,
+    Limits,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.node.slices import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
+    AtomRefused,
+    atoms_of,
+    resolve_atom,
+    resolve_devices,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
+    HoldRender,
+    RenderError,
+    cdi_spec_path,
+    env_file_path,
+    render_env,
+    render_spec,
+    spec_bytes,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases, pending_summary, release_conditions
+from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
+    bound_event,
+    hold_summary,
+    released_event,
+    summary_of,
+    withdraw_files,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     allocation_of,
     limits_of_slice,
     same_properties,
+    settings_of,
     slice_name,
     wanted_slice,
 )
@@ -104,43 +124,6 @@ class Observed:
 
 
 @dataclass
-class FileChange:
-    kind: str  # "cdi" or "allocation-env"
-    path: str  # node path, for diffs and messages
-    before: Optional[bytes]
-    after: Optional[bytes]  # None: remove
-
-
-@dataclass
-class Action:
-    action: str
-    allocation_id: str
-    text: str
-    files: List[FileChange] = field(default_factory=list)
-    event: Optional[dict] = None  # {"type": ..., "body": {...}}
-    device_ids: List[str] = field(default_factory=list)
-    generation: Optional[int] = None
-    # {"op": "apply" | "remove", "name": ..., "properties": {...}, "hugetlb_max": {...}}
-    slice: Optional[dict] = None
-    limits: Optional[dict] = None  # recorded in the ledger with a bind
-    release: Optional[PendingRelease] = None  # a Kubernetes release to record before its files go
-    changes: bool = True  # False: shown in the plan, changes nothing (a busy slice kept)
-
-    def to_dict(self):
-        data = {"action": self.action, "allocation_id": self.allocation_id, "text": self.text}
-        if self.slice:
-            data["slice"] = dict(self.slice)
-        if self.device_ids:
-            data["device_ids"] = list(self.device_ids)
-        if self.files:
-            data["files"] = [{"path": change.path, "change": "remove" if change.after is None else
-                              ("create" if change.before is None else "update")} for change in self.files]
-        if self.event:
-            data["event"] = self.event["type"]
-        return data
-
-
-@dataclass
 class Failure:
     allocation_id: str
     generation: int
@@ -155,7 +138,7 @@ class Failure:
 @dataclass
 class Plan:
     generation: int
-    actions: List[Action] = field(default_factory=list)
+    actions: List = field(default_factory=list)
     failures: List[Failure] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)  # retryable: the pass cannot finish now
@@ -174,36 +157,11 @@ class Plan:
         lines.extend("retry: %s" % error for error in self.errors)
         return "\n".join(lines)
 
-
-def _base_body(observed, allocation_id, generation, device_ids):
-    return {"node_id": observed.node_id, "boot_id": observed.boot_id, "allocation_id": allocation_id,
-            "generation": generation, "device_ids": list(device_ids)}
-
-
-def bound_body(observed, allocation_id, generation, atoms, cgroup_parent=None):
-    body = _base_body(observed, allocation_id, generation, [atom.id for atom in atoms])
-    body["cdi_devices"] = [cdi_device(atom.id) for atom in atoms]
-    body["cdi_spec_path"] = cdi_spec_path(allocation_id)
-    body["env_file"] = env_file_path(allocation_id)
-    if cgroup_parent:
-        body["cgroup_parent"] = cgroup_parent
-    return body
-
-
-def hold_summary(allocation_id, reservation_id, generation, atoms, kubernetes, cgroup_parent=None):
-    summary = {
-        "allocation_id": allocation_id,
-        "reservation_id": reservation_id,
-        "generation": generation,
-        "binding": BINDING_KUBERNETES if kubernetes else BINDING_HOLD,
-        "device_ids": [atom.id for atom in atoms],
-        "cdi_devices": [cdi_device(atom.id) for atom in atoms],
-        "cdi_spec_path": cdi_spec_path(allocation_id),
-        "env_file": env_file_path(allocation_id),
-    }
-    if cgroup_parent:
-        summary["cgroup_parent"] = cgroup_parent
-    return summary
+    def diffs(self):
+        """Ansible ``--diff`` output: every file (and slice) each action changes, then the plan as text."""
+        entries = [entry for action in self.actions for entry in action.diffs()]
+        entries.append({"prepared": "plan:\n" + "\n".join("  " + line for line in self.text().splitlines()) + "\n"})
+        return entries
 
 
 def vfio_claims(instances, observed):
@@ -230,23 +188,15 @@ def vfio_claims(instances, observed):
     return claims, merged
 
 
-def _withdraw_files(observed, allocation_id):
-    """The removals that withdraw a hold: its spec and env file, where present."""
-    hold = observed.live.get(allocation_id)
-    present = (("cdi", cdi_spec_path(allocation_id), hold.content if hold is not None else None),
-               ("allocation-env", env_file_path(allocation_id), observed.env_files.get(allocation_id)))
-    return [FileChange(kind, path, before, None) for kind, path, before in present if before is not None]
-
-
-def _release_action(observed, allocation_id, generation, device_ids, verb, why):
-    files = _withdraw_files(observed, allocation_id)
-    event = {"type": "AllocationReleased", "body": _base_body(observed, allocation_id, generation, device_ids)}
+def _release_action(kind, observed, allocation_id, generation, device_ids, why):
+    files = withdraw_files(observed, allocation_id)
     removed = " and ".join(change.path for change in files) or "no files left"
-    text = "%s %s (%s): remove %s, report AllocationReleased" % (verb, allocation_id, why, removed)
-    action = Action(verb, allocation_id, text, files, event, list(device_ids), generation)
+    text = "%s %s (%s): remove %s, report AllocationReleased" % (kind.kind, allocation_id, why, removed)
+    action = kind(allocation_id, text, files, released_event(observed, allocation_id, generation, device_ids),
+                  list(device_ids), generation)
     state = observed.slices.get(slice_name(allocation_id))
     if state is not None and not state.populated:
-        action.slice = {"op": "remove", "name": state.name}
+        action.slice = SliceStop(state.name, settings_of(state))
         action.text += ", then stop %s (empty)" % state.name
     elif state is not None:
         action.text += "; %s still runs a workload and is kept with its limits" % state.name
@@ -274,26 +224,31 @@ def _render(assignment, atoms, generation, observed, kubernetes, notes=None):
     return spec_bytes(render_spec(hold, observed.vendor, notes)), render_env(hold)
 
 
-def _limits_record(limits):
+def limits_record(limits):
+    """Limits as the ledger records them with a hold."""
     if limits is None:
         return None
     return dict((key, value) for key, value in vars(limits).items() if value is not None)
 
 
-def _slice_op(assignment):
+def _limits_from_record(record):
+    if not isinstance(record, dict):
+        return None
+    try:
+        return Limits(**record)
+    except TypeError:
+        return None
+
+
+def _slice_apply(assignment, current=None):
     properties, huge = wanted_slice(assignment.limits)
-    return {"op": "apply", "name": slice_name(assignment.allocation_id), "properties": properties,
-            "hugetlb_max": huge}
+    return SliceApply(slice_name(assignment.allocation_id), properties, huge,
+                      settings_of(current) if current is not None else None)
 
 
-def _describe_slice(op):
-    settings = ["%s=%s" % item for item in op["properties"].items()]
-    settings.extend("hugetlb.%s.max=%d" % item for item in sorted(op["hugetlb_max"].items()))
-    return "%s (%s)" % (op["name"], ", ".join(settings) or "no limits")
-
-
-class _Pass(object):
-    """The state of one planning pass: what is claimed, committed and planned so far."""
+class PassState(object):
+    """What one planning pass has decided so far: the holds that stay, what is claimed and committed,
+    the Kubernetes releases still pending, and the refusals to report."""
 
     def __init__(self, generation, parsed, observed, instances):
         self.plan = Plan(generation=generation)
@@ -316,118 +271,38 @@ class _Pass(object):
     def needs_root(self, what):
         self.plan.errors.append("%s needs root or the helper; this pass is unprivileged" % what)
 
-    def add(self, action):
-        self.plan.actions.append(action)
-
 
 def plan_pass(generation, parsed, observed, instances=None):
     """The ordered plan for one pass. Pure: reads only its arguments."""
-    state = _Pass(generation, parsed, observed, instances)
-    _kubernetes_releases(state)
-    _finish_releases(state)
-    _release_unwanted(state)
-    after_releases = len(state.plan.actions)
+    state = PassState(generation, parsed, observed, instances)
+    releases = plan_kubernetes_releases(state) + _finish_releases(state) + _release_unwanted(state)
     _claim_everything(state)
-    _keep_wanted(state)
-    _bind_new(state)
-    _leftover_slices(state, after_releases)
-    _report_failures(state)
+    keeps = _keep_wanted(state)
+    binds = _bind_new(state)
+    # slices of holds gone earlier: after the releases, before anything is bound
+    state.plan.actions = releases + _leftover_slices(state) + keeps + binds + _report_failures(state)
     return state.plan
-
-
-def _release_kubernetes(state, hold, why):
-    """Steps 1 to 3 for a Kubernetes hold: record, withdraw, and report only if no pod holds its devices."""
-    observed = state.observed
-    release = PendingRelease(hold.allocation_id, list(hold.device_ids), state.generation, observed.now)
-    action = Action("release-kube", hold.allocation_id, "", _withdraw_files(observed, hold.allocation_id),
-                    device_ids=list(hold.device_ids), generation=state.generation, release=release)
-    holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
-    removed = " and ".join(change.path for change in action.files)
-    if holders == []:
-        action.event = {"type": "AllocationReleased",
-                        "body": _base_body(observed, hold.allocation_id, state.generation, hold.device_ids)}
-        action.text = "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report " \
-                      "AllocationReleased" % (hold.allocation_id, why, removed)
-    else:
-        state.pending[hold.allocation_id] = release
-        state.holders[hold.allocation_id] = holders
-        action.text = "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no " \
-                      "pod holds its devices (%s)" % (hold.allocation_id, why, removed, _held_by(holders))
-    state.add(action)
-
-
-def _held_by(holders):
-    if holders is None:
-        return "the kubelet cannot be asked: counted as held"
-    return "held by " + ", ".join(holders)
-
-
-def _kubernetes_releases(state):
-    """Kubernetes releases pending from earlier passes: set an unreadable file aside, clear the marker
-    once the kube side allows, drop releases the spec takes back, report those no pod holds."""
-    observed = state.observed
-    releases = observed.releases
-    if releases.unreadable is not None:
-        state.add(Action("quarantine-releases", "", "set %s/releasing.json aside (%s) and claim every GPU "
-                         "until the kube side is known" % (observed.state_dir, releases.unreadable)))
-    if state.marker and observed.kube is not None and observed.kube.error is None:
-        known = set()  # what pods may hold of allocations the node knows: their devices and parent GPUs
-        for device_ids in [hold.device_ids for hold in observed.live.values()] + \
-                [release.device_ids for release in releases.pending.values()]:
-            known |= device_names(device_ids, observed.inventory)
-            known |= set(atom.gpu_uuid for atom in atoms_of(device_ids))
-        unknown = sorted(observed.kube.held - known)
-        gpus = set(gpu.uuid for gpu in observed.inventory.gpus)
-        gpus |= set(inst.uuid for gpu in observed.inventory.gpus for inst in gpu.mig)
-        if not [name for name in unknown if name in gpus]:
-            state.add(Action("clear-marker", "", "remove %s/releasing.unreadable: no pod holds a GPU of an "
-                             "allocation this node does not know" % observed.state_dir))
-            state.marker = False
-    for allocation_id in sorted(releases.pending):
-        release = releases.pending[allocation_id]
-        assignment = state.wanted.get(allocation_id)
-        if assignment is not None and assignment.kubernetes and \
-                sorted(ref.id for ref in assignment.devices) == sorted(release.device_ids):
-            state.add(Action("drop-release", allocation_id, "drop the pending Kubernetes release of %s: the spec "
-                             "wants it again (not reported)" % allocation_id, generation=release.generation))
-            continue
-        files = []
-        if assignment is None:  # its files, if a crash left them, are withdrawn; a new hold of the same id is not
-            files = _withdraw_files(observed, allocation_id)
-            state.live.pop(allocation_id, None)
-        holders = pods_holding(observed.kube, release.device_ids, observed.inventory)
-        if holders == []:
-            event = {"type": "AllocationReleased",
-                     "body": _base_body(observed, allocation_id, release.generation, release.device_ids)}
-            state.add(Action("report-release", allocation_id, "report %s released: no pod holds its devices any "
-                             "more" % allocation_id, files, event, list(release.device_ids), release.generation))
-            continue
-        state.pending[allocation_id] = release
-        state.holders[allocation_id] = holders
-        if files:
-            state.add(Action("withdraw", allocation_id, "remove %s: %s is being released" % (
-                " and ".join(change.path for change in files), allocation_id), files,
-                device_ids=list(release.device_ids), generation=release.generation))
 
 
 def _finish_releases(state):
     """1. Releases an earlier pass recorded but did not finish."""
-    observed, generation = state.observed, state.generation
-    for allocation_id in sorted(observed.ledger.releasing):
-        record = observed.ledger.releasing[allocation_id]
-        action = _release_action(observed, allocation_id, record.get("generation", generation),
-                                 record.get("device_ids") or [], "finish-release", "cut short by an earlier pass")
+    observed, generation, actions = state.observed, state.generation, []
+    for allocation_id in sorted(observed.ledger.unfinished_releases):
+        record = observed.ledger.unfinished_releases[allocation_id]
+        action = _release_action(FinishRelease, observed, allocation_id, record.get("generation", generation),
+                                 record.get("device_ids") or [], "cut short by an earlier pass")
         if (action.files or action.slice) and not observed.privileged:
             state.needs_root("finishing the release of %s" % allocation_id)
             continue
-        state.add(action)
+        actions.append(action)
         state.released_slices.add(slice_name(allocation_id))
         state.live.pop(allocation_id, None)
+    return actions
 
 
 def _release_unwanted(state):
     """2. Holds no longer wanted, or wanted with other devices or another binding."""
-    observed = state.observed
+    observed, actions = state.observed, []
     keep = set(state.wanted) | set(state.parsed.refused_ids)
     for allocation_id in sorted(state.live):
         hold = state.live[allocation_id]
@@ -440,8 +315,7 @@ def _release_unwanted(state):
             continue
         if not observed.privileged:
             state.needs_root("releasing %s" % allocation_id)
-            state.plan.holds.append(hold_summary(allocation_id, hold.reservation_id, hold.generation, hold.atoms,
-                                                 hold.kubernetes, hold.cgroup_parent))
+            state.plan.holds.append(summary_of(hold))
             continue
         why = "no longer wanted"
         if rebind:
@@ -450,11 +324,12 @@ def _release_unwanted(state):
         if hold.problem:  # what was reported bound, when the file no longer says
             device_ids = (observed.ledger.bound.get(allocation_id) or {}).get("device_ids") or hold.device_ids
         if hold.kubernetes:
-            _release_kubernetes(state, hold, why)
+            actions.append(release_kubernetes(state, hold, why))
         else:
-            state.add(_release_action(observed, allocation_id, state.generation, device_ids, "release", why))
+            actions.append(_release_action(Release, observed, allocation_id, state.generation, device_ids, why))
             state.released_slices.add(slice_name(allocation_id))
         state.live.pop(allocation_id)
+    return actions
 
 
 def _claim_everything(state):
@@ -471,17 +346,6 @@ def _claim_everything(state):
         state.claims.claim_every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
     state.plan.conditions = release_conditions(state.pending.values(), state.marker, observed.now, observed.state_dir)
     state.plan.pending_releases = pending_summary(state.pending.values(), observed.now, state.holders)
-
-
-def atoms_of(device_ids):
-    """Atoms of device ids read back from a file; ids that do not parse are skipped."""
-    atoms = []
-    for device_id in device_ids:
-        try:
-            atoms.append(atom_from_id(device_id))
-        except AtomRefused:
-            continue
-    return atoms
 
 
 def _admission(state):
@@ -505,18 +369,9 @@ def _admission(state):
     return state.admission
 
 
-def _limits_from_record(record):
-    if not isinstance(record, dict):
-        return None
-    try:
-        return Limits(**record)
-    except TypeError:
-        return None
-
-
 def _keep_wanted(state):
     """3. Holds still wanted: recreate a missing slice, re-render, rewrite env, report if never reported."""
-    plan, observed, generation = state.plan, state.observed, state.generation
+    plan, observed, generation, actions = state.plan, state.observed, state.generation, []
     for allocation_id in [a.allocation_id for a in state.parsed.assignments] + sorted(state.parsed.refused_ids):
         hold = state.live.get(allocation_id)
         if hold is None:
@@ -534,46 +389,48 @@ def _keep_wanted(state):
             if hold.cgroup_parent:
                 state.sliced.add(hold.cgroup_parent)
         else:
-            _keep_slice(state, assignment, hold)
+            actions.extend(_keep_slice(state, assignment, hold))
             if all(atom is not None for atom in atoms) and not hold.problem:
-                _keep_files(state, assignment, hold, atoms)
+                actions.extend(_keep_files(state, assignment, hold, atoms))
         cgroup_parent = cgroup_parent_of(assignment, hold.kubernetes) if assignment is not None else hold.cgroup_parent
         plan.holds.append(hold_summary(allocation_id, hold.reservation_id if assignment is None else
                                        assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
                                        cgroup_parent))
         if allocation_id not in observed.ledger.bound and assignment is not None:
-            body = bound_body(observed, allocation_id, generation, hold.atoms, cgroup_parent)
-            state.add(Action("report-bound", allocation_id,
-                             "report %s bound (its AllocationBound was never journaled)" % allocation_id,
-                             event={"type": "AllocationBound", "body": body}, device_ids=list(hold.device_ids),
-                             generation=generation, limits=_limits_record(assignment.limits)))
+            actions.append(ReportBound(allocation_id, "report %s bound (its AllocationBound was never journaled)"
+                                       % allocation_id,
+                                       event=bound_event(observed, allocation_id, generation, hold.atoms,
+                                                         cgroup_parent),
+                                       device_ids=list(hold.device_ids), generation=generation,
+                                       limits=limits_record(assignment.limits)))
+    return actions
 
 
 def _keep_slice(state, assignment, hold):
     """A kept hold's slice: created again when missing (systemd forgets runtime properties on a reboot),
-    set again when its recorded limits differ from the wanted ones."""
+    set again when its properties (as the host shows them) or its recorded limits differ from the wanted ones."""
     if cgroup_parent_of(assignment, hold.kubernetes) is None:
-        return
-    op = _slice_op(assignment)
-    state.sliced.add(op["name"])
-    current = state.observed.slices.get(op["name"])
+        return []
+    current = state.observed.slices.get(slice_name(assignment.allocation_id))
+    op = _slice_apply(assignment, current)
+    state.sliced.add(op.name)
     recorded = (state.observed.ledger.bound.get(assignment.allocation_id) or {}).get("limits")
     if current is None:
-        verb, text = "create-slice", "create %s again: the hold is kept but its slice is gone" % _describe_slice(op)
-    elif current.properties is not None and not same_properties(current.properties, op["properties"]):
-        verb, text = "apply-slice", "set %s: its properties differ" % _describe_slice(op)
-    elif current.hugetlb_exact and current.hugetlb_max != op["hugetlb_max"]:
-        verb, text = "apply-slice", "set %s: its huge page limits differ" % _describe_slice(op)
-    elif recorded is not None and recorded != _limits_record(assignment.limits):
-        # systemd's properties are not read back: the limits the hold was bound with are the ledger's
-        verb, text = "apply-slice", "set %s: its limits changed" % _describe_slice(op)
+        kind, text = CreateSlice, "create %s again: the hold is kept but its slice is gone" % op.describe()
+    elif current.properties is not None and not same_properties(current.properties, op.properties):
+        kind, text = ApplySlice, "set %s: its properties differ" % op.describe()
+    elif current.hugetlb_exact and current.hugetlb_max != op.hugetlb_max:
+        kind, text = ApplySlice, "set %s: its huge page limits differ" % op.describe()
+    elif recorded is not None and recorded != limits_record(assignment.limits):
+        # where the host cannot show a property, the limits the hold was bound with are the ledger's
+        kind, text = ApplySlice, "set %s: its limits changed" % op.describe()
     else:
-        return
+        return []
     if not state.observed.privileged:
         state.needs_root(text)
-        return
-    state.add(Action(verb, assignment.allocation_id, text, slice=op, device_ids=list(hold.device_ids),
-                     generation=state.generation, limits=_limits_record(assignment.limits)))
+        return []
+    return [kind(assignment.allocation_id, text, slice=op, device_ids=list(hold.device_ids),
+                 generation=state.generation, limits=limits_record(assignment.limits))]
 
 
 def _keep_files(state, assignment, hold, atoms):
@@ -585,29 +442,31 @@ def _keep_files(state, assignment, hold, atoms):
         spec, env = _render(assignment, atoms, bound_generation, observed, hold.kubernetes, plan.warnings)
     except RenderError as exc:
         plan.errors.append(str(exc))
-        return
+        return []
     changes = []
     if spec != hold.content:
         why = "its reservation id changed" if hold.reservation_id != assignment.reservation_id \
             else "the vendor spec, the inventory or its limits changed"
-        changes.append(("rerender", FileChange("cdi", hold.path, hold.content, spec),
+        changes.append((Rerender, FileChange("cdi", hold.path, hold.content, spec),
                         "re-render %s (%s)" % (hold.path, why)))
     current_env = observed.env_files.get(allocation_id)
     if env != current_env:
         why = "missing" if current_env is None else "out of date"
-        changes.append(("write-env", FileChange("allocation-env", env_file_path(allocation_id), current_env, env),
+        changes.append((WriteEnv, FileChange("allocation-env", env_file_path(allocation_id), current_env, env),
                         "rewrite %s (%s)" % (env_file_path(allocation_id), why)))
-    for verb, change, text in changes:
+    actions = []
+    for kind, change, text in changes:
         if not observed.privileged:
             state.needs_root(text)
             continue
-        state.add(Action(verb, allocation_id, text, [change], device_ids=list(hold.device_ids),
-                         generation=state.generation))
+        actions.append(kind(allocation_id, text, [change], device_ids=list(hold.device_ids),
+                            generation=state.generation))
+    return actions
 
 
 def _bind_new(state):
     """4. New holds, in spec order: checked, then bound (slice, spec, env file, event)."""
-    plan, observed, generation = state.plan, state.observed, state.generation
+    plan, observed, generation, actions = state.plan, state.observed, state.generation, []
     refused = set(refusal.allocation_id for refusal in state.parsed.refusals)
     for refusal in state.parsed.refusals:
         state.failures.append((refusal.allocation_id, refusal.reason, refusal.message))
@@ -628,21 +487,23 @@ def _bind_new(state):
             continue
         state.claims.claim(allocation_id, atoms)
         cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
-        body = bound_body(observed, allocation_id, generation, atoms, cgroup_parent)
+        event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)
+        body = event["body"]
         files = [FileChange("cdi", cdi_spec_path(allocation_id), None, spec),
                  FileChange("allocation-env", env_file_path(allocation_id),
                             observed.env_files.get(allocation_id), env)]
         text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
                                           body["cdi_spec_path"], body["env_file"])
-        action = Action("bind", allocation_id, text, files, {"type": "AllocationBound", "body": body},
-                        [atom.id for atom in atoms], generation, limits=_limits_record(assignment.limits))
+        action = Bind(allocation_id, text, files, event, [atom.id for atom in atoms], generation,
+                      limits=limits_record(assignment.limits))
         if cgroup_parent is not None:
-            action.slice = _slice_op(assignment)
-            action.text += ", in %s" % _describe_slice(action.slice)
+            action.slice = _slice_apply(assignment, observed.slices.get(cgroup_parent))
+            action.text += ", in %s" % action.slice.describe()
             state.sliced.add(cgroup_parent)
-        state.add(action)
+        actions.append(action)
         plan.holds.append(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
                                        assignment.kubernetes, cgroup_parent))
+    return actions
 
 
 def _check_new(state, assignment):
@@ -670,31 +531,29 @@ def _check_new(state, assignment):
     return atoms
 
 
-def _leftover_slices(state, position):
+def _leftover_slices(state):
     """Slices whose hold is neither wanted nor released in this pass: stopped again once empty,
-    so a slice whose workload outlived its release goes when that workload exits. Planned right
-    after the releases, before anything is bound."""
-    observed = state.observed
-    leftovers = []
+    so a slice whose workload outlived its release goes when that workload exits."""
+    observed, actions = state.observed, []
     for name in sorted(observed.slices):
         if name in state.sliced or name in state.released_slices:
             continue
         current = observed.slices[name]
         allocation_id = allocation_of(name)
         if current.populated:
-            leftovers.append(Action("keep-slice", allocation_id, "keep %s: its hold is gone but it still runs a "
-                                    "workload; it is stopped once empty" % name, changes=False))
+            actions.append(KeepSlice(allocation_id, "keep %s: its hold is gone but it still runs a workload; it "
+                                     "is stopped once empty" % name))
         elif not observed.privileged:
             state.needs_root("stopping %s" % name)
         else:
-            leftovers.append(Action("stop-slice", allocation_id, "stop %s: its hold is gone and it is empty" % name,
-                                    slice={"op": "remove", "name": name}))
-    state.plan.actions[position:position] = leftovers
+            actions.append(StopSlice(allocation_id, "stop %s: its hold is gone and it is empty" % name,
+                                     slice=SliceStop(name, settings_of(current))))
+    return actions
 
 
 def _report_failures(state):
     """5. Failures, in spec order: one AllocationFailed per allocation and generation."""
-    observed, generation = state.observed, state.generation
+    observed, generation, actions = state.observed, state.generation, []
     state.failures.sort(key=lambda failure: state.parsed.position(failure[0]))
     reported = set()
     for allocation_id, reason, message in state.failures:
@@ -706,5 +565,6 @@ def _report_failures(state):
             continue
         body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
                 "reason": reason, "message": message}
-        state.add(Action("refuse", allocation_id, "refuse %s (%s): %s" % (allocation_id, reason, message),
-                         event={"type": "AllocationFailed", "body": body}, generation=generation))
+        actions.append(Refuse(allocation_id, "refuse %s (%s): %s" % (allocation_id, reason, message),
+                              event={"type": "AllocationFailed", "body": body}, generation=generation))
+    return actions

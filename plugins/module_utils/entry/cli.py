@@ -21,27 +21,14 @@ import os
 import sys
 import threading
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import (
-    FAILED,
-    PROGRESSING,
-    PassError,
-    load_nodespec,
-    run_pass,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.state.events import EventsError, list_and_acknowledge
-from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeHwError
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, LockTimeout
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
-    HelperClient,
-    Policy,
-    listen,
-    serve,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import load_releases
-from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import load_ledger
+from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import Refuse
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import run_checks
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState, StateError, nodespec_from_data
 
 EX_OK, EX_CHECK, EX_ERROR, EX_RETRY = 0, 1, 2, 75
 DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"
@@ -62,7 +49,7 @@ def log(level, message):
 def _common(parser):
     parser.add_argument("--root", default="/", help="prefix of every node path (default /)")
     parser.add_argument("--fakehw", help="a fakehw hardware file: the host is fakehw")
-    parser.add_argument("--state-dir", default="/var/lib/bcd", help="state directory under --root")
+    parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="state directory under --root")
 
 
 def build_parser():
@@ -102,21 +89,24 @@ def build_parser():
 
 
 def _host(args, helper_socket=None):
-    helper = HelperClient(helper_socket) if helper_socket else None
-    return make_host(args.root, args.fakehw, helper=helper)
+    return make_host(args.root, args.fakehw, helper_socket=helper_socket)
+
+
+def _state(host, args):
+    return NodeState(host.path(args.state_dir), args.state_dir)
 
 
 def cmd_converge(args):
     host = _host(args, args.helper_socket)
-    state_path = host.path(args.state_dir)
+    state = _state(host, args)
     if args.retry_only:
-        last = load_ledger(state_path).last_state
-        releases = load_releases(state_path)
+        state.load(write=False)
+        last, releases = state.ledger.last_state, state.releases
         if last != PROGRESSING and not releases.pending and not releases.marker and releases.unreadable is None:
             out("nothing to retry: the last pass was %s and no Kubernetes release is pending" % (last or "never run"))
             return EX_OK
     if args.stored:
-        stored = load_nodespec(state_path)
+        stored = state.load_nodespec()
         if stored is None:
             out("no stored input in %s/nodespec.json: nothing to converge" % args.state_dir)
             return EX_OK
@@ -125,12 +115,13 @@ def cmd_converge(args):
         try:
             with open(args.spec, "rb") as handle:
                 data = json.loads(handle.read().decode("utf-8"))
-            generation, devices = data["generation"], data["devices"]
-            instances = data.get("instances") or []
-            if isinstance(generation, bool) or not isinstance(generation, int) or not isinstance(devices, list):
-                raise ValueError("generation must be an integer and devices a list")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError) as exc:
             log("ERROR", "cannot read the spec %s: %s" % (args.spec, exc))
+            return EX_ERROR
+        try:
+            generation, devices, instances = nodespec_from_data(data, args.spec)
+        except StateError as exc:
+            log("ERROR", "cannot read the spec %s" % exc)
             return EX_ERROR
     result = run_pass(host, generation, devices, instances, state_dir=args.state_dir, check_mode=args.check,
                       store_input=not args.stored)
@@ -141,7 +132,7 @@ def cmd_converge(args):
         log("WARNING", "retrying: %s" % section["message"])
     elif section["state"] == FAILED:
         # ERROR when this pass reported the refusals; a later pass of the same generation only repeats them
-        reported_now = any(action.action == "refuse" for action in result.plan.actions) and not args.check
+        reported_now = any(isinstance(action, Refuse) for action in result.plan.actions) and not args.check
         log("ERROR" if reported_now else "INFO", "refused: %s" % section["message"])
     if args.json:
         out(json.dumps(result.to_dict(), indent=2, sort_keys=True))
@@ -175,9 +166,9 @@ def cmd_doctor(args):
 
 
 def cmd_events(args):
-    host = _host(args)
-    events, acknowledged, warnings = list_and_acknowledge(host.path(args.state_dir), args.ack_through)
-    for warning in warnings:
+    state = _state(_host(args), args)
+    events, acknowledged = state.list_and_acknowledge(args.ack_through)
+    for warning in state.warnings():
         log("WARNING", warning)
     if args.ack_through is not None:
         log("INFO", "acknowledged %d events" % acknowledged)
@@ -217,6 +208,6 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (PassError, FakeHwError, FsError, LockTimeout, EventsError, OSError) as exc:
+    except (BcdError, OSError) as exc:
         log("ERROR", str(exc))
         return EX_ERROR

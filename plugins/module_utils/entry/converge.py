@@ -9,34 +9,25 @@ both call ``run_pass``; nothing else decides what a pass does.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import dataclass, field
 from typing import List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import needs_admission, read_host_memory
-from ansible_collections.bcd.devices.plugins.module_utils.entry.apply import apply_plan
+from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import apply_plan
+from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import needs_admission
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import InvalidAssignment, parse_assignments
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
-    MPS_PIPE_DIRECTORY,
-    env_file_path,
-    read_hold,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, NodeKey
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, read_bytes, write_atomic
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases, load_releases
-from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import catch_up_state, save_ledger
-from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, hold_summary, plan_pass
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, env_file_path, read_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, plan_pass
+from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
-NODESPEC_NAME = "nodespec.json"
 CONVERGED = "CONVERGED"
 PROGRESSING = "PROGRESSING"
 FAILED = "FAILED"
-KEY_NAME = "node.key"
 
 
-class PassError(Exception):
+class PassError(BcdError):
     """A pass that cannot run at all (stale generation, unusable state directory)."""
 
 
@@ -68,12 +59,6 @@ class PassResult:
         }
 
 
-def summary_of(hold):
-    """A hold read back from its spec, as ``holds`` and ``holds_info`` return it."""
-    return hold_summary(hold.allocation_id, hold.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
-                        hold.cgroup_parent)
-
-
 def capabilities(host, inventory):
     """What the node can honour: nothing that needs root on an unprivileged node."""
     caps = []
@@ -87,7 +72,7 @@ def capabilities(host, inventory):
     return caps
 
 
-def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir="/var/lib/bcd"):
+def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_STATE_DIR):
     """Read everything a plan needs from the host, once: host memory only when a new hold needs
     admission, the kube side only when a Kubernetes release needs it."""
     releases = releases if releases is not None else Releases()
@@ -102,13 +87,13 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir="/var/lib
             for allocation_id, hold in live.items()):  # a Kubernetes hold goes, or moves to other devices
         kube = host.kube_side().look(host.inventory())
     env_files = {}
-    for allocation_id in set(live) | set(ledger.releasing) | wanted_ids | set(releases.pending):
+    for allocation_id in set(live) | set(ledger.unfinished_releases) | wanted_ids | set(releases.pending):
         env_files[allocation_id] = host.read(env_file_path(allocation_id))
     domains, domains_error = host.domains()
     slices = host.slice_states()
     memory = None
     if any(needs_admission(a.limits) for a in wanted if a.allocation_id not in live):
-        memory = read_host_memory(host)
+        memory = host.memory()
     return Observed(
         node_id=host.node_id(),
         boot_id=host.boot_id(),
@@ -141,31 +126,7 @@ def section_of(generation, plan, errors, previous_observed):
     return {"state": CONVERGED, "generation": generation, "observed_generation": generation, "message": ""}
 
 
-def store_nodespec(state_path, generation, devices, instances):
-    """Keep the last input (0600) for the timers' passes; rewritten only when it changed."""
-    content = (json.dumps({"generation": generation, "devices": devices, "instances": instances or []},
-                          indent=2, sort_keys=True) + "\n").encode("utf-8")
-    path = os.path.join(state_path, NODESPEC_NAME)
-    if read_bytes(path) != content:
-        write_atomic(path, content, 0o600, 0o700, owner_from_dir=True)
-
-
-def load_nodespec(state_path):
-    """The stored input as ``(generation, devices, instances)``, or None when there is none."""
-    content = read_bytes(os.path.join(state_path, NODESPEC_NAME))
-    if content is None:
-        return None
-    try:
-        data = json.loads(content.decode("utf-8"))
-        generation = data["generation"]
-        if isinstance(generation, bool) or not isinstance(generation, int) or not isinstance(data["devices"], list):
-            raise ValueError("generation must be an integer and devices a list")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise PassError("%s/%s is unreadable: %s" % (state_path, NODESPEC_NAME, exc))
-    return generation, data["devices"], data.get("instances") or []
-
-
-def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd", check_mode=False,
+def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_DIR, check_mode=False,
              lock_timeout=120.0, store_input=True):
     """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing.
     A real pass stores its input for the node's timers unless ``store_input`` is false."""
@@ -173,44 +134,35 @@ def run_pass(host, generation, devices, instances=None, state_dir="/var/lib/bcd"
         parsed = parse_assignments(devices)
     except InvalidAssignment as exc:
         raise PassError(str(exc))
-    state_path = host.path(state_dir)
-    with PassLock(state_path, timeout=lock_timeout, create=not check_mode):
-        journal = Journal(state_path)
-        releases = load_releases(state_path)
-        ledger = catch_up_state(state_path, journal, releases, write=not check_mode)
+    state = NodeState(host.path(state_dir), state_dir)
+    with state.lock(lock_timeout, create=not check_mode):
+        state.load(write=not check_mode)
+        ledger = state.ledger
         if ledger.observed_generation is not None and generation < ledger.observed_generation:
             raise PassError("generation %d is older than the observed generation %d; refusing to go back"
                             % (generation, ledger.observed_generation))
+        previous = ledger.observed_generation
         now = time.time()
-        observed = observe(host, ledger, parsed.assignments, releases, now, state_dir)
+        observed = observe(host, ledger, parsed.assignments, state.releases, now, state_dir)
         plan = plan_pass(generation, parsed, observed, instances)
         warnings = _observation_warnings(observed) + plan.warnings
         errors = list(plan.errors)
         changed = bool(plan.changes)
         if not check_mode:
-            done, apply_errors = apply_plan(plan, host, journal, ledger, state_path,
-                                            lambda: NodeKey.load_or_create(os.path.join(state_path, KEY_NAME)),
-                                            releases, now)
+            done, apply_errors = apply_plan(plan, host, state)
             changed = bool(done)
             errors.extend(apply_errors)
-            previous = ledger.observed_generation
-            if not errors:
-                ledger.observed_generation = generation
-            ledger.vfio = plan.vfio
-            ledger.last_state = section_of(generation, plan, errors, previous)["state"]
             if store_input:
-                store_nodespec(state_path, generation, devices, instances)
-            wanted = set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals)
-            ledger.failures = dict((k, v) for k, v in ledger.failures.items() if k in wanted)
-            save_ledger(state_path, ledger)
-        else:
-            previous = ledger.observed_generation
-        if not check_mode:  # what is on the node now, whatever failed on the way
+                state.store_nodespec(generation, devices, instances)
+            state.finish(generation, section_of(generation, plan, errors, previous)["state"], plan.vfio,
+                         set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals),
+                         finished=not errors)
+            # what is on the node now, whatever failed on the way
             files = host.hold_files()
             plan.holds = [summary_of(read_hold(allocation_id, *files[allocation_id]))
                           for allocation_id in sorted(files, key=lambda a: (parsed.position(a), a))]
-        events = journal.unacked()
-        warnings.extend(journal.warnings)
+        events = state.journal.unacked()
+        warnings.extend(state.journal.warnings)
     section = section_of(generation, plan, errors, previous)
     return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,
                       capabilities=capabilities(host, observed.inventory), errors=errors)
@@ -232,18 +184,3 @@ def _observation_warnings(observed):
     if observed.kube is not None and observed.kube.error is not None:
         warnings.append("the kube side cannot be asked (%s): Kubernetes releases count as held" % observed.kube.error)
     return warnings
-
-
-def diff_of(plan):
-    """Ansible ``--diff`` output: each file's before and after, then the plan as text."""
-    diffs = []
-    for action in plan.actions:
-        for change in action.files:
-            diffs.append({
-                "before_header": change.path if change.before is not None else "%s (absent)" % change.path,
-                "after_header": change.path if change.after is not None else "%s (removed)" % change.path,
-                "before": (change.before or b"").decode("utf-8", "replace"),
-                "after": (change.after or b"").decode("utf-8", "replace"),
-            })
-    diffs.append({"prepared": "plan:\n" + "\n".join("  " + line for line in plan.text().splitlines()) + "\n"})
-    return diffs

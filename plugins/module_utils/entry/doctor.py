@@ -14,9 +14,9 @@ import os
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import SPEC_DIR, read_hold
-from ansible_collections.bcd.devices.plugins.module_utils.state.events import EventsError, Journal
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperClient
-from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import load_ledger
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
 OK, WARN, ERROR = "OK", "WARN", "ERROR"
 
@@ -109,14 +109,13 @@ def check_slices(host):
 
 
 def check_state(host, state_dir):
-    state_path = host.path(state_dir)
-    ledger = load_ledger(state_path)
-    journal = Journal(state_path)
+    state = NodeState(host.path(state_dir), state_dir)
     try:
-        pending = len(journal.unacked())
-    except (EventsError, OSError) as exc:
+        ledger = state.load(write=False).ledger
+        pending = len(state.journal.unacked())
+    except (BcdError, OSError) as exc:
         return _check("state", ERROR, "the event journal cannot be read: %s" % exc)
-    problems = ([ledger.problem] if ledger.problem else []) + list(journal.warnings)
+    problems = state.warnings()
     if problems:
         return _check("state", WARN, "; ".join(problems))
     last = ledger.last_state or "never run"
@@ -124,7 +123,7 @@ def check_state(host, state_dir):
     return _check("state", level, "last pass %s; %d events not yet acknowledged" % (last, pending))
 
 
-def run_checks(host, state_dir="/var/lib/bcd", helper_socket=None):
+def run_checks(host, state_dir=DEFAULT_STATE_DIR, helper_socket=None):
     inventory = host.inventory()
     return [
         check_privilege(host, inventory, helper_socket),

@@ -17,8 +17,8 @@ Replies are ``{"ok": true}`` or ``{"ok": false, "error": …}``. The helper buil
 every path itself from its own root, a kind and a checked allocation id;
 accepts only slice names and cpulists of the documented forms; checks that a
 CDI spec is valid CDI for that allocation; and serves only the peers it was
-told to (checked with ``SO_PEERCRED``). ``HelperClient`` is the other end; a
-host given one sends every privileged write through it.
+told to (checked with ``SO_PEERCRED``). ``node.helper_client.HelperClient`` is
+the other end; a host given one sends every privileged write through it.
 """
 
 from __future__ import annotations
@@ -34,20 +34,21 @@ import threading
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE, ENV_KEY_RE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import ANN_ALLOCATION, KIND
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import validate_spec
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import NODE_FILE_KINDS
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import NODE_FILE_KINDS
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
-from ansible_collections.bcd.devices.plugins.module_utils.node.slices import SliceError, check_slice_name, check_slice_request
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
+    check_slice_name,
+    check_slice_request,
+    SliceError,
+)
 
 MAX_REQUEST = 1 << 20  # one JSON line, content included
 IO_TIMEOUT = 30.0
 OPS = ("file.write", "file.remove", "slice.apply", "slice.remove", "kube.look")
 
 
-class HelperError(Exception):
-    """The helper refused an operation or could not be reached; retryable."""
-
-
-class Refused(Exception):
+class Refused(BcdError):
     """A request the helper will not carry out; the message goes back to the peer."""
 
 
@@ -262,63 +263,3 @@ def serve(host, server, policy, log=None, stop=None):
         thread = threading.Thread(target=serve_connection, args=(host, connection, policy, log))
         thread.daemon = True
         thread.start()
-
-
-# -- the client ----------------------------------------------------------------------
-
-class HelperClient(object):
-    """The unprivileged end: one request per connection, a deadline on each."""
-
-    def __init__(self, socket_path, timeout=IO_TIMEOUT):
-        self.socket_path = socket_path
-        self.timeout = timeout
-
-    def request(self, message):
-        data = (json.dumps(message) + "\n").encode("utf-8")
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-                connection.settimeout(self.timeout)
-                connection.connect(self.socket_path)
-                connection.sendall(data)
-                reply = b""
-                while b"\n" not in reply:
-                    chunk = connection.recv(65536)
-                    if not chunk:
-                        break
-                    reply += chunk
-        except (OSError, socket.timeout) as exc:
-            raise HelperError("the root helper at %s cannot be reached: %s" % (self.socket_path, exc))
-        try:
-            answer = json.loads(reply.split(b"\n", 1)[0].decode("utf-8"))
-        except ValueError:
-            raise HelperError("the root helper at %s gave no answer" % self.socket_path)
-        if not isinstance(answer, dict) or answer.get("ok") is not True:
-            error = answer.get("error") if isinstance(answer, dict) else None
-            raise HelperError("the root helper refused %s: %s" % (message.get("op"), error or "no reason given"))
-        return answer
-
-    def reachable(self):
-        """Why the helper cannot be used now, or None (an empty request is answered as malformed)."""
-        try:
-            self.request({"op": "ping"})
-        except HelperError as exc:
-            return None if "unknown op" in str(exc) else str(exc)
-        return None
-
-    def write_node_file(self, kind, allocation_id, content):
-        self.request({"op": "file.write", "kind": kind, "allocation_id": allocation_id,
-                      "content": content.decode("utf-8")})
-
-    def remove_node_file(self, kind, allocation_id):
-        self.request({"op": "file.remove", "kind": kind, "allocation_id": allocation_id})
-        return True
-
-    def apply_slice(self, name, properties, hugetlb_max):
-        self.request({"op": "slice.apply", "name": name, "properties": properties, "hugetlb_max": hugetlb_max})
-
-    def remove_slice(self, name):
-        self.request({"op": "slice.remove", "name": name})
-
-    def kube_look(self):
-        """The kube side as the root helper sees it (``_kubelet.view_to_json`` data)."""
-        return self.request({"op": "kube.look"}).get("view") or {}

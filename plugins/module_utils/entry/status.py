@@ -10,19 +10,15 @@ each GPU the allocation holding it whole or holding its MIG instances or slots.
 
 from __future__ import annotations
 
-import os
 import time
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES
-from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import KEY_NAME, capabilities, summary_of
-from ansible_collections.bcd.devices.plugins.module_utils.state.events import EventsError, NodeKey
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
-    load_releases,
-    pending_summary,
-    release_conditions,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
+from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
 
 def gpu_status(inventory, holds, domains=(), releases=None):
@@ -70,23 +66,13 @@ def gpu_status(inventory, holds, domains=(), releases=None):
     return entries
 
 
-def node_public_key(state_path):
-    """The node's public key, or None before the first attested event created it."""
-    path = os.path.join(state_path, KEY_NAME)
-    if not os.path.exists(path):
-        return None
-    try:
-        return NodeKey.load(path).public_key_b64()
-    except EventsError:
-        return None
-
-
-def node_status(host, state_dir="/var/lib/bcd"):
+def node_status(host, state_dir=DEFAULT_STATE_DIR):
     """Everything ``holds_info`` reports, read-only."""
     holds = [read_hold(allocation_id, path, content)
              for allocation_id, (path, content) in sorted(host.hold_files().items())]
     inventory = host.inventory()
-    releases = load_releases(host.path(state_dir))
+    state = NodeState(host.path(state_dir), state_dir)
+    releases = state.load(write=False).releases
     now = time.time()
     domains, domains_error = host.domains()
     warnings = [hold.problem for hold in holds if hold.problem]
@@ -105,7 +91,7 @@ def node_status(host, state_dir="/var/lib/bcd"):
         "conditions": release_conditions(releases.pending.values(), releases.marker or releases.unreadable is not None,
                                          now, state_dir),
         "pending_releases": pending_summary(releases.pending.values(), now),
-        "node_public_key": node_public_key(host.path(state_dir)),
+        "node_public_key": state.public_key(),
         "warnings": warnings,
     }
 

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
     Gpu,
@@ -48,7 +49,7 @@ _TEXT_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
 _DOMAIN_STATES = ("running", "paused")
 
 
-class FakeHwError(Exception):
+class FakeHwError(BcdError):
     """The fakehw file cannot be read or is not valid. The message names the
     file or the field and is fit to show to a user."""
 

@@ -19,15 +19,17 @@ import secrets
 import time
 from typing import Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
+
 DEFAULT_DIR_MODE = 0o755
 LOCK_NAME = "lock"
 
 
-class FsError(Exception):
+class FsError(RetryableError):
     """A path that cannot be used as asked (e.g. one that escapes ``root``)."""
 
 
-class LockTimeout(Exception):
+class LockTimeout(BcdError):
     """Another pass held the node's lock for longer than we were willing to wait."""
 
 

@@ -6,8 +6,8 @@
 The planner never knows which host it runs against. ``RealHost`` reads NVML or
 ``nvidia-smi`` and libvirt; ``FakeHwHost`` reads a fakehw file (a GPU node made
 of a directory and a YAML file, for tests and demos). Both keep every node file
-under ``root``; the paths of the files a pass writes are built here, from a
-file *kind* and a checked allocation id, never from input directly.
+under ``root``. Root's work (node files, slices, the kubelet) is done by the
+host's writer (``node.writers``): this process, or the root helper.
 """
 
 from __future__ import annotations
@@ -17,44 +17,18 @@ import os
 import shutil
 import socket
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
-    SPEC_DIR,
-    SPEC_FILE_RE,
-    cdi_spec_path,
-    env_file_path,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import load_vendor_spec
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import SPEC_DIR, SPEC_FILE_RE
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root, read_bytes, remove_file, write_atomic
-from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import FakeKubeSide, HelperKubeSide, RealKubeSide
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root, read_bytes
+from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
+from ansible_collections.bcd.devices.plugins.module_utils.node.inventory import default_run_command, read_libvirt_domains, read_real_inventory
+from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import FakeKubeSide, RealKubeSide
+from ansible_collections.bcd.devices.plugins.module_utils.node.memory import read_host_memory
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
-from ansible_collections.bcd.devices.plugins.module_utils.node.inventory import (
-    default_run_command,
-    read_libvirt_domains,
-    read_real_inventory,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter, HelperWriter
 
-# The node files a pass writes, by kind: the root helper accepts exactly these.
-NODE_FILE_KINDS = {
-    "cdi": cdi_spec_path,
-    "allocation-env": env_file_path,
-}
-NODE_FILE_MODE = 0o644
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-
-
-class HostError(Exception):
-    """A host that cannot be used at all (a broken fakehw file, a bad root)."""
-
-
-def node_file_path(kind, allocation_id):
-    """The node path of a file of ``kind`` for a checked allocation id."""
-    if kind not in NODE_FILE_KINDS:
-        raise ValueError("unknown node file kind %r" % (kind,))
-    if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
-        raise ValueError("allocation id %r is not valid" % (allocation_id,))
-    return NODE_FILE_KINDS[kind](allocation_id)
 
 
 class Host(abc.ABC):
@@ -62,9 +36,9 @@ class Host(abc.ABC):
 
     fakehw = False
 
-    def __init__(self, root="/", helper=None):
+    def __init__(self, root="/", writer=None):
         self.root = os.path.abspath(root or "/")
-        self.helper = helper
+        self.writer = writer or DirectWriter(self)
         self._inventory = None
         self._domains = None
 
@@ -82,8 +56,8 @@ class Host(abc.ABC):
     # -- privilege -------------------------------------------------------------
     @property
     def privileged(self):
-        """Root, or a root helper to do root's work."""
-        return os.geteuid() == 0 or self.helper is not None
+        """Whether root's work can be done: this process is root, or a root helper does it."""
+        return self.writer.privileged
 
     # -- holds -----------------------------------------------------------------
     def hold_files(self):
@@ -105,16 +79,11 @@ class Host(abc.ABC):
         return found
 
     def write_node_file(self, kind, allocation_id, content):
-        """Write a hold's file atomically (0644), through the helper when there is one."""
-        if self.helper is not None:
-            return self.helper.write_node_file(kind, allocation_id, content)
-        write_atomic(self.path(node_file_path(kind, allocation_id)), content, NODE_FILE_MODE)
-        return None
+        """Write a hold's file atomically (0644), by whoever does root's work."""
+        self.writer.write_node_file(kind, allocation_id, content)
 
     def remove_node_file(self, kind, allocation_id):
-        if self.helper is not None:
-            return self.helper.remove_node_file(kind, allocation_id)
-        return remove_file(self.path(node_file_path(kind, allocation_id)))
+        self.writer.remove_node_file(kind, allocation_id)
 
     # -- slices ----------------------------------------------------------------
     def slice_states(self):
@@ -131,21 +100,24 @@ class Host(abc.ABC):
         return None
 
     def apply_slice(self, name, properties, hugetlb_max):
-        if self.helper is not None:
-            return self.helper.apply_slice(name, properties, hugetlb_max)
-        return self.slices.apply(name, properties, hugetlb_max)
+        self.writer.apply_slice(name, properties, hugetlb_max)
 
     def remove_slice(self, name):
-        if self.helper is not None:
-            return self.helper.remove_slice(name)
-        return self.slices.remove(name)
+        self.writer.remove_slice(name)
 
     # -- the kube side ---------------------------------------------------------
     def kube_side(self):
-        """Who asks the kubelet: this process as root, else the root helper (the kubelet's socket is root's)."""
-        if self.helper is not None and os.geteuid() != 0:
-            return HelperKubeSide(self.helper)
+        """Who asks the kubelet: whoever does root's work (the kubelet's socket is root's)."""
+        return self.writer.kube_side(self)
+
+    def direct_kube_side(self):
+        """The kube side as this process reaches it."""
         return self._kube_side()
+
+    # -- memory ----------------------------------------------------------------
+    def memory(self):
+        """``HostMemory`` from the meminfo and huge page files under ``root``, or None when unreadable."""
+        return read_host_memory(self)
 
     # -- the hardware side -----------------------------------------------------
     def inventory(self):
@@ -185,8 +157,8 @@ class Host(abc.ABC):
 class RealHost(Host):
     """A real GPU node: NVML or ``nvidia-smi``, and libvirt when ``virsh`` exists."""
 
-    def __init__(self, root="/", helper=None, runner=default_run_command):
-        super(RealHost, self).__init__(root, helper)
+    def __init__(self, root="/", writer=None, runner=default_run_command):
+        super(RealHost, self).__init__(root, writer)
         self.runner = runner
         self.slices = SystemdSlices(self, runner)
 
@@ -210,8 +182,8 @@ class FakeHwHost(Host):
 
     fakehw = True
 
-    def __init__(self, root, fakehw_path, helper=None):
-        super(FakeHwHost, self).__init__(root, helper)
+    def __init__(self, root, fakehw_path, writer=None):
+        super(FakeHwHost, self).__init__(root, writer)
         self.fakehw_path = fakehw_path
         self.hw = load_fakehw(fakehw_path)
         self.slices = RecordSlices(self)
@@ -232,8 +204,10 @@ class FakeHwHost(Host):
         return self.hw.node_id or super(FakeHwHost, self).node_id()
 
 
-def make_host(root="/", fakehw=None, helper=None):
-    """The host a pass runs against: fakehw when a hardware file is named."""
+def make_host(root="/", fakehw=None, helper_socket=None):
+    """The host a pass runs against: fakehw when a hardware file is named; root's work done through
+    the root helper at ``helper_socket`` when one is named, else by this process."""
+    writer = HelperWriter(HelperClient(helper_socket)) if helper_socket else None
     if fakehw:
-        return FakeHwHost(root, fakehw, helper=helper)
-    return RealHost(root, helper=helper)
+        return FakeHwHost(root, fakehw, writer=writer)
+    return RealHost(root, writer=writer)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
+from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError
 
 try:
     import grpc
@@ -427,8 +428,6 @@ class HelperKubeSide(KubeSide):
 
     def look(self, inventory):
         # type: (object) -> KubeView
-        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperError  # no import cycle
-
         try:
             return view_from_json(self.client.kube_look())
         except HelperError as exc:

@@ -18,7 +18,7 @@ Files (all 0600, the state directory 0700):
   always know the last seq);
 - ``node.key``: the node's private key, PEM (PKCS8, unencrypted).
 
-The journal does not lock: callers hold a ``PassLock`` around a pass.
+The journal does not lock: ``state.store.NodeState`` holds the pass lock around it.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     create_exclusive,
     ensure_dir,
@@ -69,7 +70,7 @@ STATE_DIR_MODE = 0o700
 _BIND_ONLY_FIELDS = ("cdi_spec_path", "cdi_devices", "env_file", "cgroup_parent")
 
 
-class EventsError(Exception):
+class EventsError(RetryableError):
     """The journal or the node key cannot be used; the message says why and where."""
 
 
@@ -347,22 +348,9 @@ class Journal:
                 % self.seq_path)
         return value
 
-    def last_seq(self) -> int:
-        """The highest seq ever issued by this journal (0 before the first event)."""
-        return max(self._stored_seq(), self._read().max_seq)
-
     def unacked(self) -> List[Dict[str, Any]]:
         """Every journaled event not yet acknowledged, oldest first."""
         return self._read().events
-
-    def failure_reported(self, allocation_id: str, generation: int) -> bool:
-        """Whether an unacknowledged AllocationFailed for this allocation and generation exists."""
-        for event in self.unacked():
-            body = event["body"]
-            if (event["type"] == ALLOCATION_FAILED and body.get("allocation_id") == allocation_id
-                    and body.get("generation") == generation):
-                return True
-        return False
 
     # -- writing ---------------------------------------------------------
 
@@ -457,34 +445,3 @@ class Journal:
         except OSError as exc:
             raise EventsError("cannot acknowledge events in %s: %s" % (self.path, exc.strerror or exc))
         return count
-
-
-def list_and_acknowledge(state_path, ack_through=None, check_mode=False, lock_timeout=120.0):
-    """The unacknowledged events after acknowledging through ``ack_through``.
-
-    Returns ``(events, acknowledged, warnings)``. Only an acknowledgement writes;
-    listing and check mode create nothing, not even the lock (and no state
-    directory means nothing to acknowledge). Shared by ``bcd.devices.events``
-    and ``bcd-holds events``.
-    """
-    from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock
-
-    if ack_through is not None and ack_through < 0:
-        raise EventsError("ack_through must not be negative, got %d" % ack_through)
-    if os.path.exists(state_path) and not os.path.isdir(state_path):
-        raise EventsError("state_dir %s is not a directory" % state_path)
-    journal = Journal(state_path)
-    acknowledged = 0
-    writes = ack_through is not None and not check_mode and os.path.isdir(state_path)
-    with PassLock(state_path, timeout=lock_timeout, create=writes):
-        if writes:
-            # the ledger must have recorded every event before any is dropped (a pass may have died between)
-            from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import load_releases
-            from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import catch_up_state
-            catch_up_state(state_path, journal, load_releases(state_path))
-        if ack_through is not None:
-            acknowledged = journal.ack_through(ack_through, dry_run=check_mode)
-        events = journal.unacked()
-    if check_mode and ack_through is not None:
-        events = [event for event in events if event["seq"] > ack_through]
-    return events, acknowledged, list(journal.warnings)

@@ -11,12 +11,8 @@ import json
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import (
-    Admission,
-    Exhausted,
-    HostMemory,
-    read_host_memory,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import Admission, Exhausted, HostMemory
+from ansible_collections.bcd.devices.plugins.module_utils.node.memory import read_host_memory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import Limits
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain

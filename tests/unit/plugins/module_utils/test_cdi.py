@@ -26,7 +26,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     spec_bytes,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import validate_spec
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import VendorSpec, load_vendor_spec
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import VendorSpec
+from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
 
 from ansible_collections.bcd.devices.tests.unit.conftest import (
     CDI_SCHEMA, GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2, vendor_text,

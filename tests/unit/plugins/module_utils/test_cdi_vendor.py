@@ -15,10 +15,8 @@ import pytest
 import yaml
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import cdi_vendor as _cdi_vendor
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import (
-    VendorSpec,
-    load_vendor_spec,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import VendorSpec
+from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia-cdi"
 

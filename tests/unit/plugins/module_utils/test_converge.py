@@ -15,10 +15,10 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.state import events as _events
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError
-from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, list_and_acknowledge, verify_report
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, verify_report
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import LockTimeout, PassLock
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
-from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_public_key
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, vendor_text
 
@@ -147,7 +147,7 @@ def test_events_are_signed_with_the_node_key_and_their_seq_grows(node):
     assert [(e["seq"], e["type"], e["body"]["allocation_id"]) for e in events] == [
         (1, "AllocationBound", "a1"), (2, "AllocationFailed", "a2"),
         (3, "AllocationReleased", "a1"), (4, "AllocationBound", "a3")]
-    key = node_public_key(node.state())
+    key = NodeState(node.state()).public_key()
     assert key
     attested = [e for e in events if e["type"] != "AllocationFailed"]
     assert attested and all(verify_report(e, key) for e in attested)
@@ -170,7 +170,7 @@ def test_a_release_removes_the_files_and_reports_it(node):
     assert len(released) == 1
     assert released[0]["body"] == {"node_id": "node-a", "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-2c4f1d2b7a10",
                                    "allocation_id": "a1", "generation": 2, "device_ids": [GPU_A, GPU_B]}
-    assert verify_report(released[0], node_public_key(node.state()))
+    assert verify_report(released[0], NodeState(node.state()).public_key())
     assert result.section["state"] == "CONVERGED"
 
 
@@ -462,7 +462,7 @@ def test_an_event_journaled_before_a_crash_and_then_acknowledged_is_not_reported
         node.run(2, GEN2)
     monkeypatch.undo()
     seen = journal(node)
-    list_and_acknowledge(node.state(), ack_through=seen[-1]["seq"])
+    NodeState(node.state()).list_and_acknowledge(ack_through=seen[-1]["seq"])
     result = node.run(2, GEN2)
     delivered = seen + result.events
     for event_type, allocation_id in (("AllocationBound", "a1"), ("AllocationBound", "a2"),

@@ -268,7 +268,6 @@ def test_seq_continues_across_reopen_and_acknowledgement(state, key):
     # acknowledging everything empties the journal but never resets the count
     assert Journal(state).ack_through(3) == 2
     assert Journal(state).unacked() == []
-    assert Journal(state).last_seq() == 3
     assert Journal(state).append("AllocationFailed", FAILED_BODY)["seq"] == 4
     assert mode_of(os.path.join(state, "events.seq")) == 0o600
     assert mode_of(os.path.join(state, "events.jsonl")) == 0o600
@@ -306,9 +305,7 @@ def test_ack_through_wants_a_non_negative_integer(state, bad):
 def test_missing_journal_reads_empty_and_creates_nothing(state):
     journal = Journal(state)
     assert journal.unacked() == []
-    assert journal.last_seq() == 0
     assert journal.ack_through(5) == 0
-    assert journal.failure_reported("a", 1) is False
     assert not os.path.exists(state)
 
 
@@ -411,17 +408,6 @@ def test_corrupt_seq_file_refuses_rather_than_reuses(state, key):
     assert journal.unacked() == []
 
 
-def test_failure_reported_looks_at_unacknowledged_failures(state, key):
-    journal = Journal(state)
-    journal.append("AllocationFailed", FAILED_BODY)
-    journal.append("AllocationBound", BOUND_BODY, key)
-    assert journal.failure_reported("alloc_x", 42) is True
-    assert journal.failure_reported("alloc_x", 43) is False
-    assert journal.failure_reported("alloc_01jz8k2v", 42) is False  # bound, not failed
-    journal.ack_through(1)
-    assert journal.failure_reported("alloc_x", 42) is False
-
-
 def test_append_refuses_what_would_not_verify(state, key):
     journal = Journal(state)
     with pytest.raises(EventsError, match="needs the node key"):
@@ -439,7 +425,7 @@ def test_append_refuses_what_would_not_verify(state, key):
     with pytest.raises(EventsError, match="must not carry"):
         journal.append("AllocationReleased", BOUND_BODY, key)
     assert journal.unacked() == []
-    assert journal.last_seq() == 0
+    assert journal.append("AllocationFailed", FAILED_BODY)["seq"] == 1  # nothing refused took a seq
 
 
 def test_body_is_journaled_as_json_reads_it_back(state, key):

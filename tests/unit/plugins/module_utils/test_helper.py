@@ -31,15 +31,10 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
-    MAX_REQUEST,
-    HelperClient,
-    HelperError,
-    Policy,
-    listen,
-    serve,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import listen, MAX_REQUEST, Policy, serve
+from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient, HelperError
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter
 
 GPU_A = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 GPU_B = "GPU-5f1c2a90-0000-4000-8000-000000000002"
@@ -494,12 +489,12 @@ def test_a_pass_through_the_helper_in_process_binds_and_releases(helper, monkeyp
     # The same path as above for a test run without root: the pass believes it is uid 1000
     # (the helper thread still really is the test's uid, which its policy allows).
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    host = FakeHwHost(helper.root, helper.fakehw, helper=HelperClient(helper.socket, timeout=10))
+    host = FakeHwHost(helper.root, helper.fakehw, writer=HelperWriter(HelperClient(helper.socket, timeout=10)))
     devices = [{"allocation_id": "a1", "reservation_id": "r1", "devices": [{"id": GPU_A}]}]
     bound = run_pass(host, 1, devices, lock_timeout=5)
     assert bound.section["state"] == "CONVERGED"
     assert os.path.exists(helper.node("/etc/cdi/bcd-a1.json"))
-    host = FakeHwHost(helper.root, helper.fakehw, helper=HelperClient(helper.socket, timeout=10))
+    host = FakeHwHost(helper.root, helper.fakehw, writer=HelperWriter(HelperClient(helper.socket, timeout=10)))
     released = run_pass(host, 2, [], lock_timeout=5)
     assert [a.action for a in released.plan.actions] == ["release"]
     assert not os.path.exists(helper.node("/etc/cdi/bcd-a1.json"))

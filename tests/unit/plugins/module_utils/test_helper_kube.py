@@ -11,8 +11,10 @@ import threading
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperClient, Policy, listen, serve
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import listen, Policy, serve
+from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, MIG_A1
 
 
@@ -52,7 +54,7 @@ def test_the_helper_answers_what_pods_hold(make_node, helper_for, monkeypatch):
     with_kubelet(node, True, [{"namespace": "ml", "name": "train-0", "container": "main", "device_ids": [MIG_A1]}])
     socket_path = helper_for(node)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    host = FakeHwHost(node.root, node.fakehw, helper=HelperClient(socket_path))
+    host = FakeHwHost(node.root, node.fakehw, writer=HelperWriter(HelperClient(socket_path)))
     view = host.kube_side().look(host.inventory())
     assert view.error is None
     assert MIG_A1 in view.held and GPU_A in view.held  # a pod on a MIG device holds its GPU too
@@ -65,7 +67,7 @@ def test_an_unreachable_kubelet_behind_the_helper_counts_as_held(make_node, help
     with_kubelet(node, False, [])
     socket_path = helper_for(node)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    host = FakeHwHost(node.root, node.fakehw, helper=HelperClient(socket_path))
+    host = FakeHwHost(node.root, node.fakehw, writer=HelperWriter(HelperClient(socket_path)))
     view = host.kube_side().look(host.inventory())
     assert view.error and "unreachable" in view.error
 
@@ -73,6 +75,6 @@ def test_an_unreachable_kubelet_behind_the_helper_counts_as_held(make_node, help
 def test_a_helper_that_is_gone_counts_as_held(make_node, tmp_path, monkeypatch):
     node = make_node()
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    host = FakeHwHost(node.root, node.fakehw, helper=HelperClient(str(tmp_path / "no-helper.sock"), timeout=2))
+    host = FakeHwHost(node.root, node.fakehw, writer=HelperWriter(HelperClient(str(tmp_path / "no-helper.sock"), timeout=2)))
     view = host.kube_side().look(host.inventory())
     assert view.error and "cannot be reached" in view.error

@@ -21,7 +21,9 @@ import types
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry import apply as _apply, cli as _cli, converge as _converge
+from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli, converge as _converge
+from ansible_collections.bcd.devices.plugins.module_utils.state import store as _store
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.modules import holds_info
@@ -148,7 +150,7 @@ def test_a_release_no_pod_holds_is_reported_in_the_same_pass(node):
 def test_the_release_is_recorded_before_anything_is_removed(bound, monkeypatch):
     node = bound
     order = []
-    real_save, real_remove = _apply.save_releases, FakeHwHost.remove_node_file
+    real_save, real_remove = _store.save_releases, FakeHwHost.remove_node_file
 
     def save_releases(state_path, pending):
         order.append(("record", sorted(pending)))
@@ -158,7 +160,7 @@ def test_the_release_is_recorded_before_anything_is_removed(bound, monkeypatch):
         order.append(("remove", kind))
         return real_remove(self, kind, allocation_id)
 
-    monkeypatch.setattr(_apply, "save_releases", save_releases)
+    monkeypatch.setattr(_store, "save_releases", save_releases)
     monkeypatch.setattr(FakeHwHost, "remove_node_file", remove_node_file)
     node.run(2, [])
     assert order == [("record", ["k1"]), ("remove", "cdi"), ("remove", "allocation-env")]
@@ -466,19 +468,19 @@ def assert_released_once_and_nothing_left(node, generation=2):
 
 
 def owners():
-    return {"save_releases": (_apply, "save_releases"), "remove": (FakeHwHost, "remove_node_file"),
-            "append": (Journal, "append"), "ledger": (_apply, "save_ledger"),
-            "end-ledger": (_converge, "save_ledger")}
+    return {"save_releases": (_store, "save_releases"), "remove": (FakeHwHost, "remove_node_file"),
+            "append": (Journal, "append"), "ledger": (NodeState, "save_ledger")}
 
 
 BOTH = [False, True]
-# A release no pod holds: record, remove the spec, remove the env file, journal, ledger, drop the record, the pass's ledger.
-AT_ONCE = [("save_releases", 0), ("remove", 0), ("remove", 1), ("append", 0), ("ledger", 0), ("save_releases", 1),
-           ("end-ledger", 0)]
+# A release no pod holds: record, remove the spec, remove the env file, journal, drop the record, ledger, the
+# pass's ledger.
+AT_ONCE = [("save_releases", 0), ("remove", 0), ("remove", 1), ("append", 0), ("save_releases", 1), ("ledger", 0),
+           ("ledger", 1)]
 # A release a pod holds: record, remove the spec, remove the env file, the pass's ledger.
-WAITING = [("save_releases", 0), ("remove", 0), ("remove", 1), ("end-ledger", 0)]
-# The pod goes: journal, ledger, drop the record, the pass's ledger.
-REPORTING = [("append", 0), ("ledger", 0), ("save_releases", 0), ("end-ledger", 0)]
+WAITING = [("save_releases", 0), ("remove", 0), ("remove", 1), ("ledger", 0)]
+# The pod goes: journal, drop the record, ledger, the pass's ledger.
+REPORTING = [("append", 0), ("save_releases", 0), ("ledger", 0), ("ledger", 1)]
 
 
 def ids(cases):

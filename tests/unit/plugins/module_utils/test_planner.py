@@ -25,7 +25,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor impo
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain, Gpu, Inventory, MigInstance
 from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import Ledger
 from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, plan_pass
-from ansible_collections.bcd.devices.plugins.module_utils.node.slices import SliceState
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceState
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2
 
@@ -201,7 +201,7 @@ def test_a_hold_written_but_never_reported_is_reported():
 
 
 def test_a_release_cut_short_is_finished_and_reported():
-    ledger = Ledger(releasing={"a1": {"generation": 4, "device_ids": [GPU_A]}})
+    ledger = Ledger(unfinished_releases={"a1": {"generation": 4, "device_ids": [GPU_A]}})
     hold = live("a1", [GPU_A])
     # the CDI spec is already gone, the env file is not
     result = plan(5, [], observe(ledger=ledger, env_files={"a1": hold[1]}))
@@ -440,7 +440,7 @@ def test_changed_limits_are_set_again_where_the_slice_cannot_be_read_back():
     observed = observe([(hold, env)], ledger=Ledger(bound={"a1": {"generation": 1, "limits": {"cpus": "0-3"}}}),
                        slices={"bcd-alloc-a1.slice": SliceState("bcd-alloc-a1.slice", properties=None)})
     changed = plan(2, [assign("a1", [GPU_A], limits={"cpus": "0-7"})], observed)
-    assert [(a.action, a.slice["properties"]) for a in changed.actions if a.action == "apply-slice"] == [
+    assert [(a.action, a.slice.properties) for a in changed.actions if a.action == "apply-slice"] == [
         ("apply-slice", {"AllowedCPUs": "0-7"})]
     same = plan(2, [assign("a1", [GPU_A], limits={"cpus": "0-3"})], observed)
     assert "apply-slice" not in [a.action for a in same.actions]

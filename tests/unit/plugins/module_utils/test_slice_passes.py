@@ -17,7 +17,8 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
-from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SliceError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError
+from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 
@@ -179,7 +180,7 @@ def test_a_released_holds_empty_slice_is_stopped_after_its_release_is_reported(n
     node.run(1, [A1])
     result = node.run(2, [])
     assert steps(result) == [("release", "a1")]
-    assert result.plan.actions[0].slice == {"op": "remove", "name": SLICE}
+    assert result.plan.actions[0].slice.to_dict() == {"op": "remove", "name": SLICE}
     assert "then stop %s (empty)" % SLICE in result.plan.actions[0].text
     assert record(node) is None
     assert not node.exists("/etc/cdi/bcd-a1.json")
@@ -318,7 +319,7 @@ def test_check_mode_shows_every_slice_step_and_writes_nothing(node):
     node.run(5, [A1])
     released = check_then_run(node, 6, [])
     assert steps(released) == [("release", "a1")]
-    assert released.plan.actions[0].slice == {"op": "remove", "name": SLICE}
+    assert released.plan.actions[0].slice.to_dict() == {"op": "remove", "name": SLICE}
 
 
 @pytest.mark.parametrize("limits", [{"cpus": "0-3"}, {"cpu_millis": 500}, {"memory_bytes": GIB},

@@ -18,13 +18,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import RealHost
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
-from ansible_collections.bcd.devices.plugins.module_utils.node.slices import (
-    SliceError,
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     check_slice_request,
     cpu_quota,
     hugetlb_max,
     slice_name,
     slice_properties,
+    SliceError,
     wanted_slice,
 )
 
@@ -421,7 +421,7 @@ def test_systemctl_show_is_read_back_in_the_form_the_properties_are_set():
 
 
 def test_a_property_changed_by_hand_is_set_again_and_an_equal_cpulist_is_left_alone():
-    from ansible_collections.bcd.devices.plugins.module_utils.node.slices import same_properties
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import same_properties
     wanted = {"AllowedCPUs": "0-3", "CPUQuota": "124%", "MemoryMax": "4294967296"}
     assert same_properties({"AllowedCPUs": "0,1,2,3", "CPUQuota": "124%", "MemoryMax": "4294967296",
                             "MemoryHigh": "1"}, wanted)

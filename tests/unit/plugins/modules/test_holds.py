@@ -13,7 +13,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
-from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_public_key
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.modules import holds
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
@@ -68,7 +68,7 @@ def test_a_run_binds_and_returns_plan_section_events_and_holds(capsys, node):
     assert result["section"] == {"state": "CONVERGED", "generation": 42, "observed_generation": 42, "message": ""}
     assert result["failures"] == []
     assert [e["type"] for e in result["events"]] == ["AllocationBound"]
-    assert verify_report(result["events"][0], node_public_key(node.state()))
+    assert verify_report(result["events"][0], NodeState(node.state()).public_key())
     assert result["holds"][0]["cdi_devices"] == ["bcd.dev/gpu=" + GPU_A]
     assert "cdi" in result["capabilities"] and "binding.kubernetes" in result["capabilities"]
     assert node.exists("/etc/cdi/bcd-a1.json") and node.exists("/run/bcd/allocations/a1.env")

@@ -1,0 +1,41 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The options every bcd.devices module shares: which node, and how root's work is done."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment(object):
+    """``bcd.devices.node`` (root, fakehw, state_dir) and ``bcd.devices.node.helper`` (helper_socket)."""
+
+    DOCUMENTATION = r"""
+options:
+  root:
+    description:
+      - Prefix of every node path (C(/etc/cdi), C(/run/bcd), the state directory, the fakehw meminfo). A
+        test host is a directory.
+    type: path
+    default: /
+  fakehw:
+    description:
+      - A fakehw hardware file (YAML or JSON) describing GPUs, MIG instances, VMs and pods; makes the
+        host fakehw, so no GPU is needed. Its format is in C(docs/fakehw.md); C(hack/fakehw_node.py)
+        makes one.
+    type: path
+  state_dir:
+    description:
+      - The node's state directory under O(root) (journal, ledger, node key, stored input, pass lock).
+    type: path
+    default: /var/lib/bcd
+"""
+
+    HELPER = r"""
+options:
+  helper_socket:
+    description:
+      - The root helper's socket (C(bcd-holds helper), installed by the role C(bcd.devices.bcd_holds)).
+      - When set, root's work (CDI specs, env files, slices, asking the kubelet) goes through it, so the
+        module can run as an unprivileged user; a write the helper refuses is retried like any failed write.
+    type: path
+"""

@@ -1,0 +1,108 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Kubernetes steps of a pass: releases pending on pods, and a Kubernetes hold that goes.
+
+A Kubernetes hold is released in four steps (``kube_release``): recorded,
+withdrawn at once, reported only once no pod holds its devices, and claimed
+meanwhile. Each pass first settles what earlier passes left pending: an
+unreadable releases file is set aside, the marker cleared once the kube side
+allows, a release the spec takes back dropped unreported, and a release no
+pod holds any more reported. Called by ``planner.plan_pass``; ``state`` is its
+``PassState``.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
+    ClearMarker,
+    DropRelease,
+    QuarantineReleases,
+    ReleaseKubernetes,
+    ReportRelease,
+    Withdraw,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
+    PendingRelease,
+    device_names,
+    pods_holding,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import released_event, withdraw_files
+
+
+def release_kubernetes(state, hold, why):
+    """A Kubernetes hold that goes: recorded, withdrawn, and reported only if no pod holds its devices."""
+    observed = state.observed
+    release = PendingRelease(hold.allocation_id, list(hold.device_ids), state.generation, observed.now)
+    action = ReleaseKubernetes(hold.allocation_id, "", withdraw_files(observed, hold.allocation_id),
+                               device_ids=list(hold.device_ids), generation=state.generation, release=release)
+    holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
+    removed = " and ".join(change.path for change in action.files)
+    if holders == []:
+        action.event = released_event(observed, hold.allocation_id, state.generation, hold.device_ids)
+        action.text = "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report " \
+                      "AllocationReleased" % (hold.allocation_id, why, removed)
+    else:
+        state.pending[hold.allocation_id] = release
+        state.holders[hold.allocation_id] = holders
+        action.text = "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no " \
+                      "pod holds its devices (%s)" % (hold.allocation_id, why, removed, _held_by(holders))
+    return action
+
+
+def _held_by(holders):
+    if holders is None:
+        return "the kubelet cannot be asked: counted as held"
+    return "held by " + ", ".join(holders)
+
+
+def plan_kubernetes_releases(state):
+    """Kubernetes releases pending from earlier passes: set an unreadable file aside, clear the marker
+    once the kube side allows, drop releases the spec takes back, report those no pod holds."""
+    observed, actions = state.observed, []
+    releases = observed.releases
+    if releases.unreadable is not None:
+        actions.append(QuarantineReleases("", "set %s/releasing.json aside (%s) and claim every GPU until the "
+                                          "kube side is known" % (observed.state_dir, releases.unreadable),
+                                          now=observed.now))
+    if state.marker and observed.kube is not None and observed.kube.error is None:
+        known = set()  # what pods may hold of allocations the node knows: their devices and parent GPUs
+        for device_ids in [hold.device_ids for hold in observed.live.values()] + \
+                [release.device_ids for release in releases.pending.values()]:
+            known |= device_names(device_ids, observed.inventory)
+            known |= set(atom.gpu_uuid for atom in atoms_of(device_ids))
+        unknown = sorted(observed.kube.held - known)
+        gpus = set(gpu.uuid for gpu in observed.inventory.gpus)
+        gpus |= set(inst.uuid for gpu in observed.inventory.gpus for inst in gpu.mig)
+        if not [name for name in unknown if name in gpus]:
+            actions.append(ClearMarker("", "remove %s/releasing.unreadable: no pod holds a GPU of an allocation "
+                                       "this node does not know" % observed.state_dir))
+            state.marker = False
+    for allocation_id in sorted(releases.pending):
+        release = releases.pending[allocation_id]
+        assignment = state.wanted.get(allocation_id)
+        if assignment is not None and assignment.kubernetes and \
+                sorted(ref.id for ref in assignment.devices) == sorted(release.device_ids):
+            actions.append(DropRelease(allocation_id, "drop the pending Kubernetes release of %s: the spec wants "
+                                       "it again (not reported)" % allocation_id, generation=release.generation))
+            continue
+        files = []
+        if assignment is None:  # its files, if a crash left them, are withdrawn; a new hold of the same id is not
+            files = withdraw_files(observed, allocation_id)
+            state.live.pop(allocation_id, None)
+        holders = pods_holding(observed.kube, release.device_ids, observed.inventory)
+        if holders == []:
+            actions.append(ReportRelease(allocation_id, "report %s released: no pod holds its devices any more"
+                                         % allocation_id, files,
+                                         released_event(observed, allocation_id, release.generation,
+                                                        release.device_ids),
+                                         list(release.device_ids), release.generation))
+            continue
+        state.pending[allocation_id] = release
+        state.holders[allocation_id] = holders
+        if files:
+            actions.append(Withdraw(allocation_id, "remove %s: %s is being released" % (
+                " and ".join(change.path for change in files), allocation_id), files,
+                device_ids=list(release.device_ids), generation=release.generation))
+    return actions

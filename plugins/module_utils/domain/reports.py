@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a pass reports of a hold: the bodies of its events and its summary.
+
+``AllocationBound`` carries the hold's devices, CDI names, spec and env file
+paths and, for a hold with a slice, its cgroup parent; ``AllocationReleased``
+only the devices (docs/events.md). ``holds`` and ``holds_info`` return a hold
+with the same fields plus its reservation id and binding.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import FileChange
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import BINDING_HOLD, BINDING_KUBERNETES
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import cdi_device, cdi_spec_path, env_file_path
+
+
+def base_body(observed, allocation_id, generation, device_ids):
+    """What every attested event's body carries."""
+    return {"node_id": observed.node_id, "boot_id": observed.boot_id, "allocation_id": allocation_id,
+            "generation": generation, "device_ids": list(device_ids)}
+
+
+def bound_event(observed, allocation_id, generation, atoms, cgroup_parent=None):
+    body = base_body(observed, allocation_id, generation, [atom.id for atom in atoms])
+    body["cdi_devices"] = [cdi_device(atom.id) for atom in atoms]
+    body["cdi_spec_path"] = cdi_spec_path(allocation_id)
+    body["env_file"] = env_file_path(allocation_id)
+    if cgroup_parent:
+        body["cgroup_parent"] = cgroup_parent
+    return {"type": "AllocationBound", "body": body}
+
+
+def released_event(observed, allocation_id, generation, device_ids):
+    return {"type": "AllocationReleased", "body": base_body(observed, allocation_id, generation, device_ids)}
+
+
+def hold_summary(allocation_id, reservation_id, generation, atoms, kubernetes, cgroup_parent=None):
+    """A hold as ``holds`` and ``holds_info`` return it."""
+    summary = {
+        "allocation_id": allocation_id,
+        "reservation_id": reservation_id,
+        "generation": generation,
+        "binding": BINDING_KUBERNETES if kubernetes else BINDING_HOLD,
+        "device_ids": [atom.id for atom in atoms],
+        "cdi_devices": [cdi_device(atom.id) for atom in atoms],
+        "cdi_spec_path": cdi_spec_path(allocation_id),
+        "env_file": env_file_path(allocation_id),
+    }
+    if cgroup_parent:
+        summary["cgroup_parent"] = cgroup_parent
+    return summary
+
+
+def summary_of(hold):
+    """A hold read back from its spec, summarised."""
+    return hold_summary(hold.allocation_id, hold.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
+                        hold.cgroup_parent)
+
+
+def withdraw_files(observed, allocation_id):
+    """The removals that withdraw a hold: its spec and env file, where present."""
+    hold = observed.live.get(allocation_id)
+    present = (("cdi", cdi_spec_path(allocation_id), hold.content if hold is not None else None),
+               ("allocation-env", env_file_path(allocation_id), observed.env_files.get(allocation_id)))
+    return [FileChange(kind, path, before, None) for kind, path, before in present if before is not None]

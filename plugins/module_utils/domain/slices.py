@@ -1,0 +1,188 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Hold slices: the cgroup-v2 slice a hold with ``limits`` runs in.
+
+A plain hold whose assignment books host CPU or memory gets
+``bcd-alloc-<allocation_id>.slice`` (under ``bcd.slice/bcd-alloc.slice``),
+created before its CDI spec names it. bcd never moves processes into it: the
+spec's ``bcd.dev/cgroup-parent`` annotation, ``BCD_CGROUP_PARENT`` and
+``AllocationBound.cgroup_parent`` name it, and the workload manager places the
+workload there. A slice is stopped only once ``cgroup.events`` says
+``populated 0``: a release never kills a workload.
+
+This file holds what a slice is: its name, the properties and huge page limits a
+hold's limits become, the checks every slice request passes, and how a slice's
+state compares with what is wanted. The backends that make slices on a host are
+in ``node/slices.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
+    ALLOCATION_ID,
+    InvalidAssignment,
+    Limits,
+    check_cpulist,
+    parse_cpulist,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
+
+SLICE_NAME_RE = re.compile(r"^bcd-alloc-%s\.slice$" % ALLOCATION_ID)
+CGROUP_ROOT = "/sys/fs/cgroup"
+PARENT_SLICES = ("bcd.slice", "bcd.slice/bcd-alloc.slice")
+SLICE_DIR = CGROUP_ROOT + "/bcd.slice/bcd-alloc.slice"
+RECORD_DIR = "/run/bcd/slices"
+MIB = 1 << 20
+GIB = 1 << 30
+HUGE_SIZES = (("2MB", "hugepages_2mi", 2 * MIB), ("1GB", "hugepages_1gi", GIB))
+PROPERTY_ORDER = ("AllowedCPUs", "AllowedMemoryNodes", "CPUQuota", "MemoryMax", "MemoryHigh")
+PROPERTY_RE = {
+    "AllowedCPUs": None,  # a cpulist, checked by check_cpulist
+    "AllowedMemoryNodes": None,
+    "CPUQuota": re.compile(r"^[0-9]{1,9}%$"),
+    "MemoryMax": re.compile(r"^[0-9]{1,20}$"),
+    "MemoryHigh": re.compile(r"^[0-9]{1,20}$"),
+}
+
+
+class SliceError(RetryableError):
+    """A slice operation that failed or was refused; retryable."""
+
+
+def slice_name(allocation_id):
+    return "bcd-alloc-%s.slice" % allocation_id
+
+
+def allocation_of(name):
+    """The allocation id a slice name stands for."""
+    return name[len("bcd-alloc-"):-len(".slice")]
+
+
+def check_slice_name(name):
+    if not isinstance(name, str) or not SLICE_NAME_RE.fullmatch(name):
+        raise SliceError("slice name %r does not match %s" % (name, SLICE_NAME_RE.pattern))
+    return name
+
+
+def cpu_quota(cpu_millis):
+    """``cpu_millis`` as whole percents of one CPU, rounded up: 1234 -> ``124%``."""
+    return "%d%%" % ((cpu_millis + 9) // 10)
+
+
+def slice_properties(limits):
+    """The ``systemctl set-property`` properties of a hold's limits, in a fixed order; absent limits set nothing."""
+    properties = {}
+    if limits is None:
+        return properties
+    if limits.cpus:
+        properties["AllowedCPUs"] = limits.cpus
+    if limits.mems:
+        properties["AllowedMemoryNodes"] = limits.mems
+    if limits.cpu_millis:
+        properties["CPUQuota"] = cpu_quota(limits.cpu_millis)
+    if limits.memory_bytes:
+        properties["MemoryMax"] = str(limits.memory_bytes)
+        properties["MemoryHigh"] = str(limits.memory_bytes * 9 // 10)
+    return properties
+
+
+def hugetlb_max(limits):
+    """``{"2MB": bytes, "1GB": bytes}`` for the huge page sizes the limits book."""
+    result = {}
+    if limits is None:
+        return result
+    for size, attribute, page in HUGE_SIZES:
+        count = getattr(limits, attribute)
+        if count:
+            result[size] = count * page
+    return result
+
+
+def check_slice_request(name, properties, huge):
+    """Everything a slice operation carries, checked before it reaches a command line or a file.
+    The root helper runs the same check as root."""
+    check_slice_name(name)
+    if not isinstance(properties, dict) or not isinstance(huge, dict):
+        raise SliceError("properties and hugetlb_max must be mappings")
+    for key, value in properties.items():
+        if key not in PROPERTY_RE:
+            raise SliceError("unknown slice property %r" % (key,))
+        if not isinstance(value, str):
+            raise SliceError("slice property %s must be a string" % key)
+        pattern = PROPERTY_RE[key]
+        if pattern is None:
+            try:
+                check_cpulist(value, key)
+            except InvalidAssignment as exc:
+                raise SliceError(str(exc))
+        elif not pattern.fullmatch(value):
+            raise SliceError("slice property %s=%r is not valid" % (key, value))
+    for size, value in huge.items():
+        if size not in dict((s, p) for s, _a, p in HUGE_SIZES):
+            raise SliceError("unknown huge page size %r" % (size,))
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SliceError("hugetlb_max %s must be a non-negative integer" % size)
+
+
+@dataclass
+class SliceState:
+    """A slice as the host shows it."""
+
+    name: str
+    properties: Optional[Dict[str, str]] = None  # None: the backend cannot read them back
+    hugetlb_max: Dict[str, int] = field(default_factory=dict)
+    hugetlb_current: Dict[str, int] = field(default_factory=dict)
+    populated: bool = False
+    memory_max: Optional[int] = None  # the cgroup's memory.max, where properties cannot be read back
+    hugetlb_exact: bool = True  # False: hugetlb_max lists only the sizes the host lets us read
+
+
+def same_properties(current, wanted):
+    """Whether the slice has every wanted property (cpulists compared as sets; others as rendered)."""
+    for key, value in wanted.items():
+        have = current.get(key)
+        if key in ("AllowedCPUs", "AllowedMemoryNodes") and have is not None:
+            try:
+                if parse_cpulist(have) == parse_cpulist(value):
+                    continue
+            except ValueError:
+                return False
+        if have != value:
+            return False
+    return True
+
+
+def wanted_slice(limits):
+    """``(properties, hugetlb_max)`` for limits, or None when they book nothing a slice enforces."""
+    if limits is None or limits.is_empty():
+        return None
+    return slice_properties(limits), hugetlb_max(limits)
+
+
+def limits_of_slice(state):
+    """What a slice still holds of the host, as ``Limits``: its memory limit and huge page limits."""
+    properties = state.properties or {}
+    memory = properties.get("MemoryMax")
+    if memory is None and state.memory_max is not None:
+        memory = str(state.memory_max)
+    pages = dict((attribute, state.hugetlb_max.get(size, 0) // page) for size, attribute, page in HUGE_SIZES)
+    return Limits(mems=properties.get("AllowedMemoryNodes") or None,
+                  memory_bytes=int(memory) if memory and memory.isdigit() else None,
+                  hugepages_2mi=pages["hugepages_2mi"] or None, hugepages_1gi=pages["hugepages_1gi"] or None)
+
+
+def settings_text(properties, hugetlb_max):
+    """A slice's settings, one ``key=value`` a line, as ``--diff`` shows them."""
+    lines = ["%s=%s" % item for item in (properties or {}).items()]
+    lines.extend("hugetlb.%s.max=%d" % item for item in sorted((hugetlb_max or {}).items()))
+    return "".join(line + "\n" for line in lines)
+
+
+def settings_of(state):
+    """The settings of a slice as the host shows them (what the backend can read back)."""
+    return settings_text(state.properties, state.hugetlb_max)

@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The unprivileged end of the root helper's socket (``bcd-holds helper``).
+
+One JSON request per connection, one JSON reply, with a deadline on each; a
+refusal or an unreachable helper is a ``HelperError``, which a pass retries like
+any failed write. The protocol is described with the server, ``entry/helper.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
+
+IO_TIMEOUT = 30.0
+
+
+class HelperError(RetryableError):
+    """The helper refused an operation or could not be reached; retryable."""
+
+
+class HelperClient(object):
+    """The unprivileged end: one request per connection, a deadline on each."""
+
+    def __init__(self, socket_path, timeout=IO_TIMEOUT):
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def request(self, message):
+        data = (json.dumps(message) + "\n").encode("utf-8")
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                connection.settimeout(self.timeout)
+                connection.connect(self.socket_path)
+                connection.sendall(data)
+                reply = b""
+                while b"\n" not in reply:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        break
+                    reply += chunk
+        except (OSError, socket.timeout) as exc:
+            raise HelperError("the root helper at %s cannot be reached: %s" % (self.socket_path, exc))
+        try:
+            answer = json.loads(reply.split(b"\n", 1)[0].decode("utf-8"))
+        except ValueError:
+            raise HelperError("the root helper at %s gave no answer" % self.socket_path)
+        if not isinstance(answer, dict) or answer.get("ok") is not True:
+            error = answer.get("error") if isinstance(answer, dict) else None
+            raise HelperError("the root helper refused %s: %s" % (message.get("op"), error or "no reason given"))
+        return answer
+
+    def reachable(self):
+        """Why the helper cannot be used now, or None (an empty request is answered as malformed)."""
+        try:
+            self.request({"op": "ping"})
+        except HelperError as exc:
+            return None if "unknown op" in str(exc) else str(exc)
+        return None
+
+    def write_node_file(self, kind, allocation_id, content):
+        self.request({"op": "file.write", "kind": kind, "allocation_id": allocation_id,
+                      "content": content.decode("utf-8")})
+
+    def remove_node_file(self, kind, allocation_id):
+        self.request({"op": "file.remove", "kind": kind, "allocation_id": allocation_id})
+        return True
+
+    def apply_slice(self, name, properties, hugetlb_max):
+        self.request({"op": "slice.apply", "name": name, "properties": properties, "hugetlb_max": hugetlb_max})
+
+    def remove_slice(self, name):
+        self.request({"op": "slice.remove", "name": name})
+
+    def kube_look(self):
+        """The kube side as the root helper sees it (``_kubelet.view_to_json`` data)."""
+        return self.request({"op": "kube.look"}).get("view") or {}

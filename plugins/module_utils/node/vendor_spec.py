@@ -1,0 +1,124 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Find NVIDIA's CDI spec on the node and read it (parsed by ``domain/cdi_vendor.py``).
+
+Which file is used:
+
+* ``<root>/etc/cdi`` and ``<root>/var/run/cdi`` are scanned for ``*.json``,
+  ``*.yaml`` and ``*.yml`` (dotfiles included, as runtimes load them); our own
+  ``bcd-*.json`` files and specs of another ``kind`` are skipped.
+* CDI gives ``/var/run/cdi`` priority over ``/etc/cdi`` (a runtime resolves a
+  device found in both from ``/var/run/cdi``), so an NVIDIA spec there wins
+  over any in ``/etc/cdi``. Within one directory the first file by name is
+  used, with a warning: runtimes drop a device name defined by two files of
+  one directory from both.
+* A WSL2 spec has a single device, ``all`` (backed by ``/dev/dxg``); it then
+  stands for every GPU, and MIG devices have no edits.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import (
+    NVIDIA_KIND,
+    SPEC_DIRS,
+    SPEC_EXTENSIONS,
+    SpecFileError,
+    VendorSpec,
+    build_vendor_spec,
+    parse_spec_text,
+)
+
+
+def _candidate_files(root, spec_dir, warnings):
+    # type: (str, str, List[str]) -> List[str]
+    """Names of the spec files in ``<root><spec_dir>``, sorted."""
+    local = os.path.join(root, spec_dir.lstrip("/"))
+    try:
+        names = os.listdir(local)
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        warnings.append("%s is not a directory; no CDI specs read from it" % spec_dir)
+        return []
+    except OSError as exc:
+        warnings.append("cannot list %s: %s" % (spec_dir, exc.strerror or exc))
+        return []
+    out = []
+    for name in sorted(names):
+        if not name.endswith(SPEC_EXTENSIONS):
+            continue
+        if name.startswith("bcd-") and name.endswith(".json"):
+            continue  # a hold of ours
+        if os.path.isdir(os.path.join(local, name)):
+            continue
+        out.append(name)
+    return out
+
+
+def _read_nvidia_spec(root, node_path, warnings):
+    # type: (str, str, List[str]) -> Optional[Tuple[Dict[str, Any], bytes]]
+    """The parsed spec and its bytes when ``node_path`` is an NVIDIA spec;
+    None (with a warning when the file is bad) otherwise."""
+    local = os.path.join(root, node_path.lstrip("/"))
+    try:
+        with open(local, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        warnings.append("cannot read CDI spec %s: %s" % (node_path, exc.strerror or exc))
+        return None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        warnings.append("cannot read CDI spec %s: not UTF-8 text (%s)" % (node_path, exc.reason))
+        return None
+    try:
+        data = parse_spec_text(text, node_path)
+    except SpecFileError as exc:
+        warnings.append("cannot read CDI spec %s: %s" % (node_path, exc))
+        return None
+    if not isinstance(data, dict):
+        warnings.append(
+            "cannot read CDI spec %s: it holds no CDI spec (no mapping at the top)" % node_path
+        )
+        return None
+    if data.get("kind") != NVIDIA_KIND:
+        return None
+    return data, raw
+
+
+def load_vendor_spec(root="/"):
+    # type: (str) -> VendorSpec
+    """Read NVIDIA's CDI spec under ``root`` (see the module docstring for
+    which file wins). Never raises for the files' content: problems are in
+    the result's ``warnings``; without a usable spec ``path`` is None."""
+    warnings = []  # type: List[str]
+    chosen = None  # type: Optional[VendorSpec]
+    for spec_dir in reversed(SPEC_DIRS):  # highest priority first
+        usable = []  # type: List[VendorSpec]
+        for name in _candidate_files(root, spec_dir, warnings):
+            node_path = "%s/%s" % (spec_dir, name)
+            found = _read_nvidia_spec(root, node_path, warnings)
+            if found is None:
+                continue
+            try:
+                usable.append(build_vendor_spec(node_path, found[0], found[1]))
+            except SpecFileError as exc:
+                warnings.append("cannot use CDI spec %s: %s" % (node_path, exc))
+            except RecursionError:
+                warnings.append("cannot use CDI spec %s: it is nested too deeply" % node_path)
+        if usable and chosen is None:
+            chosen = usable[0]
+            if len(usable) > 1:
+                warnings.append(
+                    "several NVIDIA CDI specs in %s (%s); using %s. Runtimes drop a device "
+                    "that two files of one directory define: keep one spec"
+                    % (spec_dir, ", ".join(s.path for s in usable), chosen.path)
+                )
+    if chosen is None:
+        return VendorSpec(warnings=warnings)
+    chosen.warnings = warnings + chosen.warnings
+    return chosen

@@ -1,0 +1,89 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Who does root's work for a host: this process, or the root helper.
+
+A pass needs root for four things: writing and removing a hold's node files,
+making and stopping hold slices, and asking the kubelet (its socket is root's).
+A host is handed one writer that does them: ``DirectWriter`` does them here
+(privileged only when this process is root), ``HelperWriter`` sends them to the
+root helper over its socket. The host, and everything above it, never asks which.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import cdi_spec_path, env_file_path
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import HelperKubeSide
+
+# The node files a pass writes, by kind: the root helper accepts exactly these.
+NODE_FILE_KINDS = {
+    "cdi": cdi_spec_path,
+    "allocation-env": env_file_path,
+}
+NODE_FILE_MODE = 0o644
+
+
+def node_file_path(kind, allocation_id):
+    """The node path of a file of ``kind`` for a checked allocation id."""
+    if kind not in NODE_FILE_KINDS:
+        raise ValueError("unknown node file kind %r" % (kind,))
+    if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
+        raise ValueError("allocation id %r is not valid" % (allocation_id,))
+    return NODE_FILE_KINDS[kind](allocation_id)
+
+
+class DirectWriter(object):
+    """Root's work done by this process, on ``host``'s own files and slice backend."""
+
+    def __init__(self, host):
+        self.host = host
+
+    @property
+    def privileged(self):
+        return os.geteuid() == 0
+
+    def write_node_file(self, kind, allocation_id, content):
+        write_atomic(self.host.path(node_file_path(kind, allocation_id)), content, NODE_FILE_MODE)
+
+    def remove_node_file(self, kind, allocation_id):
+        remove_file(self.host.path(node_file_path(kind, allocation_id)))
+
+    def apply_slice(self, name, properties, hugetlb_max):
+        self.host.slices.apply(name, properties, hugetlb_max)
+
+    def remove_slice(self, name):
+        self.host.slices.remove(name)
+
+    def kube_side(self, host):
+        return host.direct_kube_side()
+
+
+class HelperWriter(object):
+    """Root's work sent to the root helper (``node.helper_client.HelperClient``)."""
+
+    privileged = True
+
+    def __init__(self, client):
+        self.client = client
+
+    def write_node_file(self, kind, allocation_id, content):
+        self.client.write_node_file(kind, allocation_id, content)
+
+    def remove_node_file(self, kind, allocation_id):
+        self.client.remove_node_file(kind, allocation_id)
+
+    def apply_slice(self, name, properties, hugetlb_max):
+        self.client.apply_slice(name, properties, hugetlb_max)
+
+    def remove_slice(self, name):
+        self.client.remove_slice(name)
+
+    def kube_side(self, host):
+        """Root asks the kubelet itself; anyone else asks through the helper."""
+        if os.geteuid() == 0:
+            return host.direct_kube_side()
+        return HelperKubeSide(self.client)

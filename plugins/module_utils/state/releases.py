@@ -1,0 +1,95 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The pending Kubernetes releases on disk: ``<state_dir>/releasing.json`` and its marker.
+
+``releasing.json`` (0600) maps each allocation whose Kubernetes hold is being
+released to its device ids, generation and the UTC time the release began. An
+unreadable file is never deleted: it is renamed aside
+(``releasing.json.unreadable-<UTC timestamp>``) and the marker
+``releasing.unreadable`` is written, so every GPU stays claimed until the kube side
+is known (docs/kubernetes.md). Only ``state.store.NodeState`` calls these.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import time
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
+    MARKER_NAME,
+    RELEASES_NAME,
+    PendingRelease,
+    Releases,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes, remove_file, write_atomic
+
+
+def _since(text):
+    try:
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError("since %r is not a UTC time such as 2026-12-02T09:00:00Z" % (text,))
+
+
+def parse_releases(content):
+    """``{allocation_id: PendingRelease}``; raises ``ValueError`` on anything malformed."""
+    data = json.loads(content.decode("utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("releases"), dict):
+        raise ValueError('not an object with "releases"')
+    pending = {}
+    for allocation_id, record in data["releases"].items():
+        if not isinstance(record, dict) or not isinstance(record.get("device_ids"), list) \
+                or not all(isinstance(d, str) for d in record["device_ids"]) \
+                or isinstance(record.get("generation"), bool) or not isinstance(record.get("generation"), int):
+            raise ValueError("release %r is malformed" % allocation_id)
+        pending[allocation_id] = PendingRelease(allocation_id, list(record["device_ids"]), record["generation"],
+                                                _since(record.get("since")))
+    return pending
+
+
+def load_releases(state_path):
+    releases = Releases(marker=os.path.exists(os.path.join(state_path, MARKER_NAME)))
+    content = read_bytes(os.path.join(state_path, RELEASES_NAME))
+    if content is None:
+        return releases
+    try:
+        releases.pending = parse_releases(content)
+    except (ValueError, UnicodeDecodeError) as exc:
+        releases.unreadable = str(exc)
+    return releases
+
+
+def releases_bytes(pending):
+    data = {"releases": dict((alloc, pending[alloc].to_json()) for alloc in sorted(pending))}
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def save_releases(state_path, pending):
+    path = os.path.join(state_path, RELEASES_NAME)
+    if pending:
+        write_atomic(path, releases_bytes(pending), 0o600, 0o700, owner_from_dir=True)
+    else:
+        remove_file(path)
+
+
+def quarantine(state_path, now):
+    """Set an unreadable ``releasing.json`` aside (never deleted) and write the marker."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    path = os.path.join(state_path, RELEASES_NAME)
+    aside = "%s.unreadable-%s" % (path, stamp)
+    number = 1
+    while os.path.exists(aside):  # never replace an earlier one set aside in the same second
+        number += 1
+        aside = "%s.unreadable-%s-%d" % (path, stamp, number)
+    if os.path.exists(path):
+        os.rename(path, aside)
+    write_atomic(os.path.join(state_path, MARKER_NAME), ("%s\n" % os.path.basename(aside)).encode(), 0o600, 0o700,
+                 owner_from_dir=True)
+    return aside
+
+
+def clear_marker(state_path):
+    remove_file(os.path.join(state_path, MARKER_NAME))

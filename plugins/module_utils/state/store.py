@@ -1,0 +1,252 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""``NodeState``: the one owner of every file under ``<state_dir>``.
+
+========================  ====================================================
+file                      what it holds
+========================  ====================================================
+``lock``                  the pass lock (two passes never interleave)
+``ledger.json``           what was reported (``state/ledger.py``)
+``releasing.json``        pending Kubernetes releases (``state/releases.py``)
+``releasing.unreadable``  the marker while releases could not be read
+``nodespec.json``         the last input, for the timers' passes
+``events.jsonl``          the event journal, ``events.seq`` its high-water mark
+``node.key``              the node's Ed25519 key (``state/events.py``)
+========================  ====================================================
+
+A pass opens the state (``load``), which brings the ledger and the pending
+releases up to the journal: a pass that died between journaling an event and
+recording it is finished here, so nothing is reported twice. Every report goes
+through ``report``: the event is journaled (fsynced) first, then its effect is
+settled in the ledger and the releases, the same way the catch-up settles it.
+Nothing else opens these files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, read_bytes, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
+    ALLOCATION_RELEASED,
+    ATTESTED_TYPES,
+    EventsError,
+    Journal,
+    NodeKey,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import (
+    LEDGER_NAME,
+    Ledger,
+    parse_ledger,
+    record_event,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.state.releases import (
+    clear_marker,
+    load_releases,
+    quarantine,
+    save_releases,
+)
+
+DEFAULT_STATE_DIR = "/var/lib/bcd"
+NODESPEC_NAME = "nodespec.json"
+KEY_NAME = "node.key"
+STATE_FILE_MODE = 0o600
+STATE_DIR_MODE = 0o700
+
+
+class StateError(BcdError):
+    """A state file that cannot be used (an unreadable stored input)."""
+
+
+def nodespec_from_data(data, where):
+    """``(generation, devices, instances)`` from a ``{generation, devices, instances}`` mapping, as the
+    timers' stored input and ``bcd-holds converge --spec`` carry it; ``StateError`` naming ``where``."""
+    if not isinstance(data, dict):
+        raise StateError("%s: must be a mapping with generation and devices, not %s" % (where, type_name(data)))
+    generation, devices = data.get("generation"), data.get("devices")
+    if isinstance(generation, bool) or not isinstance(generation, int):
+        raise StateError("%s: generation must be an integer, not %s" % (where, type_name(generation)))
+    if not isinstance(devices, list):
+        raise StateError("%s: devices must be a list, not %s" % (where, type_name(devices)))
+    instances = data.get("instances") or []
+    if not isinstance(instances, list):
+        raise StateError("%s: instances must be a list, not %s" % (where, type_name(instances)))
+    return generation, devices, instances
+
+
+class NodeState(object):
+    """The state directory of one node: ``path`` is its real path, ``node_path`` the one messages name."""
+
+    def __init__(self, path, node_path=DEFAULT_STATE_DIR):
+        self.path = path
+        self.node_path = node_path
+        self.journal = Journal(path)
+        self.ledger = Ledger()
+        self.releases = Releases()
+        self._key = None
+
+    def _file(self, name):
+        return os.path.join(self.path, name)
+
+    def _write(self, name, content):
+        """State files take the state directory's owner, so root's passes and the bcd account's share them."""
+        write_atomic(self._file(name), content, STATE_FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
+
+    # -- a pass ----------------------------------------------------------------------
+    def lock(self, timeout=120.0, create=True):
+        """The pass lock; ``create=False`` (check mode, listing) creates nothing."""
+        return PassLock(self.path, timeout=timeout, create=create)
+
+    def load(self, write=True):
+        """Read the ledger and the pending releases, and catch them up with the journal: every event
+        journaled after the ledger's ``journal_seq`` is settled now (saved unless ``write`` is false)."""
+        self.releases = load_releases(self.path)
+        self.ledger = parse_ledger(read_bytes(self._file(LEDGER_NAME)), "%s/%s" % (self.node_path, LEDGER_NAME))
+        replayed = [event for event in sorted(self.journal.unacked(), key=lambda e: e.get("seq") or 0)
+                    if (event.get("seq") or 0) > self.ledger.journal_seq]
+        releases_changed = False
+        for event in replayed:
+            releases_changed = self._settle(event) or releases_changed
+        if write and replayed:
+            self.save_ledger()
+            if releases_changed:
+                self.save_releases()
+        return self
+
+    def _settle(self, event, limits=None):
+        """What a journaled event means for the ledger and the pending releases; True when a pending
+        release was settled (its ``AllocationReleased`` is out)."""
+        record_event(self.ledger, event, limits)
+        body = event.get("body") or {}
+        pending = self.releases.pending.get(body.get("allocation_id"))
+        if event.get("type") == ALLOCATION_RELEASED and pending is not None \
+                and pending.generation == body.get("generation"):
+            del self.releases.pending[pending.allocation_id]
+            return True
+        return False
+
+    def save_ledger(self):
+        """Write the ledger when it changed (a pass that changes nothing rewrites nothing)."""
+        content = self.ledger.to_json()
+        if read_bytes(self._file(LEDGER_NAME)) != content:
+            self._write(LEDGER_NAME, content)
+
+    def save_releases(self):
+        save_releases(self.path, self.releases.pending)
+
+    def finish(self, generation, state, vfio, kept_failures, finished):
+        """Record the end of a real pass: its section state, the VMs' GPUs, the refusals still relevant,
+        and (``finished``: nothing left to retry) the generation it observed."""
+        if finished:
+            self.ledger.observed_generation = generation
+        self.ledger.vfio = vfio
+        self.ledger.last_state = state
+        self.ledger.failures = dict((k, v) for k, v in self.ledger.failures.items() if k in kept_failures)
+        self.save_ledger()
+
+    # -- what the actions of a plan do to the state -----------------------------------
+    def key(self):
+        """The node key, created on first use (only when an attested event is due)."""
+        if self._key is None:
+            self._key = NodeKey.load_or_create(self._file(KEY_NAME))
+        return self._key
+
+    def report(self, event, limits=None):
+        """Journal ``event`` (signed when attested), then settle it; returns the journaled event."""
+        attested = event["type"] in ATTESTED_TYPES
+        journaled = self.journal.append(event["type"], event["body"], self.key() if attested else None)
+        if self._settle(journaled, limits):
+            self.save_releases()
+        self.save_ledger()
+        return journaled
+
+    def begin_release(self, allocation_id, generation, device_ids):
+        """Record a plain release before its files are removed (kept until its report)."""
+        if allocation_id not in self.ledger.unfinished_releases:
+            self.ledger.unfinished_releases[allocation_id] = {"generation": generation,
+                                                               "device_ids": list(device_ids)}
+            self.save_ledger()
+
+    def set_hold_limits(self, allocation_id, limits):
+        """The limits a kept hold's slice now has."""
+        if allocation_id in self.ledger.bound:
+            self.ledger.bound[allocation_id]["limits"] = limits
+            self.save_ledger()
+
+    def record_kube_release(self, release):
+        self.releases.pending[release.allocation_id] = release
+        self.save_releases()
+
+    def drop_kube_release(self, allocation_id):
+        self.releases.pending.pop(allocation_id, None)
+        self.save_releases()
+
+    def quarantine_releases(self, now):
+        """Set an unreadable releases file aside and write the marker."""
+        quarantine(self.path, now)
+        self.releases.unreadable, self.releases.marker = None, True
+
+    def clear_releases_marker(self):
+        clear_marker(self.path)
+        self.releases.marker = False
+
+    # -- the stored input --------------------------------------------------------------
+    def store_nodespec(self, generation, devices, instances):
+        """Keep the last input for the timers' passes; rewritten only when it changed."""
+        content = (json.dumps({"generation": generation, "devices": devices, "instances": instances or []},
+                              indent=2, sort_keys=True) + "\n").encode("utf-8")
+        if read_bytes(self._file(NODESPEC_NAME)) != content:
+            self._write(NODESPEC_NAME, content)
+
+    def load_nodespec(self):
+        """The stored input as ``(generation, devices, instances)``, or None when there is none."""
+        content = read_bytes(self._file(NODESPEC_NAME))
+        if content is None:
+            return None
+        where = "%s/%s" % (self.node_path, NODESPEC_NAME)
+        try:
+            data = json.loads(content.decode("utf-8"))
+        except ValueError as exc:
+            raise StateError("%s is unreadable: %s" % (where, exc))
+        return nodespec_from_data(data, where)
+
+    # -- reading without a pass --------------------------------------------------------
+    def public_key(self):
+        """The node's public key (base64), or None before the first attested event created it."""
+        if not os.path.exists(self._file(KEY_NAME)):
+            return None
+        try:
+            return NodeKey.load(self._file(KEY_NAME)).public_key_b64()
+        except EventsError:
+            return None
+
+    def warnings(self):
+        """What the reads of this state found wrong, once each."""
+        return ([self.ledger.problem] if self.ledger.problem else []) + list(self.journal.warnings)
+
+    def list_and_acknowledge(self, ack_through=None, check_mode=False, lock_timeout=120.0):
+        """The unacknowledged events after acknowledging through ``ack_through``: ``(events, acknowledged)``.
+
+        Only an acknowledgement writes; listing and check mode create nothing, not even the lock (and
+        no state directory means nothing to acknowledge). The ledger is caught up with the journal
+        before any event is dropped (a pass may have died between journaling and recording).
+        """
+        if ack_through is not None and ack_through < 0:
+            raise EventsError("ack_through must not be negative, got %d" % ack_through)
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise EventsError("state_dir %s is not a directory" % self.node_path)
+        acknowledged = 0
+        writes = ack_through is not None and not check_mode and os.path.isdir(self.path)
+        with self.lock(lock_timeout, create=writes):
+            if writes:
+                self.load(write=True)
+            if ack_through is not None:
+                acknowledged = self.journal.ack_through(ack_through, dry_run=check_mode)
+            events = self.journal.unacked()
+        if check_mode and ack_through is not None:
+            events = [event for event in events if event["seq"] > ack_through]
+        return events, acknowledged
