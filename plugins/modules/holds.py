@@ -106,7 +106,9 @@ attributes:
   diff_mode:
     support: full
     description:
-      - Shows the before and after of every file the run writes or removes, then the plan as text.
+      - Shows the before and after of every CDI spec and env file the run writes or removes, and the settings of
+        every slice it creates, sets or stops, then the plan as text. The state files under O(state_dir) are not
+        shown; the plan's lines say what each step records there.
   idempotent:
     support: full
     description:
@@ -186,16 +188,51 @@ plan:
         whose hold is gone still runs a workload); for Kubernetes holds V(release-kube), V(withdraw),
         V(report-release), V(drop-release), V(quarantine-releases) and V(clear-marker).
       type: str
+      returned: always
     allocation_id:
-      description: The allocation the action is for.
+      description: The allocation the action is for (empty for V(quarantine-releases) and V(clear-marker)).
       type: str
+      returned: always
     text:
       description: The action in one line.
       type: str
+      returned: always
+    device_ids:
+      description: The atoms the action concerns.
+      type: list
+      elements: str
+      returned: when the action concerns devices
+    files:
+      description: The node files the action writes or removes.
+      type: list
+      elements: dict
+      returned: when the action touches files
+      contains:
+        path:
+          description: The node path.
+          type: str
+        change:
+          description: V(create), V(update) or V(remove).
+          type: str
+    event:
+      description: The type of the event the action journals (V(AllocationBound), V(AllocationReleased), V(AllocationFailed)).
+      type: str
+      returned: when the action reports an event
+    slice:
+      description: >-
+        The slice step: C({op: apply, name, properties, hugetlb_max}) to create or set a slice,
+        C({op: remove, name}) to stop an empty one.
+      type: dict
+      returned: when the action creates, sets or stops a slice
   sample:
     - action: bind
       allocation_id: alloc_01jz8k2v
       text: "bind alloc_01jz8k2v: bcd.dev/gpu=GPU-5f1c... -> /etc/cdi/bcd-alloc_01jz8k2v.json, ..."
+      device_ids: [GPU-5f1c2a90-0000-4000-8000-000000000001]
+      files:
+        - {path: /etc/cdi/bcd-alloc_01jz8k2v.json, change: create}
+        - {path: /run/bcd/allocations/alloc_01jz8k2v.env, change: create}
+      event: AllocationBound
 section:
   description: The state of the node's devices section after the pass.
   returned: always
@@ -218,6 +255,21 @@ failures:
   returned: always
   type: list
   elements: dict
+  contains:
+    allocation_id:
+      description: The allocation refused (C(devices[N]) when the entry had no usable id).
+      type: str
+    generation:
+      description: The generation it was refused at.
+      type: int
+    reason:
+      description: >-
+        V(unsupported-binding), V(node-unprivileged), V(unsupported-device), V(device-missing), V(overlap),
+        V(resources-exhausted) or V(invalid-assignment).
+      type: str
+    message:
+      description: Why, in one line.
+      type: str
   sample:
     - {allocation_id: alloc_x, generation: 42, reason: overlap,
        message: GPU-5f1c2a90-0000-4000-8000-000000000001 is assigned to alloc_01jz8k2v}
@@ -226,11 +278,63 @@ events:
   returned: always
   type: list
   elements: dict
+  contains:
+    seq:
+      description: The event's sequence number; it grows by one per event and is never reused.
+      type: int
+    type:
+      description: V(AllocationBound), V(AllocationReleased) or V(AllocationFailed).
+      type: str
+    body:
+      description: >-
+        C(node_id), C(allocation_id), C(generation); a bind or release also C(boot_id) and C(device_ids);
+        a bind also C(cdi_devices), C(cdi_spec_path), C(env_file) and C(cgroup_parent) for a sliced hold;
+        a refusal C(reason) and C(message).
+      type: dict
+    purpose:
+      description: V(attested-report), on attested events (binds and releases).
+      type: str
+      returned: for AllocationBound and AllocationReleased
+    signature:
+      description: Base64 Ed25519 signature by the node key; check it with P(bcd.devices.verify_report#filter).
+      type: str
+      returned: for AllocationBound and AllocationReleased
 holds:
   description: The holds on the node after the pass (in check mode, as they would be).
   returned: always
   type: list
   elements: dict
+  contains:
+    allocation_id:
+      description: The allocation.
+      type: str
+    reservation_id:
+      description: Its reservation.
+      type: str
+    generation:
+      description: The generation the hold was bound at.
+      type: int
+    binding:
+      description: V(BINDING_HOLD) or V(BINDING_KUBERNETES).
+      type: str
+    device_ids:
+      description: Its atoms.
+      type: list
+      elements: str
+    cdi_devices:
+      description: The fully qualified CDI device names, C(bcd.dev/gpu=<atom id with / as _>).
+      type: list
+      elements: str
+    cdi_spec_path:
+      description: Its CDI spec.
+      type: str
+    env_file:
+      description: Its env file.
+      type: str
+    cgroup_parent:
+      description: The hold's slice, for a plain hold with limits.
+      type: str
+      returned: when the hold has a slice
 conditions:
   description:
     - Node conditions about holds, each C(type), C(status), C(reason) and C(message).

@@ -7,9 +7,10 @@ The planner returns a list of these; check mode returns them unapplied; a real
 pass runs ``apply_plan``, which calls each action's ``apply`` in order. Every
 action knows its own line of the plan (``text``), the files it writes or
 removes (``files``, shown by ``--diff``), the event it reports (``event``) and
-how to carry itself out through two objects it is handed: the *host* (node
-files and slices, see ``node.hosts``) and the node's *state* (the journal and
-the ledger, see ``state.store``). The order within each action is what keeps a
+how to carry itself out through two objects it is handed: the host's *writer*,
+which does root's work (node files and slices, here or through the root helper:
+``node/writers.py``), and the node's *state* (the journal and the ledger:
+``state/store.py``). The order within each action is what keeps a
 crash harmless (see docs/architecture.md):
 
 * a bind creates its slice, writes its files, then journals ``AllocationBound``;
@@ -37,7 +38,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import s
 class FileChange:
     """One node file a step writes (``after``) or removes (``after`` is None)."""
 
-    kind: str  # "cdi" or "allocation-env": the host builds the path from it
+    kind: str  # "cdi" or "allocation-env": the writer builds the path from it
     path: str  # the node path, for diffs and messages
     before: Optional[bytes]
     after: Optional[bytes]
@@ -48,11 +49,11 @@ class FileChange:
             return "remove"
         return "create" if self.before is None else "update"
 
-    def apply(self, host, allocation_id):
+    def apply(self, writer, allocation_id):
         if self.after is None:
-            host.remove_node_file(self.kind, allocation_id)
+            writer.remove_node_file(self.kind, allocation_id)
         else:
-            host.write_node_file(self.kind, allocation_id, self.after)
+            writer.write_node_file(self.kind, allocation_id, self.after)
 
     def diff(self):
         return {
@@ -76,8 +77,8 @@ class SliceApply:
         settings = settings_text(self.properties, self.hugetlb_max).splitlines()
         return "%s (%s)" % (self.name, ", ".join(settings) or "no limits")
 
-    def run(self, host):
-        host.apply_slice(self.name, self.properties, self.hugetlb_max)
+    def run(self, writer):
+        writer.apply_slice(self.name, self.properties, self.hugetlb_max)
 
     def to_dict(self):
         return {"op": "apply", "name": self.name, "properties": dict(self.properties),
@@ -97,8 +98,8 @@ class SliceStop:
     name: str
     before: Optional[str] = None
 
-    def run(self, host):
-        host.remove_slice(self.name)
+    def run(self, writer):
+        writer.remove_slice(self.name)
 
     def to_dict(self):
         return {"op": "remove", "name": self.name}
@@ -131,12 +132,12 @@ class Action(abc.ABC):
         return self.kind
 
     @abc.abstractmethod
-    def apply(self, host, state):
-        """Carry the step out through ``host`` and ``state``; raises on failure (nothing reported)."""
+    def apply(self, writer, state):
+        """Carry the step out through ``writer`` and ``state``; raises on failure (nothing reported)."""
 
-    def write_files(self, host):
+    def write_files(self, writer):
         for change in self.files:
-            change.apply(host, self.allocation_id)
+            change.apply(writer, self.allocation_id)
 
     def to_dict(self):
         """The step as the module returns it in ``plan``."""
@@ -164,10 +165,10 @@ class Bind(Action):
 
     kind = "bind"
 
-    def apply(self, host, state):
+    def apply(self, writer, state):
         if self.slice is not None:
-            self.slice.run(host)
-        self.write_files(host)
+            self.slice.run(writer)
+        self.write_files(writer)
         state.report(self.event, self.limits)
 
 
@@ -177,12 +178,12 @@ class Release(Action):
 
     kind = "release"
 
-    def apply(self, host, state):
+    def apply(self, writer, state):
         state.begin_release(self.allocation_id, self.generation, self.device_ids)
-        self.write_files(host)
+        self.write_files(writer)
         state.report(self.event)
         if self.slice is not None:
-            self.slice.run(host)
+            self.slice.run(writer)
 
 
 class FinishRelease(Release):
@@ -194,8 +195,8 @@ class FinishRelease(Release):
 class RewriteFile(Action):
     """A kept hold's file written again."""
 
-    def apply(self, host, state):
-        self.write_files(host)
+    def apply(self, writer, state):
+        self.write_files(writer)
 
 
 class Rerender(RewriteFile):
@@ -215,7 +216,7 @@ class ReportBound(Action):
 
     kind = "report-bound"
 
-    def apply(self, host, state):
+    def apply(self, writer, state):
         state.report(self.event, self.limits)
 
 
@@ -224,7 +225,7 @@ class Refuse(Action):
 
     kind = "refuse"
 
-    def apply(self, host, state):
+    def apply(self, writer, state):
         state.report(self.event)
 
 
@@ -233,8 +234,8 @@ class CreateSlice(Action):
 
     kind = "create-slice"
 
-    def apply(self, host, state):
-        self.slice.run(host)
+    def apply(self, writer, state):
+        self.slice.run(writer)
         state.set_hold_limits(self.allocation_id, self.limits)
 
 
@@ -249,8 +250,8 @@ class StopSlice(Action):
 
     kind = "stop-slice"
 
-    def apply(self, host, state):
-        self.slice.run(host)
+    def apply(self, writer, state):
+        self.slice.run(writer)
 
 
 class KeepSlice(Action):
@@ -259,7 +260,7 @@ class KeepSlice(Action):
     kind = "keep-slice"
     changes = False
 
-    def apply(self, host, state):
+    def apply(self, writer, state):
         return None
 
 
@@ -271,9 +272,9 @@ class ReleaseKubernetes(Action):
     kind: ClassVar[str] = "release-kube"
     release: Optional[object] = None  # the PendingRelease recorded before anything is removed
 
-    def apply(self, host, state):
+    def apply(self, writer, state):
         state.record_kube_release(self.release)
-        self.write_files(host)
+        self.write_files(writer)
         if self.event:
             state.report(self.event)
 
@@ -283,8 +284,8 @@ class Withdraw(Action):
 
     kind = "withdraw"
 
-    def apply(self, host, state):
-        self.write_files(host)
+    def apply(self, writer, state):
+        self.write_files(writer)
 
 
 class ReportRelease(Action):
@@ -292,8 +293,8 @@ class ReportRelease(Action):
 
     kind = "report-release"
 
-    def apply(self, host, state):
-        self.write_files(host)
+    def apply(self, writer, state):
+        self.write_files(writer)
         state.report(self.event)
 
 
@@ -302,7 +303,7 @@ class DropRelease(Action):
 
     kind = "drop-release"
 
-    def apply(self, host, state):
+    def apply(self, writer, state):
         state.drop_kube_release(self.allocation_id)
 
 
@@ -313,7 +314,7 @@ class QuarantineReleases(Action):
     kind: ClassVar[str] = "quarantine-releases"
     now: float = 0.0
 
-    def apply(self, host, state):
+    def apply(self, writer, state):
         state.quarantine_releases(self.now)
 
 
@@ -322,11 +323,11 @@ class ClearMarker(Action):
 
     kind = "clear-marker"
 
-    def apply(self, host, state):
+    def apply(self, writer, state):
         state.clear_releases_marker()
 
 
-def apply_plan(plan, host, state):
+def apply_plan(plan, writer, state):
     """Run every action in order; return ``(done, errors)``: the actions carried out, and one
     retryable error per action that failed (the others go on)."""
     done, errors = [], []
@@ -334,7 +335,7 @@ def apply_plan(plan, host, state):
         if not action.changes:
             continue
         try:
-            action.apply(host, state)
+            action.apply(writer, state)
         except (OSError, RetryableError) as exc:
             errors.append("%s: %s" % (action.text, exc))
             continue

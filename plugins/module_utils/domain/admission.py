@@ -38,7 +38,7 @@ UNREADABLE = "host memory unreadable; binding without host-side admission"
 
 
 class Exhausted(BcdError):
-    """The hold does not fit; the message is the spec page's ``ResourcesExhausted: …``."""
+    """The hold does not fit; the message is ``ResourcesExhausted: …`` (docs/slices-and-admission.md)."""
 
 
 @dataclass

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 
 # An allocation id names files and a slice: the one pattern every such name is built from.
 ALLOCATION_ID = r"[A-Za-z0-9_]{1,80}"
@@ -111,7 +111,7 @@ def _text(value, where, required=False, maximum=TEXT_MAX):
             raise InvalidAssignment("%s: required" % where)
         return ""
     if not isinstance(value, str):
-        raise InvalidAssignment("%s: must be a string, not %s" % (where, type(value).__name__))
+        raise InvalidAssignment("%s: must be a string, not %s" % (where, type_name(value)))
     if len(value) > maximum:
         raise InvalidAssignment("%s: longer than %d characters" % (where, maximum))
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):

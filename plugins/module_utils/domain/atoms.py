@@ -114,7 +114,7 @@ def resolve_atom(atom, inventory):
 
 
 def resolve_devices(refs, inventory):
-    """Check a hold's devices in the spec page's order: every class and form first
+    """Check a hold's devices in order (docs/troubleshooting.md): every class and form first
     (``unsupported-device``, the first bad one decides), then presence
     (``device-missing``, naming every missing device joined by ``; ``).
     """

@@ -7,7 +7,7 @@ A hold *is* its CDI spec: it survives a reboot, and each device's
 ``bcd.dev/device-id`` annotation carries the real atom id, so a pass reads the
 node's holds from these files and never from memory of an earlier run.
 
-Rendering follows the spec page's "The CDI spec": NVIDIA's per-device edits for
+Rendering follows docs/user-guide.md ("The CDI spec"): NVIDIA's per-device edits for
 what each atom stands for, the vendor's common edits once without its
 ``NVIDIA_VISIBLE_DEVICES=void``, our annotations and env. Every rendered spec is
 validated against the CDI rules before anyone writes it.
@@ -209,10 +209,6 @@ class LiveHold:
     kubernetes: bool = False
     cgroup_parent: Optional[str] = None
     problem: Optional[str] = None  # why the file could not be read back fully
-
-    @property
-    def cdi_devices(self):
-        return [cdi_device(device_id) for device_id in self.device_ids]
 
 
 def read_hold(allocation_id, path, content):

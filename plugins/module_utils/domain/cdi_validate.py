@@ -33,6 +33,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import type_name
+
 __all__ = [
     "CdiVersionError",
     "EARLIEST_VERSION",
@@ -213,25 +215,6 @@ def minimum_version(spec):
 # --- validation -------------------------------------------------------------
 
 
-def _type_name(value):
-    # type: (Any) -> str
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
 class _Checker(object):
     """Collects problems; each check names the JSON path it looked at."""
 
@@ -253,18 +236,18 @@ class _Checker(object):
                 self.add(path, "must not be empty")
                 return False
             return True
-        self.add(path, "must be a string, not %s" % _type_name(value))
+        self.add(path, "must be a string, not %s" % type_name(value))
         return False
 
     def boolean(self, path, value):
         # type: (str, Any) -> None
         if not isinstance(value, bool):
-            self.add(path, "must be a boolean, not %s" % _type_name(value))
+            self.add(path, "must be a boolean, not %s" % type_name(value))
 
     def integer(self, path, value, low, high):
         # type: (str, Any, int, int) -> None
         if isinstance(value, bool) or not isinstance(value, int):
-            self.add(path, "must be an integer, not %s" % _type_name(value))
+            self.add(path, "must be an integer, not %s" % type_name(value))
         elif value < low or value > high:
             self.add(path, "%d is out of range (%d to %d)" % (value, low, high))
 
@@ -272,13 +255,13 @@ class _Checker(object):
         # type: (str, Any) -> bool
         if isinstance(value, list):
             return True
-        self.add(path, "must be an array, not %s" % _type_name(value))
+        self.add(path, "must be an array, not %s" % type_name(value))
         return False
 
     def obj(self, path, value, fields):
         # type: (str, Any, Tuple[str, ...]) -> bool
         if not isinstance(value, dict):
-            self.add(path, "must be an object, not %s" % _type_name(value))
+            self.add(path, "must be an object, not %s" % type_name(value))
             return False
         for key in value:
             if key not in fields:
@@ -309,7 +292,7 @@ class _Checker(object):
     def annotations(self, path, value):
         # type: (str, Any) -> None
         if not isinstance(value, dict):
-            self.add(path, "must be an object, not %s" % _type_name(value))
+            self.add(path, "must be an object, not %s" % type_name(value))
             return
         size = 0
         for key, val in value.items():
@@ -525,7 +508,7 @@ def validate_spec(spec):
     refuse ``spec``, one message each, naming the JSON path; an empty list
     means the spec is valid."""
     if not isinstance(spec, dict):
-        return ["the spec must be an object, not %s" % _type_name(spec)]
+        return ["the spec must be an object, not %s" % type_name(spec)]
 
     version = spec.get("cdiVersion")
     version_ok = isinstance(version, str) and _is_known_version(version)

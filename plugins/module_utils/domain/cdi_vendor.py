@@ -87,12 +87,6 @@ class VendorSpec:
     warnings: List[str] = field(default_factory=list)
 
     @property
-    def found(self):
-        # type: () -> bool
-        """Whether an NVIDIA spec was read."""
-        return self.path is not None
-
-    @property
     def is_wsl(self):
         # type: () -> bool
         """A WSL2 spec: its only device is ``all``, which stands for every GPU."""

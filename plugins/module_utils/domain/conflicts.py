@@ -6,7 +6,7 @@
 ``Claims`` gathers every claim on the node — live holds, holds bound earlier in
 the same pass, pending Kubernetes releases, and GPUs that VMs have or are to
 have through VFIO. ``conflicts`` checks a new hold's atoms against it, in the
-spec page's order:
+order docs/troubleshooting.md gives under ``overlap``:
 
 * an atom listed twice in the assignment: ``a device is listed twice``
 * its parent GPU passed through to a VM: ``<GPU> is passed through to instance <id>``
@@ -48,13 +48,6 @@ class Claims(object):
     def pass_through(self, instance_id, gpu_uuids):
         for uuid in gpu_uuids:
             self.vfio.setdefault(uuid, instance_id)
-
-    def owner_of_gpu(self, gpu_uuid):
-        """Who holds this GPU or a part of it (the first claim found), or None."""
-        if gpu_uuid in self.whole:
-            return self.whole[gpu_uuid]
-        parts = self.parts.get(gpu_uuid)
-        return parts[0][1] if parts else None
 
 
 def conflicts(atoms, claims):

@@ -149,7 +149,7 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
         errors = list(plan.errors)
         changed = bool(plan.changes)
         if not check_mode:
-            done, apply_errors = apply_plan(plan, host, state)
+            done, apply_errors = apply_plan(plan, host.writer, state)
             changed = bool(done)
             errors.extend(apply_errors)
             if store_input:

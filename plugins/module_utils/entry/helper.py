@@ -113,9 +113,9 @@ def handle_request(host, request):
         if op == "file.write":
             content = request.get("content")
             check_content(kind, allocation_id, content)
-            host.write_node_file(kind, allocation_id, content.encode("utf-8"))
+            host.writer.write_node_file(kind, allocation_id, content.encode("utf-8"))
         else:
-            host.remove_node_file(kind, allocation_id)
+            host.writer.remove_node_file(kind, allocation_id)
         return None
     name = request.get("name")
     try:
@@ -123,10 +123,10 @@ def handle_request(host, request):
             properties = request.get("properties") or {}
             huge = request.get("hugetlb_max") or {}
             check_slice_request(name, properties, huge)
-            host.apply_slice(name, properties, huge)
+            host.writer.apply_slice(name, properties, huge)
         else:
             check_slice_name(name)
-            host.remove_slice(name)
+            host.writer.remove_slice(name)
     except SliceError as exc:
         raise Refused(str(exc))
     return None

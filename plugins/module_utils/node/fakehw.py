@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
     Gpu,
@@ -163,34 +163,16 @@ def _one_line(exc):
 # Validation
 
 
-def _type_name(value):
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "a number"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return "a %s" % type(value).__name__
-
-
 def _err(where, message):
     return FakeHwError("%s: %s" % (where, message))
 
 
 def _mapping(value, where, allowed):
     if not isinstance(value, dict):
-        raise _err(where, "must be a mapping, not %s" % _type_name(value))
+        raise _err(where, "must be a mapping, not %s" % type_name(value))
     for key in value:
         if not isinstance(key, str):
-            raise _err(where, "keys must be strings, not %s" % _type_name(key))
+            raise _err(where, "keys must be strings, not %s" % type_name(key))
         if key not in allowed:
             raise _err(where, "unknown field %r (known: %s)" % (key, ", ".join(allowed)))
     return value
@@ -200,7 +182,7 @@ def _list(value, where):
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _err(where, "must be a list, not %s" % _type_name(value))
+        raise _err(where, "must be a list, not %s" % type_name(value))
     return value
 
 
@@ -210,7 +192,7 @@ def _int(value, where, required=False, default=None):
             raise _err(where, "required")
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _err(where, "must be a non-negative integer, not %s" % _type_name(value))
+        raise _err(where, "must be a non-negative integer, not %s" % type_name(value))
     if value < 0:
         raise _err(where, "must be a non-negative integer, not %d" % value)
     if value > MAX_INT:
@@ -222,7 +204,7 @@ def _bool(value, where, default):
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise _err(where, "must be true or false, not %s" % _type_name(value))
+        raise _err(where, "must be true or false, not %s" % type_name(value))
     return value
 
 
@@ -232,7 +214,7 @@ def _text(value, where, required=False, pattern=_TEXT_RE, shape="a non-empty str
             raise _err(where, "required")
         return None
     if not isinstance(value, str):
-        raise _err(where, "must be a string, not %s" % _type_name(value))
+        raise _err(where, "must be a string, not %s" % type_name(value))
     if value == "" and required:
         raise _err(where, "required")
     if not pattern.match(value) or value != value.strip():
@@ -262,7 +244,7 @@ def fakehw_from_data(data, source="fakehw file"):
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise FakeHwError("%s: the top level must be a mapping, not %s" % (source, _type_name(data)))
+        raise FakeHwError("%s: the top level must be a mapping, not %s" % (source, type_name(data)))
     _mapping(data, source, _TOP_FIELDS)
 
     node_id = _text(data.get("node_id"), "node_id")

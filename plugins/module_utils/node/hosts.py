@@ -78,13 +78,6 @@ class Host(abc.ABC):
                 found[match.group(1)] = (node_path, content)
         return found
 
-    def write_node_file(self, kind, allocation_id, content):
-        """Write a hold's file atomically (0644), by whoever does root's work."""
-        self.writer.write_node_file(kind, allocation_id, content)
-
-    def remove_node_file(self, kind, allocation_id):
-        self.writer.remove_node_file(kind, allocation_id)
-
     # -- slices ----------------------------------------------------------------
     def slice_states(self):
         """``{name: SliceState}`` of every ``bcd-alloc-*.slice`` on the host."""
@@ -98,12 +91,6 @@ class Host(abc.ABC):
     def slices_unavailable(self):
         """Why this host cannot make hold slices, or None."""
         return None
-
-    def apply_slice(self, name, properties, hugetlb_max):
-        self.writer.apply_slice(name, properties, hugetlb_max)
-
-    def remove_slice(self, name):
-        self.writer.remove_slice(name)
 
     # -- the kube side ---------------------------------------------------------
     def kube_side(self):

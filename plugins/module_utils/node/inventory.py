@@ -53,11 +53,9 @@ try:
     import pynvml as _pynvml  # the nvidia-ml-py package
 
     HAS_PYNVML = True
-    PYNVML_IMPORT_ERROR = None
-except Exception as _exc:  # ImportError, or a broken install
+except Exception:  # ImportError, or a broken install: nvidia-smi is asked instead
     _pynvml = None
     HAS_PYNVML = False
-    PYNVML_IMPORT_ERROR = "%s: %s" % (type(_exc).__name__, _exc)
 
 
 RunCommand = Callable[[Sequence[str]], Tuple[int, str, str]]
@@ -320,17 +318,6 @@ def _to_gpu(listed, mig, minor=None, pci_bus_id=None, numa_node=None):
         name=listed.name or None,
         mig=tuple(unique[key] for key in sorted(unique)),
     )
-
-
-def parse_nvidia_smi_L(text):  # noqa: N802 (named after the flag)
-    # type: (str) -> List[Gpu]
-    """``nvidia-smi -L`` as ``Gpu`` objects, on its own.
-
-    Only legacy MIG devices (GI/CI in the UUID) appear in ``Gpu.mig``: a
-    modern ``MIG-<uuid>`` has no GI/CI in this output and is left out. Use
-    ``parse_nvidia_smi_list`` with ``join_mig_ids`` to place those.
-    """
-    return join_mig_ids(parse_nvidia_smi_list(text), {})
 
 
 # --------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 """The kube side: which devices do pods on this node still hold?
 
 A Kubernetes hold's release is reported only once no pod holds any of its
-devices (spec page "Kubernetes releases", step 3). Two sources answer:
+devices (docs/kubernetes.md, step 3 of a release). Two sources answer:
 
 * the kubelet's pod-resources API v1 (``List`` over
   ``/var/lib/kubelet/pod-resources/kubelet.sock``, gRPC): the devices each

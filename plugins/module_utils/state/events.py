@@ -29,7 +29,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     create_exclusive,
     ensure_dir,
@@ -108,7 +108,7 @@ def decode_public_key(public_key_b64: Any) -> bytes:
     """The raw 32 bytes of a base64 node public key; ``EventsError`` when it is not one."""
     raw = _b64decode_strict(public_key_b64.strip() if isinstance(public_key_b64, str) else None)
     if raw is None or len(raw) != 32:
-        shown = repr(public_key_b64[:60]) if isinstance(public_key_b64, str) else type(public_key_b64).__name__
+        shown = repr(public_key_b64[:60]) if isinstance(public_key_b64, str) else type_name(public_key_b64)
         raise EventsError("a node public key is the base64 of 32 raw Ed25519 bytes (44 characters), got %s"
                           % shown)
     return raw
@@ -226,7 +226,7 @@ class NodeKey:
 def _normalise_body(body: Any) -> Dict[str, Any]:
     """``body`` as it will read back from the journal (so its signature stays valid)."""
     if not isinstance(body, dict):
-        raise EventsError("an event body must be a mapping, got %s" % type(body).__name__)
+        raise EventsError("an event body must be a mapping, got %s" % type_name(body))
     try:
         text = json.dumps(body, ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")

@@ -357,8 +357,7 @@ def test_a_hold_reads_back_from_its_spec(render):
     assert hold.generation == 42
     assert hold.kubernetes is True
     assert hold.cgroup_parent == "bcd-alloc-%s.slice" % ALLOC
-    assert hold.cdi_devices == ["bcd.dev/gpu=%s_gi1_ci0" % GPU_A, "bcd.dev/gpu=%s_s2" % GPU_B,
-                                "bcd.dev/gpu=%s" % GPU_C]
+    assert [a.cdi_name for a in hold.atoms] == ["%s_gi1_ci0" % GPU_A, "%s_s2" % GPU_B, GPU_C]
     assert hold.content == content
 
 

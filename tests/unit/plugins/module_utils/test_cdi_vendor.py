@@ -73,7 +73,7 @@ def test_full_gpu_yaml_spec_gives_the_gpu_edits_and_common_edits_without_void(tm
     spec = load_vendor_spec(str(tmp_path))
 
     assert spec.path == "/etc/cdi/nvidia.yaml"
-    assert spec.found and not spec.is_wsl
+    assert spec.path is not None and not spec.is_wsl
     assert spec.cdi_version == "0.5.0"
     assert set(spec.devices) == {"0", FULL_YAML_GPU, "all"}
     assert spec.digest == hashlib.sha256(FULL_YAML.read_bytes()).hexdigest()
@@ -357,7 +357,7 @@ def test_no_spec_at_all(tmp_path):
     spec = load_vendor_spec(str(tmp_path))
 
     assert spec == VendorSpec()
-    assert spec.path is None and not spec.found
+    assert spec.path is None
     assert spec.digest is None and spec.cdi_version == ""
     assert spec.edits_for_gpu(FULL_YAML_GPU) is None
     assert spec.edits_for_mig(MIG_0_0) is None

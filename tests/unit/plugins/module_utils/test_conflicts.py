@@ -91,10 +91,3 @@ def test_an_unreadable_releases_file_holds_every_gpu():
     assert check([GPU_B], claims) == ["%s is assigned to (pending Kubernetes releases that could not be read)"
                                       % GPU_B]
     assert check([SLOT], claims) == ["%s is assigned to %s" % (GPU_A, UNREADABLE_RELEASES)]
-
-
-def test_the_owner_of_a_gpu_whole_or_in_part():
-    claims = held(alloc_1=[GPU_A], alloc_2=[GPU_B + "/s1"])
-    assert claims.owner_of_gpu(GPU_A) == "alloc_1"
-    assert claims.owner_of_gpu(GPU_B) == "alloc_2"
-    assert claims.owner_of_gpu("GPU-other") is None

@@ -19,6 +19,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import Jo
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import LockTimeout, PassLock
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, vendor_text
 
@@ -371,21 +372,21 @@ def test_an_env_directory_replaced_by_a_file_leaves_the_pass_progressing(node):
 
 
 def test_a_full_disk_during_a_bind_reports_nothing_until_every_file_is_in_place(node, monkeypatch):
-    real_write = FakeHwHost.write_node_file
+    real_write = DirectWriter.write_node_file
 
     def no_space_for_env(self, kind, allocation_id, content):
         if kind == "allocation-env" and allocation_id == "a2":
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(self, kind, allocation_id, content)
 
-    monkeypatch.setattr(FakeHwHost, "write_node_file", no_space_for_env)
+    monkeypatch.setattr(DirectWriter, "write_node_file", no_space_for_env)
     result = node.run(1, [hold("a1", GPU_A), hold("a2", GPU_B)])
     assert result.section["state"] == "PROGRESSING"
     assert result.section["observed_generation"] is None
     assert "No space left on device" in result.section["message"]
     assert reported(node, "AllocationBound", "a1") == 1  # the other hold is bound and reported
     assert reported(node, "AllocationBound", "a2") == 0
-    monkeypatch.setattr(FakeHwHost, "write_node_file", real_write)
+    monkeypatch.setattr(DirectWriter, "write_node_file", real_write)
     done = node.run(1, [hold("a1", GPU_A), hold("a2", GPU_B)])
     assert done.section["state"] == "CONVERGED"
     assert [(a["action"], a["allocation_id"]) for a in plan_of(done)] == [("write-env", "a2"), ("report-bound", "a2")]
@@ -476,7 +477,7 @@ def test_an_event_journaled_before_a_crash_and_then_acknowledged_is_not_reported
 @pytest.mark.parametrize("at, after", [(0, False), (0, True), (1, False), (1, True)])
 def test_a_crash_while_removing_a_released_holds_files(node, monkeypatch, at, after, exc):
     node.run(1, GEN1)
-    crash_once(monkeypatch, FakeHwHost, "remove_node_file", at, after=after, exc=exc)
+    crash_once(monkeypatch, DirectWriter, "remove_node_file", at, after=after, exc=exc)
     with pytest.raises(exc):
         node.run(2, GEN2)
     monkeypatch.undo()
@@ -487,7 +488,7 @@ def test_a_crash_while_removing_a_released_holds_files(node, monkeypatch, at, af
 @pytest.mark.parametrize("at, after", [(0, False), (0, True), (1, False), (1, True)])
 def test_a_crash_while_writing_a_new_holds_files(node, monkeypatch, at, after):
     node.run(1, GEN1)
-    crash_once(monkeypatch, FakeHwHost, "write_node_file", at, after=after)
+    crash_once(monkeypatch, DirectWriter, "write_node_file", at, after=after)
     with pytest.raises(KeyboardInterrupt):
         node.run(2, GEN2)
     monkeypatch.undo()

@@ -26,6 +26,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state import store as 
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
 from ansible_collections.bcd.devices.plugins.modules import holds_info
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2
@@ -150,7 +151,7 @@ def test_a_release_no_pod_holds_is_reported_in_the_same_pass(node):
 def test_the_release_is_recorded_before_anything_is_removed(bound, monkeypatch):
     node = bound
     order = []
-    real_save, real_remove = _store.save_releases, FakeHwHost.remove_node_file
+    real_save, real_remove = _store.save_releases, DirectWriter.remove_node_file
 
     def save_releases(state_path, pending):
         order.append(("record", sorted(pending)))
@@ -161,7 +162,7 @@ def test_the_release_is_recorded_before_anything_is_removed(bound, monkeypatch):
         return real_remove(self, kind, allocation_id)
 
     monkeypatch.setattr(_store, "save_releases", save_releases)
-    monkeypatch.setattr(FakeHwHost, "remove_node_file", remove_node_file)
+    monkeypatch.setattr(DirectWriter, "remove_node_file", remove_node_file)
     node.run(2, [])
     assert order == [("record", ["k1"]), ("remove", "cdi"), ("remove", "allocation-env")]
 
@@ -172,7 +173,7 @@ def test_a_spec_that_cannot_be_removed_finds_the_release_recorded(bound, monkeyp
     def refuse(self, kind, allocation_id):
         raise OSError(13, "Permission denied")
 
-    monkeypatch.setattr(FakeHwHost, "remove_node_file", refuse)
+    monkeypatch.setattr(DirectWriter, "remove_node_file", refuse)
     result = node.run(2, [])
     assert result.section["state"] == "PROGRESSING"
     assert "Permission denied" in result.section["message"]
@@ -468,7 +469,7 @@ def assert_released_once_and_nothing_left(node, generation=2):
 
 
 def owners():
-    return {"save_releases": (_store, "save_releases"), "remove": (FakeHwHost, "remove_node_file"),
+    return {"save_releases": (_store, "save_releases"), "remove": (DirectWriter, "remove_node_file"),
             "append": (Journal, "append"), "ledger": (NodeState, "save_ledger")}
 
 

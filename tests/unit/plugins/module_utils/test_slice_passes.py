@@ -19,6 +19,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import Jo
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 
@@ -106,7 +107,7 @@ def test_a_hold_without_limits_gets_no_slice(node):
 
 def test_the_slice_is_made_before_the_spec_names_it(node, monkeypatch):
     order = []
-    real_apply, real_write = FakeHwHost.apply_slice, FakeHwHost.write_node_file
+    real_apply, real_write = DirectWriter.apply_slice, DirectWriter.write_node_file
 
     def apply_slice(self, name, properties, huge):
         order.append(("slice", name))
@@ -116,21 +117,21 @@ def test_the_slice_is_made_before_the_spec_names_it(node, monkeypatch):
         order.append((kind, allocation_id))
         return real_write(self, kind, allocation_id, content)
 
-    monkeypatch.setattr(FakeHwHost, "apply_slice", apply_slice)
-    monkeypatch.setattr(FakeHwHost, "write_node_file", write_node_file)
+    monkeypatch.setattr(DirectWriter, "apply_slice", apply_slice)
+    monkeypatch.setattr(DirectWriter, "write_node_file", write_node_file)
     node.run(1, [A1])
     assert order == [("slice", SLICE), ("cdi", "a1"), ("allocation-env", "a1")]
 
 
 def test_a_spec_that_cannot_be_written_finds_the_slice_already_made(node, monkeypatch):
-    real_write = FakeHwHost.write_node_file
+    real_write = DirectWriter.write_node_file
 
     def no_spec(self, kind, allocation_id, content):
         if kind == "cdi":
             raise OSError(errno.EROFS, "Read-only file system")
         return real_write(self, kind, allocation_id, content)
 
-    monkeypatch.setattr(FakeHwHost, "write_node_file", no_spec)
+    monkeypatch.setattr(DirectWriter, "write_node_file", no_spec)
     result = node.run(1, [A1])
     assert result.section["state"] == "PROGRESSING"
     assert "Read-only file system" in result.section["message"]
