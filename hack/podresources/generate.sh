@@ -106,7 +106,7 @@ sed -i \
   -e '/^GRPC_GENERATED_VERSION = /,/^    )$/d' \
   -e '/^import warnings$/d' \
   -e '/^    server.add_registered_method_handlers(.*)$/d' \
-  -e "s/^import _podresources_pb2 as __podresources__pb2$/from $pkg import podresources_pb2 as podresources_pb2/" \
+  -e "s/^import _podresources_pb2 as __podresources__pb2$/from $pkg import podresources_pb2/" \
   -e 's/\b__podresources__pb2\./podresources_pb2./g' \
   "$grpc"
 # Joined across lines: `...,\n<spaces>_registered_method=True)` becomes `...)`.

@@ -17,7 +17,7 @@ except ImportError as exc:  # no grpcio on this node: _kubelet.py says so
 else:
     GRPC_IMPORT_ERROR = None
 
-from ansible_collections.bcd.devices.plugins.module_utils.node import podresources_pb2 as podresources_pb2
+from ansible_collections.bcd.devices.plugins.module_utils.node import podresources_pb2
 
 
 class PodResourcesListerStub:

@@ -167,8 +167,8 @@ class NodeState(object):
     def begin_release(self, allocation_id, generation, device_ids):
         """Record a plain release before its files are removed (kept until its report)."""
         if allocation_id not in self.ledger.unfinished_releases:
-            self.ledger.unfinished_releases[allocation_id] = {"generation": generation,
-                                                               "device_ids": list(device_ids)}
+            record = {"generation": generation, "device_ids": list(device_ids)}
+            self.ledger.unfinished_releases[allocation_id] = record
             self.save_ledger()
 
     def set_hold_limits(self, allocation_id, limits):

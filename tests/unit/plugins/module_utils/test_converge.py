@@ -17,7 +17,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.state import events as
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, verify_report
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import LockTimeout, PassLock
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.node import fakehw as fakehw
+from ansible_collections.bcd.devices.plugins.module_utils.node import fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeHwError, load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,

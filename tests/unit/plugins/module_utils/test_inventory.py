@@ -31,10 +31,10 @@ A100X8_GPU0 = "GPU-ddb16622-80d1-5e78-5bf7-a0ecfd723d0a"
 A100X8_MIG = "MIG-fca28630-a1bd-5e73-9206-ccd17a013f5f"
 
 
-
-def parse_L(text):  # noqa: N802 (named after the flag)
+def parse_dash_l(text):
     """``nvidia-smi -L`` on its own, as the inventory reads it when no other query answers."""
     return inv.join_mig_ids(inv.parse_nvidia_smi_list(text), {})
+
 
 def fixture(name):
     # newline="" keeps the CRLF of the H100 sample as it was recorded
@@ -89,13 +89,13 @@ def test_list_h100_crlf_modern_mig_devices_keep_device_index_and_no_ids():
 
 
 def test_parse_L_alone_leaves_out_modern_mig_devices():
-    (gpu,) = parse_L(fixture(H100_L))
+    (gpu,) = parse_dash_l(fixture(H100_L))
     assert isinstance(gpu, Gpu)
     assert gpu.uuid == H100_GPU and gpu.mig == ()
 
 
 def test_parse_L_legacy_uuids_carry_gi_and_ci():
-    (gpu,) = parse_L(fixture(LEGACY_L))
+    (gpu,) = parse_dash_l(fixture(LEGACY_L))
     assert gpu.uuid == A100_LEGACY_GPU
     assert [(m.gi, m.ci) for m in gpu.mig] == [(gi, 0) for gi in range(7, 14)]
     assert gpu.mig_instance(10, 0).uuid == "MIG-%s/10/0" % A100_LEGACY_GPU
@@ -121,14 +121,14 @@ def test_parse_L_ignores_noise_and_untrustworthy_lines():
         "GPU 1: B (UUID: GPU-aaaa)\n"  # the same GPU twice
         "  MIG 1g.5gb Device 0: (UUID: MIG-GPU-aaaa/3/0)\n"
     )
-    gpus = parse_L(text)
+    gpus = parse_dash_l(text)
     assert [(g.index, g.uuid) for g in gpus] == [(0, "GPU-aaaa")]
     assert [(m.gi, m.ci) for m in gpus[0].mig] == [(2, 0)]
 
 
 @pytest.mark.parametrize("text", ["", "No devices were found\n", "garbage"])
 def test_parse_L_without_gpus(text):
-    assert parse_L(text) == []
+    assert parse_dash_l(text) == []
 
 
 # --------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _c
 from ansible_collections.bcd.devices.plugins.module_utils.state import store as _store
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
 from ansible_collections.bcd.devices.plugins.modules import holds_info
 

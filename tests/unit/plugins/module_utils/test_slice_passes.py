@@ -16,7 +16,6 @@ import os
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter

@@ -232,3 +232,22 @@ def test_a_state_dir_outside_root_is_refused(capsys, node):
     assert "outside root" in result["msg"]
     assert sorted(os.listdir(node.base)) == ["fakehw.json", "root"]
     assert not os.path.exists(os.path.join(os.path.dirname(node.base), "outside"))
+
+
+def test_diff_shows_the_slice_a_run_creates_and_stops_beside_the_files(capsys, node):
+    limits = {"cpus": "0-3", "memory_bytes": 1 << 30}
+    created = run(capsys, node, diff=True, generation=1, devices=[hold("a1", GPU_A, limits=limits)])
+    slices = [d for d in created["diff"] if d.get("before_header", "").startswith("slice ")]
+    assert slices == [{"before_header": "slice bcd-alloc-a1.slice (absent)", "after_header": "slice bcd-alloc-a1.slice",
+                       "before": "", "after": "AllowedCPUs=0-3\nMemoryMax=1073741824\nMemoryHigh=966367641\n"}]
+    assert [d["before_header"] for d in created["diff"] if "before_header" in d][:2] == [
+        "/etc/cdi/bcd-a1.json (absent)", "/run/bcd/allocations/a1.env (absent)"]
+    assert created["plan"][0]["slice"] == {"op": "apply", "name": "bcd-alloc-a1.slice", "hugetlb_max": {},
+                                           "properties": {"AllowedCPUs": "0-3", "MemoryMax": "1073741824",
+                                                          "MemoryHigh": "966367641"}}
+    released = run(capsys, node, diff=True, check=True, generation=2, devices=[])
+    (stopped,) = [d for d in released["diff"] if d.get("before_header", "").startswith("slice ")]
+    assert stopped["after_header"] == "slice bcd-alloc-a1.slice (stopped)"
+    assert stopped["before"].startswith("AllowedCPUs=0-3\n") and stopped["after"] == ""
+    assert released["plan"][0]["slice"] == {"op": "remove", "name": "bcd-alloc-a1.slice"}
+    assert node.exists("/run/bcd/slices/bcd-alloc-a1.slice.json")  # check mode stopped nothing
