@@ -29,6 +29,8 @@ from typing import Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, AtomRefused, atom_from_id
 
+# The state directory's default node path (its files are named in the conditions' messages).
+DEFAULT_STATE_DIR = "/var/lib/bcd"
 RELEASES_NAME = "releasing.json"
 MARKER_NAME = "releasing.unreadable"
 STUCK_AFTER = 300  # seconds

@@ -76,7 +76,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases, pending_summary, release_conditions
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
     bound_event,
     hold_summary,
@@ -120,7 +120,7 @@ class Observed:
     releases: Releases = field(default_factory=Releases)  # pending Kubernetes releases
     kube: Optional[object] = None  # KubeView: what pods hold, asked only when a Kubernetes release needs it
     now: float = 0.0
-    state_dir: str = "/var/lib/bcd"
+    state_dir: str = DEFAULT_STATE_DIR
 
 
 @dataclass

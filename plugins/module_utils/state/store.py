@@ -29,7 +29,7 @@ import json
 import os
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, read_bytes, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     ALLOCATION_RELEASED,
@@ -51,7 +51,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.releases import 
     save_releases,
 )
 
-DEFAULT_STATE_DIR = "/var/lib/bcd"
 NODESPEC_NAME = "nodespec.json"
 KEY_NAME = "node.key"
 STATE_FILE_MODE = 0o600
