@@ -169,6 +169,17 @@ def make_node(tmp_path):
     return factory
 
 
+def open_to_all(path):
+    """Let other accounts traverse every directory down to ``path`` (pytest's temporary ones are 0700),
+    for a state directory another account owns: root's passes work there as that account."""
+    path = os.path.abspath(path)
+    while path != os.path.dirname(path):
+        mode = os.stat(path).st_mode
+        if not mode & 0o001:
+            os.chmod(path, (mode & 0o7777) | 0o011)
+        path = os.path.dirname(path)
+
+
 @pytest.fixture
 def node(make_node):
     """The default node: three GPUs, NVIDIA's spec in /var/run/cdi, no VMs."""

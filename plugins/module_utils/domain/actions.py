@@ -42,6 +42,7 @@ class FileChange:
     path: str  # the node path, for diffs and messages
     before: Optional[bytes]
     after: Optional[bytes]
+    hold: Optional[dict] = None  # what the file is rendered from (assignment.hold_request): the helper's input
 
     @property
     def change(self):
@@ -53,7 +54,7 @@ class FileChange:
         if self.after is None:
             writer.remove_node_file(self.kind, allocation_id)
         else:
-            writer.write_node_file(self.kind, allocation_id, self.after)
+            writer.write_node_file(self.kind, allocation_id, self.after, self.hold)
 
     def diff(self):
         return {
@@ -72,13 +73,14 @@ class SliceApply:
     properties: Dict[str, str]
     hugetlb_max: Dict[str, int]
     before: Optional[str] = None  # the slice's settings as the host shows them now, for --diff
+    limits: Optional[dict] = None  # what the properties are built from: the helper's input
 
     def describe(self):
         settings = settings_text(self.properties, self.hugetlb_max).splitlines()
         return "%s (%s)" % (self.name, ", ".join(settings) or "no limits")
 
     def run(self, writer):
-        writer.apply_slice(self.name, self.properties, self.hugetlb_max)
+        writer.apply_slice(self)
 
     def to_dict(self):
         return {"op": "apply", "name": self.name, "properties": dict(self.properties),
@@ -99,7 +101,7 @@ class SliceStop:
     before: Optional[str] = None
 
     def run(self, writer):
-        writer.remove_slice(self.name)
+        writer.stop_slice(self.name)
 
     def to_dict(self):
         return {"op": "remove", "name": self.name}

@@ -24,6 +24,12 @@ ALLOCATION_ID_RE = re.compile(r"^%s$" % ALLOCATION_ID)
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 CPULIST_MAX = 1024
+# The kernel's own ceilings (NR_CPUS and MAX_NUMNODES at their largest): a number beyond them names
+# nothing on any host, and bounding them keeps every cpulist a few thousand numbers at most.
+MAX_CPU = 8191
+MAX_NODE = 1023
+MAX_INTEGER = (1 << 63) - 1  # int64, as the control plane's protobuf carries every number
+MAX_ENV_LINES = 256
 TEXT_MAX = 256
 MAX_ASSIGNMENTS = 1024  # per pass: a devices section is one node's, and every entry costs a journal write
 
@@ -124,11 +130,14 @@ def _number(value, where):
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidAssignment("%s: must be a non-negative integer" % where)
+    if value > MAX_INTEGER:
+        raise InvalidAssignment("%s: larger than %d" % (where, MAX_INTEGER))
     return value
 
 
-def check_cpulist(value, where):
-    """A cpulist such as ``0-3,8,10-11`` of at most 1024 characters, ranges ascending."""
+def check_cpulist(value, where, highest=MAX_CPU, what="CPU"):
+    """A cpulist such as ``0-3,8,10-11`` of at most 1024 characters, ranges ascending, no number above
+    ``highest`` (a CPU id by default; ``check_nodelist`` for NUMA nodes)."""
     if value is None:
         return None
     if not isinstance(value, str):
@@ -138,11 +147,19 @@ def check_cpulist(value, where):
     if not CPULIST_RE.fullmatch(value):
         raise InvalidAssignment("%s: %r is not a cpulist such as 0-3,8" % (where, value))
     for part in value.split(","):
-        if "-" in part:
-            low, high = part.split("-")
-            if int(low) > int(high):
-                raise InvalidAssignment("%s: range %s runs backwards" % (where, part))
+        low, _sep, high = part.partition("-")
+        for number in (low, high or low):
+            if int(number) > highest:
+                raise InvalidAssignment("%s: %s %s is beyond %d, the most any host has" % (where, what, number,
+                                                                                            highest))
+        if int(low) > int(high or low):
+            raise InvalidAssignment("%s: range %s runs backwards" % (where, part))
     return value
+
+
+def check_nodelist(value, where):
+    """A cpulist of NUMA nodes (``mems``)."""
+    return check_cpulist(value, where, MAX_NODE, "NUMA node")
 
 
 def parse_cpulist(value):
@@ -157,7 +174,8 @@ def parse_cpulist(value):
     return numbers
 
 
-def _limits(raw):
+def parse_limits(raw):
+    """Checked ``Limits`` from raw input (None when they book nothing); ``InvalidAssignment`` names the field."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -165,9 +183,8 @@ def _limits(raw):
     unknown = sorted(str(key) for key in raw if key not in LIMIT_LISTS + LIMIT_NUMBERS)
     if unknown:
         raise InvalidAssignment("limits.%s: unknown field" % unknown[0])
-    values = {}
-    for name in LIMIT_LISTS:
-        values[name] = check_cpulist(raw.get(name) or None, "limits.%s" % name)
+    values = {"cpus": check_cpulist(raw.get("cpus") or None, "limits.cpus"),
+              "mems": check_nodelist(raw.get("mems") or None, "limits.mems")}
     for name in LIMIT_NUMBERS:
         values[name] = _number(raw.get(name), "limits.%s" % name)
     limits = Limits(**values)
@@ -181,6 +198,8 @@ def _env(raw):
         raw = ["%s=%s" % (key, value) for key, value in raw.items()]
     if not isinstance(raw, list):
         raise InvalidAssignment("env: must be a list of KEY=VALUE strings")
+    if len(raw) > MAX_ENV_LINES:
+        raise InvalidAssignment("env: more than %d lines" % MAX_ENV_LINES)
     lines = []
     for index, line in enumerate(raw):
         where = "env[%d]" % index
@@ -231,9 +250,42 @@ def parse_assignment(raw, index=0):
         reservation_id=_text(raw.get("reservation_id"), "reservation_id"),
         binding=binding,
         devices=_devices(raw.get("devices")),
-        limits=_limits(raw.get("limits")),
+        limits=parse_limits(raw.get("limits")),
         env=_env(raw.get("env")),
     )
+
+
+def limits_record(limits):
+    """Limits as plain data (what the ledger records with a hold, and the helper is sent)."""
+    if limits is None:
+        return None
+    return dict((key, value) for key, value in vars(limits).items() if value is not None)
+
+
+HOLD_FIELDS = ("allocation_id", "reservation_id", "generation", "binding", "devices", "limits", "env")
+
+
+def hold_request(assignment, generation):
+    """A hold as the unprivileged side sends it to the root helper: data only (the checked assignment and
+    the generation its files carry), from which root renders the files itself."""
+    return {"allocation_id": assignment.allocation_id, "reservation_id": assignment.reservation_id,
+            "generation": generation, "binding": assignment.binding,
+            "devices": [{"id": ref.id, "device_class": ref.device_class} for ref in assignment.devices],
+            "limits": limits_record(assignment.limits), "env": list(assignment.env)}
+
+
+def parse_hold_request(data):
+    """``(assignment, generation)`` from a ``hold_request``, checked by the rules network input is;
+    ``InvalidAssignment`` names the field (an unknown one included)."""
+    if not isinstance(data, dict):
+        raise InvalidAssignment("hold: must be a mapping, not %s" % type_name(data))
+    unknown = sorted(str(key) for key in data if key not in HOLD_FIELDS)
+    if unknown:
+        raise InvalidAssignment("hold.%s: unknown field" % unknown[0])
+    generation = _number(data.get("generation"), "generation")
+    if generation is None:
+        raise InvalidAssignment("generation: required")
+    return parse_assignment(dict((key, value) for key, value in data.items() if key != "generation")), generation
 
 
 def _show(value):

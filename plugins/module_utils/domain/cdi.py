@@ -33,6 +33,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     version_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import cgroup_parent_of
 
 KIND = "bcd.dev/gpu"
 SPEC_DIR = "/etc/cdi"
@@ -183,6 +184,22 @@ def _edit_rank(key):
 
 def spec_bytes(spec):
     return (json.dumps(spec, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def render_hold(assignment, atoms, generation, vendor, mps=False, notes=None):
+    """``(spec bytes, env file bytes)`` of a hold: the one rendering both a pass and the root helper use,
+    so root writes only what it built from the node's own vendor spec and atoms."""
+    hold = HoldRender(
+        allocation_id=assignment.allocation_id,
+        reservation_id=assignment.reservation_id,
+        generation=generation,
+        atoms=tuple(atoms),
+        kubernetes=assignment.kubernetes,
+        cgroup_parent=cgroup_parent_of(assignment),
+        mps=mps,
+        env=tuple(assignment.env),
+    )
+    return spec_bytes(render_spec(hold, vendor, notes)), render_env(hold)
 
 
 def render_env(hold):

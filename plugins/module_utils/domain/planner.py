@@ -58,6 +58,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     BINDING_HOLD,
     BINDING_KUBERNETES,
     Limits,
+    hold_request,
+    limits_record,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     AtomRefused,
@@ -66,13 +68,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     resolve_devices,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
-    HoldRender,
     RenderError,
     cdi_spec_path,
     env_file_path,
-    render_env,
-    render_spec,
-    spec_bytes,
+    render_hold,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
@@ -86,6 +85,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import 
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     allocation_of,
+    cgroup_parent_of,
     limits_of_slice,
     same_properties,
     settings_of,
@@ -203,34 +203,6 @@ def _release_action(kind, observed, allocation_id, generation, device_ids, why):
     return action
 
 
-def cgroup_parent_of(assignment, kubernetes):
-    """The slice a hold's spec names: plain holds with limits only (a Kubernetes hold lives in kubepods.slice)."""
-    if kubernetes or assignment is None or wanted_slice(assignment.limits) is None:
-        return None
-    return slice_name(assignment.allocation_id)
-
-
-def _render(assignment, atoms, generation, observed, kubernetes, notes=None):
-    hold = HoldRender(
-        allocation_id=assignment.allocation_id,
-        reservation_id=assignment.reservation_id,
-        generation=generation,
-        atoms=tuple(atoms),
-        kubernetes=kubernetes,
-        cgroup_parent=cgroup_parent_of(assignment, kubernetes),
-        mps=observed.mps,
-        env=tuple(assignment.env),
-    )
-    return spec_bytes(render_spec(hold, observed.vendor, notes)), render_env(hold)
-
-
-def limits_record(limits):
-    """Limits as the ledger records them with a hold."""
-    if limits is None:
-        return None
-    return dict((key, value) for key, value in vars(limits).items() if value is not None)
-
-
 def _limits_from_record(record):
     if not isinstance(record, dict):
         return None
@@ -243,7 +215,7 @@ def _limits_from_record(record):
 def _slice_apply(assignment, current=None):
     properties, huge = wanted_slice(assignment.limits)
     return SliceApply(slice_name(assignment.allocation_id), properties, huge,
-                      settings_of(current) if current is not None else None)
+                      settings_of(current) if current is not None else None, limits_record(assignment.limits))
 
 
 class PassState(object):
@@ -439,20 +411,21 @@ def _keep_files(state, assignment, hold, atoms):
     allocation_id = assignment.allocation_id
     bound_generation = hold.generation if hold.generation is not None else state.generation
     try:
-        spec, env = _render(assignment, atoms, bound_generation, observed, hold.kubernetes, plan.warnings)
+        spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps, plan.warnings)
     except RenderError as exc:
         plan.errors.append(str(exc))
         return []
     changes = []
+    request = hold_request(assignment, bound_generation)
     if spec != hold.content:
         why = "its reservation id changed" if hold.reservation_id != assignment.reservation_id \
             else "the vendor spec, the inventory or its limits changed"
-        changes.append((Rerender, FileChange("cdi", hold.path, hold.content, spec),
+        changes.append((Rerender, FileChange("cdi", hold.path, hold.content, spec, request),
                         "re-render %s (%s)" % (hold.path, why)))
     current_env = observed.env_files.get(allocation_id)
     if env != current_env:
         why = "missing" if current_env is None else "out of date"
-        changes.append((WriteEnv, FileChange("allocation-env", env_file_path(allocation_id), current_env, env),
+        changes.append((WriteEnv, FileChange("allocation-env", env_file_path(allocation_id), current_env, env, request),
                         "rewrite %s (%s)" % (env_file_path(allocation_id), why)))
     actions = []
     for kind, change, text in changes:
@@ -481,7 +454,7 @@ def _bind_new(state):
             state.failures.append((allocation_id, reason, str(exc)))
             continue
         try:
-            spec, env = _render(assignment, atoms, generation, observed, assignment.kubernetes, plan.warnings)
+            spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, plan.warnings)
         except RenderError as exc:
             plan.errors.append(str(exc))
             continue
@@ -489,9 +462,10 @@ def _bind_new(state):
         cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
         event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)
         body = event["body"]
-        files = [FileChange("cdi", cdi_spec_path(allocation_id), None, spec),
+        request = hold_request(assignment, generation)
+        files = [FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request),
                  FileChange("allocation-env", env_file_path(allocation_id),
-                            observed.env_files.get(allocation_id), env)]
+                            observed.env_files.get(allocation_id), env, request)]
         text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
                                           body["cdi_spec_path"], body["env_file"])
         action = Bind(allocation_id, text, files, event, [atom.id for atom in atoms], generation,

@@ -28,6 +28,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     InvalidAssignment,
     Limits,
     check_cpulist,
+    check_nodelist,
     parse_cpulist,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
@@ -117,7 +118,7 @@ def check_slice_request(name, properties, huge):
         pattern = PROPERTY_RE[key]
         if pattern is None:
             try:
-                check_cpulist(value, key)
+                (check_nodelist if key == "AllowedMemoryNodes" else check_cpulist)(value, key)
             except InvalidAssignment as exc:
                 raise SliceError(str(exc))
         elif not pattern.fullmatch(value):
@@ -139,6 +140,7 @@ class SliceState:
     hugetlb_current: Dict[str, int] = field(default_factory=dict)
     populated: bool = False
     memory_max: Optional[int] = None  # the cgroup's memory.max, where properties cannot be read back
+    memory_current: Optional[int] = None  # what its processes use now (memory.current), when known
     hugetlb_exact: bool = True  # False: hugetlb_max lists only the sizes the host lets us read
 
 
@@ -155,6 +157,30 @@ def same_properties(current, wanted):
         if have != value:
             return False
     return True
+
+
+def check_slice_change(current, properties, huge):
+    """Refuse new limits below what a slice's workload uses now: a change never kills a workload.
+    ``current`` is the slice's ``SliceState`` (None: no slice yet, nothing to compare)."""
+    if current is None:
+        return
+    memory_max = properties.get("MemoryMax")
+    if memory_max is not None and current.memory_current is not None and current.memory_current > int(memory_max):
+        raise SliceError("%s uses %d bytes of memory, more than MemoryMax=%s; a change of its limits never "
+                         "kills its workload" % (current.name, current.memory_current, memory_max))
+    for size, value in sorted(huge.items()):
+        used = current.hugetlb_current.get(size, 0)
+        if used > value:
+            raise SliceError("%s uses %d bytes of %s huge pages, more than hugetlb.%s.max=%d; a change of its "
+                             "limits never kills its workload" % (current.name, used, size, size, value))
+
+
+def cgroup_parent_of(assignment, kubernetes=None):
+    """The slice a hold's spec names: plain holds with limits only (a Kubernetes hold lives in kubepods.slice)."""
+    kubernetes = assignment.kubernetes if kubernetes is None else kubernetes
+    if kubernetes or wanted_slice(assignment.limits) is None:
+        return None
+    return slice_name(assignment.allocation_id)
 
 
 def wanted_slice(limits):

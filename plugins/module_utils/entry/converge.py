@@ -162,7 +162,7 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
             files = host.hold_files()
             plan.holds = [summary_of(read_hold(allocation_id, *files[allocation_id]))
                           for allocation_id in sorted(files, key=lambda a: (parsed.position(a), a))]
-        events = state.journal.unacked()
+        events = state.unacked()
         warnings.extend(state.journal.warnings)
     section = section_of(generation, plan, errors, previous)
     return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,

@@ -112,7 +112,7 @@ def check_state(host, state_dir):
     state = NodeState(host.path(state_dir), state_dir)
     try:
         ledger = state.load(write=False).ledger
-        pending = len(state.journal.unacked())
+        pending = len(state.unacked())
     except (BcdError, OSError) as exc:
         return _check("state", ERROR, "the event journal cannot be read: %s" % exc)
     problems = state.warnings()

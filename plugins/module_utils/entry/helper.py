@@ -1,135 +1,190 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The root helper: root's few writes for a pass that runs as an ordinary user.
+"""The root helper: root's work for passes that run as an ordinary account.
 
-``bcd-holds helper`` listens on a unix socket and speaks one JSON object per
-line each way. Requests:
+``bcd-holds helper`` listens on a unix socket. A peer sends one JSON object on one
+line and gets one line back, ``{"ok": true}`` or ``{"ok": false, "error": …}``; then the
+helper hangs up. No file content crosses the socket: the peer asks for typed
+operations carrying data, and root checks that data with the rules the module
+applies to network input, resolves it against the node, and builds every byte it
+writes itself (docs/security.md):
 
-* ``{"op": "file.write", "kind": "cdi"|"allocation-env", "allocation_id": …, "content": …}``
-* ``{"op": "file.remove", "kind": …, "allocation_id": …}``
-* ``{"op": "slice.apply", "name": "bcd-alloc-….slice", "properties": {…}, "hugetlb_max": {…}}``
-* ``{"op": "slice.remove", "name": …}``
-* ``{"op": "kube.look"}``: what pods hold, asked of the kubelet (its socket is root's);
-  the reply carries ``"view"``
+* ``{"op": "hold.write", "kind": "cdi"|"allocation-env", "hold": {allocation_id,
+  reservation_id, generation, binding, devices, limits, env}}``: the hold's spec or
+  env file, rendered by root from its own inventory and vendor spec;
+* ``{"op": "hold.remove", "kind": …, "allocation_id": …}``;
+* ``{"op": "slice.apply", "allocation_id": …, "limits": {…}}``: the slice's
+  properties built by root from the limits, never below what its workload uses;
+* ``{"op": "slice.stop", "allocation_id": …}``: only once the slice is empty;
+* ``{"op": "kube.look"}``: what pods hold, asked of the kubelet; the reply carries
+  ``"view"``.
 
-Replies are ``{"ok": true}`` or ``{"ok": false, "error": …}``. The helper builds
-every path itself from its own root, a kind and a checked allocation id;
-accepts only slice names and cpulists of the documented forms; checks that a
-CDI spec is valid CDI for that allocation; and serves only the peers it was
-told to (checked with ``SO_PEERCRED``). ``node.helper_client.HelperClient`` is
-the other end; a host given one sends every privileged write through it.
+Every path is built from root's own ``--root``, a kind and a checked allocation id.
+Only the allowed peers are served (``SO_PEERCRED``), at most ``MAX_CONNECTIONS`` at
+once, each within ``REQUEST_DEADLINE`` seconds and ``MAX_REQUEST`` bytes; whatever a
+peer sends gets an answer, and nothing a peer does stops the helper.
+``node.helper_client.HelperClient`` is the other end.
 """
 
 from __future__ import annotations
 
+import errno
 import grp
 import json
 import os
 import pwd
 import socket
+import stat
 import struct
 import threading
+import time
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE, ENV_KEY_RE
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import ANN_ALLOCATION, KIND
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import validate_spec
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.node.writers import NODE_FILE_KINDS
+from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import SliceApply
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE, InvalidAssignment, parse_hold_request, parse_limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import AtomRefused, resolve_devices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, RenderError, render_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
-    check_slice_name,
-    check_slice_request,
-    SliceError,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import NODE_FILE_KINDS
 
-MAX_REQUEST = 1 << 20  # one JSON line, content included
-IO_TIMEOUT = 30.0
-OPS = ("file.write", "file.remove", "slice.apply", "slice.remove", "kube.look")
+MAX_REQUEST = 64 * 1024  # one request line: data only, no file content
+MAX_DEPTH = 16  # nesting of a request's JSON
+REQUEST_DEADLINE = 10.0  # seconds from connecting to a complete request
+MAX_CONNECTIONS = 16  # peers served at once; more are told the helper is busy
+SOCKET_MODE_USER, SOCKET_MODE_GROUP = 0o600, 0o660
+# op -> the keys its request carries besides "op"
+OPS = {
+    "hold.write": ("kind", "hold"),
+    "hold.remove": ("kind", "allocation_id"),
+    "slice.apply": ("allocation_id", "limits"),
+    "slice.stop": ("allocation_id",),
+    "kube.look": (),
+}
+_ACCEPT_RETRY = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED, errno.EINTR,
+                 errno.EPROTO, errno.EPERM)
 
 
 class Refused(BcdError):
     """A request the helper will not carry out; the message goes back to the peer."""
 
 
-# -- the server ----------------------------------------------------------------------
+class HelperSetupError(BcdError):
+    """The helper cannot listen safely (its socket's directory is not root's alone)."""
+
+
+def _depth(value):
+    """How deeply a parsed JSON value nests (iteratively: hostile input must not recurse)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        deepest = max(deepest, level)
+        if level > MAX_DEPTH:
+            return level
+        if isinstance(item, dict):
+            pending.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            pending.extend((child, level + 1) for child in item)
+    return deepest
+
 
 def _has_nul(value):
     """A NUL anywhere in parsed JSON (``\\u0000`` escapes pass the text check)."""
-    if isinstance(value, str):
-        return "\0" in value
-    if isinstance(value, dict):
-        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(item) for item in value)
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str) and "\0" in item:
+            return True
+        if isinstance(item, dict):
+            pending.extend(list(item.keys()) + list(item.values()))
+        elif isinstance(item, list):
+            pending.extend(item)
     return False
 
 
-def check_content(kind, allocation_id, content):
-    """What the helper writes must be what a pass would write for that allocation."""
-    if not isinstance(content, str):
-        raise Refused("content must be a string")
-    if "\0" in content:
-        raise Refused("content contains NUL")
-    if kind == "cdi":
-        try:
-            spec = json.loads(content)
-        except ValueError as exc:
-            raise Refused("content is not JSON: %s" % exc)
-        if _has_nul(spec):
-            raise Refused("content contains NUL")
-        if not isinstance(spec, dict) or spec.get("kind") != KIND:
-            raise Refused("a bcd CDI spec must be of kind %s" % KIND)
-        annotations = spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {}
-        if annotations.get(ANN_ALLOCATION) != allocation_id:
-            raise Refused("the spec's %s is not %s" % (ANN_ALLOCATION, allocation_id))
-        problems = validate_spec(spec)
-        if problems:
-            raise Refused("not valid CDI: %s" % "; ".join(problems[:5]))
-    else:
-        for number, line in enumerate(content.splitlines(), 1):
-            key, sep, _value = line.partition("=")
-            if not sep or not ENV_KEY_RE.fullmatch(key):
-                raise Refused("env line %d is not KEY=VALUE" % number)
+def _allocation_id(value):
+    if not isinstance(value, str) or not ALLOCATION_ID_RE.fullmatch(value):
+        raise Refused("allocation_id %s does not match %s" % (_shown(value), ALLOCATION_ID_RE.pattern))
+    return value
+
+
+def _kind(value):
+    if not isinstance(value, str) or value not in NODE_FILE_KINDS:
+        raise Refused("unknown kind %s; known: %s" % (_shown(value), ", ".join(sorted(NODE_FILE_KINDS))))
+    return value
+
+
+def _shown(value):
+    if isinstance(value, str):
+        text = repr(value)
+        return text if len(text) <= 90 else text[:87] + "..."
+    return type_name(value)
 
 
 def handle_request(host, request):
-    """Carry out one request through ``host`` (a host without a helper: this process is root).
-    Returns extra reply fields, or None."""
+    """Carry out one request through ``host`` (whose writer does root's work here).
+    Returns extra reply fields, or None; raises ``Refused`` with the reason."""
     if not isinstance(request, dict):
-        raise Refused("a request must be a JSON object")
+        raise Refused("a request must be a JSON object, not %s" % type_name(request))
     op = request.get("op")
-    if op not in OPS:
-        raise Refused("unknown op %r; known: %s" % (op, ", ".join(OPS)))
+    if not isinstance(op, str) or op not in OPS:
+        raise Refused("unknown op %s; known: %s" % (_shown(op), ", ".join(sorted(OPS))))
+    unknown = sorted(str(key) for key in request if key != "op" and key not in OPS[op])
+    if unknown:
+        raise Refused("%s takes no %s" % (op, ", ".join(unknown)))
+    host = host.fresh()  # the node as it is now, not as an earlier request saw it
     if op == "kube.look":
-        return {"view": view_to_json(host.kube_side().look(host.inventory()))}
-    if op.startswith("file."):
-        kind = request.get("kind")
-        allocation_id = request.get("allocation_id")
-        if kind not in NODE_FILE_KINDS:
-            raise Refused("unknown kind %r; known: %s" % (kind, ", ".join(sorted(NODE_FILE_KINDS))))
-        if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
-            raise Refused("allocation_id %r does not match %s" % (allocation_id, ALLOCATION_ID_RE.pattern))
-        if op == "file.write":
-            content = request.get("content")
-            check_content(kind, allocation_id, content)
-            host.writer.write_node_file(kind, allocation_id, content.encode("utf-8"))
-        else:
-            host.writer.remove_node_file(kind, allocation_id)
-        return None
-    name = request.get("name")
+        return {"view": view_to_json(host.direct_kube_side().look(host.inventory()))}
+    if op == "hold.write":
+        _write_hold(host, _kind(request.get("kind")), request.get("hold"))
+    elif op == "hold.remove":
+        host.writer.remove_node_file(_kind(request.get("kind")), _allocation_id(request.get("allocation_id")))
+    elif op == "slice.apply":
+        _apply_slice(host, _allocation_id(request.get("allocation_id")), request.get("limits"))
+    else:
+        _stop_slice(host, _allocation_id(request.get("allocation_id")))
+    return None
+
+
+def _write_hold(host, kind, data):
+    """Root renders the file from the hold's data, as a pass would: the node's own atoms and vendor spec."""
     try:
-        if op == "slice.apply":
-            properties = request.get("properties") or {}
-            huge = request.get("hugetlb_max") or {}
-            check_slice_request(name, properties, huge)
-            host.writer.apply_slice(name, properties, huge)
-        else:
-            check_slice_name(name)
-            host.writer.remove_slice(name)
+        assignment, generation = parse_hold_request(data)
+        atoms = resolve_devices(assignment.devices, host.inventory())
+        spec, env = render_hold(assignment, atoms, generation, host.vendor_spec(), host.exists(MPS_PIPE_DIRECTORY))
+    except (InvalidAssignment, AtomRefused, RenderError) as exc:
+        raise Refused(str(exc))
+    host.writer.write_node_file(kind, assignment.allocation_id, spec if kind == "cdi" else env)
+
+
+def _apply_slice(host, allocation_id, raw_limits):
+    """Root builds the slice's properties from the limits, never below what its workload uses now."""
+    try:
+        limits = parse_limits(raw_limits)
+    except InvalidAssignment as exc:
+        raise Refused(str(exc))
+    wanted = wanted_slice(limits)
+    if wanted is None:
+        raise Refused("limits %s book nothing a slice enforces" % _shown(raw_limits))
+    properties, huge = wanted
+    name = slice_name(allocation_id)
+    try:
+        check_slice_change(host.slices.state(name), properties, huge)
     except SliceError as exc:
         raise Refused(str(exc))
-    return None
+    host.writer.apply_slice(SliceApply(name, properties, huge))
+
+
+def _stop_slice(host, allocation_id):
+    """A slice is stopped only once empty: a release never kills a workload."""
+    name = slice_name(allocation_id)
+    current = host.slices.state(name)
+    if current is None:
+        return
+    if current.populated:
+        raise Refused("%s still runs a workload; it is stopped once empty" % name)
+    host.writer.stop_slice(name)
 
 
 def peer_credentials(connection):
@@ -174,10 +229,10 @@ def _reply(connection, ok, error=None, extra=None):
         pass
 
 
-def serve_connection(host, connection, policy, log=None):
-    """Answer one peer's requests until it hangs up; never raises."""
+def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLINE):
+    """Answer one peer's one request, within ``deadline`` seconds of its connecting; never raises."""
     with connection:
-        connection.settimeout(IO_TIMEOUT)
+        end = time.monotonic() + deadline
         try:
             _pid, uid, gid = peer_credentials(connection)
         except OSError as exc:
@@ -187,79 +242,146 @@ def serve_connection(host, connection, policy, log=None):
             _reply(connection, False, "uid %d gid %d may not use this helper" % (uid, gid))
             return
         buffer = b""
-        while True:
+        while b"\n" not in buffer:
+            left = end - time.monotonic()
+            if left <= 0:
+                _reply(connection, False, "no complete request within %gs" % deadline)
+                return
             try:
+                connection.settimeout(left)
                 chunk = connection.recv(65536)
-            except (OSError, socket.timeout):
+            except socket.timeout:
+                continue
+            except OSError:
                 return
             if not chunk:
-                return
+                break  # the peer finished sending: a last line without its newline is still answered
             buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                _answer(host, connection, line, uid, log)
-            if len(buffer) > MAX_REQUEST:
+            if len(buffer.split(b"\n", 1)[0]) > MAX_REQUEST:
                 _reply(connection, False, "request longer than %d bytes" % MAX_REQUEST)
                 return
+        line = buffer.split(b"\n", 1)[0]
+        if line.strip():
+            connection.settimeout(max(0.1, end - time.monotonic()))
+            _answer(host, connection, line, uid, log)
 
 
 def _answer(host, connection, line, uid, log):
-    if not line.strip():
-        return
-    if len(line) > MAX_REQUEST:
-        _reply(connection, False, "request longer than %d bytes" % MAX_REQUEST)
-        return
     try:
         request = json.loads(line.decode("utf-8"))
+        if _depth(request) > MAX_DEPTH:
+            raise Refused("a request nests deeper than %d levels" % MAX_DEPTH)
+        if _has_nul(request):
+            raise Refused("a request must not contain NUL characters")
         extra = handle_request(host, request)
     except (ValueError, UnicodeDecodeError) as exc:
         _reply(connection, False, "malformed request: %s" % exc)
+    except RecursionError:
+        _reply(connection, False, "a request nests deeper than %d levels" % MAX_DEPTH)
     except Refused as exc:
         _reply(connection, False, str(exc))
-    except (OSError, SliceError) as exc:
+    except (BcdError, OSError) as exc:
         _reply(connection, False, "failed: %s" % exc)
+    except Exception as exc:  # a bug must cost one reply, never the helper: say so, and log it
+        _reply(connection, False, "internal error (%s); see the helper's log" % type(exc).__name__)
+        if log:
+            log("uid %d: internal error answering a request: %s: %s" % (uid, type(exc).__name__, exc))
     else:
         if log:
-            what = [request.get(key) for key in ("kind", "allocation_id", "name") if request.get(key)]
+            what = [request.get(key) for key in ("kind", "allocation_id") if isinstance(request.get(key), str)]
+            if isinstance(request.get("hold"), dict) and isinstance(request["hold"].get("allocation_id"), str):
+                what.append(request["hold"]["allocation_id"])
             log("uid %d: %s %s" % (uid, request.get("op"), " ".join(what)))
         _reply(connection, True, extra=extra)
 
 
+def _check_socket_directory(directory):
+    """The socket's directory must be a directory root owns that no one else can write, so nobody can
+    swap the socket for a link between binding it and setting its owner and mode."""
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise HelperSetupError("the helper socket's directory %s is not a directory" % directory)
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise HelperSetupError("the helper socket's directory %s must be owned by uid %d and writable by no one "
+                               "else (it is uid %d, mode %04o)" % (directory, os.geteuid(), info.st_uid,
+                                                                   stat.S_IMODE(info.st_mode)))
+
+
 def listen(socket_path, users=(), groups=()):
-    """Bind the helper's socket: 0660 owned by root and the allowed group, else 0600 for the allowed user."""
+    """Bind the helper's socket: 0660 owned by root and the allowed group, else 0600 for the allowed user.
+    It is created under a umask that leaves it 0600, in a directory only root can write."""
+    directory = os.path.dirname(os.path.abspath(socket_path))
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    _check_socket_directory(directory)
     try:
-        os.unlink(socket_path)
+        existing = os.lstat(socket_path)
     except FileNotFoundError:
-        pass
-    os.makedirs(os.path.dirname(socket_path) or ".", mode=0o755, exist_ok=True)
+        existing = None
+    if existing is not None:
+        if not (stat.S_ISSOCK(existing.st_mode) or stat.S_ISLNK(existing.st_mode)):
+            raise HelperSetupError("%s exists and is not a socket; not replacing it" % socket_path)
+        os.unlink(socket_path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(socket_path)
+    old_umask = os.umask(0o177)
+    try:
+        server.bind(socket_path)
+    finally:
+        os.umask(old_umask)
     if groups:
         gid = grp.getgrnam(groups[0]).gr_gid if not str(groups[0]).isdigit() else int(groups[0])
-        os.chown(socket_path, 0, gid)
-        os.chmod(socket_path, 0o660)
+        os.chown(socket_path, 0, gid, follow_symlinks=False)
+        os.chmod(socket_path, SOCKET_MODE_GROUP)
     elif users:
         uid = pwd.getpwnam(users[0]).pw_uid if not str(users[0]).isdigit() else int(users[0])
-        os.chown(socket_path, uid, 0)
-        os.chmod(socket_path, 0o600)
-    else:
-        os.chmod(socket_path, 0o600)
-    server.listen(16)
+        os.chown(socket_path, uid, 0, follow_symlinks=False)
+    server.listen(64)
     return server
 
 
-def serve(host, server, policy, log=None, stop=None):
-    """Accept peers until ``stop`` (a threading.Event) is set; each peer in its own thread."""
+def _busy(connection, max_connections):
+    """A peer beyond the limit is told at once and let go: it holds no thread."""
+    with connection:
+        connection.settimeout(1.0)
+        _reply(connection, False, "busy: %d requests are being served; try again" % max_connections)
+
+
+def serve(host, server, policy, log=None, stop=None, deadline=REQUEST_DEADLINE, max_connections=MAX_CONNECTIONS):
+    """Accept peers until ``stop`` (a threading.Event) is set, each in its own thread, at most
+    ``max_connections`` at once. Running out of file descriptors or memory pauses accepting; it never
+    stops the helper."""
     server.settimeout(0.5)
+    slots = threading.BoundedSemaphore(max_connections)
+    pressed = False
     while stop is None or not stop.is_set():
         try:
             connection, _address = server.accept()
         except socket.timeout:
             continue
-        except OSError:
+        except OSError as exc:
             if stop is not None and stop.is_set():
                 return
-            raise
-        thread = threading.Thread(target=serve_connection, args=(host, connection, policy, log))
-        thread.daemon = True
-        thread.start()
+            if exc.errno in (errno.EBADF, errno.EINVAL):
+                return  # the listening socket was closed
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM) and log and not pressed:
+                log("accept failed (%s); pausing until descriptors free up" % exc)
+            pressed = exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+            time.sleep(0.05 if exc.errno in _ACCEPT_RETRY else 0.5)
+            continue
+        pressed = False
+        if not slots.acquire(blocking=False):
+            _busy(connection, max_connections)
+            continue
+        try:
+            thread = threading.Thread(target=_serve_one, args=(host, connection, policy, log, deadline, slots))
+            thread.daemon = True
+            thread.start()
+        except RuntimeError:  # no thread to be had: tell the peer, free the slot
+            slots.release()
+            _busy(connection, max_connections)
+
+
+def _serve_one(host, connection, policy, log, deadline, slots):
+    try:
+        serve_connection(host, connection, policy, log, deadline)
+    finally:
+        slots.release()

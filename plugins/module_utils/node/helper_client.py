@@ -61,20 +61,6 @@ class HelperClient(object):
             return None if "unknown op" in str(exc) else str(exc)
         return None
 
-    def write_node_file(self, kind, allocation_id, content):
-        self.request({"op": "file.write", "kind": kind, "allocation_id": allocation_id,
-                      "content": content.decode("utf-8")})
-
-    def remove_node_file(self, kind, allocation_id):
-        self.request({"op": "file.remove", "kind": kind, "allocation_id": allocation_id})
-        return True
-
-    def apply_slice(self, name, properties, hugetlb_max):
-        self.request({"op": "slice.apply", "name": name, "properties": properties, "hugetlb_max": hugetlb_max})
-
-    def remove_slice(self, name):
-        self.request({"op": "slice.remove", "name": name})
-
     def kube_look(self):
         """The kube side as the root helper sees it (``_kubelet.view_to_json`` data)."""
         return self.request({"op": "kube.look"}).get("view") or {}

@@ -129,6 +129,10 @@ class Host(abc.ABC):
         return socket.gethostname()
 
     @abc.abstractmethod
+    def fresh(self):
+        """The same node, read anew (the root helper's per-request host; its own root work done here)."""
+
+    @abc.abstractmethod
     def _read_inventory(self):
         """The node's GPUs, as an ``Inventory``."""
 
@@ -152,6 +156,9 @@ class RealHost(Host):
     def slices_unavailable(self):
         return self.slices.available()
 
+    def fresh(self):
+        return RealHost(self.root, runner=self.runner)
+
     def _kube_side(self):
         return RealKubeSide(self.root)
 
@@ -174,6 +181,9 @@ class FakeHwHost(Host):
         self.fakehw_path = fakehw_path
         self.hw = load_fakehw(fakehw_path)
         self.slices = RecordSlices(self)
+
+    def fresh(self):
+        return FakeHwHost(self.root, self.fakehw_path)
 
     def _read_inventory(self):
         return self.hw.inventory

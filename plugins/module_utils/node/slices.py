@@ -62,8 +62,10 @@ class RecordSlices(object):
         def mapping(key, kind):
             value = record.get(key)
             return dict((k, v) for k, v in value.items() if isinstance(v, kind)) if isinstance(value, dict) else {}
+        used = record.get("memory_current")
         return SliceState(name=name, properties=mapping("properties", str), hugetlb_max=mapping("hugetlb_max", int),
-                          hugetlb_current=mapping("hugetlb_current", int), populated=record.get("populated") is True)
+                          hugetlb_current=mapping("hugetlb_current", int), populated=record.get("populated") is True,
+                          memory_current=used if isinstance(used, int) and not isinstance(used, bool) else None)
 
     def apply(self, name, properties, huge):
         check_slice_request(name, properties, huge)
@@ -71,6 +73,8 @@ class RecordSlices(object):
         record = {"name": name, "properties": properties, "hugetlb_max": huge,
                   "hugetlb_current": current.hugetlb_current if current else {},
                   "populated": current.populated if current else False}
+        if current is not None and current.memory_current is not None:
+            record["memory_current"] = current.memory_current
         write_atomic(self._path(name), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), 0o644)
 
     def remove(self, name):
@@ -117,9 +121,11 @@ class SystemdSlices(object):
                 if value.isdigit():
                     target[size] = int(value)
         memory = (read_bytes(os.path.join(directory, "memory.max")) or b"").strip()
+        used = (read_bytes(os.path.join(directory, "memory.current")) or b"").strip()
         return SliceState(name=name, properties=self._properties(name), hugetlb_max=limits,
                           hugetlb_current=current, populated=populated,
-                          memory_max=int(memory) if memory.isdigit() else None, hugetlb_exact=False)
+                          memory_max=int(memory) if memory.isdigit() else None, hugetlb_exact=False,
+                          memory_current=int(used) if used.isdigit() else None)
 
     def _properties(self, name):
         """The slice's properties as systemd has them now (in ``slice_properties`` form), so a drift pass

@@ -8,6 +8,11 @@ making and stopping hold slices, and asking the kubelet (its socket is root's).
 A host is handed one writer that does them: ``DirectWriter`` does them here
 (privileged only when this process is root), ``HelperWriter`` sends them to the
 root helper over its socket. The host, and everything above it, never asks which.
+
+No bytes cross the helper's socket: ``HelperWriter`` sends what a file is
+rendered from (the hold's checked assignment and generation) and what a slice
+is built from (its limits), and root renders and builds them itself
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import cdi_spec_path, env_file_path
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import HelperKubeSide
 
@@ -46,16 +52,18 @@ class DirectWriter(object):
     def privileged(self):
         return os.geteuid() == 0
 
-    def write_node_file(self, kind, allocation_id, content):
+    def write_node_file(self, kind, allocation_id, content, hold=None):
+        """Write a hold's file atomically (0644); ``hold`` (what it was rendered from) is the helper's."""
         write_atomic(self.host.path(node_file_path(kind, allocation_id)), content, NODE_FILE_MODE)
 
     def remove_node_file(self, kind, allocation_id):
         remove_file(self.host.path(node_file_path(kind, allocation_id)))
 
-    def apply_slice(self, name, properties, hugetlb_max):
-        self.host.slices.apply(name, properties, hugetlb_max)
+    def apply_slice(self, op):
+        """Create a slice or set its limits (an ``actions.SliceApply``)."""
+        self.host.slices.apply(op.name, op.properties, op.hugetlb_max)
 
-    def remove_slice(self, name):
+    def stop_slice(self, name):
         self.host.slices.remove(name)
 
     def kube_side(self, host):
@@ -70,17 +78,18 @@ class HelperWriter(object):
     def __init__(self, client):
         self.client = client
 
-    def write_node_file(self, kind, allocation_id, content):
-        self.client.write_node_file(kind, allocation_id, content)
+    def write_node_file(self, kind, allocation_id, content, hold=None):
+        """The helper renders the file itself from ``hold``; ``content`` never leaves this process."""
+        self.client.request({"op": "hold.write", "kind": kind, "hold": hold})
 
     def remove_node_file(self, kind, allocation_id):
-        self.client.remove_node_file(kind, allocation_id)
+        self.client.request({"op": "hold.remove", "kind": kind, "allocation_id": allocation_id})
 
-    def apply_slice(self, name, properties, hugetlb_max):
-        self.client.apply_slice(name, properties, hugetlb_max)
+    def apply_slice(self, op):
+        self.client.request({"op": "slice.apply", "allocation_id": allocation_of(op.name), "limits": op.limits})
 
-    def remove_slice(self, name):
-        self.client.remove_slice(name)
+    def stop_slice(self, name):
+        self.client.request({"op": "slice.stop", "allocation_id": allocation_of(name)})
 
     def kube_side(self, host):
         """Root asks the kubelet itself; anyone else asks through the helper."""

@@ -15,6 +15,13 @@ file                      what it holds
 ``node.key``              the node's Ed25519 key (``state/events.py``)
 ========================  ====================================================
 
+Root never acts through a path the state directory's owner controls: when this
+process is root and the directory belongs to another account (the ``bcd``
+account of the role's deployment), every state operation runs with that
+account's uid, gid and group list, so a link it planted there leads nowhere
+root can reach. Regular single-link files root left there (from a root-mode
+install) are first handed to the owner by file descriptor; links never are.
+
 A pass opens the state (``load``), which brings the ledger and the pending
 releases up to the journal: a pass that died between journaling an event and
 recording it is finished here, so nothing is reported twice. Every report goes
@@ -25,8 +32,11 @@ Nothing else opens these files.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import stat
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
@@ -77,6 +87,15 @@ def nodespec_from_data(data, where):
     return generation, devices, instances
 
 
+def _as_owner(method):
+    """Run a ``NodeState`` method as the state directory's owner (see the module docstring)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self.as_owner():
+            return method(self, *args, **kwargs)
+    return run
+
+
 class NodeState(object):
     """The state directory of one node: ``path`` is its real path, ``node_path`` the one messages name."""
 
@@ -87,6 +106,65 @@ class NodeState(object):
         self.ledger = Ledger()
         self.releases = Releases()
         self._key = None
+        self._dropped = False
+
+    # -- root acts as the owner ------------------------------------------------------
+    @contextlib.contextmanager
+    def as_owner(self):
+        """Within this block, a root process has the state directory owner's uid, gid and groups."""
+        if self._dropped or os.geteuid() != 0:
+            yield
+            return
+        try:
+            info = os.lstat(self.path)
+        except FileNotFoundError:
+            yield  # a pass that creates the directory creates it as root's
+            return
+        if stat.S_ISLNK(info.st_mode):
+            raise StateError("state_dir %s is a symbolic link; refusing to follow it" % self.node_path)
+        if not stat.S_ISDIR(info.st_mode):
+            raise StateError("state_dir %s is not a directory" % self.node_path)
+        if info.st_uid == 0:
+            yield
+            return
+        self._adopt(info)
+        groups, egid = os.getgroups(), os.getegid()
+        os.setgroups([info.st_gid])
+        os.setegid(info.st_gid)
+        os.seteuid(info.st_uid)
+        self._dropped = True
+        try:
+            yield
+        finally:
+            self._dropped = False
+            os.seteuid(0)
+            os.setegid(egid)
+            os.setgroups(groups)
+
+    def _adopt(self, info):
+        """Hand root-owned regular files with one link to the directory's owner, by file descriptor."""
+        nofollow = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC
+        directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            opened = os.fstat(directory)
+            if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+                raise StateError("state_dir %s changed while it was checked" % self.node_path)
+            for name in os.listdir(directory):
+                entry = os.stat(name, dir_fd=directory, follow_symlinks=False)
+                if not stat.S_ISREG(entry.st_mode) or entry.st_uid != 0 or entry.st_nlink != 1:
+                    continue
+                try:
+                    handle = os.open(name, nofollow, dir_fd=directory)
+                except OSError:
+                    continue  # replaced by a link meanwhile: left alone
+                try:
+                    found = os.fstat(handle)
+                    if stat.S_ISREG(found.st_mode) and found.st_uid == 0 and found.st_nlink == 1:
+                        os.fchown(handle, info.st_uid, info.st_gid)
+                finally:
+                    os.close(handle)
+        finally:
+            os.close(directory)
 
     def _file(self, name):
         return os.path.join(self.path, name)
@@ -96,10 +174,18 @@ class NodeState(object):
         write_atomic(self._file(name), content, STATE_FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
 
     # -- a pass ----------------------------------------------------------------------
+    @contextlib.contextmanager
     def lock(self, timeout=120.0, create=True):
         """The pass lock; ``create=False`` (check mode, listing) creates nothing."""
-        return PassLock(self.path, timeout=timeout, create=create)
+        pass_lock = PassLock(self.path, timeout=timeout, create=create)
+        with self.as_owner():
+            pass_lock.acquire()
+        try:
+            yield pass_lock
+        finally:
+            pass_lock.release()
 
+    @_as_owner
     def load(self, write=True):
         """Read the ledger and the pending releases, and catch them up with the journal: every event
         journaled after the ledger's ``journal_seq`` is settled now (saved unless ``write`` is false)."""
@@ -128,15 +214,18 @@ class NodeState(object):
             return True
         return False
 
+    @_as_owner
     def save_ledger(self):
         """Write the ledger when it changed (a pass that changes nothing rewrites nothing)."""
         content = self.ledger.to_json()
         if read_bytes(self._file(LEDGER_NAME)) != content:
             self._write(LEDGER_NAME, content)
 
+    @_as_owner
     def save_releases(self):
         save_releases(self.path, self.releases.pending)
 
+    @_as_owner
     def finish(self, generation, state, vfio, kept_failures, finished):
         """Record the end of a real pass: its section state, the VMs' GPUs, the refusals still relevant,
         and (``finished``: nothing left to retry) the generation it observed."""
@@ -148,12 +237,14 @@ class NodeState(object):
         self.save_ledger()
 
     # -- what the actions of a plan do to the state -----------------------------------
+    @_as_owner
     def key(self):
         """The node key, created on first use (only when an attested event is due)."""
         if self._key is None:
             self._key = NodeKey.load_or_create(self._file(KEY_NAME))
         return self._key
 
+    @_as_owner
     def report(self, event, limits=None):
         """Journal ``event`` (signed when attested), then settle it; returns the journaled event."""
         attested = event["type"] in ATTESTED_TYPES
@@ -163,6 +254,7 @@ class NodeState(object):
         self.save_ledger()
         return journaled
 
+    @_as_owner
     def begin_release(self, allocation_id, generation, device_ids):
         """Record a plain release before its files are removed (kept until its report)."""
         if allocation_id not in self.ledger.unfinished_releases:
@@ -170,30 +262,36 @@ class NodeState(object):
             self.ledger.unfinished_releases[allocation_id] = record
             self.save_ledger()
 
+    @_as_owner
     def set_hold_limits(self, allocation_id, limits):
         """The limits a kept hold's slice now has."""
         if allocation_id in self.ledger.bound:
             self.ledger.bound[allocation_id]["limits"] = limits
             self.save_ledger()
 
+    @_as_owner
     def record_kube_release(self, release):
         self.releases.pending[release.allocation_id] = release
         self.save_releases()
 
+    @_as_owner
     def drop_kube_release(self, allocation_id):
         self.releases.pending.pop(allocation_id, None)
         self.save_releases()
 
+    @_as_owner
     def quarantine_releases(self, now):
         """Set an unreadable releases file aside and write the marker."""
         quarantine(self.path, now)
         self.releases.unreadable, self.releases.marker = None, True
 
+    @_as_owner
     def clear_releases_marker(self):
         clear_marker(self.path)
         self.releases.marker = False
 
     # -- the stored input --------------------------------------------------------------
+    @_as_owner
     def store_nodespec(self, generation, devices, instances):
         """Keep the last input for the timers' passes; rewritten only when it changed."""
         content = (json.dumps({"generation": generation, "devices": devices, "instances": instances or []},
@@ -201,6 +299,7 @@ class NodeState(object):
         if read_bytes(self._file(NODESPEC_NAME)) != content:
             self._write(NODESPEC_NAME, content)
 
+    @_as_owner
     def load_nodespec(self):
         """The stored input as ``(generation, devices, instances)``, or None when there is none."""
         content = read_bytes(self._file(NODESPEC_NAME))
@@ -214,6 +313,7 @@ class NodeState(object):
         return nodespec_from_data(data, where)
 
     # -- reading without a pass --------------------------------------------------------
+    @_as_owner
     def public_key(self):
         """The node's public key (base64), or None before the first attested event created it."""
         if not os.path.exists(self._file(KEY_NAME)):
@@ -223,10 +323,16 @@ class NodeState(object):
         except EventsError:
             return None
 
+    @_as_owner
+    def unacked(self):
+        """Every journaled event not yet acknowledged, oldest first."""
+        return self.journal.unacked()
+
     def warnings(self):
         """What the reads of this state found wrong, once each."""
         return ([self.ledger.problem] if self.ledger.problem else []) + list(self.journal.warnings)
 
+    @_as_owner
     def list_and_acknowledge(self, ack_through=None, check_mode=False, lock_timeout=120.0):
         """The unacknowledged events after acknowledging through ``ack_through``: ``(events, acknowledged)``.
 

@@ -29,7 +29,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import No
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 
-from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2
+from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2, open_to_all
 
 REPO = Path(__file__).resolve().parents[4]
 UNPRIVILEGED = ("bcd node runs without root and without [helper]: it cannot write /etc/cdi or create hold "
@@ -173,6 +173,7 @@ def test_a_spec_file_that_cannot_be_read_is_an_error_with_a_message(capsys, node
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can hand files to another account")
 def test_a_root_pass_leaves_every_state_file_to_the_owner_of_the_state_directory(capsys, node):
     os.makedirs(node.state(), mode=0o700)
+    open_to_all(node.root)
     os.chown(node.state(), 65534, 65534)
     code, _out, _err = cli(capsys, node, "converge", "--spec", write_spec(node, 1, [hold("a1", GPU_B)]))
     assert code == EX_OK

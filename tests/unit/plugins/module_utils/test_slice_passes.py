@@ -108,13 +108,13 @@ def test_the_slice_is_made_before_the_spec_names_it(node, monkeypatch):
     order = []
     real_apply, real_write = DirectWriter.apply_slice, DirectWriter.write_node_file
 
-    def apply_slice(self, name, properties, huge):
-        order.append(("slice", name))
-        return real_apply(self, name, properties, huge)
+    def apply_slice(self, op):
+        order.append(("slice", op.name))
+        return real_apply(self, op)
 
-    def write_node_file(self, kind, allocation_id, content):
+    def write_node_file(self, kind, allocation_id, content, hold=None):
         order.append((kind, allocation_id))
-        return real_write(self, kind, allocation_id, content)
+        return real_write(self, kind, allocation_id, content, hold)
 
     monkeypatch.setattr(DirectWriter, "apply_slice", apply_slice)
     monkeypatch.setattr(DirectWriter, "write_node_file", write_node_file)
@@ -125,10 +125,10 @@ def test_the_slice_is_made_before_the_spec_names_it(node, monkeypatch):
 def test_a_spec_that_cannot_be_written_finds_the_slice_already_made(node, monkeypatch):
     real_write = DirectWriter.write_node_file
 
-    def no_spec(self, kind, allocation_id, content):
+    def no_spec(self, kind, allocation_id, content, hold=None):
         if kind == "cdi":
             raise OSError(errno.EROFS, "Read-only file system")
-        return real_write(self, kind, allocation_id, content)
+        return real_write(self, kind, allocation_id, content, hold)
 
     monkeypatch.setattr(DirectWriter, "write_node_file", no_spec)
     result = node.run(1, [A1])
