@@ -13,25 +13,30 @@ from snapshot import quote, snapshot  # noqa: E402
 
 ROOT = "/tmp/bcd-molecule-unprivileged/node-u"
 SOCKET = ROOT + "/run/bcd/helper.sock"
+GPU = "GPU-5f1c2a90-0008-4000-8000-000000000001"  # the node's first GPU (prepare.yml)
 
-# A peer of the helper: sends each argv line raw, prints the replies (or the connection error).
+# A peer of the helper: sends each argv line raw, prints the replies (or the connection errors).
+# One request per connection, as the helper serves them; the replies in order.
 CLIENT = r"""
 import json, socket, sys
-try:
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    connection.settimeout(10)
-    connection.connect(sys.argv[1])
-    connection.sendall("".join(line + "\n" for line in sys.argv[2:]).encode())
-    connection.shutdown(socket.SHUT_WR)
-    data = b""
-    while True:
-        chunk = connection.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    print(json.dumps([json.loads(line) for line in data.decode().splitlines()]))
-except OSError as exc:
-    print(json.dumps({"connect": exc.strerror}))
+replies = []
+for line in sys.argv[2:]:
+    try:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.settimeout(10)
+        connection.connect(sys.argv[1])
+        connection.sendall((line + "\n").encode())
+        data = b""
+        while b"\n" not in data:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        connection.close()
+        replies.append(json.loads(data.decode().splitlines()[0]))
+    except OSError as exc:
+        replies.append({"connect": exc.strerror})
+print(json.dumps(replies))
 """
 
 
@@ -73,27 +78,32 @@ def test_the_pass_state_is_bcds_and_journals_the_refusals_then_the_binds(node):
 def test_the_helper_socket_is_for_bcd_only(host, node):
     sock = node["/run/bcd/helper.sock"]
     assert (sock["type"], sock["user"], sock["mode"]) == ("socket", "bcd", 0o600)
-    assert ask(host, "nobody", {"op": "slice.remove", "name": "bcd-alloc-u_plain.slice"}) == {
-        "connect": "Permission denied"}
+    assert ask(host, "nobody", {"op": "slice.stop", "allocation_id": "u_sliced"}) == [
+        {"connect": "Permission denied"}]
 
 
 def test_the_helper_refuses_what_it_must_not_do_and_keeps_serving(host):
     before = snapshot(host, "/tmp/bcd-molecule-unprivileged")
+    hold = {"allocation_id": "u_x", "reservation_id": "r", "generation": 1, "binding": "BINDING_HOLD",
+            "devices": [{"id": GPU, "device_class": "gpu"}], "limits": None, "env": []}
     replies = ask(host, "bcd",
-                  {"op": "file.write", "kind": "allocation-env", "allocation_id": "../../../../etc/x",
-                   "content": "A=1"},
-                  {"op": "file.write", "kind": "../cdi", "allocation_id": "u_x", "content": "A=1"},
+                  {"op": "hold.write", "kind": "allocation-env", "hold": dict(hold, allocation_id="../../../../etc/x")},
+                  {"op": "hold.write", "kind": "../cdi", "hold": hold},
+                  {"op": "hold.write", "kind": "cdi", "hold": hold, "content": "{}"},
                   {"op": "file.write", "kind": "cdi", "allocation_id": "u_x", "content": "{}"},
-                  {"op": "slice.apply", "name": "../../x.slice", "properties": {}},
-                  {"op": "slice.apply", "name": "bcd-alloc-u_x.slice", "properties": {"AllowedCPUs": "0," * 600}},
+                  {"op": "hold.write", "kind": "allocation-env", "hold": dict(hold, env=["NVIDIA_VISIBLE_DEVICES=all"])},
+                  {"op": "slice.apply", "allocation_id": "../../x", "limits": {"cpus": "0"}},
+                  {"op": "slice.apply", "allocation_id": "u_x", "limits": {"cpus": "0," * 600}},
                   "this is not JSON",
-                  {"op": "file.remove", "kind": "allocation-env", "allocation_id": "u_gone"})
-    assert [reply["ok"] for reply in replies] == [False] * 6 + [True]
+                  {"op": "hold.remove", "kind": "allocation-env", "allocation_id": "u_gone"})
+    assert [reply["ok"] for reply in replies] == [False] * 8 + [True]
     assert "does not match" in replies[0]["error"]
     assert "unknown kind" in replies[1]["error"]
-    assert "of kind bcd.dev/gpu" in replies[2]["error"]
-    assert replies[3]["error"] and "1024" in replies[4]["error"]
-    assert replies[5]["error"].startswith("malformed request")
+    assert replies[2]["error"] == "hold.write takes no content"
+    assert "unknown op 'file.write'" in replies[3]["error"]
+    assert "NVIDIA_VISIBLE_DEVICES is set by bcd" in replies[4]["error"]
+    assert "does not match" in replies[5]["error"] and "1024" in replies[6]["error"]
+    assert replies[7]["error"].startswith("malformed request")
     after = snapshot(host, "/tmp/bcd-molecule-unprivileged")
     changed = sorted(path for path in set(before) | set(after)
                      if before.get(path) != after.get(path) and not path.endswith("/helper.log"))
@@ -106,5 +116,5 @@ def test_the_helper_is_still_running_and_logged_whom_it_served(host, node):
     uid = host.user("bcd").uid
     log = host.file(ROOT + "/helper.log").content_string
     assert "bcd-holds helper listening on %s for root, bcd" % SOCKET in log
-    assert "uid %d: file.write cdi u_plain" % uid in log
-    assert "uid %d: slice.apply bcd-alloc-u_sliced.slice" % uid in log
+    assert "uid %d: hold.write cdi u_plain" % uid in log
+    assert "uid %d: slice.apply u_sliced" % uid in log

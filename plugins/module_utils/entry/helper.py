@@ -166,7 +166,8 @@ def _apply_slice(host, allocation_id, raw_limits):
         raise Refused(str(exc))
     wanted = wanted_slice(limits)
     if wanted is None:
-        raise Refused("limits %s book nothing a slice enforces" % _shown(raw_limits))
+        raise Refused("the limits book nothing a slice enforces (cpus, mems, cpu_millis, memory_bytes, "
+                      "hugepages_2mi or hugepages_1gi)")
     properties, huge = wanted
     name = slice_name(allocation_id)
     try:

@@ -275,3 +275,32 @@ def test_no_devices_section_is_no_assignments():
 def test_parse_assignment_raises_the_documented_exception():
     with pytest.raises(InvalidAssignment, match="^allocation_id: "):
         parse_assignment(entry(allocation_id="a/b"))
+
+
+# --- hostile numbers are cheap ---------------------------------------------------
+
+@pytest.mark.parametrize("field, value, message", [
+    ("cpus", "0-30000000", "limits.cpus: CPU 30000000 is beyond 8191, the most any host has"),
+    ("cpus", "8192", "limits.cpus: CPU 8192 is beyond 8191, the most any host has"),
+    ("mems", "0-30000000", "limits.mems: NUMA node 30000000 is beyond 1023, the most any host has"),
+    ("mems", "1024", "limits.mems: NUMA node 1024 is beyond 1023, the most any host has"),
+    ("cpus", "9" * 1000, "limits.cpus: CPU 999999999999... (1000 digits) is beyond 8191, the most any host has"),
+])
+def test_a_cpu_or_numa_node_beyond_any_host_is_refused(field, value, message):
+    assert refusal_of(entry(limits={field: value})).message == message
+
+
+def test_the_highest_cpu_and_numa_node_any_host_has_are_fine():
+    limits = parse_assignment(entry(limits={"cpus": "0-8191", "mems": "0-1023"})).limits
+    assert (limits.cpus, limits.mems) == ("0-8191", "0-1023")
+
+
+@pytest.mark.parametrize("field", ["cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi"])
+def test_a_number_beyond_int64_is_refused(field):
+    assert refusal_of(entry(limits={field: 1 << 63})).message == "limits.%s: larger than %d" % (field, (1 << 63) - 1)
+    assert getattr(parse_assignment(entry(limits={field: (1 << 63) - 1})).limits, field) == (1 << 63) - 1
+
+
+def test_at_most_256_env_lines():
+    assert len(parse_assignment(entry(env=["K%d=v" % n for n in range(256)])).env) == 256
+    assert refusal_of(entry(env=["K%d=v" % n for n in range(257)])).message == "env: more than 256 lines"

@@ -251,3 +251,11 @@ def test_diff_shows_the_slice_a_run_creates_and_stops_beside_the_files(capsys, n
     assert stopped["before"].startswith("AllowedCPUs=0-3\n") and stopped["after"] == ""
     assert released["plan"][0]["slice"] == {"op": "remove", "name": "bcd-alloc-a1.slice"}
     assert node.exists("/run/bcd/slices/bcd-alloc-a1.slice.json")  # check mode stopped nothing
+
+
+def test_a_hostile_cpulist_is_refused_alone_and_the_others_bind(capsys, node):
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"mems": "0-30000000"}),
+                                                      hold("a2", GPU_B)])
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a1", "invalid-assignment", "limits.mems: NUMA node 30000000 is beyond 1023, the most any host has")]
+    assert [h["allocation_id"] for h in result["holds"]] == ["a2"]
