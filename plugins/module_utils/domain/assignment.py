@@ -151,8 +151,8 @@ def check_cpulist(value, where, highest=MAX_CPU, what="CPU"):
         for number in (low, high or low):
             if int(number) > highest:
                 shown = number if len(number) <= 20 else "%s... (%d digits)" % (number[:12], len(number))
-                raise InvalidAssignment("%s: %s %s is beyond %d, the most any host has" % (where, what, shown,
-                                                                                            highest))
+                raise InvalidAssignment("%s: %s %s is beyond %d, the most any host has"
+                                        % (where, what, shown, highest))
         if int(low) > int(high or low):
             raise InvalidAssignment("%s: range %s runs backwards" % (where, part))
     return value
