@@ -4,11 +4,12 @@
 """The root helper, spoken to over its real unix socket.
 
 Each test starts the real server (``listen`` + ``serve`` in a thread) for a
-fakehw root and sends it raw lines, as a hostile or careless peer would: good
-writes, ids and kinds that try to leave the root, bad slice names and
-cpulists, content that is not valid CDI, garbage, a 2 MiB line. The helper
-must answer each with ``"ok": false`` and a reason, write nothing outside its
-root, and keep answering. The tests that need a second uid (a peer the helper
+fakehw root and sends it raw requests, one per connection, as a careless peer
+would: good holds and slices, ids and kinds that try to leave the root, keys the
+protocol does not have, hostile limits, garbage, a 2 MiB line. The helper must
+answer each with ``"ok": false`` and a reason, write nothing outside its root,
+and keep answering. ``test_helper_attacks.py`` plays a hostile account against a
+helper process. The tests that need a second uid (a peer the helper
 does not serve, a pass run as ``nobody`` through the helper) run a client
 subprocess as ``nobody`` and are skipped when not run as root.
 """
@@ -31,7 +32,7 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import listen, MAX_REQUEST, Policy, serve
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperSetupError, listen, MAX_REQUEST, Policy, serve
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient, HelperError
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter
@@ -44,10 +45,12 @@ HARDWARE = {"node_id": "node-h", "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-2c4f1d2b7a1
 COLLECTIONS_PARENT = _cli.__file__[:_cli.__file__.rindex("/ansible_collections/")]
 
 
-def valid_cdi(allocation_id="a1", device="GPU-x"):
-    return json.dumps({"cdiVersion": "0.6.0", "kind": "bcd.dev/gpu",
-                       "annotations": {"bcd.dev/allocation-id": allocation_id},
-                       "devices": [{"name": device, "containerEdits": {"env": ["BCD_DEVICE=%s" % device]}}]})
+def hold(allocation_id="a1", device=GPU_A, **fields):
+    """A hold as the unprivileged side sends it (``domain.assignment.hold_request``)."""
+    data = {"allocation_id": allocation_id, "reservation_id": "r-%s" % (allocation_id,), "generation": 3,
+            "binding": "BINDING_PLAIN", "devices": [{"id": device}], "limits": None, "env": []}
+    data.update(fields)
+    return data
 
 
 class Helper(object):
@@ -85,24 +88,25 @@ class Helper(object):
     def node(self, node_path):
         return os.path.join(self.root, node_path.lstrip("/"))
 
-    def send(self, *lines, timeout=10):
-        """Send raw lines on one connection; the replies, one per answered line."""
+    def send(self, data, timeout=10):
+        """Send raw bytes on one connection; every reply line the helper sent before hanging up."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(timeout)
             connection.connect(self.socket)
-            for line in lines:
-                connection.sendall(line if isinstance(line, bytes) else line.encode("utf-8"))
+            connection.sendall(data if isinstance(data, bytes) else data.encode("utf-8"))
             connection.shutdown(socket.SHUT_WR)
-            data = b""
+            received = b""
             while True:
                 chunk = connection.recv(65536)
                 if not chunk:
                     break
-                data += chunk
-        return [json.loads(line) for line in data.decode("utf-8").splitlines()]
+                received += chunk
+        return [json.loads(line) for line in received.decode("utf-8").splitlines()]
 
     def request(self, message):
-        return self.send(json.dumps(message) + "\n")[0]
+        replies = self.send(json.dumps(message) + "\n")
+        assert len(replies) == 1, replies  # one request, one reply, then the helper hangs up
+        return replies[0]
 
     def files(self):
         """Every file under ``base`` except the socket and the hardware file."""
@@ -168,38 +172,62 @@ def python_for_nobody():
 
 # -- good requests -------------------------------------------------------------------
 
-def test_a_good_write_lands_under_root_with_mode_0644_and_the_helper_logs_it(helper):
-    assert helper.request({"op": "file.write", "kind": "cdi", "allocation_id": "a1",
-                           "content": valid_cdi("a1")}) == {"ok": True}
-    assert helper.request({"op": "file.write", "kind": "allocation-env", "allocation_id": "a1",
-                           "content": "BCD_ALLOCATION_ID=a1\n"}) == {"ok": True}
-    spec = helper.node("/etc/cdi/bcd-a1.json")
-    env = helper.node("/run/bcd/allocations/a1.env")
-    assert json.loads(Path(spec).read_text())["annotations"]["bcd.dev/allocation-id"] == "a1"
-    assert Path(env).read_text() == "BCD_ALLOCATION_ID=a1\n"
-    assert stat.S_IMODE(os.stat(spec).st_mode) == 0o644
-    assert stat.S_IMODE(os.stat(env).st_mode) == 0o644
+def test_root_renders_a_hold_written_from_its_data_and_logs_it(helper):
+    env_lines = ["OMP_NUM_THREADS=4"]
+    assert helper.request({"op": "hold.write", "kind": "cdi", "hold": hold("a1", env=env_lines)}) == {"ok": True}
+    assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": hold("a1", env=env_lines)}) == {"ok": True}
+    spec_path = helper.node("/etc/cdi/bcd-a1.json")
+    env_path = helper.node("/run/bcd/allocations/a1.env")
+    spec = json.loads(Path(spec_path).read_text())
+    # root built it from the node's own atom: the device name and the env come from the inventory
+    assert spec["kind"] == "bcd.dev/gpu"
+    assert spec["annotations"]["bcd.dev/allocation-id"] == "a1"
+    assert spec["annotations"]["bcd.dev/reservation-id"] == "r-a1"
+    assert [device["name"] for device in spec["devices"]] == [GPU_A]
+    assert spec["devices"][0]["containerEdits"] == {"env": ["BCD_DEVICE_GPU_5F1C2A90_0000_4000_8000_000000000001=%s" % GPU_A]}
+    env = Path(env_path).read_text().splitlines()
+    assert "BCD_ALLOCATION_ID=a1" in env and "OMP_NUM_THREADS=4" in env
+    for path in (spec_path, env_path):
+        assert (os.stat(path).st_uid, stat.S_IMODE(os.stat(path).st_mode)) == (os.geteuid(), 0o644)
     assert os.listdir(helper.outside) == []
-    assert any("file.write cdi a1" in line for line in helper.log)  # the kind is logged too
+    assert "uid %d: hold.write cdi a1" % os.geteuid() in helper.log
 
-    assert helper.request({"op": "file.remove", "kind": "cdi", "allocation_id": "a1"}) == {"ok": True}
-    assert not os.path.exists(spec)
+    assert helper.request({"op": "hold.remove", "kind": "cdi", "allocation_id": "a1"}) == {"ok": True}
+    assert not os.path.exists(spec_path)
     # removing what is not there is no error (a release may be repeated after a crash)
-    assert helper.request({"op": "file.remove", "kind": "cdi", "allocation_id": "a1"}) == {"ok": True}
+    assert helper.request({"op": "hold.remove", "kind": "cdi", "allocation_id": "a1"}) == {"ok": True}
+    assert os.path.exists(env_path)
 
 
-def test_a_slice_is_applied_and_removed_as_a_record_under_root(helper):
-    name = "bcd-alloc-a1.slice"
-    reply = helper.request({"op": "slice.apply", "name": name,
-                            "properties": {"AllowedCPUs": "0-3,8", "MemoryMax": "1073741824"},
-                            "hugetlb_max": {"2MB": 2097152}})
+def test_a_slice_is_built_by_root_from_limits_and_stopped_once_empty(helper):
+    reply = helper.request({"op": "slice.apply", "allocation_id": "a1",
+                            "limits": {"cpus": "0-3,8", "memory_bytes": 1 << 30, "hugepages_2mi": 2}})
     assert reply == {"ok": True}
-    record_path = helper.node("/run/bcd/slices/%s.json" % name)
+    record_path = helper.node("/run/bcd/slices/bcd-alloc-a1.slice.json")
     record = json.loads(Path(record_path).read_text())
     assert record["properties"]["AllowedCPUs"] == "0-3,8"
-    assert record["hugetlb_max"] == {"2MB": 2097152}
-    assert helper.request({"op": "slice.remove", "name": name}) == {"ok": True}
+    assert record["properties"]["MemoryMax"] == str(1 << 30)
+    assert record["hugetlb_max"] == {"2MB": 2 * 2097152}
+    assert helper.request({"op": "slice.stop", "allocation_id": "a1"}) == {"ok": True}
     assert not os.path.exists(record_path)
+    # stopping a slice that is not there is no error either
+    assert helper.request({"op": "slice.stop", "allocation_id": "a1"}) == {"ok": True}
+
+
+def test_a_populated_slice_is_not_stopped_and_its_limits_never_go_below_its_use(helper):
+    assert helper.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 30}}) == {"ok": True}
+    record_path = helper.node("/run/bcd/slices/bcd-alloc-a1.slice.json")
+    record = json.loads(Path(record_path).read_text())
+    record.update(populated=True, memory_current=512 << 20)      # a workload runs in it
+    Path(record_path).write_text(json.dumps(record))
+    assert helper.request({"op": "slice.stop", "allocation_id": "a1"}) == {
+        "ok": False, "error": "bcd-alloc-a1.slice still runs a workload; it is stopped once empty"}
+    reply = helper.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 20}})
+    assert reply == {"ok": False, "error": "bcd-alloc-a1.slice uses 536870912 bytes of memory, more than "
+                                           "MemoryMax=1048576; a change of its limits never kills its workload"}
+    assert json.loads(Path(record_path).read_text())["properties"]["MemoryMax"] == str(1 << 30)
+    # growing is fine
+    assert helper.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 2 << 30}}) == {"ok": True}
 
 
 def test_the_socket_is_only_for_root_and_the_allowed_user(base):
@@ -216,118 +244,119 @@ def test_the_socket_is_only_for_root_and_the_allowed_user(base):
         running.close()
 
 
-# -- hostile and malformed requests ---------------------------------------------------
+def test_the_helper_will_not_listen_in_a_directory_others_can_write(base):
+    directory = os.path.join(base, "open")
+    os.makedirs(directory)
+    os.chmod(directory, 0o777)
+    with pytest.raises(HelperSetupError, match="writable by no one else"):
+        listen(os.path.join(directory, "helper.sock"))
+    assert os.listdir(directory) == []
+
+
+# -- malformed and out-of-bounds requests ---------------------------------------------
 
 @pytest.mark.parametrize("allocation_id", [
     "../../outside/x", "../x", "a/b", "a1\n", "a1/", "", "x" * 81, ".", "..", "a b", "a-1", 7, None, ["a1"],
 ])
 def test_an_allocation_id_that_is_not_an_id_is_refused_and_nothing_is_written(helper, allocation_id):
     before = helper.files()
-    for op in ("file.write", "file.remove"):
-        reply = helper.request({"op": op, "kind": "allocation-env", "allocation_id": allocation_id,
-                                "content": "A=1\n"})
+    for message in ({"op": "hold.remove", "kind": "allocation-env", "allocation_id": allocation_id},
+                    {"op": "slice.apply", "allocation_id": allocation_id, "limits": {"cpus": "0"}},
+                    {"op": "slice.stop", "allocation_id": allocation_id},
+                    {"op": "hold.write", "kind": "allocation-env", "hold": hold(allocation_id)}):
+        reply = helper.request(message)
         assert reply["ok"] is False
-        assert "allocation_id" in reply["error"] and "does not match" in reply["error"]
+        assert "allocation_id" in reply["error"] and "does not match" in reply["error"], (message, reply)
     assert helper.files() == before
 
 
-@pytest.mark.parametrize("kind", ["../cdi", "cdi/../../outside", "../../outside/x", "/etc/passwd", "env", "", None])
+@pytest.mark.parametrize("kind", ["../cdi", "cdi/../../outside", "../../outside/x", "/etc/passwd", "env", "", None,
+                                  ["cdi"], {"cdi": 1}])
 def test_a_kind_that_is_not_one_of_the_two_is_refused(helper, kind):
     before = helper.files()
-    reply = helper.request({"op": "file.write", "kind": kind, "allocation_id": "a1", "content": "A=1\n"})
-    assert reply["ok"] is False
-    assert "unknown kind" in reply["error"] and "allocation-env, cdi" in reply["error"]
-    assert helper.files() == before
-
-
-@pytest.mark.parametrize("name", [
-    "bcd-alloc-../../outside/x.slice", "../bcd-alloc-a1.slice", "bcd-alloc-a1.slice/../../x", "foo.slice",
-    "bcd-alloc-.slice", "bcd-alloc-a1.service", "bcd-alloc-a1.slice\n", "-.slice", "bcd-alloc-a-1.slice",
-    "bcd-alloc-%s.slice" % ("x" * 81), "", None, 3,
-])
-def test_a_slice_name_of_another_form_is_refused(helper, name):
-    before = helper.files()
-    for message in ({"op": "slice.apply", "name": name, "properties": {"AllowedCPUs": "0"}},
-                    {"op": "slice.remove", "name": name}):
+    for message in ({"op": "hold.write", "kind": kind, "hold": hold()},
+                    {"op": "hold.remove", "kind": kind, "allocation_id": "a1"}):
         reply = helper.request(message)
-        assert reply["ok"] is False and reply["error"]
+        assert reply["ok"] is False
+        assert "unknown kind" in reply["error"] and "allocation-env, cdi" in reply["error"]
     assert helper.files() == before
 
 
-@pytest.mark.parametrize("properties, hugetlb, words", [
-    ({"AllowedCPUs": ",".join(["1"] * 600)}, {}, "1024"),             # 1199 characters
-    ({"AllowedMemoryNodes": "0-" + "9" * 1030}, {}, "1024"),
-    ({"AllowedCPUs": "0-3;rm -rf /"}, {}, "cpulist"),
-    ({"AllowedCPUs": "3-1"}, {}, "runs backwards"),
-    ({"AllowedCPUs": 5}, {}, "must be a string"),
-    ({"ExecStart": "/bin/sh"}, {}, "unknown slice property"),
-    ({"MemoryMax": "1G; reboot"}, {}, "not valid"),
-    ({}, {"2MB": -1}, "non-negative"),
-    ({}, {"3MB": 1}, "unknown huge page size"),
-    (["AllowedCPUs=0"], {}, "mappings"),
+@pytest.mark.parametrize("message, error", [
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(), "content": "{}"}, "hold.write takes no content"),
+    ({"op": "hold.remove", "kind": "cdi", "allocation_id": "a1", "path": "/etc/shadow"}, "hold.remove takes no path"),
+    ({"op": "slice.apply", "allocation_id": "a1", "limits": {"cpus": "0"}, "properties": {"ExecStart": "/bin/sh"}},
+     "slice.apply takes no properties"),
+    ({"op": "slice.stop", "allocation_id": "a1", "force": True}, "slice.stop takes no force"),
+    ({"op": "kube.look", "socket": "/tmp/x"}, "kube.look takes no socket"),
 ])
-def test_slice_properties_and_cpulists_are_checked_as_root(helper, properties, hugetlb, words):
-    reply = helper.request({"op": "slice.apply", "name": "bcd-alloc-a1.slice", "properties": properties,
-                            "hugetlb_max": hugetlb})
-    assert reply["ok"] is False
-    assert words in reply["error"]
+def test_a_key_the_operation_does_not_take_is_refused_by_name(helper, message, error):
+    assert helper.request(message) == {"ok": False, "error": error}
+    assert helper.files() == {}
+
+
+@pytest.mark.parametrize("fields, error", [
+    ({"env": ["NVIDIA_VISIBLE_DEVICES=all"]}, "env[0]: NVIDIA_VISIBLE_DEVICES is set by bcd and cannot be overridden"),
+    ({"devices": [{"id": "all"}]}, "all not present"),
+    ({"devices": [{"id": "GPU-5f1c2a90-0000-4000-8000-0000000000ff"}]},
+     "GPU-5f1c2a90-0000-4000-8000-0000000000ff not present"),
+    ({"generation": None}, "generation: required"),
+    ({"containerEdits": {"hooks": []}}, "hold.containerEdits: unknown field"),
+    ({"limits": {"cpus": "0-30000000"}}, "limits.cpus: CPU 30000000 is beyond 8191, the most any host has"),
+])
+def test_a_hold_is_checked_by_the_rules_network_input_is(helper, fields, error):
+    for kind in ("cdi", "allocation-env"):
+        assert helper.request({"op": "hold.write", "kind": kind, "hold": hold(**fields)}) == {"ok": False, "error": error}
+    assert helper.files() == {}
+
+
+@pytest.mark.parametrize("limits, error", [
+    ({"cpus": ",".join(["1"] * 600)}, "limits.cpus: cpulist longer than 1024 characters"),
+    ({"mems": "0-" + "9" * 1030}, "limits.mems: cpulist longer than 1024 characters"),
+    ({"mems": "0-2000"}, "limits.mems: NUMA node 2000 is beyond 1023, the most any host has"),
+    ({"cpus": "0-3;rm -rf /"}, "limits.cpus: '0-3;rm -rf /' is not a cpulist such as 0-3,8"),
+    ({"cpus": "3-1"}, "limits.cpus: range 3-1 runs backwards"),
+    ({"cpus": 5}, "limits.cpus: must be a cpulist string such as 0-3,8"),
+    ({"ExecStart": "/bin/sh"}, "limits.ExecStart: unknown field"),
+    ({"memory_bytes": -1}, "limits.memory_bytes: must be a non-negative integer"),
+    ({"hugepages_2mi": True}, "limits.hugepages_2mi: must be a non-negative integer"),
+    (["cpus=0"], "limits: must be a mapping"),
+    ({}, "the limits book nothing a slice enforces (cpus, mems, cpu_millis, memory_bytes, hugepages_2mi or "
+         "hugepages_1gi)"),
+])
+def test_slice_limits_are_checked_as_root(helper, limits, error):
+    reply = helper.request({"op": "slice.apply", "allocation_id": "a1", "limits": limits})
+    assert reply == {"ok": False, "error": error}
     assert not os.path.exists(helper.node("/run/bcd/slices"))
 
 
-@pytest.mark.parametrize("content, words", [
-    ("{not json", "not JSON"),
-    (json.dumps({"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu", "devices": []}), "of kind bcd.dev/gpu"),
-    (valid_cdi("a2"), "is not a1"),                       # another allocation's spec
-    (json.dumps({"cdiVersion": "0.6.0", "kind": "bcd.dev/gpu", "annotations": {"bcd.dev/allocation-id": "a1"},
-                 "devices": []}), "not valid CDI"),
-    (json.dumps({"cdiVersion": "0.6.0", "kind": "bcd.dev/gpu", "annotations": {"bcd.dev/allocation-id": "a1"},
-                 "devices": [{"name": "GPU/x", "containerEdits": {"env": ["A=1"]}}]}), "not valid CDI"),
-    (json.dumps({"cdiVersion": "0.6.0", "kind": "bcd.dev/gpu", "annotations": {"bcd.dev/allocation-id": "a1"},
-                 "devices": [{"name": "GPU-x", "containerEdits": {}}]}), "not valid CDI"),
-    (valid_cdi("a1")[:-1] + ', "unknown": 1}', "not valid CDI"),
-    (valid_cdi("a1").replace("BCD_DEVICE", "BCD\0"), "NUL"),
-    (["not", "a", "string"], "must be a string"),
+@pytest.mark.parametrize("data, error", [
+    (b"this is not json\n", "malformed request"),
+    (b"\xff\xfe\n", "malformed request"),
+    (b"[1, 2, 3]\n", "a request must be a JSON object, not a list"),
+    (b'{"op": "file.write", "kind": "cdi", "allocation_id": "a1", "content": "{}"}\n',
+     "unknown op 'file.write'; known: hold.remove, hold.write, kube.look, slice.apply, slice.stop"),
+    (b'{"op": ["hold.write"]}\n', "unknown op a list"),
+    (b"[" * 5000 + b"]" * 5000 + b"\n", "a request nests deeper than 16 levels"),
+    (b'{"op": "slice.stop", "allocation_id": "a1\\u0000"}\n', "a request must not contain NUL characters"),
 ])
-def test_content_that_is_not_a_valid_bcd_cdi_spec_for_that_allocation_is_refused(helper, content, words):
-    reply = helper.request({"op": "file.write", "kind": "cdi", "allocation_id": "a1", "content": content})
+def test_garbage_gets_a_clear_refusal_and_the_helper_goes_on(helper, data, error):
+    [reply] = helper.send(data)
     assert reply["ok"] is False
-    assert words in reply["error"]
-    assert not os.path.exists(helper.node("/etc/cdi/bcd-a1.json"))
+    assert reply["error"].startswith(error), reply
+    assert helper.request({"op": "slice.stop", "allocation_id": "a9"}) == {"ok": True}
 
 
-def test_a_nul_escaped_inside_the_cdi_json_is_refused_too(helper):
-    content = valid_cdi("a1").replace("BCD_DEVICE", "BCD\\u0000")
-    assert "\0" in json.loads(content)["devices"][0]["containerEdits"]["env"][0]
-    reply = helper.request({"op": "file.write", "kind": "cdi", "allocation_id": "a1", "content": content})
-    assert reply["ok"] is False
-    assert not os.path.exists(helper.node("/etc/cdi/bcd-a1.json"))
+def test_a_blank_line_is_no_request_and_gets_no_reply(helper):
+    assert helper.send(b"\n") == []
+    assert helper.request({"op": "slice.stop", "allocation_id": "a9"}) == {"ok": True}
 
 
-@pytest.mark.parametrize("content", ["no equals sign\n", "=value\n", "1KEY=x\n", "KEY WITH SPACE=x\n"])
-def test_env_content_must_be_key_value_lines(helper, content):
-    reply = helper.request({"op": "file.write", "kind": "allocation-env", "allocation_id": "a1", "content": content})
-    assert reply == {"ok": False, "error": "env line 1 is not KEY=VALUE"}
-    assert not os.path.exists(helper.node("/run/bcd/allocations/a1.env"))
-
-
-def test_garbage_lines_each_get_a_clear_refusal_and_the_connection_goes_on(helper):
-    replies = helper.send(
-        b"this is not json\n",
-        b"\xff\xfe\n",
-        b"[1, 2, 3]\n",
-        b'{"op": "file.chmod", "path": "/etc/shadow"}\n',
-        b'{"op": "ping"}\n',
-        b"\n",                                               # blank lines are skipped, not answered
-        (json.dumps({"op": "file.write", "kind": "allocation-env", "allocation_id": "a9",
-                     "content": "A=1\n"}) + "\n").encode(),
-    )
-    assert [reply["ok"] for reply in replies] == [False, False, False, False, False, True]
-    assert replies[0]["error"].startswith("malformed request")
-    assert replies[1]["error"].startswith("malformed request")
-    assert replies[2]["error"] == "a request must be a JSON object"
-    assert "unknown op 'file.chmod'" in replies[3]["error"]
-    assert "file.write, file.remove, slice.apply, slice.remove" in replies[4]["error"]
-    assert os.path.exists(helper.node("/run/bcd/allocations/a9.env"))
+def test_only_the_first_line_of_a_connection_is_served(helper):
+    second = json.dumps({"op": "hold.write", "kind": "allocation-env", "hold": hold("a2")})
+    replies = helper.send(json.dumps({"op": "slice.stop", "allocation_id": "a1"}) + "\n" + second + "\n")
+    assert replies == [{"ok": True}]
+    assert not os.path.exists(helper.node("/run/bcd/allocations/a2.env"))
 
 
 def test_a_2_mib_line_is_refused_and_the_helper_still_answers_afterwards(helper):
@@ -339,7 +368,7 @@ def test_a_2_mib_line_is_refused_and_the_helper_still_answers_afterwards(helper)
                 connection.settimeout(10)
                 connection.connect(helper.socket)
                 try:
-                    connection.sendall(b'{"op": "file.write", "content": "' + b"x" * (2 << 20) + b'"}\n')
+                    connection.sendall(b'{"op": "hold.write", "hold": "' + b"x" * (2 << 20) + b'"}\n')
                 except OSError:
                     pass                                     # the helper hung up mid-line, as it should
                 data = b""
@@ -362,21 +391,24 @@ def test_a_2_mib_line_is_refused_and_the_helper_still_answers_afterwards(helper)
     assert replies == [{"ok": False, "error": "request longer than %d bytes" % MAX_REQUEST}]
     assert helper.files() == {}
     # a fresh connection is served as before
-    assert helper.request({"op": "file.write", "kind": "allocation-env", "allocation_id": "a1",
-                           "content": "A=1\n"}) == {"ok": True}
+    assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": hold()}) == {"ok": True}
 
 
 def test_a_peer_that_hangs_up_mid_line_does_not_stop_the_helper(helper):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.connect(helper.socket)
-        connection.sendall(b'{"op": "file.wri')
-    assert helper.request({"op": "slice.remove", "name": "bcd-alloc-a1.slice"}) == {"ok": True}
+        connection.sendall(b'{"op": "hold.wri')
+    assert helper.request({"op": "slice.stop", "allocation_id": "a1"}) == {"ok": True}
+
+
+def test_a_last_line_without_its_newline_is_still_answered(helper):
+    assert helper.send(json.dumps({"op": "slice.stop", "allocation_id": "a1"})) == [{"ok": True}]
 
 
 def test_the_client_turns_a_refusal_into_a_helper_error(helper):
     client = HelperClient(helper.socket, timeout=5)
-    with pytest.raises(HelperError, match="refused file.write: .*does not match"):
-        client.write_node_file("cdi", "../x", b"{}")
+    with pytest.raises(HelperError, match="refused hold.remove: allocation_id '../x' does not match"):
+        client.request({"op": "hold.remove", "kind": "cdi", "allocation_id": "../x"})
     assert client.reachable() is None
     missing = HelperClient(os.path.join(helper.base, "no-such.sock"), timeout=1)
     assert "cannot be reached" in missing.reachable()
@@ -390,8 +422,8 @@ connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 connection.settimeout(10)
 connection.connect(sys.argv[1])
 try:
-    connection.sendall((json.dumps({"op": "file.write", "kind": "allocation-env", "allocation_id": "a1",
-                                    "content": "A=1\n"}) + "\n").encode())
+    connection.sendall((json.dumps({"op": "slice.apply", "allocation_id": "a1",
+                                    "limits": {"cpus": "0"}}) + "\n").encode())
 except OSError:
     pass  # the helper may hang up on a refused peer before the request is sent
 print(connection.recv(65536).decode().strip())
@@ -411,9 +443,9 @@ def test_a_peer_that_is_not_allowed_is_refused_by_its_credentials(helper):
     account = nobody()
     assert json.loads(proc.stdout) == {
         "ok": False, "error": "uid %d gid %d may not use this helper" % (account.pw_uid, account.pw_gid)}
-    assert not os.path.exists(helper.node("/run/bcd/allocations/a1.env"))
+    assert not os.path.exists(helper.node("/run/bcd/slices"))
     # root is still served
-    assert helper.request({"op": "slice.remove", "name": "bcd-alloc-a1.slice"}) == {"ok": True}
+    assert helper.request({"op": "slice.stop", "allocation_id": "a1"}) == {"ok": True}
 
 
 def test_the_policy_serves_root_the_allowed_users_and_groups():
