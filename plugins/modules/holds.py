@@ -49,9 +49,10 @@ options:
       - C(allocation_id) (required) names the hold's files and events; it must match C(^[A-Za-z0-9_]{1,80}$)
         and appear once.
       - C(reservation_id) is written into the spec's annotations and the env file.
-      - C(binding) is V(BINDING_HOLD) (the default; a workload manager on the node) or V(BINDING_KUBERNETES)
+      - C(binding) (required) is V(BINDING_HOLD) (a workload manager on the node) or V(BINDING_KUBERNETES)
         (the kubelet's device plugins; no vendor edits and no C(NVIDIA_VISIBLE_DEVICES) in the spec). Any
-        other binding is refused with V(unsupported-binding).
+        other binding, a missing or empty one included (proto3's V(BINDING_UNSPECIFIED)), is refused with
+        V(unsupported-binding).
       - C(devices) (required, at least one) lists the atoms, each C(id) and C(device_class) (V(gpu),
         V(gpu.mig), V(gpu.slot); empty reads as V(gpu)). A whole GPU is its UUID, a MIG instance
         C(<GPU uuid>/gi<N>/ci<M>), a slot C(<GPU uuid>/s<N>).
@@ -140,6 +141,7 @@ EXAMPLES = r"""
         env:
           - TEAM=vision
       - allocation_id: alloc_01jz8k3a
+        binding: BINDING_HOLD
         reservation_id: rsv_01jz8k20
         devices:
           - {id: GPU-5f1c2a90-0000-4000-8000-000000000002/gi1/ci0, device_class: gpu.mig}
@@ -171,6 +173,7 @@ EXAMPLES = r"""
     fakehw: /tmp/node-a/fakehw.yml
     devices:
       - allocation_id: alloc_demo
+        binding: BINDING_HOLD
         devices: [{id: GPU-5f1c2a90-0000-4000-8000-000000000001}]
 """
 

@@ -137,31 +137,31 @@ def holds_generation_1(nodes):
     a, j, b, w = (nodes[name] for name in ("node-a", "node-j", "node-b", "node-w"))
     return {
         "node-a": [
-            {"allocation_id": "h_whole", "reservation_id": "rsv_whole",
+            {"allocation_id": "h_whole", "reservation_id": "rsv_whole", "binding": "BINDING_HOLD",
              "devices": [{"id": atom(a, 0), "device_class": "gpu"}], "env": ["TEAM=vision"]},
-            {"allocation_id": "h_mig", "reservation_id": "rsv_mig",
+            {"allocation_id": "h_mig", "reservation_id": "rsv_mig", "binding": "BINDING_HOLD",
              "devices": [{"id": atom(a, 1, "/gi1/ci0"), "device_class": "gpu.mig"}]},
-            {"allocation_id": "h_slots", "reservation_id": "rsv_slots",
+            {"allocation_id": "h_slots", "reservation_id": "rsv_slots", "binding": "BINDING_HOLD",
              "devices": [{"id": atom(a, 2, "/s0"), "device_class": "gpu.slot"},
                          {"id": atom(a, 2, "/s1"), "device_class": "gpu.slot"}]},
             {"allocation_id": "h_kube", "reservation_id": "rsv_kube", "binding": "BINDING_KUBERNETES",
              "devices": [{"id": atom(a, 3), "device_class": "gpu"}]},
-            {"allocation_id": "h_pair", "reservation_id": "rsv_pair",
+            {"allocation_id": "h_pair", "reservation_id": "rsv_pair", "binding": "BINDING_HOLD",
              "devices": [{"id": atom(a, 4), "device_class": "gpu"}, {"id": atom(a, 5), "device_class": ""}],
              "limits": {"cpus": "0-1", "cpu_millis": 1500, "memory_bytes": 1 << 30}},
         ],
         "node-j": [
-            {"allocation_id": "j_whole", "reservation_id": "rsv_j1",
+            {"allocation_id": "j_whole", "reservation_id": "rsv_j1", "binding": "BINDING_HOLD",
              "devices": [{"id": atom(j, 0), "device_class": "gpu"}]},
-            {"allocation_id": "j_mig", "reservation_id": "rsv_j2",
+            {"allocation_id": "j_mig", "reservation_id": "rsv_j2", "binding": "BINDING_HOLD",
              "devices": [{"id": atom(j, 1, "/gi2/ci0"), "device_class": "gpu.mig"}]},
         ],
         "node-b": [
-            {"allocation_id": "b_whole", "reservation_id": "rsv_b1",
+            {"allocation_id": "b_whole", "reservation_id": "rsv_b1", "binding": "BINDING_HOLD",
              "devices": [{"id": atom(b, 0), "device_class": "gpu"}]},
         ],
         "node-w": [
-            {"allocation_id": "w_whole", "reservation_id": "rsv_w1",
+            {"allocation_id": "w_whole", "reservation_id": "rsv_w1", "binding": "BINDING_HOLD",
              "devices": [{"id": atom(w, 1), "device_class": "gpu"}]},
         ],
     }
@@ -171,7 +171,7 @@ def holds_generation_2(nodes):
     """node-a, generation 2: h_whole, h_mig and h_kube go; GPU 0 moves to h_new."""
     a = nodes["node-a"]
     kept = [h for h in holds_generation_1(nodes)["node-a"] if h["allocation_id"] in ("h_slots", "h_pair")]
-    return {"node-a": kept + [{"allocation_id": "h_new", "reservation_id": "rsv_new",
+    return {"node-a": kept + [{"allocation_id": "h_new", "reservation_id": "rsv_new", "binding": "BINDING_HOLD",
                                "devices": [{"id": atom(a, 0), "device_class": "gpu"}]}]}
 
 

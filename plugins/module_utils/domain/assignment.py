@@ -24,6 +24,7 @@ ALLOCATION_ID_RE = re.compile(r"^%s$" % ALLOCATION_ID)
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 CPULIST_MAX = 1024
+DECIMAL_RE = re.compile(r"^[0-9]{1,20}$")  # int64's decimal string, bounded before int() reads it
 # The kernel's own ceilings (NR_CPUS and MAX_NUMNODES at their largest): a number beyond them names
 # nothing on any host, and bounding them keeps every cpulist a few thousand numbers at most.
 MAX_CPU = 8191
@@ -31,9 +32,13 @@ MAX_NODE = 1023
 MAX_INTEGER = (1 << 63) - 1  # int64, as the control plane's protobuf carries every number
 MAX_ENV_LINES = 256
 TEXT_MAX = 256
-MAX_ASSIGNMENTS = 1024  # per pass: a devices section is one node's, and every entry costs a journal write
+MAX_ASSIGNMENTS = 1024  # honoured per pass: a devices section is one node's, and every entry costs a journal write
+# Entries beyond MAX_ASSIGNMENTS are refused one by one (so the section still reports and the rest
+# converge); a list longer than this is not a node's section at all and fails the task, read no further.
+MAX_LISTED = 2 * MAX_ASSIGNMENTS
 
 BINDING_HOLD = "BINDING_HOLD"
+BINDING_UNSPECIFIED = "BINDING_UNSPECIFIED"
 BINDING_KUBERNETES = "BINDING_KUBERNETES"
 
 LIMIT_LISTS = ("cpus", "mems")
@@ -78,7 +83,7 @@ class Assignment:
 
     allocation_id: str
     reservation_id: str = ""
-    binding: str = BINDING_HOLD
+    binding: str = BINDING_UNSPECIFIED
     devices: Tuple[DeviceRef, ...] = ()
     limits: Optional[Limits] = None
     env: Tuple[str, ...] = ()
@@ -125,9 +130,16 @@ def _text(value, where, required=False, maximum=TEXT_MAX):
     return value
 
 
-def _number(value, where):
+def _number(value, where, strings=False):
+    """A non-negative int64. With ``strings``, also its decimal string: proto3's JSON mapping writes
+    int64 fields as strings (``"memory_bytes": "4294967296"``)."""
     if value is None:
         return None
+    if strings and isinstance(value, str):
+        if not DECIMAL_RE.fullmatch(value):
+            raise InvalidAssignment("%s: %s is not a non-negative integer or its decimal string"
+                                    % (where, _show(value)))
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidAssignment("%s: must be a non-negative integer" % where)
     if value > MAX_INTEGER:
@@ -187,7 +199,7 @@ def parse_limits(raw):
     values = {"cpus": check_cpulist(raw.get("cpus") or None, "limits.cpus"),
               "mems": check_nodelist(raw.get("mems") or None, "limits.mems")}
     for name in LIMIT_NUMBERS:
-        values[name] = _number(raw.get(name), "limits.%s" % name)
+        values[name] = _number(raw.get(name), "limits.%s" % name, strings=True)
     limits = Limits(**values)
     return None if limits.is_empty() else limits
 
@@ -244,8 +256,9 @@ def parse_assignment(raw, index=0):
     allocation_id = raw.get("allocation_id")
     if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
         raise InvalidAssignment("allocation_id: %s does not match %s" % (_show(allocation_id), ALLOCATION_ID_RE.pattern))
-    binding = raw.get("binding")
-    binding = _text(binding, "binding", maximum=64) or BINDING_HOLD
+    # proto3 leaves out the zero value, so a missing or empty binding is BINDING_UNSPECIFIED: refused
+    # (unsupported-binding) with the other bindings bcd does not take, never guessed to be a plain hold
+    binding = _text(raw.get("binding"), "binding", maximum=64) or BINDING_UNSPECIFIED
     return Assignment(
         allocation_id=allocation_id,
         reservation_id=_text(raw.get("reservation_id"), "reservation_id"),
@@ -297,7 +310,8 @@ def _show(value):
 def parse_assignments(raw_list):
     """Split the raw ``devices`` section into assignments and refusals.
 
-    An allocation id may appear once. One sent more than once is ambiguous, so
+    The first ``MAX_ASSIGNMENTS`` entries are honoured; each one after them is
+    refused. An allocation id may appear once. One sent more than once is ambiguous, so
     every entry of it is refused (one refusal for the allocation) and a hold it
     already has is kept as it is. A refusal for an entry without a usable
     allocation id is keyed by its position (``devices[3]``) so it can still be
@@ -305,8 +319,9 @@ def parse_assignments(raw_list):
     """
     if raw_list is not None and not isinstance(raw_list, list):
         raise InvalidAssignment("devices: must be a list of assignments")
-    if len(raw_list or []) > MAX_ASSIGNMENTS:
-        raise InvalidAssignment("devices: %d assignments; at most %d fit one node" % (len(raw_list), MAX_ASSIGNMENTS))
+    if len(raw_list or []) > MAX_LISTED:
+        raise InvalidAssignment("devices: %d assignments; at most %d are read (%d honoured)"
+                                % (len(raw_list), MAX_LISTED, MAX_ASSIGNMENTS))
     parsed = ParsedInput()
     keys = []
     for index, raw in enumerate(raw_list or []):
@@ -321,6 +336,9 @@ def parse_assignments(raw_list):
         try:
             if counts[key] > 1:
                 raise InvalidAssignment("allocation_id: %s appears %d times" % (key, counts[key]))
+            if index >= MAX_ASSIGNMENTS:
+                raise InvalidAssignment("devices[%d]: beyond the %d assignments a pass honours"
+                                        % (index, MAX_ASSIGNMENTS))
             parsed.assignments.append(parse_assignment(raw, index))
         except InvalidAssignment as exc:
             parsed.refusals.append(Refusal(key, "invalid-assignment", str(exc)))

@@ -13,6 +13,13 @@ gpu.slot    ``GPU-…/s<N>``          ``GPU-…``   the parent GPU's UUID
 
 A slot is bookkeeping only: the driver sees the whole GPU (MPS or time-slicing
 shares it). An empty device class reads as ``gpu``.
+
+One MIG instance or slot has one spelling: ``gi1``, never ``gi01``. A number with
+a leading zero is a malformed id (``unsupported-device``), so two spellings can
+never bind the same instance twice, and the id in a file name, an annotation and
+an event is the one the control plane sent. Holds read back from disk (which an
+older release may have written with another spelling) are still compared by
+what they are (``Atom.key``), not by how they are spelled.
 """
 
 from __future__ import annotations
@@ -28,8 +35,12 @@ CLASS_MIG = "gpu.mig"
 CLASS_SLOT = "gpu.slot"
 CLASSES = (CLASS_GPU, CLASS_MIG, CLASS_SLOT)
 
-MIG_ID_RE = re.compile(r"^([^/]+)/gi([0-9]{1,6})/ci([0-9]{1,6})$")
-SLOT_ID_RE = re.compile(r"^([^/]+)/s([0-9]{1,6})$")
+# New input: canonical numbers only (no leading zero). Read back: any spelling an older release took.
+_NUMBER = r"(0|[1-9][0-9]{0,5})"
+MIG_ID_RE = re.compile(r"^([^/]+)/gi%s/ci%s$" % (_NUMBER, _NUMBER))
+SLOT_ID_RE = re.compile(r"^([^/]+)/s%s$" % _NUMBER)
+_MIG_ID_READ_RE = re.compile(r"^([^/]+)/gi([0-9]{1,6})/ci([0-9]{1,6})$")
+_SLOT_ID_READ_RE = re.compile(r"^([^/]+)/s([0-9]{1,6})$")
 # A CDI device name (the atom id with "/" as "_") must match this.
 CDI_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 
@@ -56,6 +67,15 @@ class Atom:
     mig_uuid: Optional[str] = None
 
     @property
+    def key(self):
+        """What the atom is, whatever the spelling of its id: conflicts compare these."""
+        if self.device_class == CLASS_MIG:
+            return (CLASS_MIG, self.gpu_uuid, self.gi, self.ci)
+        if self.device_class == CLASS_SLOT:
+            return (CLASS_SLOT, self.gpu_uuid, self.slot)
+        return (CLASS_GPU, self.gpu_uuid)
+
+    @property
     def whole(self):
         return self.device_class == CLASS_GPU
 
@@ -69,19 +89,21 @@ class Atom:
         return self.mig_uuid if self.device_class == CLASS_MIG else self.gpu_uuid
 
 
-def parse_atom(device_id, device_class=""):
-    """Parse an atom id of a given class; raise ``AtomRefused`` (unsupported-device)."""
+def parse_atom(device_id, device_class="", read_back=False):
+    """Parse an atom id of a given class; raise ``AtomRefused`` (unsupported-device). ``read_back``
+    takes the spellings a hold on disk may carry (leading zeros)."""
     device_class = device_class or CLASS_GPU
+    mig_re, slot_re = (_MIG_ID_READ_RE, _SLOT_ID_READ_RE) if read_back else (MIG_ID_RE, SLOT_ID_RE)
     if device_class == CLASS_GPU:
         atom = Atom(id=device_id, device_class=CLASS_GPU, gpu_uuid=device_id)
     elif device_class == CLASS_MIG:
-        match = MIG_ID_RE.fullmatch(device_id)
+        match = mig_re.fullmatch(device_id)
         if not match:
             raise AtomRefused("unsupported-device", '"%s" is not a MIG instance id (<gpu>/gi<n>/ci<n>)' % device_id)
         atom = Atom(id=device_id, device_class=CLASS_MIG, gpu_uuid=match.group(1),
                     gi=int(match.group(2)), ci=int(match.group(3)))
     elif device_class == CLASS_SLOT:
-        match = SLOT_ID_RE.fullmatch(device_id)
+        match = slot_re.fullmatch(device_id)
         if not match:
             raise AtomRefused("unsupported-device", '"%s" is not a slot id (<gpu>/s<n>)' % device_id)
         atom = Atom(id=device_id, device_class=CLASS_SLOT, gpu_uuid=match.group(1), slot=int(match.group(2)))
@@ -92,10 +114,10 @@ def parse_atom(device_id, device_class=""):
 
 def atom_from_id(device_id):
     """An atom read back from a hold's ``bcd.dev/device-id`` annotation: the class follows from the form."""
-    if MIG_ID_RE.fullmatch(device_id):
-        return parse_atom(device_id, CLASS_MIG)
-    if SLOT_ID_RE.fullmatch(device_id):
-        return parse_atom(device_id, CLASS_SLOT)
+    if _MIG_ID_READ_RE.fullmatch(device_id):
+        return parse_atom(device_id, CLASS_MIG, read_back=True)
+    if _SLOT_ID_READ_RE.fullmatch(device_id):
+        return parse_atom(device_id, CLASS_SLOT, read_back=True)
     return parse_atom(device_id, CLASS_GPU)
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_GPU
+
 UNREADABLE_RELEASES = "(pending Kubernetes releases that could not be read)"
 
 
@@ -26,7 +28,7 @@ class Claims(object):
     """Every claim on the node's GPUs, by allocation (or VM instance)."""
 
     def __init__(self):
-        self.atoms = {}  # type: Dict[str, str]
+        self.atoms = {}  # type: Dict[tuple, str]  # Atom.key -> owner
         self.whole = {}  # type: Dict[str, str]
         self.parts = {}  # type: Dict[str, List[Tuple[str, str]]]
         self.vfio = {}  # type: Dict[str, str]
@@ -34,7 +36,7 @@ class Claims(object):
     def claim(self, owner, atoms):
         """Record that ``owner`` holds ``atoms`` (parsed ``Atom`` objects)."""
         for atom in atoms:
-            self.atoms.setdefault(atom.id, owner)
+            self.atoms.setdefault(atom.key, owner)
             if atom.whole:
                 self.whole.setdefault(atom.gpu_uuid, owner)
             else:
@@ -43,7 +45,7 @@ class Claims(object):
     def claim_every_gpu(self, owner, gpu_uuids):
         for uuid in gpu_uuids:
             self.whole.setdefault(uuid, owner)
-            self.atoms.setdefault(uuid, owner)
+            self.atoms.setdefault((CLASS_GPU, uuid), owner)
 
     def pass_through(self, instance_id, gpu_uuids):
         for uuid in gpu_uuids:
@@ -60,15 +62,15 @@ def conflicts(atoms, claims):
 
     seen = set()
     for atom in atoms:
-        if atom.id in seen:
+        if atom.key in seen:
             add("a device is listed twice")
-        seen.add(atom.id)
+        seen.add(atom.key)
     for atom in atoms:
         instance = claims.vfio.get(atom.gpu_uuid)
         if instance is not None:
             add("%s is passed through to instance %s" % (atom.gpu_uuid, instance))
             continue
-        owner = claims.atoms.get(atom.id)
+        owner = claims.atoms.get(atom.key)
         if owner is not None:
             add("%s is assigned to %s" % (atom.id, owner))
             continue

@@ -41,7 +41,14 @@ import threading
 import time
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import SliceApply
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE, InvalidAssignment, parse_hold_request, parse_limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
+    ALLOCATION_ID_RE,
+    BINDING_HOLD,
+    BINDING_KUBERNETES,
+    InvalidAssignment,
+    parse_hold_request,
+    parse_limits,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import AtomRefused, resolve_devices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, RenderError, render_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
@@ -151,6 +158,8 @@ def _write_hold(host, kind, data):
     """Root renders the file from the hold's data, as a pass would: the node's own atoms and vendor spec."""
     try:
         assignment, generation = parse_hold_request(data)
+        if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
+            raise Refused("binding %s is not supported" % assignment.binding)
         atoms = resolve_devices(assignment.devices, host.inventory())
         spec, env = render_hold(assignment, atoms, generation, host.vendor_spec(), host.exists(MPS_PIPE_DIRECTORY))
     except (InvalidAssignment, AtomRefused, RenderError) as exc:

@@ -63,8 +63,8 @@ def test_a_full_assignment_is_read_field_by_field():
     assert assignment.env == ("TEAM=vision", "EMPTY=", "EQ=a=b")
 
 
-def test_absent_optional_fields_mean_a_plain_hold_of_devices_only():
-    assignment = parse_assignment({"allocation_id": "a", "devices": [{"id": GPU}]})
+def test_absent_optional_fields_mean_a_hold_of_devices_only():
+    assignment = parse_assignment({"allocation_id": "a", "binding": "BINDING_HOLD", "devices": [{"id": GPU}]})
     assert assignment.binding == BINDING_HOLD and not assignment.kubernetes
     assert assignment.reservation_id == ""
     assert assignment.devices == (DeviceRef(GPU, "gpu"),)
@@ -195,10 +195,27 @@ def test_a_cpulist_of_1024_characters_is_fine():
 
 
 @pytest.mark.parametrize("field", ["cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi"])
-@pytest.mark.parametrize("value", [-1, 1.5, 1.0, True, "5", [1], {}])
+@pytest.mark.parametrize("value", [-1, 1.5, 1.0, True, [1], {}])
 def test_a_limit_that_is_not_a_non_negative_integer_is_refused(field, value):
     refusal = refusal_of(entry(limits={field: value}))
     assert refusal.message == "limits.%s: must be a non-negative integer" % field
+
+
+@pytest.mark.parametrize("field", ["cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi"])
+def test_an_integer_limit_may_come_as_its_decimal_string_as_proto3_json_writes_int64(field):
+    assert getattr(parse_assignment(entry(limits={field: "4294967296"})).limits, field) == 4294967296
+    assert getattr(parse_assignment(entry(limits={field: "0"})).limits, field) == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "1e9", " 5", "5 ", "0x10", "", "4G", "٣", "1" * 21])
+def test_a_limit_string_that_is_not_a_decimal_integer_is_refused(value):
+    refusal = refusal_of(entry(limits={"memory_bytes": value}))
+    assert refusal.message == "limits.memory_bytes: %r is not a non-negative integer or its decimal string" % value
+
+
+def test_a_limit_string_beyond_int64_is_refused():
+    refusal = refusal_of(entry(limits={"memory_bytes": str(1 << 63)}))
+    assert refusal.message == "limits.memory_bytes: larger than %d" % ((1 << 63) - 1)
 
 
 @pytest.mark.parametrize("limits, message", [

@@ -37,7 +37,7 @@ UNPRIVILEGED = ("bcd node runs without root and without [helper]: it cannot writ
 
 
 def hold(allocation_id, device_id, device_class="gpu", **extra):
-    item = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id,
+    item = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": "BINDING_HOLD",
             "devices": [{"id": device_id, "device_class": device_class}]}
     item.update(extra)
     return item

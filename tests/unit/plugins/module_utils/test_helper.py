@@ -48,7 +48,7 @@ COLLECTIONS_PARENT = _cli.__file__[:_cli.__file__.rindex("/ansible_collections/"
 def hold(allocation_id="a1", device=GPU_A, **fields):
     """A hold as the unprivileged side sends it (``domain.assignment.hold_request``)."""
     data = {"allocation_id": allocation_id, "reservation_id": "r-%s" % (allocation_id,), "generation": 3,
-            "binding": "BINDING_PLAIN", "devices": [{"id": device}], "limits": None, "env": []}
+            "binding": "BINDING_HOLD", "devices": [{"id": device}], "limits": None, "env": []}
     data.update(fields)
     return data
 
@@ -301,6 +301,10 @@ def test_a_key_the_operation_does_not_take_is_refused_by_name(helper, message, e
     ({"devices": [{"id": "GPU-5f1c2a90-0000-4000-8000-0000000000ff"}]},
      "GPU-5f1c2a90-0000-4000-8000-0000000000ff not present"),
     ({"generation": None}, "generation: required"),
+    ({"binding": None}, "binding BINDING_UNSPECIFIED is not supported"),
+    ({"binding": "BINDING_INSTANCE"}, "binding BINDING_INSTANCE is not supported"),
+    ({"devices": [{"id": GPU_A + "/gi01/ci0", "device_class": "gpu.mig"}]},
+     '"%s/gi01/ci0" is not a MIG instance id (<gpu>/gi<n>/ci<n>)' % GPU_A),
     ({"containerEdits": {"hooks": []}}, "hold.containerEdits: unknown field"),
     ({"limits": {"cpus": "0-30000000"}}, "limits.cpus: CPU 30000000 is beyond 8191, the most any host has"),
 ])
@@ -479,8 +483,8 @@ def test_a_pass_as_nobody_is_refused_alone_and_binds_through_the_helper(base):
         spec = os.path.join(base, "spec.json")
         with open(spec, "w") as handle:
             json.dump({"generation": 1, "devices": [
-                {"allocation_id": "a1", "reservation_id": "r1", "devices": [{"id": GPU_A}]},
-                {"allocation_id": "a2", "reservation_id": "r2", "devices": [{"id": GPU_B}],
+                {"allocation_id": "a1", "reservation_id": "r1", "binding": "BINDING_HOLD", "devices": [{"id": GPU_A}]},
+                {"allocation_id": "a2", "reservation_id": "r2", "binding": "BINDING_HOLD", "devices": [{"id": GPU_B}],
                  "limits": {"cpus": "0-1", "memory_bytes": 1 << 30}},
             ]}, handle)
         common = ["--root", running.root, "--fakehw", running.fakehw, "--json"]
@@ -522,7 +526,7 @@ def test_a_pass_through_the_helper_in_process_binds_and_releases(helper, monkeyp
     # (the helper thread still really is the test's uid, which its policy allows).
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     host = FakeHwHost(helper.root, helper.fakehw, writer=HelperWriter(HelperClient(helper.socket, timeout=10)))
-    devices = [{"allocation_id": "a1", "reservation_id": "r1", "devices": [{"id": GPU_A}]}]
+    devices = [{"allocation_id": "a1", "reservation_id": "r1", "binding": "BINDING_HOLD", "devices": [{"id": GPU_A}]}]
     bound = run_pass(host, 1, devices, lock_timeout=5)
     assert bound.section["state"] == "CONVERGED"
     assert os.path.exists(helper.node("/etc/cdi/bcd-a1.json"))

@@ -57,7 +57,7 @@ def refs(ids):
 
 
 def assign(allocation_id, ids, **fields):
-    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id,
+    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": "BINDING_HOLD",
             "devices": [{"id": r.id, "device_class": r.device_class} for r in refs(ids)]}
     data.update(fields)
     return data

@@ -24,7 +24,7 @@ NODE_UNPRIVILEGED = ("bcd node runs without root and without [helper]: it cannot
 
 
 def hold(allocation_id, *ids, **fields):
-    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id,
+    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": "BINDING_HOLD",
             "devices": [{"id": i, "device_class": "gpu.slot" if "/s" in i else "gpu"} for i in ids]}
     data.update(fields)
     return data

@@ -49,7 +49,7 @@ def converge(capsys, node, generation, devices):
 
 
 def hold(allocation_id, device_id, device_class="gpu"):
-    return {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id,
+    return {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": "BINDING_HOLD",
             "devices": [{"id": device_id, "device_class": device_class}]}
 
 

@@ -1,0 +1,124 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Cases operators hit, each against the spec page, through the bcd.devices.holds module:
+one spelling per MIG instance and slot, a missing binding, the cap on assignments,
+int64 limits as strings, refusals that stay final at their generation, damaged specs
+of wanted holds, env files after a reboot, growing limits, a slice added to a kept
+hold, writes that fail for one hold, and Kubernetes releases taken back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
+
+
+def fails(result):
+    return [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]]
+
+
+def types(result):
+    return [(e["type"], e["body"]["allocation_id"]) for e in result["events"]]
+
+
+def mig(allocation_id, device_id, **fields):
+    data = hold(allocation_id, **fields)
+    data["devices"] = [{"id": device_id, "device_class": "gpu.mig"}]
+    return data
+
+
+# -- 1. one MIG instance or slot, one hold --------------------------------------------
+
+@pytest.mark.parametrize("spelling", ["gi01/ci0", "gi1/ci00", "gi001/ci0"])
+def test_a_mig_id_spelled_with_a_leading_zero_is_unsupported_whichever_comes_first(capsys, node, spelling):
+    odd = "%s/%s" % (GPU_A, spelling)
+    message = '"%s" is not a MIG instance id (<gpu>/gi<n>/ci<n>)' % odd
+    first = run(capsys, node, generation=1, devices=[mig("a1", GPU_A + "/gi1/ci0"), mig("a2", odd)])
+    assert fails(first) == [("a2", "unsupported-device", message)]
+    assert [h["allocation_id"] for h in first["holds"]] == ["a1"]
+    # the other order, on a fresh generation: the odd spelling is refused, the canonical one binds
+    second = run(capsys, node, generation=2, devices=[mig("b2", odd), mig("b1", GPU_A + "/gi1/ci0")])
+    assert fails(second) == [("b2", "unsupported-device", message)]
+    assert [h["allocation_id"] for h in second["holds"]] == ["b1"]
+    assert not node.exists("/etc/cdi/bcd-a2.json") and not node.exists("/etc/cdi/bcd-b2.json")
+
+
+def test_a_slot_spelled_with_a_leading_zero_is_unsupported(capsys, node):
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B + "/s1"), hold("a2", GPU_B + "/s01")])
+    assert fails(result) == [("a2", "unsupported-device", '"%s/s01" is not a slot id (<gpu>/s<n>)' % GPU_B)]
+
+
+def test_a_hold_on_disk_with_an_old_spelling_still_claims_its_mig_instance(capsys, node):
+    # 0.1.0 took gi01: such a hold, read back, must still keep gi1/ci0 from a second allocation
+    run(capsys, node, generation=1, devices=[mig("a1", GPU_A + "/gi1/ci0")])
+    spec = node.read("/etc/cdi/bcd-a1.json").decode().replace(GPU_A + "/gi1/ci0", GPU_A + "/gi01/ci0")
+    node.write("/etc/cdi/bcd-a1.json", spec.encode())
+    result = run(capsys, node, generation=2, devices=[mig("a1", GPU_A + "/gi01/ci0"), mig("a2", GPU_A + "/gi1/ci0")])
+    assert ("a2", "overlap", "%s/gi1/ci0 is assigned to a1" % GPU_A) in fails(result)
+    assert not node.exists("/etc/cdi/bcd-a2.json")
+
+
+# -- 3. a missing or empty binding ---------------------------------------------------
+
+@pytest.mark.parametrize("binding", [None, ""])
+def test_a_missing_or_empty_binding_is_binding_unspecified_and_refused(capsys, node, binding):
+    entry = hold("a1", GPU_A)
+    if binding is None:
+        del entry["binding"]
+    else:
+        entry["binding"] = binding
+    result = run(capsys, node, generation=1, devices=[entry, hold("a2", GPU_B)])
+    assert fails(result) == [("a1", "unsupported-binding", "binding BINDING_UNSPECIFIED is not supported")]
+    assert result["section"]["state"] == "FAILED"
+    assert types(result) == [("AllocationBound", "a2"), ("AllocationFailed", "a1")]
+    assert not node.exists("/etc/cdi/bcd-a1.json") and not node.exists("/run/bcd/allocations/a1.env")
+
+
+# -- 4. more assignments than the cap ---------------------------------------------------
+
+def test_assignments_beyond_the_cap_are_refused_one_by_one_and_the_rest_converge(capsys, node):
+    devices = [hold("a%d" % n, "%s/s%d" % (GPU_B, n)) for n in range(1024)]
+    devices += [hold("x%d" % n, GPU_C) for n in range(3)] + [{"binding": "BINDING_HOLD", "devices": []}]
+    result = run(capsys, node, check=True, generation=1, devices=devices)
+    assert not result.get("failed")
+    assert [p["action"] for p in result["plan"]].count("bind") == 1024
+    assert fails(result) == [
+        ("x0", "invalid-assignment", "devices[1024]: beyond the 1024 assignments a pass honours"),
+        ("x1", "invalid-assignment", "devices[1025]: beyond the 1024 assignments a pass honours"),
+        ("x2", "invalid-assignment", "devices[1026]: beyond the 1024 assignments a pass honours"),
+        ("devices[1027]", "invalid-assignment", "devices[1027]: beyond the 1024 assignments a pass honours"),
+    ]
+    assert result["section"]["state"] == "FAILED"
+
+
+def test_a_list_far_beyond_one_nodes_section_fails_the_task_and_writes_nothing(capsys, node):
+    before = node.listing()
+    result = run(capsys, node, generation=1, devices=[hold("a%d" % n, GPU_A) for n in range(2049)])
+    assert result["failed"] is True
+    assert "devices: 2049 assignments; at most 2048 are read (1024 honoured)" in result["msg"]
+    assert node.listing() == before
+
+
+# -- 5. int64 limits as proto3 JSON writes them -------------------------------------------
+
+def test_integer_limits_sent_as_decimal_strings_bind_like_numbers(capsys, node):
+    limits = {"cpus": "0-1", "memory_bytes": "4294967296", "cpu_millis": "1500", "hugepages_2mi": "0"}
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits=limits)])
+    assert fails(result) == []
+    record = json.loads(node.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))
+    assert record["properties"]["MemoryMax"] == "4294967296"
+    assert record["properties"]["CPUQuota"] == "150%"
+    again = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits=dict(limits, memory_bytes=4294967296,
+                                                                                 cpu_millis=1500, hugepages_2mi=0))])
+    assert again["changed"] is False
+
+
+@pytest.mark.parametrize("value", ["4G", "-1", "1.5", "0x10"])
+def test_a_limit_string_that_is_no_decimal_integer_is_refused_clearly(capsys, node, value):
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"memory_bytes": value})])
+    assert fails(result) == [("a1", "invalid-assignment",
+                              "limits.memory_bytes: %r is not a non-negative integer or its decimal string" % value)]
