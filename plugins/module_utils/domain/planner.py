@@ -22,7 +22,9 @@ executes exactly it. ``plan_pass`` runs the phases of a pass in this order
    rewritten, a hold never reported is reported;
 4. new holds, in spec order, are checked — binding, privilege, atoms,
    conflicts, host admission — and bound, their slice first; each claims its
-   atoms (and its memory) against the holds after it;
+   atoms (and its memory) against the holds after it. One refused at this
+   generation by an earlier pass stays refused with the same reason: a
+   refusal is final at its generation;
 5. every refusal not yet reported for this generation becomes one
    ``AllocationFailed``.
 """
@@ -447,6 +449,10 @@ def _bind_new(state):
         allocation_id = assignment.allocation_id
         if allocation_id in state.live or allocation_id in refused:
             continue
+        final = observed.ledger.refusal_at(allocation_id, generation)
+        if final is not None:  # refused at this generation already: final, whatever has changed since
+            state.failures.append((allocation_id,) + final)
+            continue
         try:
             atoms = _check_new(state, assignment)
         except (AtomRefused, Exhausted) as exc:
@@ -535,7 +541,7 @@ def _report_failures(state):
             continue
         reported.add(allocation_id)
         state.plan.failures.append(Failure(allocation_id, generation, reason, message))
-        if observed.ledger.failures.get(allocation_id) == generation:
+        if observed.ledger.refused_at(allocation_id) == generation:
             continue
         body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
                 "reason": reason, "message": message}

@@ -16,7 +16,10 @@ the host:
     short is finished, and reported, by the next pass). Kubernetes releases
     pending on pods are another thing, kept in ``releasing.json``;
 ``failures``
-    the generation each allocation's ``AllocationFailed`` was journaled for;
+    each allocation's last ``AllocationFailed``: its generation, reason and
+    message. A refusal is final at its generation (the control plane re-places
+    the reservation), so a later pass at that generation refuses it again with
+    the same reason, unreported, instead of binding it;
 ``vfio``
     the GPUs running domains had at the last pass;
 ``observed_generation``
@@ -47,12 +50,23 @@ _LEGACY_UNFINISHED = "releasing"
 class Ledger:
     bound: Dict[str, dict] = field(default_factory=dict)
     unfinished_releases: Dict[str, dict] = field(default_factory=dict)
-    failures: Dict[str, int] = field(default_factory=dict)
+    failures: Dict[str, dict] = field(default_factory=dict)  # allocation -> {generation, reason, message}
     vfio: Dict[str, str] = field(default_factory=dict)
     observed_generation: Optional[int] = None
     last_state: Optional[str] = None
     journal_seq: int = 0
     problem: Optional[str] = None  # why the file could not be read (not saved)
+
+    def refusal_at(self, allocation_id, generation):
+        """``(reason, message)`` of the allocation's refusal journaled at ``generation``, or None."""
+        record = self.failures.get(allocation_id) or {}
+        if record.get("generation") != generation or not isinstance(record.get("reason"), str):
+            return None
+        return record["reason"], record.get("message") or ""
+
+    def refused_at(self, allocation_id):
+        """The generation of the allocation's last journaled refusal, or None."""
+        return (self.failures.get(allocation_id) or {}).get("generation")
 
     def to_json(self):
         data = {"bound": self.bound, "unfinished_releases": self.unfinished_releases, "failures": self.failures,
@@ -71,6 +85,26 @@ def _int_or_none(value):
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _failures(value):
+    """Refusal records; 0.1.0 kept the generation alone (then a refusal is not replayed, only not
+    reported twice)."""
+    records = {}
+    for allocation_id, record in _dict_of(value, (dict, int)).items():
+        if isinstance(record, bool):
+            continue
+        if isinstance(record, int):
+            record = {"generation": record}
+        generation = _int_or_none(record.get("generation"))
+        if generation is None:
+            continue
+        kept = {"generation": generation}
+        for key in ("reason", "message"):
+            if isinstance(record.get(key), str):
+                kept[key] = record[key]
+        records[allocation_id] = kept
+    return records
+
+
 def parse_ledger(content, where):
     """The ledger in ``content`` (None: no file yet, an empty ledger); a damaged one is empty with
     ``problem`` set, so reports may repeat but nothing is lost."""
@@ -86,7 +120,7 @@ def parse_ledger(content, where):
     return Ledger(
         bound=_dict_of(data.get("bound"), dict),
         unfinished_releases=_dict_of(unfinished, dict),
-        failures=_dict_of(data.get("failures"), int),
+        failures=_failures(data.get("failures")),
         vfio=_dict_of(data.get("vfio"), str),
         observed_generation=_int_or_none(data.get("observed_generation")),
         last_state=data.get("last_state") if isinstance(data.get("last_state"), str) else None,
@@ -112,5 +146,6 @@ def record_event(ledger, event, limits=None):
         if bound is not None and sorted(bound.get("device_ids") or []) == sorted(body.get("device_ids") or []):
             ledger.bound.pop(allocation_id, None)
     elif event.get("type") == "AllocationFailed" and isinstance(generation, int):
-        ledger.failures[allocation_id] = generation
+        ledger.failures[allocation_id] = {"generation": generation, "reason": body.get("reason"),
+                                          "message": body.get("message")}
     ledger.journal_seq = max(ledger.journal_seq, event.get("seq") or 0)

@@ -372,13 +372,21 @@ def test_an_allocation_sent_twice_is_refused_once():
 
 
 def test_a_failure_already_reported_for_this_generation_is_not_reported_again():
-    result = plan(5, [assign("a1", [GPU_GONE])], observe(ledger=Ledger(failures={"a1": 5})))
+    # a ledger of 0.1.0 kept the generation alone: not reported twice, checked again
+    result = plan(5, [assign("a1", [GPU_GONE])], observe(ledger=Ledger(failures={"a1": {"generation": 5}})))
     assert fails(result) == [("a1", "device-missing", "%s not present" % GPU_GONE)]
     assert steps(result) == []
 
 
+def test_a_refusal_of_this_generation_is_final_even_when_the_device_is_there_now():
+    refused = {"generation": 5, "reason": "device-missing", "message": "%s has no MIG instance gi1/ci0" % GPU_A}
+    result = plan(5, [assign("a1", [MIG])], observe(ledger=Ledger(failures={"a1": refused})))
+    assert fails(result) == [("a1", "device-missing", "%s has no MIG instance gi1/ci0" % GPU_A)]
+    assert steps(result) == [] and result.holds == []
+
+
 def test_a_later_generation_reports_the_failure_again():
-    result = plan(6, [assign("a1", [GPU_GONE])], observe(ledger=Ledger(failures={"a1": 5})))
+    result = plan(6, [assign("a1", [GPU_GONE])], observe(ledger=Ledger(failures={"a1": {"generation": 5}})))
     assert steps(result) == [("refuse", "a1")]
     assert result.actions[0].event["body"]["generation"] == 6
 

@@ -122,3 +122,26 @@ def test_a_limit_string_that_is_no_decimal_integer_is_refused_clearly(capsys, no
     result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"memory_bytes": value})])
     assert fails(result) == [("a1", "invalid-assignment",
                               "limits.memory_bytes: %r is not a non-negative integer or its decimal string" % value)]
+
+
+# -- 2. a refusal is final at its generation ---------------------------------------------
+
+def test_a_refusal_stays_final_at_its_generation_when_its_cause_goes(capsys, make_node):
+    node = make_node(domains=[{"instance_id": "inst_1", "state": "running", "gpus": [GPU_C]}])
+    refused = run(capsys, node, generation=5, devices=[hold("a1", GPU_C)])
+    message = "%s is passed through to instance inst_1" % GPU_C
+    assert fails(refused) == [("a1", "overlap", message)]
+    assert types(refused) == [("AllocationFailed", "a1")]
+    node.set_hardware(domains=[])  # the VM is gone: the GPU is free now
+    # the drift or retry timer's pass at the same generation: still refused, for the same reason, unreported
+    again = run(capsys, node, generation=5, devices=[hold("a1", GPU_C)])
+    assert fails(again) == [("a1", "overlap", message)]
+    assert again["section"]["state"] == "FAILED"
+    assert again["changed"] is False and again["plan"] == []
+    assert types(again) == [("AllocationFailed", "a1")]  # the one journaled before, nothing new
+    assert not node.exists("/etc/cdi/bcd-a1.json")
+    # a new generation checks it again
+    placed = run(capsys, node, generation=6, devices=[hold("a1", GPU_C)])
+    assert fails(placed) == []
+    assert types(placed)[-1] == ("AllocationBound", "a1")
+    assert node.exists("/etc/cdi/bcd-a1.json")
