@@ -66,6 +66,11 @@ def plan_kubernetes_releases(state):
         actions.append(QuarantineReleases("", "set %s/releasing.json aside (%s) and claim every GPU until the "
                                           "kube side is known" % (observed.state_dir, releases.unreadable),
                                           now=observed.now))
+        # said in the pass that does it, whether or not the marker can be cleared at once: the releases
+        # the file held are lost, and someone must learn of it
+        state.plan.warnings.append("%s/releasing.json is unreadable (%s): it is set aside, never deleted; the "
+                                   "Kubernetes releases it held cannot be reported" % (observed.state_dir,
+                                                                                       releases.unreadable))
     if state.marker and observed.kube is not None and observed.kube.error is None:
         known = set()  # what pods may hold of allocations the node knows: their devices and parent GPUs
         for device_ids in [hold.device_ids for hold in observed.live.values()] + \

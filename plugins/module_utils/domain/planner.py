@@ -318,7 +318,9 @@ def _claim_everything(state):
         state.claims.claim(allocation_id, atoms_of(state.pending[allocation_id].device_ids))
     if state.marker:
         state.claims.claim_every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
-    state.plan.conditions = release_conditions(state.pending.values(), state.marker, observed.now, observed.state_dir)
+    # the pass that sets an unreadable file aside raises the condition even when it clears the marker too
+    unreadable = state.marker or observed.releases.unreadable is not None
+    state.plan.conditions = release_conditions(state.pending.values(), unreadable, observed.now, observed.state_dir)
     state.plan.pending_releases = pending_summary(state.pending.values(), observed.now, state.holders)
 
 

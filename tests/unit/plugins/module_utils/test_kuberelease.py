@@ -345,6 +345,13 @@ def test_pods_on_gpus_of_allocations_the_node_knows_do_not_keep_the_marker(node)
     assert steps(result)[:2] == [("quarantine-releases", ""), ("clear-marker", "")]
     assert not node.exists(MARKER)
     assert len(asides(node)) == 1
+    # releases were lost: the pass that set the file aside says so, though it could clear the marker at once
+    assert condition(result, "KubernetesReleasesUnreadable")["reason"] == "ReleasesFileUnreadable"
+    assert any(warning.startswith("/var/lib/bcd/releasing.json is unreadable (") and
+               warning.endswith("): it is set aside, never deleted; the Kubernetes releases it held cannot be "
+                                "reported") for warning in result.plan.warnings), result.plan.warnings
+    # the next pass has nothing left to say
+    assert condition(node.run(2, [K1]), "KubernetesReleasesUnreadable") is None
 
 
 def test_an_unreadable_file_in_check_mode_is_left_where_it_is(node):

@@ -145,3 +145,17 @@ def test_a_refusal_stays_final_at_its_generation_when_its_cause_goes(capsys, mak
     assert fails(placed) == []
     assert types(placed)[-1] == ("AllocationBound", "a1")
     assert node.exists("/etc/cdi/bcd-a1.json")
+
+
+# -- 12. an unreadable releases file is always reported ----------------------------------------
+
+def test_the_pass_that_sets_an_unreadable_releases_file_aside_reports_it_though_it_clears_the_marker(capsys, node):
+    node.set_hardware(kubelet={"reachable": True, "pods": []})  # nothing holds a GPU: the marker can go at once
+    run(capsys, node, generation=1, devices=[])
+    node.write("/var/lib/bcd/releasing.json", b"{ not json")
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A)])
+    assert [c["type"] for c in result["conditions"]] == ["KubernetesReleasesUnreadable"]
+    assert result["conditions"][0]["reason"] == "ReleasesFileUnreadable"
+    assert [w for w in warnings(result) if "releasing.json is unreadable" in w], warnings(result)
+    assert not node.exists("/var/lib/bcd/releasing.unreadable")
+    assert [p["action"] for p in result["plan"]] == ["quarantine-releases", "clear-marker", "bind"]
