@@ -51,10 +51,14 @@ class FileChange:
         return "create" if self.before is None else "update"
 
     def apply(self, writer, allocation_id):
-        if self.after is None:
-            writer.remove_node_file(self.kind, allocation_id)
-        else:
-            writer.write_node_file(self.kind, allocation_id, self.after, self.hold)
+        try:
+            if self.after is None:
+                writer.remove_node_file(self.kind, allocation_id)
+            else:
+                writer.write_node_file(self.kind, allocation_id, self.after, self.hold)
+        except OSError as exc:  # a directory in the way, a read-only file system: said with the node path
+            raise RetryableError("cannot %s %s: %s" % ("remove" if self.after is None else "write", self.path,
+                                                       exc.strerror or exc))
 
     def diff(self):
         return {
@@ -331,15 +335,19 @@ class ClearMarker(Action):
 
 def apply_plan(plan, writer, state):
     """Run every action in order; return ``(done, errors)``: the actions carried out, and one
-    retryable error per action that failed (the others go on)."""
-    done, errors = [], []
+    retryable error per action that failed. A failure holds up that allocation's later actions in
+    this pass (a hold whose env file could not be written is not reported bound); the other
+    allocations' go on."""
+    done, errors, failed = [], [], set()
     for action in plan.actions:
-        if not action.changes:
+        if not action.changes or (action.allocation_id and action.allocation_id in failed):
             continue
         try:
             action.apply(writer, state)
         except (OSError, RetryableError) as exc:
-            errors.append("%s: %s" % (action.text, exc))
+            errors.append("%s: %s" % (action.allocation_id or action.kind, exc))
+            if action.allocation_id:
+                failed.add(action.allocation_id)
             continue
         done.append(action)
     return done, errors

@@ -471,9 +471,10 @@ def _bind_new(state):
         event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)
         body = event["body"]
         request = hold_request(assignment, generation)
-        files = [FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request),
-                 FileChange("allocation-env", env_file_path(allocation_id),
-                            observed.env_files.get(allocation_id), env, request)]
+        # the env file first: the spec makes the hold live, so a hold is never live without its env file
+        files = [FileChange("allocation-env", env_file_path(allocation_id),
+                            observed.env_files.get(allocation_id), env, request),
+                 FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request)]
         text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
                                           body["cdi_spec_path"], body["env_file"])
         action = Bind(allocation_id, text, files, event, [atom.id for atom in atoms], generation,

@@ -89,7 +89,10 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
         kube = host.kube_side().look(host.inventory())
     env_files = {}
     for allocation_id in set(live) | set(ledger.unfinished_releases) | wanted_ids | set(releases.pending):
-        env_files[allocation_id] = host.read(env_file_path(allocation_id))
+        try:
+            env_files[allocation_id] = host.read(env_file_path(allocation_id))
+        except OSError:  # a directory in its place: planned as missing; writing it fails for that hold alone
+            env_files[allocation_id] = None
     domains, domains_error = host.domains()
     slices = host.slice_states()
     memory = None

@@ -73,7 +73,10 @@ class Host(abc.ABC):
             if not match:
                 continue
             node_path = "%s/%s" % (SPEC_DIR, name)
-            content = self.read(node_path)
+            try:
+                content = self.read(node_path)
+            except OSError:  # a directory of that name is no hold; writing the hold there fails on its own
+                continue
             if content is not None:
                 found[match.group(1)] = (node_path, content)
         return found

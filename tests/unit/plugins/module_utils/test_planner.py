@@ -106,7 +106,7 @@ def test_a_new_hold_is_bound_with_its_files_and_event():
     assert steps(result) == [("bind", "a1")]
     (bind,) = result.actions
     assert [(c.kind, c.path, c.before) for c in bind.files] == [
-        ("cdi", "/etc/cdi/bcd-a1.json", None), ("allocation-env", "/run/bcd/allocations/a1.env", None)]
+        ("allocation-env", "/run/bcd/allocations/a1.env", None), ("cdi", "/etc/cdi/bcd-a1.json", None)]
     assert bind.event == {"type": "AllocationBound", "body": {
         "node_id": "node-a", "boot_id": "boot-1", "allocation_id": "a1", "generation": 42,
         "device_ids": [GPU_A, MIG2],
@@ -189,7 +189,7 @@ def test_a_hold_whose_devices_changed_is_released_and_bound_again():
 def test_a_hold_whose_binding_changed_is_released_and_bound_again():
     result = plan(3, [assign("a1", [GPU_A], binding="BINDING_KUBERNETES")], observe([live("a1", [GPU_A])]))
     assert steps(result) == [("release", "a1"), ("bind", "a1")]
-    assert b'"bcd.dev/binding": "kubernetes"' in result.actions[1].files[0].after
+    assert b'"bcd.dev/binding": "kubernetes"' in result.actions[1].files[1].after
 
 
 def test_a_hold_written_but_never_reported_is_reported():
@@ -438,7 +438,7 @@ def test_plan_text_has_one_line_per_action():
 
 def test_env_paths_never_come_from_input():
     result = plan(1, [assign("a1", [GPU_A])], observe())
-    assert [c.path for c in result.actions[0].files] == [cdi_spec_path("a1"), env_file_path("a1")]
+    assert [c.path for c in result.actions[0].files] == [env_file_path("a1"), cdi_spec_path("a1")]
 
 
 def test_changed_limits_are_set_again_where_the_slice_cannot_be_read_back():

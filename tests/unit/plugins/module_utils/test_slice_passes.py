@@ -119,7 +119,8 @@ def test_the_slice_is_made_before_the_spec_names_it(node, monkeypatch):
     monkeypatch.setattr(DirectWriter, "apply_slice", apply_slice)
     monkeypatch.setattr(DirectWriter, "write_node_file", write_node_file)
     node.run(1, [A1])
-    assert order == [("slice", SLICE), ("cdi", "a1"), ("allocation-env", "a1")]
+    # the slice before the spec names it; the env file before the spec makes the hold live
+    assert order == [("slice", SLICE), ("allocation-env", "a1"), ("cdi", "a1")]
 
 
 def test_a_spec_that_cannot_be_written_finds_the_slice_already_made(node, monkeypatch):

@@ -241,7 +241,7 @@ def test_diff_shows_the_slice_a_run_creates_and_stops_beside_the_files(capsys, n
     assert slices == [{"before_header": "slice bcd-alloc-a1.slice (absent)", "after_header": "slice bcd-alloc-a1.slice",
                        "before": "", "after": "AllowedCPUs=0-3\nMemoryMax=1073741824\nMemoryHigh=966367641\n"}]
     assert [d["before_header"] for d in created["diff"] if "before_header" in d][:2] == [
-        "/etc/cdi/bcd-a1.json (absent)", "/run/bcd/allocations/a1.env (absent)"]
+        "/run/bcd/allocations/a1.env (absent)", "/etc/cdi/bcd-a1.json (absent)"]
     assert created["plan"][0]["slice"] == {"op": "apply", "name": "bcd-alloc-a1.slice", "hugetlb_max": {},
                                            "properties": {"AllowedCPUs": "0-3", "MemoryMax": "1073741824",
                                                           "MemoryHigh": "966367641"}}

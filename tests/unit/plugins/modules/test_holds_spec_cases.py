@@ -10,6 +10,7 @@ hold, writes that fail for one hold, and Kubernetes releases taken back."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -159,3 +160,43 @@ def test_the_pass_that_sets_an_unreadable_releases_file_aside_reports_it_though_
     assert [w for w in warnings(result) if "releasing.json is unreadable" in w], warnings(result)
     assert not node.exists("/var/lib/bcd/releasing.unreadable")
     assert [p["action"] for p in result["plan"]] == ["quarantine-releases", "clear-marker", "bind"]
+
+
+# -- 10. a write that fails is retryable for that hold only -----------------------------------------
+
+def test_an_env_path_that_is_a_directory_holds_up_that_hold_alone_with_a_clear_message(capsys, node):
+    os.makedirs(node.path("/run/bcd/allocations/a1.env"))
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A), hold("a2", GPU_B)])
+    # a retryable failure fails the task (so until: retries it), with the section and a message an operator reads
+    assert result["failed"] is True
+    assert result["msg"] == ("the pass could not finish and will be retried: a1: cannot write "
+                             "/run/bcd/allocations/a1.env: Is a directory")
+    assert result["section"]["state"] == "PROGRESSING"
+    assert result["section"]["observed_generation"] is None
+    assert result["section"]["message"] == (
+        "a1: cannot write /run/bcd/allocations/a1.env: Is a directory")
+    assert types(result) == [("AllocationBound", "a2")]  # the rest of the pass went on
+    assert node.exists("/etc/cdi/bcd-a2.json")
+    assert not node.exists("/etc/cdi/bcd-a1.json")  # never live without its env file
+    os.rmdir(node.path("/run/bcd/allocations/a1.env"))  # the operator clears the way; the retry timer runs
+    again = run(capsys, node, generation=1, devices=[hold("a1", GPU_A), hold("a2", GPU_B)])
+    assert again["section"]["state"] == "CONVERGED"
+    assert types(again)[-1] == ("AllocationBound", "a1")
+
+
+def test_a_kept_hold_whose_env_file_cannot_be_written_again_is_not_reported_bound(capsys, node, monkeypatch):
+    from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    # a crash lost the report (the ledger forgot it) and /run was emptied; now the env path is blocked
+    state = NodeState(node.state(), "/var/lib/bcd")
+    with state.lock(5):
+        state.load()
+        state.ledger.bound.clear()
+        state.save_ledger()
+    os.unlink(node.path("/run/bcd/allocations/a1.env"))
+    os.makedirs(node.path("/run/bcd/allocations/a1.env"))
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    assert result["section"]["state"] == "PROGRESSING"
+    assert "a1: cannot write /run/bcd/allocations/a1.env: Is a directory" in result["section"]["message"]
+    assert [p["action"] for p in result["plan"]] == ["write-env", "report-bound"]
+    assert types(result) == [("AllocationBound", "a1")]  # the first pass's, nothing new
