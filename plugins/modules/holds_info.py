@@ -54,7 +54,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 holds:
-  description: The holds on the node, read back from their CDI specs.
+  description:
+    - The holds on the node, read back from their CDI specs, as M(bcd.devices.holds) returns them.
+    - C(missing_devices) lists the hold's devices the inventory lacks now (a MIG instance before
+      C(mig-layout) has made it again after a reboot): the hold is on disk and kept, its spec left as it is.
   returned: always
   type: list
   elements: dict
@@ -67,6 +70,7 @@ holds:
       cdi_devices: [bcd.dev/gpu=GPU-5f1c2a90-0000-4000-8000-000000000001]
       cdi_spec_path: /etc/cdi/bcd-alloc_01jz8k2v.json
       env_file: /run/bcd/allocations/alloc_01jz8k2v.env
+      missing_devices: []
 gpus:
   description:
     - One entry per GPU, in inventory order, then GPUs that holds name but the inventory no longer lists

@@ -23,6 +23,7 @@ from typing import List, Optional, Tuple
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     CLASS_MIG,
+    Atom,
     atom_from_id,
     visible_devices,
     AtomRefused,
@@ -202,6 +203,39 @@ def render_hold(assignment, atoms, generation, vendor, mps=False, notes=None):
     return spec_bytes(render_spec(hold, vendor, notes)), render_env(hold)
 
 
+def visible_atoms(atoms, content):
+    """The atoms of a hold whose devices the inventory lacks now (before ``mig-layout`` has made its MIG
+    instances again after a reboot), with the MIG UUIDs its spec on disk names: a plain hold's
+    ``NVIDIA_VISIBLE_DEVICES`` lists each atom's visible name in order. None when the spec does not
+    say (a Kubernetes hold carries no such line) or says something else."""
+    try:
+        spec = json.loads(content.decode("utf-8"))
+        lines = spec["containerEdits"]["env"]
+        names = [line.split("=", 1)[1] for line in lines if line.startswith("NVIDIA_VISIBLE_DEVICES=")]
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return None
+    if len(names) != 1:
+        return None
+    listed, seen, resolved = names[0].split(","), set(), []
+    for atom in atoms:
+        if atom.device_class != CLASS_MIG and atom.gpu_uuid in seen:
+            resolved.append(atom)
+            continue
+        if not listed:
+            return None
+        name = listed.pop(0)
+        if atom.device_class == CLASS_MIG:
+            if not name.startswith("MIG-") or (atom.mig_uuid not in (None, name)):
+                return None
+            atom = Atom(id=atom.id, device_class=atom.device_class, gpu_uuid=atom.gpu_uuid, gi=atom.gi,
+                        ci=atom.ci, mig_uuid=name)
+        elif name != atom.gpu_uuid:
+            return None
+        seen.add(name if atom.device_class != CLASS_MIG else None)
+        resolved.append(atom)
+    return resolved if not listed else None
+
+
 def render_env(hold):
     """The env file: ``BCD_ALLOCATION_ID``, ``BCD_CGROUP_PARENT``, ``CUDA_MPS_PIPE_DIRECTORY``,
     ``BCD_RESERVATION_ID``, ``NVIDIA_VISIBLE_DEVICES`` (Kubernetes holds too), then the assignment's lines."""
@@ -264,3 +298,16 @@ def read_hold(allocation_id, path, content):
     if annotations.get(ANN_ALLOCATION) not in (None, allocation_id):
         hold.problem = "%s: names allocation %r" % (path, annotations.get(ANN_ALLOCATION))
     return hold
+
+
+def env_atoms(hold, found):
+    """A kept hold's atoms (``LiveHold``) for its env file where some are missing from the inventory
+    (``found`` has None for them): those present as found, the others as its spec names them (a whole
+    GPU or slot names itself; a MIG instance needs the UUID in the spec's ``NVIDIA_VISIBLE_DEVICES``).
+    None when that is not known."""
+    if all(atom is not None or read.device_class != CLASS_MIG for atom, read in zip(found, hold.atoms)):
+        return [atom if atom is not None else read for atom, read in zip(found, hold.atoms)]
+    from_spec = visible_atoms(hold.atoms, hold.content)
+    if from_spec is None:
+        return None
+    return [atom if atom is not None else spec_atom for atom, spec_atom in zip(found, from_spec)]

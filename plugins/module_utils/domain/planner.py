@@ -73,6 +73,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     RenderError,
     cdi_spec_path,
     env_file_path,
+    env_atoms,
     render_hold,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
@@ -353,11 +354,12 @@ def _keep_wanted(state):
         if hold is None:
             continue
         assignment = state.wanted.get(allocation_id)
-        atoms = []
+        atoms, missing = [], False
         for atom in hold.atoms:
             found, why = resolve_atom(atom, observed.inventory)
             atoms.append(found)
             if found is None:
+                missing = True
                 plan.warnings.append("%s: %s; its spec is left as it is" % (allocation_id, why))
         if hold.problem:
             plan.warnings.append(hold.problem)
@@ -366,8 +368,17 @@ def _keep_wanted(state):
                 state.sliced.add(hold.cgroup_parent)
         else:
             actions.extend(_keep_slice(state, assignment, hold))
-            if all(atom is not None for atom in atoms) and not hold.problem:
+            if not hold.problem and not missing:
                 actions.extend(_keep_files(state, assignment, hold, atoms))
+            elif not hold.problem:
+                # /run is emptied by a reboot before mig-layout makes the MIG instances again: the env
+                # file is written from what the spec on disk says, the spec itself left as it is
+                known = env_atoms(hold, atoms)
+                if known is not None:
+                    actions.extend(_keep_files(state, assignment, hold, known, env_only=True))
+                else:
+                    plan.warnings.append("%s: its env file waits until its devices are back (its spec does "
+                                         "not name them)" % allocation_id)
         cgroup_parent = cgroup_parent_of(assignment, hold.kubernetes) if assignment is not None else hold.cgroup_parent
         plan.holds.append(hold_summary(allocation_id, hold.reservation_id if assignment is None else
                                        assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
@@ -409,19 +420,21 @@ def _keep_slice(state, assignment, hold):
                  generation=state.generation, limits=limits_record(assignment.limits))]
 
 
-def _keep_files(state, assignment, hold, atoms):
-    """A kept hold: write again what no longer matches what it would render to now."""
+def _keep_files(state, assignment, hold, atoms, env_only=False):
+    """A kept hold: write again what no longer matches what it would render to now (``env_only``: its
+    env file alone, when some of its devices are missing and its spec is left as it is)."""
     plan, observed = state.plan, state.observed
     allocation_id = assignment.allocation_id
     bound_generation = hold.generation if hold.generation is not None else state.generation
     try:
-        spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps, plan.warnings)
+        spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps,
+                                None if env_only else plan.warnings)
     except RenderError as exc:
         plan.errors.append(str(exc))
         return []
     changes = []
     request = hold_request(assignment, bound_generation)
-    if spec != hold.content:
+    if spec != hold.content and not env_only:
         why = "its reservation id changed" if hold.reservation_id != assignment.reservation_id \
             else "the vendor spec, the inventory or its limits changed"
         changes.append((Rerender, FileChange("cdi", hold.path, hold.content, spec, request),

@@ -49,8 +49,15 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     parse_hold_request,
     parse_limits,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import AtomRefused, resolve_devices
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, RenderError, render_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import AtomRefused, resolve_atom, resolve_devices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
+    MPS_PIPE_DIRECTORY,
+    RenderError,
+    cdi_spec_path,
+    env_atoms,
+    read_hold,
+    render_hold,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
@@ -160,11 +167,33 @@ def _write_hold(host, kind, data):
         assignment, generation = parse_hold_request(data)
         if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
             raise Refused("binding %s is not supported" % assignment.binding)
-        atoms = resolve_devices(assignment.devices, host.inventory())
+        try:
+            atoms = resolve_devices(assignment.devices, host.inventory())
+        except AtomRefused as exc:
+            if kind != "allocation-env" or exc.reason != "device-missing":
+                raise
+            atoms = _atoms_on_disk(host, assignment, exc)
         spec, env = render_hold(assignment, atoms, generation, host.vendor_spec(), host.exists(MPS_PIPE_DIRECTORY))
     except (InvalidAssignment, AtomRefused, RenderError) as exc:
         raise Refused(str(exc))
     host.writer.write_node_file(kind, assignment.allocation_id, spec if kind == "cdi" else env)
+
+
+def _atoms_on_disk(host, assignment, missing):
+    """The env file of a kept hold whose devices are not back yet (after a reboot, before mig-layout):
+    root takes what they are from the hold's own spec in /etc/cdi, which root wrote, and only for the
+    very devices the request names."""
+    path = cdi_spec_path(assignment.allocation_id)
+    content = host.read(path)
+    if content is None:
+        raise missing
+    hold = read_hold(assignment.allocation_id, path, content)
+    if hold.problem or sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices):
+        raise missing
+    atoms = env_atoms(hold, [resolve_atom(atom, host.inventory())[0] for atom in hold.atoms])
+    if atoms is None:
+        raise missing
+    return atoms
 
 
 def _apply_slice(host, allocation_id, raw_limits):

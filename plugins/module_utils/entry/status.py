@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of, resolve_atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
@@ -84,7 +84,9 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR):
     if inventory.error:
         warnings.append("GPU inventory: %s" % inventory.error)
     return {
-        "holds": [summary_of(hold) for hold in holds],
+        "holds": [dict(summary_of(hold), missing_devices=[atom.id for atom in hold.atoms
+                                                          if resolve_atom(atom, inventory)[0] is None])
+                  for hold in holds],
         "gpus": gpu_status(inventory, holds, domains, releases),
         "inventory_source": inventory.source,
         "capabilities": capabilities(host, inventory),

@@ -537,3 +537,35 @@ def test_a_pass_through_the_helper_in_process_binds_and_releases(helper, monkeyp
     assert [a.action for a in released.plan.actions] == ["release"]
     assert not os.path.exists(helper.node("/etc/cdi/bcd-a1.json"))
     assert not os.path.exists(helper.node("/run/bcd/allocations/a1.env"))
+
+
+def test_root_writes_a_kept_holds_env_file_from_its_own_spec_while_its_mig_instance_is_not_back(helper, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    mig_uuid = "MIG-7089d0f3-293f-58c9-8f8c-5ea666eedbde"
+    hardware = dict(HARDWARE, gpus=[dict(HARDWARE["gpus"][0], mig=[{"gi": 1, "ci": 0, "uuid": mig_uuid}])])
+    Path(helper.fakehw).write_text(json.dumps(hardware))
+    devices = [{"allocation_id": "m1", "reservation_id": "r1", "binding": "BINDING_HOLD",
+                "devices": [{"id": GPU_A + "/gi1/ci0", "device_class": "gpu.mig"}]}]
+
+    def through_helper(generation):
+        host = FakeHwHost(helper.root, helper.fakehw, writer=HelperWriter(HelperClient(helper.socket, timeout=10)))
+        return run_pass(host, generation, devices, lock_timeout=5)
+
+    assert through_helper(1).section["state"] == "CONVERGED"
+    env_path = helper.node("/run/bcd/allocations/m1.env")
+    env = Path(env_path).read_bytes()
+    os.unlink(env_path)                                                   # a reboot empties /run ...
+    Path(helper.fakehw).write_text(json.dumps(HARDWARE))                  # ... before mig-layout runs
+    kept = through_helper(1)
+    assert [a.action for a in kept.plan.actions] == ["write-env"]
+    assert kept.section["state"] == "CONVERGED", kept.section
+    assert Path(env_path).read_bytes() == env
+    assert ("NVIDIA_VISIBLE_DEVICES=%s" % mig_uuid).encode() in env
+    # root takes it from its own spec only for the devices that spec names
+    reply = helper.request({"op": "hold.write", "kind": "allocation-env",
+                            "hold": hold("m1", GPU_A + "/gi2/ci0", devices=[{"id": GPU_A + "/gi2/ci0",
+                                                                            "device_class": "gpu.mig"}])})
+    assert reply == {"ok": False, "error": "%s has no MIG instance gi2/ci0" % GPU_A}
+    # and never the spec itself
+    reply = helper.request({"op": "hold.write", "kind": "cdi", "hold": hold("m1", devices=devices[0]["devices"])})
+    assert reply == {"ok": False, "error": "%s has no MIG instance gi1/ci0" % GPU_A}

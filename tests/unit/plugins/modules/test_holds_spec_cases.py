@@ -9,13 +9,15 @@ hold, writes that fail for one hold, and Kubernetes releases taken back."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 
 import pytest
 
-from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
+from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, MIG_A1
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import info
 
 
 def fails(result):
@@ -200,3 +202,44 @@ def test_a_kept_hold_whose_env_file_cannot_be_written_again_is_not_reported_boun
     assert "a1: cannot write /run/bcd/allocations/a1.env: Is a directory" in result["section"]["message"]
     assert [p["action"] for p in result["plan"]] == ["write-env", "report-bound"]
     assert types(result) == [("AllocationBound", "a1")]  # the first pass's, nothing new
+
+
+# -- 7. the env file after a reboot ---------------------------------------------------------
+
+def after_reboot_without_mig(node):
+    """/run is emptied and mig-layout has not made GPU 0's MIG instances again yet."""
+    for name in os.listdir(node.path("/run/bcd/allocations")):
+        os.unlink(os.path.join(node.path("/run/bcd/allocations"), name))
+    gpus = copy.deepcopy(DEFAULT_GPUS)
+    gpus[0]["mig"] = []
+    node.set_hardware(gpus=gpus)
+
+
+def test_a_kept_holds_env_file_is_written_again_from_its_spec_before_its_mig_instance_is_back(capsys, make_node):
+    node = make_node(vendor="mig")
+    devices = [mig("a1", GPU_A + "/gi1/ci0"), hold("a2", GPU_B)]
+    run(capsys, node, generation=1, devices=devices)
+    spec, env = node.read("/etc/cdi/bcd-a1.json"), node.read("/run/bcd/allocations/a1.env")
+    assert ("NVIDIA_VISIBLE_DEVICES=%s" % MIG_A1).encode() in env
+    after_reboot_without_mig(node)
+    result = run(capsys, node, generation=1, devices=devices)
+    assert [(p["action"], p["allocation_id"]) for p in result["plan"]] == [("write-env", "a1"), ("write-env", "a2")]
+    assert node.read("/run/bcd/allocations/a1.env") == env  # as before the reboot
+    assert node.read("/etc/cdi/bcd-a1.json") == spec  # left as it is
+    assert types(result) == [("AllocationBound", "a1"), ("AllocationBound", "a2")]  # no release, no new bind
+    assert "a1: %s has no MIG instance gi1/ci0; its spec is left as it is" % GPU_A in warnings(result)
+    assert result["section"]["state"] == "CONVERGED"
+    shown = info(capsys, node)
+    assert [(h["allocation_id"], h["missing_devices"]) for h in shown["holds"]] == [
+        ("a1", [GPU_A + "/gi1/ci0"]), ("a2", [])]
+    assert run(capsys, node, generation=1, devices=devices)["changed"] is False
+
+
+def test_a_kubernetes_holds_env_file_waits_for_a_mig_instance_its_spec_does_not_name(capsys, node):
+    devices = [mig("k1", GPU_A + "/gi1/ci0", binding="BINDING_KUBERNETES")]
+    run(capsys, node, generation=1, devices=devices)
+    after_reboot_without_mig(node)
+    result = run(capsys, node, generation=1, devices=devices)
+    assert result["plan"] == []
+    assert "k1: its env file waits until its devices are back (its spec does not name them)" in warnings(result)
+    assert not node.exists("/run/bcd/allocations/k1.env")
