@@ -31,7 +31,7 @@ executes exactly it. ``plan_pass`` runs the phases of a pass in this order
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
@@ -59,9 +59,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.admission impor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
     BINDING_HOLD,
     BINDING_KUBERNETES,
+    InvalidAssignment,
     Limits,
     hold_request,
     limits_record,
+    parse_limits,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     AtomRefused,
@@ -206,12 +208,12 @@ def _release_action(kind, observed, allocation_id, generation, device_ids, why):
     return action
 
 
-def _limits_from_record(record):
-    if not isinstance(record, dict):
-        return None
+def limits_from_record(record):
+    """The ``Limits`` a ledger record keeps (None when it keeps none, or none that pass the input's checks:
+    the ledger is data like any other)."""
     try:
-        return Limits(**record)
-    except TypeError:
+        return parse_limits(record)
+    except InvalidAssignment:
         return None
 
 
@@ -329,14 +331,20 @@ def _admission(state):
     """The pass's admission ledger, built when the first new hold needs it."""
     if state.admission is None and state.observed.memory is not None:
         admission = Admission(state.observed.memory, state.observed.domains)
+        bound = state.observed.ledger.bound
         for allocation_id in sorted(state.live):
+            # what the hold was bound with; a kept hold's growth is admitted on top (_admit_growth)
             assignment = state.wanted.get(allocation_id)
-            limits = assignment.limits if assignment is not None else None
-            if assignment is None:
-                record = state.observed.ledger.bound.get(allocation_id) or {}
-                limits = _limits_from_record(record.get("limits"))
+            if allocation_id in bound or assignment is None:
+                limits = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
+            else:
+                limits = assignment.limits
             current = state.observed.slices.get(slice_name(allocation_id))
             admission.count(limits, current.hugetlb_current if current is not None else None)
+        for allocation_id in sorted(state.pending):
+            # a pending Kubernetes release keeps what it booked until it is reported
+            if allocation_id not in state.live:
+                admission.count(limits_from_record((bound.get(allocation_id) or {}).get("limits")))
         for name in sorted(state.observed.slices):
             # A slice whose hold is gone but whose workload still runs keeps what it was promised.
             current = state.observed.slices[name]
@@ -367,6 +375,7 @@ def _keep_wanted(state):
             if hold.cgroup_parent:
                 state.sliced.add(hold.cgroup_parent)
         else:
+            assignment = _admit_growth(state, assignment, hold)
             actions.extend(_keep_slice(state, assignment, hold))
             if not hold.problem and not missing:
                 actions.extend(_keep_files(state, assignment, hold, atoms))
@@ -383,14 +392,61 @@ def _keep_wanted(state):
         plan.holds.append(hold_summary(allocation_id, hold.reservation_id if assignment is None else
                                        assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
                                        cgroup_parent))
-        if allocation_id not in observed.ledger.bound and assignment is not None:
-            actions.append(ReportBound(allocation_id, "report %s bound (its AllocationBound was never journaled)"
-                                       % allocation_id,
-                                       event=bound_event(observed, allocation_id, generation, hold.atoms,
-                                                         cgroup_parent),
-                                       device_ids=list(hold.device_ids), generation=generation,
-                                       limits=limits_record(assignment.limits)))
+        if assignment is None:
+            continue
+        if allocation_id not in observed.ledger.bound:
+            why = "its AllocationBound was never journaled"
+        elif cgroup_parent != hold.cgroup_parent and observed.privileged:
+            # the control plane learns where the hold's workload now runs (a slice added or gone)
+            why = "again: its cgroup parent is now %s" % (cgroup_parent or "none (its slice is gone)")
+        else:
+            continue
+        actions.append(ReportBound(allocation_id, "report %s bound (%s)" % (allocation_id, why),
+                                   event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
+                                   device_ids=list(hold.device_ids), generation=generation,
+                                   limits=limits_record(assignment.limits)))
     return actions
+
+
+def grows(old, new):
+    """Whether ``new`` limits book more memory or huge pages than ``old``."""
+    return any((getattr(new, name, None) or 0) > (getattr(old, name, None) or 0)
+               for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi"))
+
+
+def _admit_growth(state, assignment, hold):
+    """A kept hold whose limits grow gets them only if the host has room; otherwise it keeps what it was
+    bound with and is refused (``resources-exhausted``) at this generation, finally."""
+    observed, allocation_id = state.observed, assignment.allocation_id
+    if allocation_id not in observed.ledger.bound:  # never reported: bound with these limits already
+        return assignment
+    recorded = limits_from_record(observed.ledger.bound[allocation_id].get("limits"))
+    current = observed.slices.get(hold.cgroup_parent) if hold.cgroup_parent else None
+    if recorded is None and current is not None:  # a ledger that kept no limits: the slice says
+        recorded = limits_of_slice(current)
+    kept = replace(assignment, limits=recorded)
+    final = observed.ledger.refusal_at(allocation_id, state.generation)
+    if final is not None:
+        state.failures.append((allocation_id,) + final)
+        return kept
+    if not grows(recorded, assignment.limits):
+        return assignment
+    admission = _admission(state)
+    if admission is None:
+        if not state.memory_warned:
+            state.plan.warnings.append(UNREADABLE)
+            state.memory_warned = True
+        return assignment
+    new = assignment.limits
+    growth = Limits(mems=new.mems, **dict(
+        (name, max(0, (getattr(new, name) or 0) - (getattr(recorded, name, None) or 0)) or None)
+        for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi")))
+    try:
+        admission.check(growth)
+    except Exhausted as exc:
+        state.failures.append((allocation_id, "resources-exhausted", "%s; the hold keeps its limits" % exc))
+        return kept
+    return assignment
 
 
 def _keep_slice(state, assignment, hold):

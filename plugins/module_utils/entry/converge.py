@@ -19,7 +19,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
-from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, plan_pass
+from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, grows, limits_from_record, plan_pass
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
@@ -96,8 +96,8 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
     domains, domains_error = host.domains()
     slices = host.slice_states()
     memory = None
-    if any(needs_admission(a.limits) for a in wanted if a.allocation_id not in live):
-        memory = host.memory()
+    if any(needs_admission(a.limits) and (a.allocation_id not in live or _may_grow(a, ledger)) for a in wanted):
+        memory = host.memory()  # a new hold, or a kept one whose limits grow, is admitted
     return Observed(
         node_id=host.node_id(),
         boot_id=host.boot_id(),
@@ -118,6 +118,12 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
         now=now,
         state_dir=state_dir,
     )
+
+
+def _may_grow(assignment, ledger):
+    """Whether a kept hold's limits book more memory or huge pages than it was bound with."""
+    return grows(limits_from_record((ledger.bound.get(assignment.allocation_id) or {}).get("limits")),
+                 assignment.limits)
 
 
 def section_of(generation, plan, errors, previous_observed):

@@ -243,3 +243,75 @@ def test_a_kubernetes_holds_env_file_waits_for_a_mig_instance_its_spec_does_not_
     assert result["plan"] == []
     assert "k1: its env file waits until its devices are back (its spec does not name them)" in warnings(result)
     assert not node.exists("/run/bcd/allocations/k1.env")
+
+
+# -- 8. growing limits are admitted; 9. a slice added to a kept hold is reported ----------------------
+
+GIB = 1 << 30
+
+
+def with_memory(node, gib):
+    node.write("/proc/meminfo", ("MemTotal:       %d kB\nMemFree:        %d kB\nHugetlb:               0 kB\n"
+                                 % (gib * GIB // 1024, gib * GIB // 1024)).encode())
+
+
+def bound_events(result, allocation_id):
+    return [e["body"] for e in result["events"]
+            if e["type"] == "AllocationBound" and e["body"]["allocation_id"] == allocation_id]
+
+
+def test_a_kept_hold_grows_only_if_the_host_has_room_and_otherwise_keeps_its_limits(capsys, node):
+    with_memory(node, 10)  # 9 GiB to hand out after the 1 GiB of headroom
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"memory_bytes": 4 * GIB}),
+                                             hold("a2", GPU_B, limits={"memory_bytes": 4 * GIB})])
+    spec = node.read("/etc/cdi/bcd-a1.json")
+    grown = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"memory_bytes": 6 * GIB}),
+                                                     hold("a2", GPU_B, limits={"memory_bytes": 4 * GIB})])
+    assert fails(grown) == [("a1", "resources-exhausted", "ResourcesExhausted: 2048 MiB of memory needed, "
+                                                          "1024 MiB left on this host; the hold keeps its limits")]
+    record = json.loads(node.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))
+    assert record["properties"]["MemoryMax"] == str(4 * GIB)  # the old limits stay
+    assert node.read("/etc/cdi/bcd-a1.json") == spec
+    assert grown["section"]["state"] == "FAILED"
+    # final at that generation: the retry timer's pass keeps the old limits though a2 went meanwhile
+    again = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"memory_bytes": 6 * GIB})])
+    assert fails(again) == fails(grown)
+    assert json.loads(node.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))["properties"]["MemoryMax"] == str(4 * GIB)
+    # the next generation, with a2 gone, has room
+    placed = run(capsys, node, generation=3, devices=[hold("a1", GPU_A, limits={"memory_bytes": 6 * GIB})])
+    assert fails(placed) == []
+    assert json.loads(node.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))["properties"]["MemoryMax"] == str(6 * GIB)
+
+
+def test_growth_is_counted_against_the_new_holds_after_it(capsys, node):
+    with_memory(node, 10)
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"memory_bytes": 4 * GIB})])
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"memory_bytes": 8 * GIB}),
+                                                      hold("a2", GPU_B, limits={"memory_bytes": 2 * GIB})])
+    assert fails(result) == [("a2", "resources-exhausted",
+                              "ResourcesExhausted: 2048 MiB of memory needed, 1024 MiB left on this host")]
+
+
+def test_a_pending_kubernetes_releases_memory_stays_committed_until_it_is_reported(capsys, node):
+    with_memory(node, 10)
+    node.set_hardware(kubelet={"reachable": True, "pods": [
+        {"namespace": "default", "name": "train-0", "container": "main", "device_ids": [GPU_A]}]})
+    run(capsys, node, generation=1, devices=[hold("k1", GPU_A, binding="BINDING_KUBERNETES",
+                                                  limits={"memory_bytes": 6 * GIB})])
+    # k1 goes while its pod still runs: its 6 GiB are still booked
+    result = run(capsys, node, generation=2, devices=[hold("a2", GPU_B, limits={"memory_bytes": 4 * GIB})])
+    assert [p["allocation_id"] for p in result["pending_releases"]] == ["k1"]
+    assert fails(result) == [("a2", "resources-exhausted",
+                              "ResourcesExhausted: 4096 MiB of memory needed, 3072 MiB left on this host")]
+
+
+def test_a_slice_added_to_a_kept_hold_is_reported_with_its_cgroup_parent(capsys, node):
+    first = run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    assert "cgroup_parent" not in bound_events(first, "a1")[0]
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})])
+    assert [p["action"] for p in result["plan"]] == ["create-slice", "rerender", "write-env", "report-bound"]
+    reports = bound_events(result, "a1")
+    assert len(reports) == 2 and reports[1]["generation"] == 2
+    assert reports[1]["cgroup_parent"] == "bcd-alloc-a1.slice"
+    assert b'"bcd.dev/cgroup-parent": "bcd-alloc-a1.slice"' in node.read("/etc/cdi/bcd-a1.json")
+    assert run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})])["changed"] is False
