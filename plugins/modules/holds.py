@@ -348,13 +348,17 @@ conditions:
   type: list
   elements: dict
 pending_releases:
-  description: Kubernetes releases still waiting for pods to let go of their devices, with their age.
+  description:
+    - Kubernetes releases still waiting for pods to let go of their devices, with their age and C(held_by)
+      (the pods and processes, or null when the kubelet cannot be asked).
+    - C(taken_back) is true for the old devices of an allocation the spec wants again (on other devices or
+      as a plain hold): they stay claimed while pods hold them and are dropped, never reported, once free.
   returned: always
   type: list
   elements: dict
   sample:
     - {allocation_id: alloc_k8s, device_ids: [GPU-5f1c2a90-0000-4000-8000-000000000003], generation: 43,
-       age_seconds: 42}
+       age_seconds: 42, taken_back: false, held_by: [default/train-0 (main)]}
 capabilities:
   description:
     - What the node can honour (V(cdi), V(devices.limits), V(binding.kubernetes), V(nvml)).

@@ -96,7 +96,9 @@ conditions:
   type: list
   elements: dict
 pending_releases:
-  description: Kubernetes releases still waiting for pods, each with C(allocation_id), C(device_ids), C(generation), C(age_seconds).
+  description:
+    - Kubernetes releases still waiting for pods, each with C(allocation_id), C(device_ids), C(generation),
+      C(age_seconds) and C(taken_back) (old devices of an allocation the spec wants again: never reported).
   returned: always
   type: list
   elements: dict

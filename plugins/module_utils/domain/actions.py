@@ -304,6 +304,18 @@ class ReportRelease(Action):
         state.report(self.event)
 
 
+@dataclass
+class TakeBackRelease(Action):
+    """A pending Kubernetes release the spec takes back while pods still hold old devices the new hold
+    does not take: recorded as taken back (never reported), narrowed to those devices."""
+
+    kind: ClassVar[str] = "take-back-release"
+    release: Optional[object] = None
+
+    def apply(self, writer, state):
+        state.record_kube_release(self.release)
+
+
 class DropRelease(Action):
     """A pending Kubernetes release the spec takes back: dropped unreported."""
 

@@ -52,8 +52,9 @@ class Claims(object):
             self.vfio.setdefault(uuid, instance_id)
 
 
-def conflicts(atoms, claims):
-    """Every conflict of a new hold's atoms with ``claims``, as messages; empty when none."""
+def conflicts(atoms, claims, owner=None):
+    """Every conflict of a new hold's atoms with ``claims``, as messages; empty when none. Claims of
+    ``owner`` itself (its own pending release taken back) are no conflict."""
     found = []  # type: List[str]
 
     def add(message):
@@ -70,16 +71,17 @@ def conflicts(atoms, claims):
         if instance is not None:
             add("%s is passed through to instance %s" % (atom.gpu_uuid, instance))
             continue
-        owner = claims.atoms.get(atom.key)
-        if owner is not None:
-            add("%s is assigned to %s" % (atom.id, owner))
+        holder = claims.atoms.get(atom.key)
+        if holder is not None and holder != owner:
+            add("%s is assigned to %s" % (atom.id, holder))
             continue
         if atom.whole:
             for part_id, part_owner in claims.parts.get(atom.gpu_uuid, []):
-                add("%s has %s assigned to %s" % (atom.gpu_uuid, part_id, part_owner))
-                break
+                if part_owner != owner:
+                    add("%s has %s assigned to %s" % (atom.gpu_uuid, part_id, part_owner))
+                    break
         else:
-            owner = claims.whole.get(atom.gpu_uuid)
-            if owner is not None:
-                add("%s is assigned to %s" % (atom.gpu_uuid, owner))
+            holder = claims.whole.get(atom.gpu_uuid)
+            if holder is not None and holder != owner:
+                add("%s is assigned to %s" % (atom.gpu_uuid, holder))
     return found

@@ -20,6 +20,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
     QuarantineReleases,
     ReleaseKubernetes,
     ReportRelease,
+    TakeBackRelease,
     Withdraw,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of
@@ -31,14 +32,54 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import released_event, withdraw_files
 
 
-def release_kubernetes(state, hold, why):
-    """A Kubernetes hold that goes: recorded, withdrawn, and reported only if no pod holds its devices."""
+def _take_back(state, release, assignment):
+    """The spec wants an allocation with a pending release again: the release is never reported. Old
+    devices the new hold does not take stay claimed while pods hold them, then go unreported."""
+    wanted = set(atom.key for atom in atoms_of(ref.id for ref in assignment.devices))
+    left = [device_id for device_id in release.device_ids
+            if all(atom.key not in wanted for atom in atoms_of([device_id]))]
+    return _hold_taken_back(state, release, left, "the spec wants it again")
+
+
+def _hold_taken_back(state, release, left, why="its old devices are free"):
+    """A taken-back release: dropped unreported once no pod holds ``left`` (the old devices the
+    allocation's hold does not take), else kept, narrowed to them, and claimed."""
+    observed, allocation_id = state.observed, release.allocation_id
+    holders = pods_holding(observed.kube, left, observed.inventory) if left else []
+    if holders == []:
+        return [DropRelease(allocation_id, "drop the pending Kubernetes release of %s: %s (not reported)"
+                            % (allocation_id, why), generation=release.generation)]
+    narrowed = PendingRelease(allocation_id, list(left), release.generation, release.since, taken_back=True)
+    state.pending[allocation_id] = narrowed
+    state.holders[allocation_id] = holders
+    if narrowed == release:
+        return []
+    return [TakeBackRelease(allocation_id, "take back the pending Kubernetes release of %s: never reported; "
+                            "keep %s claimed until free (%s)" % (allocation_id, ", ".join(left), _held_by(holders)),
+                            device_ids=list(left), generation=release.generation, release=narrowed)]
+
+
+def release_kubernetes(state, hold, why, wanted=False):
+    """A Kubernetes hold that goes: recorded, withdrawn, and reported only if no pod holds its devices.
+    ``wanted``: the allocation stays, on other devices or as a plain hold: never reported released;
+    its old devices stay claimed (taken back) while pods hold them."""
     observed = state.observed
-    release = PendingRelease(hold.allocation_id, list(hold.device_ids), state.generation, observed.now)
+    release = PendingRelease(hold.allocation_id, list(hold.device_ids), state.generation, observed.now,
+                             taken_back=wanted)
     action = ReleaseKubernetes(hold.allocation_id, "", withdraw_files(observed, hold.allocation_id),
                                device_ids=list(hold.device_ids), generation=state.generation, release=release)
     holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
     removed = " and ".join(change.path for change in action.files)
+    if wanted:
+        if holders == []:
+            return Withdraw(hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; no pod holds its old "
+                            "devices (the allocation stays: not reported)" % (hold.allocation_id, why, removed),
+                            action.files, device_ids=list(hold.device_ids), generation=state.generation)
+        state.pending[hold.allocation_id] = release
+        state.holders[hold.allocation_id] = holders
+        action.text = "withdraw %s (%s, Kubernetes): remove %s; its old devices stay claimed until free (%s), " \
+                      "never reported (the allocation stays)" % (hold.allocation_id, why, removed, _held_by(holders))
+        return action
     if holders == []:
         action.event = released_event(observed, hold.allocation_id, state.generation, hold.device_ids)
         action.text = "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report " \
@@ -87,15 +128,15 @@ def plan_kubernetes_releases(state):
     for allocation_id in sorted(releases.pending):
         release = releases.pending[allocation_id]
         assignment = state.wanted.get(allocation_id)
-        if assignment is not None and assignment.kubernetes and \
-                sorted(ref.id for ref in assignment.devices) == sorted(release.device_ids):
-            actions.append(DropRelease(allocation_id, "drop the pending Kubernetes release of %s: the spec wants "
-                                       "it again (not reported)" % allocation_id, generation=release.generation))
+        if assignment is not None:
+            actions.extend(_take_back(state, release, assignment))
             continue
-        files = []
-        if assignment is None:  # its files, if a crash left them, are withdrawn; a new hold of the same id is not
-            files = withdraw_files(observed, allocation_id)
-            state.live.pop(allocation_id, None)
+        if release.taken_back:  # old devices of an allocation that was live again: claimed until free
+            actions.extend(_hold_taken_back(state, release, release.device_ids))
+            continue
+        # its files, if a crash left them, are withdrawn
+        files = withdraw_files(observed, allocation_id)
+        state.live.pop(allocation_id, None)
         holders = pods_holding(observed.kube, release.device_ids, observed.inventory)
         if holders == []:
             actions.append(ReportRelease(allocation_id, "report %s released: no pod holds its devices any more"

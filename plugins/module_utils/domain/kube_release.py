@@ -10,8 +10,13 @@
 3. **Reported when free**: each pass asks the kube side whether a pod still
    holds a device of the allocation (unreachable counts as held); only when
    none does is ``AllocationReleased`` journaled and the record dropped.
-4. **Claimed meanwhile**: until reported, the devices stay the allocation's;
-   a spec that wants the allocation again drops the release unreported.
+4. **Claimed meanwhile**: until reported, the devices stay the allocation's.
+
+A spec that wants the allocation again (with any binding, on any devices) takes
+the release back: it is never reported, since the allocation is live. Old
+devices the new hold does not take, while pods still hold them, stay claimed
+by the allocation (the record kept, marked ``taken_back``) and are dropped,
+unreported, once free; the allocation never conflicts with its own record.
 
 A release pending over five minutes raises ``KubernetesReleaseStuck``. An
 unreadable ``releasing.json`` is renamed aside (kept), the marker
@@ -42,10 +47,14 @@ class PendingRelease:
     device_ids: List[str]
     generation: int
     since: float  # epoch seconds
+    taken_back: bool = False  # the spec wants the allocation again: never reported, dropped once free
 
     def to_json(self):
-        return {"device_ids": list(self.device_ids), "generation": self.generation,
+        data = {"device_ids": list(self.device_ids), "generation": self.generation,
                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))}
+        if self.taken_back:
+            data["taken_back"] = True
+        return data
 
 
 @dataclass
@@ -125,7 +134,8 @@ def pending_summary(pending, now, holders=None):
     summary = []
     for release in sorted(pending, key=lambda r: r.allocation_id):
         entry = {"allocation_id": release.allocation_id, "device_ids": list(release.device_ids),
-                 "generation": release.generation, "age_seconds": int(max(0, now - release.since))}
+                 "generation": release.generation, "age_seconds": int(max(0, now - release.since)),
+                 "taken_back": release.taken_back}
         if holders is not None:
             entry["held_by"] = holders.get(release.allocation_id)
         summary.append(entry)

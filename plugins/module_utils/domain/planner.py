@@ -301,7 +301,7 @@ def _release_unwanted(state):
         if hold.problem:  # what was reported bound, when the file no longer says
             device_ids = (observed.ledger.bound.get(allocation_id) or {}).get("device_ids") or hold.device_ids
         if hold.kubernetes:
-            actions.append(release_kubernetes(state, hold, why))
+            actions.append(release_kubernetes(state, hold, why, wanted=assignment is not None))
         else:
             actions.append(_release_action(Release, observed, allocation_id, state.generation, device_ids, why))
             state.released_slices.add(slice_name(allocation_id))
@@ -566,7 +566,7 @@ def _check_new(state, assignment):
     if not observed.privileged:
         raise AtomRefused("node-unprivileged", NODE_UNPRIVILEGED)
     atoms = resolve_devices(assignment.devices, observed.inventory)
-    found = conflicts(atoms, state.claims)
+    found = conflicts(atoms, state.claims, assignment.allocation_id)
     if found:
         raise AtomRefused("overlap", "; ".join(found))
     if cgroup_parent_of(assignment, assignment.kubernetes) is not None and observed.slices_unavailable:

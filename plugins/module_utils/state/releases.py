@@ -46,7 +46,7 @@ def parse_releases(content):
                 or isinstance(record.get("generation"), bool) or not isinstance(record.get("generation"), int):
             raise ValueError("release %r is malformed" % allocation_id)
         pending[allocation_id] = PendingRelease(allocation_id, list(record["device_ids"]), record["generation"],
-                                                _since(record.get("since")))
+                                                _since(record.get("since")), record.get("taken_back") is True)
     return pending
 
 

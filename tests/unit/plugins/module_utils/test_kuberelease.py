@@ -117,7 +117,7 @@ def test_a_release_is_recorded_withdrawn_and_reported_once_no_pod_holds_the_devi
     assert released(node) == []
     assert result.section["state"] == "CONVERGED"
     assert result.plan.pending_releases == [{"allocation_id": "k1", "device_ids": [GPU_A], "generation": 2,
-                                             "age_seconds": 0, "held_by": ["default/train-0 (main)"]}]
+                                             "age_seconds": 0, "taken_back": False, "held_by": ["default/train-0 (main)"]}]
     waiting = node.run(2, [])
     assert waiting.changed is False
     assert waiting.plan.pending_releases[0]["allocation_id"] == "k1"
@@ -545,22 +545,55 @@ def test_a_pass_killed_while_reporting_a_release_reports_it_once(bound, monkeypa
     assert_released_once_and_nothing_left(node)
 
 
-def test_a_kubernetes_hold_moved_to_other_devices_keeps_its_old_release_pending(node):
+def test_a_kubernetes_hold_moved_to_other_devices_keeps_its_old_ones_claimed_and_is_never_reported_released(node):
     node.run(1, [K1])
     pods(node, GPU_A)
     moved = node.run(2, [hold("k1", GPU_B)])
     assert steps(moved) == [("release-kube", "k1"), ("bind", "k1")]
-    assert "held by default/train-0 (main)" in moved.plan.actions[0].text
-    assert [r["device_ids"] for r in moved.plan.pending_releases] == [[GPU_A]]
+    assert "its old devices stay claimed until free (held by default/train-0 (main)), never reported" \
+        in moved.plan.actions[0].text
+    assert [(r["device_ids"], r["taken_back"]) for r in moved.plan.pending_releases] == [([GPU_A], True)]
     taken = node.run(3, [hold("k1", GPU_B), hold("p1", GPU_A, binding="BINDING_HOLD")])
     assert [(f.allocation_id, f.message) for f in taken.plan.failures] == [("p1", "%s is assigned to k1" % GPU_A)]
     pods(node)
     freed = node.run(4, [hold("k1", GPU_B)])
-    assert steps(freed) == [("report-release", "k1")]
-    assert [e["body"]["device_ids"] for e in released(node)] == [[GPU_A]]
-    again = node.run(4, [hold("k1", GPU_B)])  # the newer hold of k1 stays reported: nothing to do
+    assert steps(freed) == [("drop-release", "k1")]
+    assert released(node) == []  # k1 is live: never reported released
+    again = node.run(4, [hold("k1", GPU_B)])
     assert steps(again) == []
     assert hold_files(node) == ["/etc/cdi/bcd-k1.json", "/run/bcd/allocations/k1.env"]
+
+
+def test_a_moved_kubernetes_hold_whose_old_devices_are_free_is_withdrawn_unreported(node):
+    node.run(1, [K1])
+    pods(node)
+    moved = node.run(2, [hold("k1", GPU_B)])
+    assert steps(moved) == [("withdraw", "k1"), ("bind", "k1")]
+    assert moved.plan.pending_releases == []
+    assert released(node) == []
+
+
+def test_a_release_taken_back_on_other_devices_is_never_reported_and_its_old_devices_stay_claimed(bound):
+    node = bound  # k1 on GPU_A, its pod still running
+    node.run(2, [])
+    result = node.run(3, [hold("k1", GPU_B), hold("p1", GPU_A, binding="BINDING_HOLD")])
+    assert steps(result)[0] == ("take-back-release", "k1")
+    assert [(f.allocation_id, f.message) for f in result.plan.failures] == [("p1", "%s is assigned to k1" % GPU_A)]
+    assert releases_file(node)["releases"]["k1"]["taken_back"] is True
+    pods(node)
+    freed = node.run(4, [hold("k1", GPU_B), hold("p1", GPU_A, binding="BINDING_HOLD")])
+    assert steps(freed) == [("drop-release", "k1"), ("bind", "p1")]
+    assert released(node) == []
+    assert not node.exists(RELEASES)
+
+
+def test_a_release_taken_back_as_a_plain_hold_on_the_same_gpu_binds_and_is_never_reported(bound):
+    node = bound
+    node.run(2, [])
+    result = node.run(3, [hold("k1", GPU_A, binding="BINDING_HOLD")])
+    assert steps(result) == [("drop-release", "k1"), ("bind", "k1")]  # never in conflict with itself
+    assert result.plan.failures == []
+    assert released(node) == []
 
 
 def test_the_unreadable_marker_clears_while_a_pod_uses_a_mig_instance_of_a_known_hold(node):
