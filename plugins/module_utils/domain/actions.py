@@ -70,6 +70,29 @@ class FileChange:
 
 
 @dataclass
+class SpecAside:
+    """A damaged spec set aside in /etc/cdi (never deleted); ``aside`` is the name planned for it."""
+
+    path: str
+    before: Optional[bytes]
+    aside: str
+    now: float
+    kind: str = "cdi"
+    after: Optional[bytes] = None
+    change: str = "set-aside"
+
+    def apply(self, writer, allocation_id):
+        try:
+            writer.set_aside_spec(allocation_id, self.now)
+        except OSError as exc:
+            raise RetryableError("cannot set %s aside: %s" % (self.path, exc.strerror or exc))
+
+    def diff(self):
+        return {"before_header": self.path, "after_header": "%s (set aside as %s)" % (self.path, self.aside),
+                "before": (self.before or b"").decode("utf-8", "replace"), "after": ""}
+
+
+@dataclass
 class SliceApply:
     """Create a hold slice (or set its limits again)."""
 
@@ -178,6 +201,22 @@ class Bind(Action):
         state.report(self.event, self.limits)
 
 
+class Rebind(Action):
+    """A wanted hold whose spec is damaged: the file set aside, the hold written again from its
+    assignment; ``AllocationBound`` only when the node had not reported it bound with these devices."""
+
+    kind = "rebind"
+
+    def apply(self, writer, state):
+        if self.slice is not None:
+            self.slice.run(writer)
+        self.write_files(writer)
+        if self.event:
+            state.report(self.event, self.limits)
+        else:
+            state.set_hold_limits(self.allocation_id, self.limits)
+
+
 class Release(Action):
     """A plain hold no longer wanted: recorded, its files removed, reported; then its slice stopped
     if empty (after the report: a slice that cannot be stopped now is a leftover next pass)."""
@@ -185,9 +224,11 @@ class Release(Action):
     kind = "release"
 
     def apply(self, writer, state):
-        state.begin_release(self.allocation_id, self.generation, self.device_ids)
+        if self.event:  # a damaged spec never reported bound has nothing to report
+            state.begin_release(self.allocation_id, self.generation, self.device_ids)
         self.write_files(writer)
-        state.report(self.event)
+        if self.event:
+            state.report(self.event)
         if self.slice is not None:
             self.slice.run(writer)
 

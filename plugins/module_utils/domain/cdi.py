@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
@@ -51,6 +52,8 @@ ANN_BINDING = "bcd.dev/binding"
 ANN_DEVICE_ID = "bcd.dev/device-id"
 
 SPEC_FILE_RE = re.compile(r"^bcd-(%s)\.json$" % ALLOCATION_ID)
+# A damaged spec set aside, never deleted: its name ends in neither .json nor .yaml, so no runtime loads it.
+DAMAGED_FILE_RE = re.compile(r"^bcd-(%s)\.json\.damaged-[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$" % ALLOCATION_ID)
 
 
 class RenderError(BcdError):
@@ -59,6 +62,11 @@ class RenderError(BcdError):
 
 def cdi_spec_path(allocation_id):
     return "%s/%s%s.json" % (SPEC_DIR, SPEC_PREFIX, allocation_id)
+
+
+def damaged_spec_path(allocation_id, now):
+    """Where a damaged spec is set aside (``-2``, ``-3``… are added if that name is taken)."""
+    return "%s.damaged-%s" % (cdi_spec_path(allocation_id), time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)))
 
 
 def env_file_path(allocation_id):

@@ -41,12 +41,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
     FileChange,
     FinishRelease,
     KeepSlice,
+    Rebind,
     Refuse,
     Release,
     ReportBound,
     Rerender,
     SliceApply,
     SliceStop,
+    SpecAside,
     StopSlice,
     WriteEnv,
 )
@@ -74,6 +76,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     RenderError,
     cdi_spec_path,
+    damaged_spec_path,
     env_file_path,
     env_atoms,
     render_hold,
@@ -83,6 +86,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan impor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
     bound_event,
+    damaged_condition,
     hold_summary,
     released_event,
     summary_of,
@@ -126,6 +130,7 @@ class Observed:
     kube: Optional[object] = None  # KubeView: what pods hold, asked only when a Kubernetes release needs it
     now: float = 0.0
     state_dir: str = DEFAULT_STATE_DIR
+    damaged_specs: List[str] = field(default_factory=list)  # node paths of damaged specs set aside earlier
 
 
 @dataclass
@@ -243,6 +248,7 @@ class PassState(object):
         self.released_slices = set()  # slices whose release this pass handles
         self.pending = {}  # Kubernetes releases still pending after this pass: allocation -> PendingRelease
         self.holders = {}  # allocation -> who holds its devices (None: the kube side cannot be asked)
+        self.damaged = {}  # allocation -> its LiveHold whose spec is damaged: set aside, never deleted
         self.marker = observed.releases.marker or observed.releases.unreadable is not None
 
     def needs_root(self, what):
@@ -258,6 +264,10 @@ def plan_pass(generation, parsed, observed, instances=None):
     binds = _bind_new(state)
     # slices of holds gone earlier: after the releases, before anything is bound
     state.plan.actions = releases + _leftover_slices(state) + keeps + binds + _report_failures(state)
+    asides = observed.damaged_specs + [change.aside for action in state.plan.actions for change in action.files
+                                       if isinstance(change, SpecAside)]
+    if asides:
+        state.plan.conditions.append(damaged_condition(asides))
     return state.plan
 
 
@@ -284,22 +294,29 @@ def _release_unwanted(state):
     for allocation_id in sorted(state.live):
         hold = state.live[allocation_id]
         assignment = state.wanted.get(allocation_id)
-        # A damaged spec (its devices cannot be read back) is released and bound again from the assignment.
-        rebind = assignment is not None and (hold.problem is not None or (
+        if hold.problem is not None and (assignment is not None or allocation_id not in keep):
+            # A damaged spec (its devices cannot be read back) is never deleted: set aside, and the hold is
+            # written again from its assignment (_bind_new) or, no longer wanted, released
+            if not observed.privileged:
+                state.needs_root("setting the damaged %s aside" % hold.path)
+                continue
+            state.plan.warnings.append("%s; it is set aside as %s" % (hold.problem, _aside(state, hold).aside))
+            state.damaged[allocation_id] = hold
+            state.live.pop(allocation_id)
+            if assignment is None:
+                actions.append(_release_damaged(state, hold, "no longer wanted"))
+            continue
+        rebind = assignment is not None and (
             sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
-            or hold.kubernetes != assignment.kubernetes))
+            or hold.kubernetes != assignment.kubernetes)
         if allocation_id in keep and not rebind:
             continue
         if not observed.privileged:
             state.needs_root("releasing %s" % allocation_id)
             state.plan.holds.append(summary_of(hold))
             continue
-        why = "no longer wanted"
-        if rebind:
-            why = "its spec is damaged" if hold.problem else "wanted with other devices"
+        why = "wanted with other devices" if rebind else "no longer wanted"
         device_ids = hold.device_ids
-        if hold.problem:  # what was reported bound, when the file no longer says
-            device_ids = (observed.ledger.bound.get(allocation_id) or {}).get("device_ids") or hold.device_ids
         if hold.kubernetes:
             actions.append(release_kubernetes(state, hold, why, wanted=assignment is not None))
         else:
@@ -307,6 +324,32 @@ def _release_unwanted(state):
             state.released_slices.add(slice_name(allocation_id))
         state.live.pop(allocation_id)
     return actions
+
+
+def _aside(state, hold):
+    return SpecAside(hold.path, hold.content, damaged_spec_path(hold.allocation_id, state.observed.now),
+                     state.observed.now)
+
+
+def _release_damaged(state, hold, why):
+    """A hold whose spec is damaged that goes: the spec set aside, the env file removed, and
+    ``AllocationReleased`` with the devices the node last reported bound (nothing if it never did)."""
+    observed, allocation_id = state.observed, hold.allocation_id
+    aside = _aside(state, hold)
+    files = [aside] + [change for change in withdraw_files(observed, allocation_id) if change.kind != "cdi"]
+    bound = observed.ledger.bound.get(allocation_id)
+    device_ids = list((bound or {}).get("device_ids") or [])
+    event = released_event(observed, allocation_id, state.generation, device_ids) if bound else None
+    text = "release %s (%s; its spec is damaged): set %s aside as %s" % (allocation_id, why, hold.path, aside.aside)
+    text += "".join(", remove %s" % change.path for change in files[1:])
+    text += ", report AllocationReleased" if event else " (never reported bound: nothing to report)"
+    action = Release(allocation_id, text, files, event, device_ids, state.generation)
+    current = observed.slices.get(slice_name(allocation_id))
+    if current is not None and not current.populated:
+        action.slice = SliceStop(current.name, settings_of(current))
+        action.text += ", then stop %s (empty)" % current.name
+    state.released_slices.add(slice_name(allocation_id))
+    return action
 
 
 def _claim_everything(state):
@@ -529,6 +572,8 @@ def _bind_new(state):
         except (AtomRefused, Exhausted) as exc:
             reason = exc.reason if isinstance(exc, AtomRefused) else "resources-exhausted"
             state.failures.append((allocation_id, reason, str(exc)))
+            if allocation_id in state.damaged:  # its spec still goes aside, and what was bound is released
+                actions.append(_release_damaged(state, state.damaged[allocation_id], "refused"))
             continue
         try:
             spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, plan.warnings)
@@ -546,7 +591,22 @@ def _bind_new(state):
                  FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request)]
         text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
                                           body["cdi_spec_path"], body["env_file"])
-        action = Bind(allocation_id, text, files, event, [atom.id for atom in atoms], generation,
+        kind = Bind
+        damaged = state.damaged.get(allocation_id)
+        if damaged is not None:
+            # written again from its assignment: no AllocationBound when the node already reported it
+            # bound with these devices and this cgroup parent
+            aside = _aside(state, damaged)
+            files.insert(0, aside)
+            bound = observed.ledger.bound.get(allocation_id) or {}
+            if sorted(bound.get("device_ids") or []) == sorted(atom.id for atom in atoms) and \
+                    limits_record(assignment.limits) == bound.get("limits"):
+                event = None
+            kind = Rebind
+            text = "rebind %s from its assignment (its spec is damaged): set %s aside as %s, write %s, %s%s" % (
+                allocation_id, damaged.path, aside.aside, body["cdi_spec_path"], body["env_file"],
+                ", report AllocationBound" if event else " (already reported bound: nothing to report)")
+        action = kind(allocation_id, text, files, event, [atom.id for atom in atoms], generation,
                       limits=limits_record(assignment.limits))
         if cgroup_parent is not None:
             action.slice = _slice_apply(assignment, observed.slices.get(cgroup_parent))

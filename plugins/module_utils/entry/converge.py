@@ -117,6 +117,7 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
         kube=kube,
         now=now,
         state_dir=state_dir,
+        damaged_specs=host.damaged_specs(),
     )
 
 

@@ -14,6 +14,8 @@ writes itself (docs/security.md):
   reservation_id, generation, binding, devices, limits, env}}``: the hold's spec or
   env file, rendered by root from its own inventory and vendor spec;
 * ``{"op": "hold.remove", "kind": …, "allocation_id": …}``;
+* ``{"op": "hold.set_aside", "allocation_id": …}``: a damaged spec renamed aside
+  in ``/etc/cdi`` (``bcd-<id>.json.damaged-<UTC time>``), never deleted;
 * ``{"op": "slice.apply", "allocation_id": …, "limits": {…}}``: the slice's
   properties built by root from the limits, never below what its workload uses;
 * ``{"op": "slice.stop", "allocation_id": …}``: only once the slice is empty;
@@ -72,6 +74,7 @@ SOCKET_MODE_USER, SOCKET_MODE_GROUP = 0o600, 0o660
 OPS = {
     "hold.write": ("kind", "hold"),
     "hold.remove": ("kind", "allocation_id"),
+    "hold.set_aside": ("allocation_id",),
     "slice.apply": ("allocation_id", "limits"),
     "slice.stop": ("allocation_id",),
     "kube.look": (),
@@ -154,6 +157,8 @@ def handle_request(host, request):
         _write_hold(host, _kind(request.get("kind")), request.get("hold"))
     elif op == "hold.remove":
         host.writer.remove_node_file(_kind(request.get("kind")), _allocation_id(request.get("allocation_id")))
+    elif op == "hold.set_aside":  # a damaged spec: renamed aside in /etc/cdi by root's clock, never deleted
+        host.writer.set_aside_spec(_allocation_id(request.get("allocation_id")), time.time())
     elif op == "slice.apply":
         _apply_slice(host, _allocation_id(request.get("allocation_id")), request.get("limits"))
     else:

@@ -16,7 +16,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import at
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
-from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import damaged_condition, summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
@@ -76,6 +76,7 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR):
     now = time.time()
     domains, domains_error = host.domains()
     warnings = [hold.problem for hold in holds if hold.problem]
+    damaged = host.damaged_specs()
     if domains_error:
         warnings.append("VMs: %s" % domains_error)
     if releases.unreadable:
@@ -91,7 +92,7 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR):
         "inventory_source": inventory.source,
         "capabilities": capabilities(host, inventory),
         "conditions": release_conditions(releases.pending.values(), releases.marker or releases.unreadable is not None,
-                                         now, state_dir),
+                                         now, state_dir) + ([damaged_condition(damaged)] if damaged else []),
         "pending_releases": pending_summary(releases.pending.values(), now),
         "node_public_key": state.public_key(),
         "warnings": warnings,

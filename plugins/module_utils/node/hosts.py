@@ -17,7 +17,7 @@ import os
 import shutil
 import socket
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import SPEC_DIR, SPEC_FILE_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import DAMAGED_FILE_RE, SPEC_DIR, SPEC_FILE_RE
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root, read_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
@@ -80,6 +80,14 @@ class Host(abc.ABC):
             if content is not None:
                 found[match.group(1)] = (node_path, content)
         return found
+
+    def damaged_specs(self):
+        """Node paths of the damaged specs set aside in /etc/cdi, oldest name first."""
+        try:
+            names = os.listdir(self.path(SPEC_DIR))
+        except OSError:
+            return []
+        return ["%s/%s" % (SPEC_DIR, name) for name in sorted(names) if DAMAGED_FILE_RE.fullmatch(name)]
 
     # -- slices ----------------------------------------------------------------
     def slice_states(self):

@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import cdi_spec_path, env_file_path
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import cdi_spec_path, damaged_spec_path, env_file_path
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, rename_aside, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import HelperKubeSide
 
 # The node files a pass writes, by kind: the root helper accepts exactly these.
@@ -59,6 +59,11 @@ class DirectWriter(object):
     def remove_node_file(self, kind, allocation_id):
         remove_file(self.host.path(node_file_path(kind, allocation_id)))
 
+    def set_aside_spec(self, allocation_id, now):
+        """A damaged spec renamed aside in /etc/cdi, never deleted."""
+        rename_aside(self.host.path(node_file_path("cdi", allocation_id)),
+                     self.host.path(damaged_spec_path(allocation_id, now)))
+
     def apply_slice(self, op):
         """Create a slice or set its limits (an ``actions.SliceApply``)."""
         self.host.slices.apply(op.name, op.properties, op.hugetlb_max)
@@ -84,6 +89,10 @@ class HelperWriter(object):
 
     def remove_node_file(self, kind, allocation_id):
         self.client.request({"op": "hold.remove", "kind": kind, "allocation_id": allocation_id})
+
+    def set_aside_spec(self, allocation_id, now):
+        """Root names the file it sets aside by its own clock."""
+        self.client.request({"op": "hold.set_aside", "allocation_id": allocation_id})
 
     def apply_slice(self, op):
         self.client.request({"op": "slice.apply", "allocation_id": allocation_of(op.name), "limits": op.limits})

@@ -339,7 +339,7 @@ def test_slice_limits_are_checked_as_root(helper, limits, error):
     (b"\xff\xfe\n", "malformed request"),
     (b"[1, 2, 3]\n", "a request must be a JSON object, not a list"),
     (b'{"op": "file.write", "kind": "cdi", "allocation_id": "a1", "content": "{}"}\n',
-     "unknown op 'file.write'; known: hold.remove, hold.write, kube.look, slice.apply, slice.stop"),
+     "unknown op 'file.write'; known: hold.remove, hold.set_aside, hold.write, kube.look, slice.apply, slice.stop"),
     (b'{"op": ["hold.write"]}\n', "unknown op a list"),
     (b"[" * 5000 + b"]" * 5000 + b"\n", "a request nests deeper than 16 levels"),
     (b'{"op": "slice.stop", "allocation_id": "a1\\u0000"}\n', "a request must not contain NUL characters"),
@@ -569,3 +569,26 @@ def test_root_writes_a_kept_holds_env_file_from_its_own_spec_while_its_mig_insta
     # and never the spec itself
     reply = helper.request({"op": "hold.write", "kind": "cdi", "hold": hold("m1", devices=devices[0]["devices"])})
     assert reply == {"ok": False, "error": "%s has no MIG instance gi1/ci0" % GPU_A}
+
+
+def test_a_damaged_spec_is_set_aside_by_root_through_the_helper(helper, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    devices = [{"allocation_id": "a1", "reservation_id": "r1", "binding": "BINDING_HOLD", "devices": [{"id": GPU_A}]}]
+
+    def through_helper():
+        host = FakeHwHost(helper.root, helper.fakehw, writer=HelperWriter(HelperClient(helper.socket, timeout=10)))
+        return run_pass(host, 1, devices, lock_timeout=5)
+
+    through_helper()
+    spec = helper.node("/etc/cdi/bcd-a1.json")
+    good = Path(spec).read_bytes()
+    Path(spec).write_bytes(b"{damaged")
+    result = through_helper()
+    assert [a.action for a in result.plan.actions] == ["rebind"]
+    assert Path(spec).read_bytes() == good
+    (aside,) = [name for name in os.listdir(helper.node("/etc/cdi")) if ".damaged-" in name]
+    assert Path(helper.node("/etc/cdi/" + aside)).read_bytes() == b"{damaged"
+    assert any(line.endswith(": hold.set_aside a1") for line in helper.log)
+    # setting aside what is not there is no error; an id that is no id is refused
+    assert helper.request({"op": "hold.set_aside", "allocation_id": "a9"}) == {"ok": True}
+    assert helper.request({"op": "hold.set_aside", "allocation_id": "../x"})["ok"] is False

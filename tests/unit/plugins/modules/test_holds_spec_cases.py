@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 
 import pytest
 
@@ -315,3 +316,70 @@ def test_a_slice_added_to_a_kept_hold_is_reported_with_its_cgroup_parent(capsys,
     assert reports[1]["cgroup_parent"] == "bcd-alloc-a1.slice"
     assert b'"bcd.dev/cgroup-parent": "bcd-alloc-a1.slice"' in node.read("/etc/cdi/bcd-a1.json")
     assert run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})])["changed"] is False
+
+
+# -- 6. a damaged spec of a hold ---------------------------------------------------------------
+
+def asides(node):
+    return sorted(name for name in os.listdir(node.path("/etc/cdi")) if ".json.damaged-" in name)
+
+
+def test_a_damaged_spec_of_a_wanted_hold_is_set_aside_and_rebound_silently(capsys, node):
+    devices = [hold("a1", GPU_A), hold("a2", GPU_B)]
+    run(capsys, node, generation=1, devices=devices)
+    good = node.read("/etc/cdi/bcd-a1.json")
+    node.write("/etc/cdi/bcd-a1.json", b'{"cdiVersion": "0.6.0", "kind": "bcd.dev/gpu", "devi')
+    result = run(capsys, node, generation=1, devices=devices)
+    assert [p["action"] for p in result["plan"]] == ["rebind"]
+    assert "already reported bound: nothing to report" in result["plan"][0]["text"]
+    assert types(result) == [("AllocationBound", "a1"), ("AllocationBound", "a2")]  # nothing released, nothing new
+    assert node.read("/etc/cdi/bcd-a1.json") == good
+    (aside,) = asides(node)
+    assert re.fullmatch(r"bcd-a1\.json\.damaged-\d{8}T\d{6}Z", aside)
+    assert node.read("/etc/cdi/" + aside) == b'{"cdiVersion": "0.6.0", "kind": "bcd.dev/gpu", "devi'  # kept as it was
+    assert [w for w in warnings(result) if w.startswith("cannot parse /etc/cdi/bcd-a1.json") and
+            w.endswith("; it is set aside as /etc/cdi/bcd-a1.json.damaged-%s" % aside.rsplit("-", 1)[1])]
+    (condition,) = result["conditions"]
+    assert (condition["type"], condition["reason"]) == ("HoldSpecDamaged", "SpecUnreadable")
+    assert "/etc/cdi/" + aside in condition["message"]
+    # the condition stays while the file is there; holds_info shows it too
+    again = run(capsys, node, generation=1, devices=devices)
+    assert again["changed"] is False and [c["type"] for c in again["conditions"]] == ["HoldSpecDamaged"]
+    assert [c["type"] for c in info(capsys, node)["conditions"]] == ["HoldSpecDamaged"]
+    os.unlink(node.path("/etc/cdi/" + aside))
+    assert run(capsys, node, generation=1, devices=devices)["conditions"] == []
+
+
+def test_a_damaged_spec_of_a_hold_no_longer_wanted_is_set_aside_and_reported_released(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    node.write("/etc/cdi/bcd-a1.json", b"not json at all")
+    result = run(capsys, node, generation=2, devices=[])
+    assert [p["action"] for p in result["plan"]] == ["release"]
+    released = [e["body"] for e in result["events"] if e["type"] == "AllocationReleased"]
+    assert [(b["allocation_id"], b["device_ids"]) for b in released] == [("a1", [GPU_A])]  # as last reported
+    assert not node.exists("/etc/cdi/bcd-a1.json") and not node.exists("/run/bcd/allocations/a1.env")
+    (aside,) = asides(node)
+    assert node.read("/etc/cdi/" + aside) == b"not json at all"
+    assert [c["type"] for c in result["conditions"]] == ["HoldSpecDamaged"]
+
+
+def test_a_damaged_spec_set_aside_twice_in_one_second_keeps_both(capsys, node, monkeypatch):
+    import time as _time
+    monkeypatch.setattr(_time, "time", lambda: 1764669600.0)
+    devices = [hold("a1", GPU_A)]
+    run(capsys, node, generation=1, devices=devices)
+    for content in (b"first", b"second"):
+        node.write("/etc/cdi/bcd-a1.json", content)
+        run(capsys, node, generation=1, devices=devices)
+    kept = [node.read("/etc/cdi/" + name) for name in asides(node)]
+    assert sorted(kept) == [b"first", b"second"]
+
+
+def test_a_damaged_spec_is_set_aside_through_the_check_mode_plan_without_touching_it(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    node.write("/etc/cdi/bcd-a1.json", b"{")
+    before = node.listing()
+    checked = run(capsys, node, check=True, diff=True, generation=1, devices=[hold("a1", GPU_A)])
+    assert node.listing() == before
+    assert [p["action"] for p in checked["plan"]] == ["rebind"]
+    assert any(d.get("after_header", "").startswith("/etc/cdi/bcd-a1.json (set aside as ") for d in checked["diff"])
