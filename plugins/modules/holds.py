@@ -351,8 +351,8 @@ pending_releases:
   description:
     - Kubernetes releases still waiting for pods to let go of their devices, with their age and C(held_by)
       (the pods and processes, or null when the kubelet cannot be asked).
-    - C(taken_back) is true for the old devices of an allocation the spec wants again (on other devices or
-      as a plain hold): they stay claimed while pods hold them and are dropped, never reported, once free.
+    - C(taken_back) is true for the old devices of an allocation the spec wants again, on other devices or
+      as a plain hold. They stay claimed while pods hold them and are dropped, never reported, once free.
   returned: always
   type: list
   elements: dict

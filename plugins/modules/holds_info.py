@@ -57,7 +57,7 @@ holds:
   description:
     - The holds on the node, read back from their CDI specs, as M(bcd.devices.holds) returns them.
     - C(missing_devices) lists the hold's devices the inventory lacks now (a MIG instance before
-      C(mig-layout) has made it again after a reboot): the hold is on disk and kept, its spec left as it is.
+      C(mig-layout) has made it again after a reboot). The hold is on disk and kept, its spec left as it is.
   returned: always
   type: list
   elements: dict
@@ -98,7 +98,7 @@ conditions:
 pending_releases:
   description:
     - Kubernetes releases still waiting for pods, each with C(allocation_id), C(device_ids), C(generation),
-      C(age_seconds) and C(taken_back) (old devices of an allocation the spec wants again: never reported).
+      C(age_seconds) and C(taken_back) (old devices of an allocation the spec wants again, never reported).
   returned: always
   type: list
   elements: dict

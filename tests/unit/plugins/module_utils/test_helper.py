@@ -482,9 +482,9 @@ def test_a_pass_as_nobody_is_refused_alone_and_binds_through_the_helper(base):
         os.chown(state, account.pw_uid, account.pw_gid)
         spec = os.path.join(base, "spec.json")
         wanted = {"generation": 1, "devices": [
-                {"allocation_id": "a1", "reservation_id": "r1", "binding": "BINDING_HOLD", "devices": [{"id": GPU_A}]},
-                {"allocation_id": "a2", "reservation_id": "r2", "binding": "BINDING_HOLD", "devices": [{"id": GPU_B}],
-                 "limits": {"cpus": "0-1", "memory_bytes": 1 << 30}},
+            {"allocation_id": "a1", "reservation_id": "r1", "binding": "BINDING_HOLD", "devices": [{"id": GPU_A}]},
+            {"allocation_id": "a2", "reservation_id": "r2", "binding": "BINDING_HOLD", "devices": [{"id": GPU_B}],
+             "limits": {"cpus": "0-1", "memory_bytes": 1 << 30}},
         ]}
         common = ["--root", running.root, "--fakehw", running.fakehw, "--json"]
 

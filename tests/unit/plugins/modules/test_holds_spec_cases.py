@@ -116,8 +116,8 @@ def test_integer_limits_sent_as_decimal_strings_bind_like_numbers(capsys, node):
     record = json.loads(node.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))
     assert record["properties"]["MemoryMax"] == "4294967296"
     assert record["properties"]["CPUQuota"] == "150%"
-    again = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits=dict(limits, memory_bytes=4294967296,
-                                                                                 cpu_millis=1500, hugepages_2mi=0))])
+    as_numbers = dict(limits, memory_bytes=4294967296, cpu_millis=1500, hugepages_2mi=0)
+    again = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits=as_numbers)])
     assert again["changed"] is False
 
 
