@@ -1,6 +1,6 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What node-k holds after side_effect (generation 4): the Kubernetes hold k_keep, the plain
+"""What node-k holds after side_effect (generation 6): the Kubernetes hold k_keep, the plain
 holds that took the released and the quarantined GPUs, the releases file set aside, and the
 journal of the whole scenario."""
 
@@ -60,9 +60,9 @@ def test_the_journal(host):
         ("AllocationBound", "k_keep", 1),
         ("AllocationFailed", "p_take", 3),
         ("AllocationReleased", "k_train", 2),
-        ("AllocationBound", "p_take", 3),
-        ("AllocationFailed", "p_late", 4),
-        ("AllocationBound", "p_late", 4),
+        ("AllocationBound", "p_take", 4),
+        ("AllocationFailed", "p_late", 5),
+        ("AllocationBound", "p_late", 6),
     ]
     released = events[3]["body"]
     assert released["device_ids"] == [gpu(0), gpu(1) + "/gi1/ci0"]
