@@ -273,6 +273,19 @@ def _reply(connection, ok, error=None, extra=None):
         pass
 
 
+def _hang_up(connection):
+    """Say no more and read what the peer still sends, briefly: closing with its bytes unread would
+    reset the connection, and the peer might never read the reason it was given."""
+    try:
+        connection.shutdown(socket.SHUT_WR)
+        connection.settimeout(0.5)
+        for _ in range(16):
+            if not connection.recv(65536):
+                break
+    except OSError:
+        pass
+
+
 def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLINE):
     """Answer one peer's one request, within ``deadline`` seconds of its connecting; never raises."""
     with connection:
@@ -284,12 +297,14 @@ def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLI
             return
         if not policy.allows(uid, gid):
             _reply(connection, False, "uid %d gid %d may not use this helper" % (uid, gid))
+            _hang_up(connection)
             return
         buffer = b""
         while b"\n" not in buffer:
             left = end - time.monotonic()
             if left <= 0:
                 _reply(connection, False, "no complete request within %gs" % deadline)
+                _hang_up(connection)
                 return
             try:
                 connection.settimeout(left)
@@ -303,6 +318,7 @@ def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLI
             buffer += chunk
             if len(buffer.split(b"\n", 1)[0]) > MAX_REQUEST:
                 _reply(connection, False, "request longer than %d bytes" % MAX_REQUEST)
+                _hang_up(connection)
                 return
         line = buffer.split(b"\n", 1)[0]
         if line.strip():
@@ -332,11 +348,18 @@ def _answer(host, connection, line, uid, log):
             log("uid %d: internal error answering a request: %s: %s" % (uid, type(exc).__name__, exc))
     else:
         if log:
-            what = [request.get(key) for key in ("kind", "allocation_id") if isinstance(request.get(key), str)]
-            if isinstance(request.get("hold"), dict) and isinstance(request["hold"].get("allocation_id"), str):
-                what.append(request["hold"]["allocation_id"])
-            log("uid %d: %s %s" % (uid, request.get("op"), " ".join(what)))
+            log("uid %d: %s %s" % (uid, request.get("op"), _what_it_touched(request)))
         _reply(connection, True, extra=extra)
+
+
+def _what_it_touched(request):
+    """The log names what an answered request changed: the slice unit, or the file kind and allocation."""
+    allocation_id = request.get("allocation_id")
+    if isinstance(request.get("hold"), dict):
+        allocation_id = request["hold"].get("allocation_id")
+    if request.get("op") in ("slice.apply", "slice.stop") and isinstance(allocation_id, str):
+        return slice_name(allocation_id)
+    return " ".join(value for value in (request.get("kind"), allocation_id) if isinstance(value, str))
 
 
 def _check_socket_directory(directory):

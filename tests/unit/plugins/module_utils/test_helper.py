@@ -212,6 +212,9 @@ def test_a_slice_is_built_by_root_from_limits_and_stopped_once_empty(helper):
     assert not os.path.exists(record_path)
     # stopping a slice that is not there is no error either
     assert helper.request({"op": "slice.stop", "allocation_id": "a1"}) == {"ok": True}
+    # the log names the unit each slice request touched
+    assert "uid %d: slice.apply bcd-alloc-a1.slice" % os.geteuid() in helper.log
+    assert "uid %d: slice.stop bcd-alloc-a1.slice" % os.geteuid() in helper.log
 
 
 def test_a_populated_slice_is_not_stopped_and_its_limits_never_go_below_its_use(helper):

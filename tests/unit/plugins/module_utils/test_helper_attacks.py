@@ -1,0 +1,480 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A compromised ``bcd`` account against a real root helper and against root passes.
+
+The module starts ``bcd-holds helper`` as a root process for a fakehw node, creates a
+throwaway system account (the "attacker", removed at the end), and plays that account:
+its code runs in subprocesses with the account's uid and gid. Every attack of
+docs/security.md is a test here — content it would have root write, env lines, devices the
+node lacks, links planted for root passes, floods, slow peers, malformed requests,
+running the helper out of file descriptors, slices it would have root kill or squeeze —
+and every socket and subprocess has a deadline, so nothing here can hang.
+
+Skipped unless run as root with ``useradd`` (CI runs as root).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
+
+if os.geteuid() != 0 or shutil.which("useradd") is None or not os.path.exists("/usr/bin/python3"):
+    pytest.skip("needs root, useradd and /usr/bin/python3 to play another account", allow_module_level=True)
+
+GPU_A = "GPU-5f1c2a90-00aa-4000-8000-000000000001"
+GPU_B = "GPU-5f1c2a90-00aa-4000-8000-000000000002"
+HARDWARE = {"node_id": "node-x", "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-2c4f1d2b7a10",
+            "gpus": [{"uuid": GPU_A, "index": 0, "minor": 0}, {"uuid": GPU_B, "index": 1, "minor": 1}]}
+COLLECTIONS_PARENT = _cli.__file__[:_cli.__file__.rindex("/ansible_collections/")]
+LAUNCHER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+# The attacker's client: stdlib only, so the system Python of any account runs it. Each argv item
+# after the socket is one connection's raw bytes (base64); it prints one JSON list of replies.
+CLIENT = r"""
+import base64, json, socket, sys
+replies = []
+for payload in sys.argv[2:]:
+    got = b""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(20)
+            connection.connect(sys.argv[1])
+            try:
+                connection.sendall(base64.b64decode(payload))
+                connection.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            while True:
+                chunk = connection.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        replies.append([json.loads(line) for line in got.decode().splitlines()])
+    except OSError as exc:
+        replies.append({"client error": str(exc)})
+print(json.dumps(replies))
+"""
+# Floods the helper: opens N idle connections, asks once more, closes them all, asks again.
+FLOOD = r"""
+import json, socket, sys, time
+path, count, during = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "ask-during"
+held, refused = [], 0
+for _ in range(count):
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.settimeout(5)
+    try:
+        connection.connect(path)
+    except OSError:
+        refused += 1
+        continue
+    held.append(connection)
+time.sleep(0.5)
+def ask():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(20)
+        connection.connect(path)
+        connection.sendall(b'{"op": "slice.stop", "allocation_id": "nothing_here"}\n')
+        return json.loads(connection.recv(65536).decode().splitlines()[0])
+start = time.monotonic()
+result = ask() if during else None
+during_seconds = time.monotonic() - start
+for connection in held:
+    connection.close()
+time.sleep(0.5)
+print(json.dumps({"during": result, "during_seconds": during_seconds, "after": ask(), "held": len(held)}))
+"""
+# A slow peer: one byte a second, never a newline, for longer than the helper's deadline.
+SLOW = r"""
+import json, socket, sys, time
+with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+    connection.settimeout(30)
+    connection.connect(sys.argv[1])
+    start, got = time.monotonic(), b""
+    for byte in b'{"op": "slice.stop", "allocation_id": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa':
+        try:
+            connection.sendall(bytes([byte]))
+        except OSError:
+            break
+        connection.settimeout(1.0)
+        try:
+            got = connection.recv(65536)
+        except socket.timeout:
+            continue
+        break
+    print(json.dumps({"reply": json.loads(got.decode().splitlines()[0]) if got else None,
+                      "seconds": time.monotonic() - start}))
+"""
+
+
+class Attacker(object):
+    """The throwaway account, and a way to run code as it."""
+
+    def __init__(self):
+        self.name = "bcdatk%s" % uuid.uuid4().hex[:8]
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", self.name],
+                       check=True, timeout=60, stdout=subprocess.DEVNULL)
+        account = pwd.getpwnam(self.name)
+        self.uid, self.gid = account.pw_uid, account.pw_gid
+
+    def remove(self):
+        subprocess.run(["userdel", self.name], timeout=60, check=False, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+    def _demote(self):
+        os.setgroups([])
+        os.setgid(self.gid)
+        os.setuid(self.uid)
+
+    def python(self, code, *args, timeout=60):
+        proc = subprocess.run(["/usr/bin/python3", "-c", code] + [str(a) for a in args], preexec_fn=self._demote,
+                              cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
+        assert proc.returncode == 0, proc.stderr.decode()
+        return json.loads(proc.stdout)
+
+    def run(self, argv):
+        """Shell-free file work as the attacker (ln, rm, ...)."""
+        return subprocess.run(argv, preexec_fn=self._demote, cwd="/", timeout=30, check=False,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+class World(object):
+    """A fakehw node whose state directory is the attacker's, and a root helper process for it."""
+
+    def __init__(self, attacker):
+        self.attacker = attacker
+        self.base = tempfile.mkdtemp(prefix="bcd-attack-")
+        os.chmod(self.base, 0o755)
+        self.root = os.path.join(self.base, "root")
+        os.makedirs(self.root)
+        self.fakehw = os.path.join(self.base, "fakehw.json")
+        Path(self.fakehw).write_text(json.dumps(HARDWARE))
+        self.state = os.path.join(self.root, "var/lib/bcd")
+        os.makedirs(self.state, mode=0o700)
+        os.chown(self.state, attacker.uid, attacker.gid)
+        # what the attacker would love to reach: root's, in a directory only root can enter
+        self.secrets = os.path.join(self.base, "secrets")
+        os.makedirs(self.secrets, mode=0o700)
+        self.target = os.path.join(self.secrets, "shadow")
+        Path(self.target).write_text("root:secret-hash\n")
+        os.chmod(self.target, 0o600)
+        self.socket = os.path.join(self.base, "run", "helper.sock")
+        os.makedirs(os.path.dirname(self.socket), mode=0o755)
+        self.log = open(os.path.join(self.base, "helper.log"), "wb")
+        self.helper = subprocess.Popen([sys.executable, "-c", LAUNCHER, COLLECTIONS_PARENT, "helper", "--root",
+                                        self.root, "--fakehw", self.fakehw, "--socket", self.socket,
+                                        "--allow-user", attacker.name], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.socket):
+            assert self.helper.poll() is None, self.helper_log()
+            assert time.monotonic() < deadline, "the helper did not start: %s" % self.helper_log()
+            time.sleep(0.05)
+
+    def helper_log(self):
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")
+
+    def close(self):
+        self.helper.kill()
+        self.helper.wait(10)
+        self.log.close()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def node(self, path):
+        return os.path.join(self.root, path.lstrip("/"))
+
+    def send(self, *payloads):
+        """Raw payloads, one connection each, sent by the attacker; the replies of each connection."""
+        encoded = [base64.b64encode(p if isinstance(p, bytes) else p.encode()).decode() for p in payloads]
+        return self.attacker.python(CLIENT, self.socket, *encoded)
+
+    def request(self, message):
+        (replies,) = self.send(json.dumps(message) + "\n")
+        assert len(replies) == 1, replies
+        return replies[0]
+
+    def alive(self):
+        """The helper still runs and serves the attacker a harmless request."""
+        assert self.helper.poll() is None, self.helper_log()
+        return self.request({"op": "slice.stop", "allocation_id": "nothing_here"}) == {"ok": True}
+
+    def root_cli(self, *argv, timeout=120):
+        """``bcd-holds ARGV`` as root, as the module under become or a root timer would run it."""
+        proc = subprocess.run([sys.executable, "-c", LAUNCHER, COLLECTIONS_PARENT] + list(argv)
+                              + ["--root", self.root, "--fakehw", self.fakehw], cwd="/", timeout=timeout,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+    def files(self, under="/"):
+        found = {}
+        for dirpath, _dirs, names in os.walk(self.node(under)):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                found[os.path.relpath(path, self.root)] = os.lstat(path).st_uid
+        return found
+
+
+@pytest.fixture(scope="module")
+def attacker():
+    account = Attacker()
+    yield account
+    account.remove()
+
+
+@pytest.fixture
+def world(attacker):
+    running = World(attacker)
+    yield running
+    running.close()
+
+
+def hold(allocation_id="a1", device=GPU_A, **fields):
+    data = {"allocation_id": allocation_id, "reservation_id": "r1", "generation": 1, "binding": "BINDING_HOLD",
+            "devices": [{"id": device}], "limits": None, "env": []}
+    data.update(fields)
+    return data
+
+
+def target_untouched(world):
+    info = os.stat(world.target)
+    return (Path(world.target).read_text(), info.st_uid, stat.S_IMODE(info.st_mode)) == ("root:secret-hash\n", 0, 0o600)
+
+
+# -- root builds what it writes --------------------------------------------------------
+
+@pytest.mark.parametrize("message, error", [
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(), "content": '{"containerEdits": {"hooks": []}}'},
+     "hold.write takes no content"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(containerEdits={"mounts": [{"hostPath": "/"}]})},
+     "hold.containerEdits: unknown field"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(hooks=[{"hookName": "createRuntime", "path": "/tmp/x"}])},
+     "hold.hooks: unknown field"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(additionalGids=[0])}, "hold.additionalGids: unknown field"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(device="all")}, "all not present"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(device="/dev/sda")}, "\"/dev/sda\" cannot name a CDI device"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(device="GPU-5f1c2a90-00aa-4000-8000-0000000000ff")},
+     "GPU-5f1c2a90-00aa-4000-8000-0000000000ff not present"),
+    ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["NVIDIA_VISIBLE_DEVICES=all"])},
+     "env[0]: NVIDIA_VISIBLE_DEVICES is set by bcd and cannot be overridden"),
+    ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["BCD_ALLOCATION_ID=other"])},
+     "env[0]: BCD_ALLOCATION_ID is set by bcd and cannot be overridden"),
+    ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["A=1\rNVIDIA_VISIBLE_DEVICES=all"])},
+     "env[0]: contains a newline or NUL"),
+    ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["LD_PRELOAD=/tmp/x.so\nB=2"])},
+     "env[0]: contains a newline or NUL"),
+])
+def test_root_writes_nothing_it_did_not_build(world, message, error):
+    assert world.request(message) == {"ok": False, "error": error}
+    assert world.files("/etc") == {} and world.files("/run") == {}
+    assert world.alive()
+
+
+def test_a_hold_root_writes_carries_only_the_nodes_own_devices_and_bcds_env(world):
+    for kind in ("cdi", "allocation-env"):
+        assert world.request({"op": "hold.write", "kind": kind, "hold": hold(env=["TEAM=x"])}) == {"ok": True}
+    spec_path = world.node("/etc/cdi/bcd-a1.json")
+    spec = json.loads(Path(spec_path).read_text())
+    info = os.stat(spec_path)
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o644)
+    assert [device["name"] for device in spec["devices"]] == [GPU_A]
+    edits = [spec["containerEdits"]] + [device["containerEdits"] for device in spec["devices"]]
+    assert all(set(edit) == {"env"} for edit in edits), edits  # no hooks, mounts, device nodes or group ids
+    env = Path(world.node("/run/bcd/allocations/a1.env")).read_text().splitlines()
+    assert env == ["BCD_ALLOCATION_ID=a1", "BCD_RESERVATION_ID=r1", "NVIDIA_VISIBLE_DEVICES=%s" % GPU_A, "TEAM=x"]
+
+
+# -- root never acts through a path the attacker controls ----------------------------------
+
+STATE_FILES = ("lock", "ledger.json", "events.jsonl", "events.seq", "releasing.json", "nodespec.json", "node.key")
+
+
+def plant(world, names, target):
+    for name in names:
+        result = world.attacker.run(["ln", "-sfn", target, os.path.join(world.state, name)])
+        assert result.returncode == 0, result.stderr
+
+
+def converge_as_root(world, generation=1):
+    spec = os.path.join(world.base, "spec-%d.json" % generation)
+    Path(spec).write_text(json.dumps({"generation": generation, "devices": [
+        {"allocation_id": "a1", "reservation_id": "r1", "binding": "BINDING_HOLD", "devices": [{"id": GPU_A}]}]}))
+    return world.root_cli("converge", "--spec", spec, "--json")
+
+
+@pytest.mark.parametrize("name", STATE_FILES)
+def test_a_link_planted_in_the_state_directory_leads_a_root_pass_nowhere(world, name):
+    plant(world, [name], world.target)
+    missing = os.path.join(world.secrets, "created-by-root")
+    code, out, err = converge_as_root(world)
+    assert "Traceback" not in out + err
+    assert target_untouched(world)
+    assert not os.path.exists(missing)
+    assert "secret-hash" not in out + err
+    for entry in os.listdir(world.state):  # nothing root-only came back into a file the attacker can read
+        path = os.path.join(world.state, entry)
+        if not os.path.islink(path) and os.path.isfile(path):
+            assert b"secret-hash" not in Path(path).read_bytes(), entry
+    # acknowledging events as root goes the same way
+    code, out, err = world.root_cli("events", "--ack-through", "1")
+    assert "Traceback" not in out + err
+    assert target_untouched(world)
+
+
+def test_links_to_a_file_that_does_not_exist_are_not_created_by_root(world):
+    missing = os.path.join(world.secrets, "ld.so.preload")
+    plant(world, STATE_FILES, missing)
+    code, out, err = converge_as_root(world)
+    assert "Traceback" not in out + err
+    assert not os.path.exists(missing)
+    assert sorted(os.listdir(world.secrets)) == ["shadow"]
+
+
+def test_a_state_directory_that_is_a_link_is_refused(world):
+    elsewhere = os.path.join(world.base, "elsewhere")
+    os.makedirs(elsewhere, mode=0o700)
+    os.chown(elsewhere, world.attacker.uid, world.attacker.gid)
+    shutil.rmtree(world.state)
+    os.symlink(elsewhere, world.state)
+    code, out, err = converge_as_root(world)
+    assert code != 0 and "Traceback" not in out + err
+    assert "link" in (out + err).lower()
+    assert os.listdir(elsewhere) == []
+    assert not os.path.exists(world.node("/etc/cdi/bcd-a1.json"))
+
+
+def test_root_hands_over_only_its_own_single_link_leftovers(world):
+    leftover = os.path.join(world.state, "ledger.json")
+    Path(leftover).write_text('{"bound": {}}')  # written by an earlier root-mode install
+    linked = os.path.join(world.state, "old-copy")
+    Path(linked).write_text("root's")
+    os.link(linked, os.path.join(world.state, "old-copy-2"))  # two links: not root's to give away
+    code, out, err = converge_as_root(world)
+    assert code == 0, err
+    assert os.stat(leftover).st_uid == world.attacker.uid
+    assert os.stat(linked).st_uid == 0 and os.stat(linked).st_nlink == 2
+    journal = os.path.join(world.state, "events.jsonl")
+    assert os.stat(journal).st_uid == world.attacker.uid  # root's pass worked as the directory's owner
+
+
+def test_a_journal_rewrite_keeps_only_what_the_attacker_could_read_anyway(world):
+    code, out, err = converge_as_root(world)
+    assert code == 0, err
+    journal = os.path.join(world.state, "events.jsonl")
+    with open(journal, "a") as handle:
+        handle.write("not an event\n")
+    os.chown(journal, world.attacker.uid, world.attacker.gid)
+    code, out, err = world.root_cli("events", "--ack-through", "1")
+    assert code == 0 and "Traceback" not in out + err
+    info = os.stat(journal)
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (world.attacker.uid, 0o600)
+    assert b"secret-hash" not in Path(journal).read_bytes()
+
+
+# -- the helper stays up and answers -------------------------------------------------------
+
+@pytest.mark.parametrize("payload, error", [
+    (b'{"op": "hold.write", "kind": ["cdi"], "hold": {}}\n', "unknown kind a list"),
+    (b"[" * 20000 + b"]" * 20000 + b"\n", "a request nests deeper than 16 levels"),
+    (b'{"op": "slice.stop", "allocation_id": "\xff\xfe"}\n', "malformed request"),
+    (b'{"op": "slice.stop", "allocation_id": "a1\x00"}\n', "malformed request"),
+    (b'{"op": "slice.stop", "allocation_id": "a1\\u0000"}\n', "a request must not contain NUL characters"),
+    (b'{"op": "hold.write", "hold": "' + b"x" * (80 * 1024) + b'"}\n', "request longer than 65536 bytes"),
+    (b"\x00" * 4096 + b"\n", "malformed request"),
+    (b'{"op": "slice.apply", "allocation_id": "a1", "limits": {"mems": "0-30000000"}}\n',
+     "limits.mems: NUMA node 30000000 is beyond 1023, the most any host has"),
+    (b'{"op": "slice.apply", "allocation_id": "a1", "limits": {"cpus": "0-3;reboot"}}\n',
+     "limits.cpus: '0-3;reboot' is not a cpulist such as 0-3,8"),
+    (b'{"op": "slice.apply", "allocation_id": "a1", "limits": {}}\n', "the limits book nothing a slice enforces"),
+])
+def test_a_malformed_or_hostile_request_gets_a_clear_error_and_the_helper_goes_on(world, payload, error):
+    (replies,) = world.send(payload)
+    assert len(replies) == 1 and replies[0]["ok"] is False, replies
+    assert replies[0]["error"].startswith(error), replies
+    assert world.alive()
+
+
+def test_a_flood_of_idle_peers_gets_busy_at_once_and_the_helper_serves_after(world):
+    result = world.attacker.python(FLOOD, world.socket, 40, "ask-during", timeout=90)
+    assert result["held"] == 40
+    assert result["during"] == {"ok": False, "error": "busy: 16 requests are being served; try again"}
+    assert result["during_seconds"] < 5
+    assert result["after"] == {"ok": True}
+    assert world.alive()
+
+
+def test_a_slow_peer_is_cut_off_at_the_deadline_and_others_are_served_meanwhile(world):
+    slow = subprocess.Popen(["/usr/bin/python3", "-c", SLOW, world.socket], preexec_fn=world.attacker._demote,
+                            cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.5)
+        started = time.monotonic()
+        assert world.alive()  # served while the slow peer dribbles
+        assert time.monotonic() - started < 5
+        out, err = slow.communicate(timeout=40)
+    finally:
+        if slow.poll() is None:
+            slow.kill()
+    result = json.loads(out)
+    assert result["reply"] == {"ok": False, "error": "no complete request within 10s"}, err
+    assert 9 <= result["seconds"] < 20
+
+
+def test_running_the_helper_out_of_file_descriptors_pauses_it_and_never_stops_it(world):
+    limit = subprocess.run(["prlimit", "--pid", str(world.helper.pid), "--nofile=12:12"], timeout=30, check=False)
+    if limit.returncode != 0:
+        pytest.skip("prlimit cannot lower the helper's descriptor limit here")
+    result = world.attacker.python(FLOOD, world.socket, 30, "no", timeout=120)
+    assert world.helper.poll() is None, world.helper_log()
+    assert result["after"] == {"ok": True}
+    subprocess.run(["prlimit", "--pid", str(world.helper.pid), "--nofile=1024:1024"], timeout=30, check=False)
+    assert world.alive()
+    assert "accept failed" in world.helper_log()
+
+
+def test_an_account_that_is_not_allowed_is_refused_by_its_credentials(world):
+    nobody = pwd.getpwnam("nobody")
+    os.chmod(world.socket, 0o666)  # only SO_PEERCRED stands in the way now
+    proc = subprocess.run(["/usr/bin/python3", "-c", CLIENT, world.socket,
+                           base64.b64encode(b'{"op": "slice.stop", "allocation_id": "a1"}\n').decode()],
+                          preexec_fn=lambda: (os.setgroups([]), os.setgid(nobody.pw_gid), os.setuid(nobody.pw_uid)),
+                          cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, check=False)
+    assert json.loads(proc.stdout) == [[{"ok": False, "error": "uid %d gid %d may not use this helper"
+                                         % (nobody.pw_uid, nobody.pw_gid)}]]
+    assert world.alive()
+
+
+# -- the helper enforces the node's own rules on slices ----------------------------------------
+
+def test_the_helper_never_kills_or_squeezes_a_workload(world):
+    assert world.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 2 << 30}}) == {
+        "ok": True}
+    record_path = world.node("/run/bcd/slices/bcd-alloc-a1.slice.json")
+    record = json.loads(Path(record_path).read_text())
+    record.update(populated=True, memory_current=1 << 30)  # a workload runs in it (root's record)
+    Path(record_path).write_text(json.dumps(record))
+    assert world.request({"op": "slice.stop", "allocation_id": "a1"}) == {
+        "ok": False, "error": "bcd-alloc-a1.slice still runs a workload; it is stopped once empty"}
+    reply = world.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 20}})
+    assert reply == {"ok": False, "error": "bcd-alloc-a1.slice uses 1073741824 bytes of memory, more than "
+                                           "MemoryMax=1048576; a change of its limits never kills its workload"}
+    assert json.loads(Path(record_path).read_text())["properties"]["MemoryMax"] == str(2 << 30)
+    assert os.path.exists(record_path)
