@@ -173,9 +173,11 @@ def render_spec(hold, vendor=None, notes=None):
         "devices": devices,
         "containerEdits": container_edits,
     }
+    # A Kubernetes hold carries none of the vendor's edits but the same version rule (0.6.0, or the
+    # vendor spec's when later): the runtime that reads NVIDIA's spec reads this one.
     versions = [BASE_VERSION, minimum_version(spec)]
-    if use_vendor is not None and use_vendor.cdi_version:
-        versions.append(use_vendor.cdi_version)
+    if vendor is not None and vendor.path and vendor.cdi_version:
+        versions.append(vendor.cdi_version)
     spec["cdiVersion"] = max(versions, key=version_key)
     problems = validate_spec(spec)
     if problems:

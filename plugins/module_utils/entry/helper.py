@@ -279,7 +279,7 @@ def _hang_up(connection):
     try:
         connection.shutdown(socket.SHUT_WR)
         connection.settimeout(0.5)
-        for _ in range(16):
+        for _attempt in range(16):
             if not connection.recv(65536):
                 break
     except OSError:

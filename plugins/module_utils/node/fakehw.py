@@ -28,6 +28,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
     PodDevices,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.inventory import normalize_pci_address
+from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import dra_device_ids
 
 try:
     import yaml
@@ -46,7 +47,10 @@ _MIG_UUID_RE = re.compile(r"^MIG-[A-Za-z0-9-]{1,128}(/[0-9]{1,9}/[0-9]{1,9})?$")
 # Names and ids: printable, no whitespace at the ends, no control characters.
 _TEXT_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
 
-_DOMAIN_STATES = ("running", "paused")
+# Every state ``virsh domstate`` prints; as on a real host (``virsh list --state-running
+# --state-paused``), only a running or a paused domain has its GPUs and memory.
+DOMAIN_STATES = ("running", "idle", "paused", "in shutdown", "shut off", "crashed", "pmsuspended", "no state")
+ACTIVE_DOMAIN_STATES = ("running", "paused")
 
 
 class FakeHwError(BcdError):
@@ -68,6 +72,26 @@ class FakeHw:
 
 # --------------------------------------------------------------------------
 # Reading
+
+
+def _claim_resources(value, where):
+    """A pod's ``dynamic_resources`` (the kubelet's DRA claims, as in its pod-resources answer)
+    as ``(device_name, cdi device names)`` per claim resource."""
+    found = []
+    for i, claim in enumerate(_list(value, where + ".dynamic_resources")):
+        at = "%s.dynamic_resources[%d]" % (where, i)
+        _mapping(claim, at, _CLAIM_FIELDS)
+        _text(claim.get("claim_name"), at + ".claim_name")
+        _text(claim.get("claim_namespace"), at + ".claim_namespace")
+        for j, resource in enumerate(_list(claim.get("claim_resources"), at + ".claim_resources")):
+            there = "%s.claim_resources[%d]" % (at, j)
+            _mapping(resource, there, _CLAIM_RESOURCE_FIELDS)
+            _text(resource.get("driver_name"), there + ".driver_name")
+            _text(resource.get("pool_name"), there + ".pool_name")
+            cdi = [_text(name, "%s.cdi_devices[%d]" % (there, k), required=True)
+                   for k, name in enumerate(_list(resource.get("cdi_devices"), there + ".cdi_devices"))]
+            found.append((_text(resource.get("device_name"), there + ".device_name") or "", cdi))
+    return found
 
 
 class _DuplicateKey(ValueError):
@@ -231,7 +255,9 @@ _GPU_FIELDS = ("uuid", "index", "minor", "numa_node", "pci_bus_id", "name", "mig
 _MIG_FIELDS = ("gi", "ci", "uuid")
 _DOMAIN_FIELDS = ("instance_id", "state", "memory_bytes", "hugepages", "gpus")
 _KUBELET_FIELDS = ("reachable", "pods")
-_POD_FIELDS = ("namespace", "name", "container", "device_ids")
+_POD_FIELDS = ("namespace", "name", "container", "device_ids", "dynamic_resources")
+_CLAIM_FIELDS = ("claim_name", "claim_namespace", "claim_resources")
+_CLAIM_RESOURCE_FIELDS = ("driver_name", "pool_name", "device_name", "cdi_devices")
 
 
 def fakehw_from_data(data, source="fakehw file"):
@@ -318,8 +344,9 @@ def fakehw_from_data(data, source="fakehw file"):
         state = item.get("state")
         if state is None:
             state = "running"
-        if state not in _DOMAIN_STATES:
-            raise _err(where + ".state", "must be running or paused, not %r" % (state,))
+        if state not in DOMAIN_STATES:
+            raise _err(where + ".state", "must be a libvirt domain state (%s), not %r"
+                       % (", ".join(DOMAIN_STATES), state))
         domain_gpus = []
         for j, uuid in enumerate(_list(item.get("gpus"), where + ".gpus")):
             uuid = _gpu_uuid(uuid, "%s.gpus[%d]" % (where, j))
@@ -348,6 +375,9 @@ def fakehw_from_data(data, source="fakehw file"):
         ids = []
         for j, device_id in enumerate(_list(item.get("device_ids"), where + ".device_ids")):
             ids.append(_text(device_id, "%s.device_ids[%d]" % (where, j), required=True))
+        for device_id in dra_device_ids(_claim_resources(item.get("dynamic_resources"), where)):
+            if device_id not in ids:
+                ids.append(device_id)
         pods.append(
             PodDevices(
                 namespace=_text(item.get("namespace"), where + ".namespace", required=True),

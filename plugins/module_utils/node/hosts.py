@@ -18,7 +18,7 @@ import shutil
 import socket
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import DAMAGED_FILE_RE, SPEC_DIR, SPEC_FILE_RE
-from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import ACTIVE_DOMAIN_STATES, load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root, read_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
 from ansible_collections.bcd.devices.plugins.module_utils.node.inventory import default_run_command, read_libvirt_domains, read_real_inventory
@@ -203,7 +203,8 @@ class FakeHwHost(Host):
         return FakeKubeSide.from_fakehw(self.hw)
 
     def _read_domains(self):
-        return list(self.hw.domains), None
+        """The running and paused domains, as a real host lists them; a shut-off VM holds nothing."""
+        return [domain for domain in self.hw.domains if domain.state in ACTIVE_DOMAIN_STATES], None
 
     def boot_id(self):
         return super(FakeHwHost, self).boot_id() or self.hw.boot_id or ""

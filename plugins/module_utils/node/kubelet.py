@@ -8,7 +8,8 @@ devices (docs/kubernetes.md, step 3 of a release). Two sources answer:
 
 * the kubelet's pod-resources API v1 (``List`` over
   ``/var/lib/kubelet/pod-resources/kubelet.sock``, gRPC): the devices each
-  pod container was allocated;
+  pod container was allocated, through a device plugin (``devices``) or a DRA
+  claim (``dynamic_resources``, on by default since Kubernetes 1.34);
 * the host's processes in pod cgroups (``/proc/<pid>/cgroup`` mentions
   ``kubepods``) that have ``/dev/nvidia<minor>`` open: whole GPUs still in use.
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError
 
 try:
@@ -83,6 +85,40 @@ def normalize_device_id(device_id):
     return match.group("id") if match else device_id
 
 
+# The CDI kind of bcd's holds; its device names are atom ids with "/" as "_".
+BCD_CDI_KIND = "bcd.dev/gpu"
+
+
+def dra_device_ids(claim_resources):
+    # type: (Iterable[Tuple[str, Iterable[str]]]) -> List[str]
+    """The devices a pod holds through DRA claims, from ``(device_name,
+    cdi_device_names)`` per claim resource: each name that says which GPU or
+    MIG device it is, the same as a device plugin's id would.
+
+    That is a CDI device of bcd's own kind (``bcd.dev/gpu=GPU-…_gi1_ci0``: an
+    atom id, ``/`` written ``_``), and a CDI device or device name that is a
+    ``GPU-…`` or ``MIG-…`` UUID (``nvidia.com/gpu=GPU-…``). A driver's own
+    names (``gpu-0``) say nothing bcd can check and add nothing; the pod
+    processes with a GPU open still count (docs/kubernetes.md).
+    """
+    ids = []  # type: List[str]
+    for device_name, cdi_names in claim_resources:
+        names = [device_name]
+        for cdi_name in cdi_names:
+            kind, _sep, name = cdi_name.partition("=")
+            names.append(name.replace("_", "/") if kind == BCD_CDI_KIND else name)
+        for name in names:
+            if name.startswith(("GPU-", "MIG-")) and name not in ids:
+                ids.append(name)
+    return ids
+
+
+def _claim_resources(container):
+    """``(device_name, cdi names)`` of each DRA claim resource of a pod-resources container."""
+    return [(resource.device_name, [cdi.name for cdi in resource.cdi_devices])
+            for dynamic in container.dynamic_resources for resource in dynamic.claim_resources]
+
+
 # --------------------------------------------------------------------------
 # The kubelet's pod-resources API
 
@@ -128,11 +164,11 @@ def list_pod_devices(socket_path, timeout=DEFAULT_TIMEOUT):
     for pod in response.pod_resources:
         for container in pod.containers:
             ids = []  # type: List[str]
-            for devices in container.devices:
-                for device_id in devices.device_ids:
-                    device_id = normalize_device_id(device_id)
-                    if device_id and device_id not in ids:
-                        ids.append(device_id)
+            listed = [device_id for devices in container.devices for device_id in devices.device_ids]
+            for device_id in listed + dra_device_ids(_claim_resources(container)):
+                device_id = normalize_device_id(device_id)
+                if device_id and device_id not in ids:
+                    ids.append(device_id)
             if ids:
                 result.append(
                     PodDevices(
@@ -279,6 +315,22 @@ def held_devices(pods, processes, gpu_uuid_by_minor):
     return held
 
 
+def _as_kube_names(pods, inventory):
+    # type: (Iterable[PodDevices], object) -> List[PodDevices]
+    """The pods with each device named as the kube side names it: a bcd atom
+    id from a DRA claim (``GPU-…/gi1/ci0``, ``GPU-…/s3``) becomes the MIG
+    device's or the GPU's UUID, as the holds' devices are looked up."""
+    named = []
+    for pod in pods:
+        ids = []  # type: List[str]
+        for device_id in pod.device_ids:
+            for name in sorted(device_names([device_id], inventory)) if "/" in device_id else [device_id]:
+                if name not in ids:
+                    ids.append(name)
+        named.append(PodDevices(pod.namespace, pod.name, pod.container, tuple(ids)))
+    return named
+
+
 def _mig_parents(inventory):
     # type: (object) -> Dict[str, str]
     """``{MIG UUID: parent GPU UUID}`` for the MIG devices the inventory lists."""
@@ -357,7 +409,7 @@ class RealKubeSide(KubeSide):
     def look(self, inventory):
         # type: (object) -> KubeView
         try:
-            pods = list_pod_devices(self.socket_path, self.timeout)
+            pods = _as_kube_names(list_pod_devices(self.socket_path, self.timeout), inventory)
         except KubeletUnreachable as err:
             return KubeView(error=str(err))
         by_minor = {}
@@ -386,9 +438,10 @@ class FakeKubeSide(KubeSide):
         # type: (object) -> KubeView
         if not self.reachable:
             return KubeView(error="the kubelet is unreachable (fakehw: kubelet.reachable is false)")
+        pods = _as_kube_names(self.pods, inventory)
         parents = _mig_parents(inventory)
-        held = _with_parent_gpus(held_devices(self.pods, {}, {}), parents)
-        return KubeView(held=held, pods=list(self.pods), mig_parent=parents)
+        held = _with_parent_gpus(held_devices(pods, {}, {}), parents)
+        return KubeView(held=held, pods=pods, mig_parent=parents)
 
 
 def view_to_json(view):

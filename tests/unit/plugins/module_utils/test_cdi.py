@@ -288,9 +288,13 @@ def test_additional_gids_need_0_7_0(render, vendor_version):
     assert spec["cdiVersion"] == "0.7.0"
 
 
-def test_a_kubernetes_hold_does_not_take_the_vendors_version(render):
-    spec, _env, _notes = render([GPU_A], vendor=small_vendor("0.8.0"), kubernetes=True)
-    assert spec["cdiVersion"] == "0.6.0"
+@pytest.mark.parametrize("vendor_version, expected", [("0.5.0", "0.6.0"), ("0.7.0", "0.7.0"), ("0.8.0", "0.8.0")])
+def test_a_kubernetes_hold_takes_the_vendors_version_when_later_but_none_of_its_edits(render, vendor_version,
+                                                                                      expected):
+    spec, _env, _notes = render([GPU_A], vendor=small_vendor(vendor_version), kubernetes=True)
+    assert spec["cdiVersion"] == expected
+    assert spec["containerEdits"] == {"env": [e for e in spec["containerEdits"]["env"] if e.startswith("BCD_")]}
+    assert all("deviceNodes" not in device["containerEdits"] for device in spec["devices"])
 
 
 # --- Kubernetes holds ------------------------------------------------------------------------------

@@ -126,6 +126,21 @@ def test_converge_binds_prints_the_plan_and_section_and_keeps_its_input(capsys, 
     assert contents(node) == before
 
 
+def test_a_fakehw_host_without_meminfo_logs_that_it_binds_without_admission(capsys, node):
+    assert not node.exists("/proc/meminfo")
+    spec = write_spec(node, 1, [hold("a1", GPU_A, limits={"memory_bytes": 1 << 40}),
+                                hold("a2", GPU_B, limits={"memory_bytes": 1 << 40})])
+    code, out, err = cli(capsys, node, "converge", "--spec", spec)
+    assert code == EX_OK and out.splitlines()[-1] == "section: CONVERGED at generation 1 (observed 1)"
+    assert err == "WARNING: host memory unreadable; binding without host-side admission\n"  # once a pass
+    # with meminfo the host is admitted: a terabyte more does not fit
+    node.write("/proc/meminfo", b"MemTotal:       67108864 kB\nMemFree:        60000000 kB\nHugetlb:  0 kB\n")
+    spec = write_spec(node, 2, [hold("a3", GPU_C, limits={"memory_bytes": 1 << 40})])
+    code, out, err = cli(capsys, node, "converge", "--spec", spec)
+    assert "host memory unreadable" not in err
+    assert err == "ERROR: refused: a3: ResourcesExhausted: 1048576 MiB of memory needed, 64512 MiB left on this host\n"
+
+
 def test_converge_check_prints_the_plan_and_writes_nothing(capsys, node):
     spec = write_spec(node, 1, [hold("a1", GPU_B)])
     before = node.listing()
@@ -311,6 +326,15 @@ def test_status_shows_each_gpu_its_mig_instances_and_slots_and_who_holds_them(ca
     assert [(m["uuid"], m["held_by"]) for m in gpus[GPU_A]["mig"]] == [(MIG_A1, None), (MIG_A2, "a_mig")]
     assert gpus[GPU_B]["slots"] == [{"id": GPU_B + "/s1", "slot": 1, "held_by": "a_slot"}]
     assert status["node_public_key"] == NodeKey.load(node.state("node.key")).public_key_b64()
+
+
+def test_status_counts_only_a_running_or_paused_vms_gpus(capsys, node):
+    node.set_hardware(domains=[{"instance_id": "inst_up", "state": "paused", "gpus": [GPU_A]},
+                               {"instance_id": "inst_down", "state": "shut off", "gpus": [GPU_B]}])
+    code, out, _err = cli(capsys, node, "status", "--json")
+    gpus = dict((gpu["uuid"], gpu) for gpu in json.loads(out)["gpus"])
+    assert "inst_up" in json.dumps(gpus[GPU_A])
+    assert "inst_down" not in out and gpus[GPU_B]["held_by"] is None
 
 
 def test_status_marks_a_held_gpu_the_node_no_longer_has(capsys, node):

@@ -21,7 +21,6 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import stat
 import subprocess
 import sys

@@ -162,6 +162,67 @@ def test_lists_each_container_with_devices_and_strips_replicas(short_root, serve
     ]
 
 
+def _claim(name, *resources):
+    """A DRA claim as the kubelet lists it: ``resources`` are (driver, device name, CDI device names)."""
+    return pb.DynamicResource(claim_name=name, claim_namespace="ml", claim_resources=[
+        pb.ClaimResource(driver_name=driver, pool_name="node-a", device_name=device,
+                         cdi_devices=[pb.CDIDevice(name=cdi) for cdi in cdis])
+        for driver, device, cdis in resources])
+
+
+def dra_response():
+    """Pods whose devices come through DRA claims (Kubernetes 1.34+), next to a device plugin's."""
+    return pb.ListPodResourcesResponse(pod_resources=[
+        pb.PodResources(name="train-0", namespace="ml", containers=[
+            pb.ContainerResources(name="main", dynamic_resources=[
+                # bcd's own CDI device for a MIG instance: the atom id with "/" as "_"
+                _claim("mig", ("gpu.bcd.dev", "mig-a", ["bcd.dev/gpu=%s_gi1_ci0" % GPU_A])),
+                # a driver that names NVIDIA's CDI device by UUID, and one whose device name is the UUID
+                _claim("gpu", ("gpu.nvidia.com", "gpu-1", ["nvidia.com/gpu=%s" % GPU_B]),
+                       ("gpu.example.com", GPU_B, [])),
+            ]),
+        ]),
+        pb.PodResources(name="infer-1", namespace="default", containers=[
+            # a slot of GPU_C through bcd's CDI name, and a NIC: not a GPU
+            pb.ContainerResources(name="server", devices=[_devices("bcd.dev/gpu", GPU_C + "::1")], dynamic_resources=[
+                _claim("slot", ("gpu.bcd.dev", "s3", ["bcd.dev/gpu=%s_s3" % GPU_C])),
+                _claim("nic", ("nic.example.com", "eth1", ["example.com/nic=eth1"])),
+            ]),
+        ]),
+        # a driver's own names say nothing bcd can check: this container holds no device it knows
+        pb.PodResources(name="opaque", namespace="default", containers=[
+            pb.ContainerResources(name="main", dynamic_resources=[
+                _claim("other", ("gpu.nvidia.com", "gpu-0", ["k8s.gpu.nvidia.com/claim=0f3c-gpu-0"]))]),
+        ]),
+    ])
+
+
+def test_devices_a_pod_holds_through_dra_claims_are_listed_like_a_device_plugins(short_root, serve):
+    path = short_root / "kubelet.sock"
+    serve(Lister(dra_response()), path)
+
+    pods = list_pod_devices(str(path), timeout=5)
+
+    assert pods == [
+        PodDevices(namespace="ml", name="train-0", container="main", device_ids=(GPU_A + "/gi1/ci0", GPU_B)),
+        PodDevices(namespace="default", name="infer-1", container="server", device_ids=(GPU_C, GPU_C + "/s3")),
+    ]
+
+
+def test_a_real_kube_side_counts_a_dra_claims_mig_instance_and_its_gpu_as_held(short_root, serve):
+    serve(Lister(dra_response()), short_root / PODS_SOCKET)
+
+    side = RealKubeSide(str(short_root))
+    held, error = side.held(INVENTORY)
+
+    assert error is None
+    # the bcd atom id of the MIG instance is its MIG UUID to the kube side, and it holds its GPU
+    assert held == {MIG_A1, GPU_A, GPU_B, GPU_C}
+    view = side.look(INVENTORY)
+    assert view.holders(MIG_A1) == view.holders(GPU_A) == ["ml/train-0 (main)"]
+    assert view.holders(GPU_C) == ["default/infer-1 (server)"]
+
+
 def test_an_empty_node_lists_no_pods(short_root, serve):
     path = short_root / "kubelet.sock"
     serve(Lister(pb.ListPodResourcesResponse()), path)
@@ -365,6 +426,28 @@ def test_fake_kube_side_reads_the_fakehw_kubelet_section():
     assert error is None
     assert held == {GPU_B, MIG_A1, GPU_A}
     assert side.look(hw.inventory).holders(GPU_B) == ["default/train-0 (main)"]
+
+
+def test_fake_kube_side_reads_dra_claims_from_the_fakehw_kubelet_section():
+    hw = parse_fakehw_text(json.dumps({
+        "gpus": [
+            {"uuid": GPU_A, "index": 0, "minor": 0, "mig": [{"gi": 1, "ci": 0, "uuid": MIG_A1}]},
+            {"uuid": GPU_B, "index": 1, "minor": 1},
+        ],
+        "kubelet": {"pods": [
+            {"namespace": "ml", "name": "train-0", "container": "main", "dynamic_resources": [
+                {"claim_name": "mig", "claim_namespace": "ml", "claim_resources": [
+                    {"driver_name": "gpu.bcd.dev", "pool_name": "node-a", "device_name": "mig-a",
+                     "cdi_devices": ["bcd.dev/gpu=%s_gi1_ci0" % GPU_A]}]}]},
+            {"namespace": "default", "name": "other", "container": "main", "dynamic_resources": [
+                {"claim_name": "gpu", "claim_resources": [{"driver_name": "gpu.nvidia.com", "device_name": "gpu-1"}]}]},
+        ]},
+    }))
+    side = FakeKubeSide.from_fakehw(hw)
+    held, error = side.held(hw.inventory)
+    assert error is None
+    assert held == {MIG_A1, GPU_A}
+    assert side.look(hw.inventory).holders(GPU_A) == ["ml/train-0 (main)"]
 
 
 def test_fake_kube_side_unreachable_reports_an_error():

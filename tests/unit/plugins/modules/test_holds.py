@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
+from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
@@ -39,6 +41,11 @@ def run(capsys, node, check=False, diff=False, **args):
         args["_ansible_check_mode"] = True
     if diff:
         args["_ansible_diff"] = True
+    # A module process starts with no warnings; in this one process the last run's would linger.
+    getattr(ansible_warnings, "_global_warnings", {}).clear()
+    getattr(ansible_warnings, "_global_deprecations", {}).clear()
+    if "ansible.utils.display" in sys.modules:  # controller code loaded by another test shows each text once
+        getattr(sys.modules["ansible.utils.display"].Display(), "_warns", set()).clear()
     with patch_module_args(args):
         with pytest.raises(SystemExit):
             holds.main()

@@ -383,3 +383,97 @@ def test_a_damaged_spec_is_set_aside_through_the_check_mode_plan_without_touchin
     assert node.listing() == before
     assert [p["action"] for p in checked["plan"]] == ["rebind"]
     assert any(d.get("after_header", "").startswith("/etc/cdi/bcd-a1.json (set aside as ") for d in checked["diff"])
+
+
+# -- 13. a pod holding a device through a DRA claim -----------------------------------------------
+
+def dra_pod(name, *cdi_devices):
+    """A pod the fakehw kubelet lists with a DRA claim on bcd's CDI devices (Kubernetes 1.34+)."""
+    return {"namespace": "ml", "name": name, "container": "main", "dynamic_resources": [
+        {"claim_name": name + "-gpu", "claim_namespace": "ml", "claim_resources": [
+            {"driver_name": "gpu.bcd.dev", "pool_name": "node-a", "device_name": "dev-%d" % i, "cdi_devices": [cdi]}
+            for i, cdi in enumerate(cdi_devices)]}]}
+
+
+def test_a_kubernetes_release_waits_for_a_pod_that_holds_its_mig_instance_through_a_dra_claim(capsys, node):
+    devices = [mig("k1", GPU_A + "/gi1/ci0", binding="BINDING_KUBERNETES")]
+    run(capsys, node, generation=1, devices=devices)
+    node.set_hardware(kubelet={"reachable": True, "pods": [dra_pod("train-0", "bcd.dev/gpu=%s_gi1_ci0" % GPU_A)]})
+    waiting = run(capsys, node, generation=2, devices=[])
+    assert [p["allocation_id"] for p in waiting["pending_releases"]] == ["k1"]
+    assert "AllocationReleased" not in [e["type"] for e in waiting["events"]]
+    # the GPU stays claimed meanwhile: a hold on it is refused, naming the release
+    refused = run(capsys, node, generation=3, devices=[hold("a2", GPU_A)])
+    assert [(f["allocation_id"], f["reason"]) for f in refused["failures"]] == [("a2", "overlap")]
+    assert "k1" in refused["failures"][0]["message"]
+    node.set_hardware(kubelet={"reachable": True, "pods": []})  # the pod ended
+    released = run(capsys, node, generation=4, devices=[])
+    assert released["pending_releases"] == []
+    assert ("AllocationReleased", "k1") in types(released)
+
+
+# -- 14. the cdiVersion of a Kubernetes hold -------------------------------------------------------
+
+def vendor_version(node, version):
+    path = node.path("/var/run/cdi/nvidia.yaml")
+    text = open(path).read()
+    with open(path, "w") as handle:
+        handle.write(re.sub(r"(?m)^cdiVersion: .*$", "cdiVersion: %s" % version, text))
+
+
+@pytest.mark.parametrize("binding", ["BINDING_HOLD", "BINDING_KUBERNETES"])
+def test_a_holds_cdi_version_is_0_6_0_or_the_vendor_specs_when_later_whatever_its_binding(capsys, node, binding):
+    devices = [hold("h1", GPU_A, binding=binding)]
+    run(capsys, node, generation=1, devices=devices)
+    assert json.loads(node.read("/etc/cdi/bcd-h1.json"))["cdiVersion"] == "0.6.0"  # the vendor's is 0.5.0
+    vendor_version(node, "0.8.0")  # a toolkit upgrade writes a later spec
+    again = run(capsys, node, generation=1, devices=devices)
+    assert again["changed"] is True
+    spec = json.loads(node.read("/etc/cdi/bcd-h1.json"))
+    assert spec["cdiVersion"] == "0.8.0"
+    if binding == "BINDING_KUBERNETES":  # still none of the vendor's edits
+        assert "NVIDIA_VISIBLE_DEVICES" not in json.dumps(spec) and "deviceNodes" not in json.dumps(spec)
+    assert run(capsys, node, generation=1, devices=devices)["changed"] is False
+
+
+# -- 15. a fakehw domain in any libvirt state ------------------------------------------------------
+
+@pytest.mark.parametrize("state, counts", [("running", True), ("paused", True), ("shut off", False),
+                                           ("crashed", False), ("in shutdown", False), ("pmsuspended", False)])
+def test_only_a_running_or_paused_vm_holds_its_gpu(capsys, make_node, state, counts):
+    node = make_node(domains=[{"instance_id": "inst_1", "state": state, "gpus": [GPU_C]}])
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_C)])
+    if counts:
+        assert fails(result) == [("a1", "overlap", "%s is passed through to instance inst_1" % GPU_C)]
+    else:
+        assert fails(result) == [] and node.exists("/etc/cdi/bcd-a1.json")
+
+
+def test_a_shut_off_vms_memory_is_not_counted_by_admission(capsys, make_node):
+    node = make_node(domains=[{"instance_id": "inst_1", "state": "shut off", "memory_bytes": 8 * GIB}])
+    with_memory(node, 10)
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"memory_bytes": 8 * GIB})])
+    assert fails(result) == []
+    node.set_hardware(domains=[{"instance_id": "inst_1", "state": "running", "memory_bytes": 8 * GIB}])
+    result = run(capsys, node, generation=2, devices=[hold("a2", GPU_B, limits={"memory_bytes": 8 * GIB})])
+    assert [(f["allocation_id"], f["reason"]) for f in result["failures"]] == [("a2", "resources-exhausted")]
+
+
+# -- 16. a fakehw host without meminfo -------------------------------------------------------------
+
+UNREADABLE_MEMORY = "host memory unreadable; binding without host-side admission"
+
+
+def test_a_fakehw_host_without_meminfo_binds_without_admission_and_says_so_once(capsys, node):
+    assert not node.exists("/proc/meminfo")
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"memory_bytes": 64 * GIB}),
+                                                      hold("a2", GPU_B, limits={"memory_bytes": 64 * GIB})])
+    assert fails(result) == []
+    assert warnings(result).count(UNREADABLE_MEMORY) == 1
+    # a hold that books no memory needs no admission: nothing to say
+    assert UNREADABLE_MEMORY not in warnings(run(capsys, node, generation=2, devices=[hold("a3", GPU_C)]))
+    # with meminfo, admission runs and the warning goes
+    with_memory(node, 10)
+    result = run(capsys, node, generation=3, devices=[hold("a4", GPU_A, limits={"memory_bytes": 64 * GIB})])
+    assert UNREADABLE_MEMORY not in warnings(result)
+    assert [(f["allocation_id"], f["reason"]) for f in result["failures"]] == [("a4", "resources-exhausted")]
