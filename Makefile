@@ -29,7 +29,7 @@ LINK := .build/ansible_collections/bcd/devices
 # through the link above.
 ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE_COLLECTIONS_PATH="$(BUILD)"
 
-.PHONY: help venv lint units sanity molecule demo e2e test clean distclean
+.PHONY: help venv lint units sanity molecule demo e2e bench test clean distclean
 
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
@@ -39,6 +39,7 @@ help:
 	@echo "make molecule  every Molecule scenario"
 	@echo "make demo      hack/demo.sh: the fakehw demo"
 	@echo "make e2e       hack/e2e.sh: podman 5 and the CDI library consume converged specs (root)"
+	@echo "make bench     hack/bench.py: pass times next to Ansible's and the disk's floor, as ratios (BENCH_ARGS=...)"
 	@echo "make test      venv, lint, units, sanity, molecule; stops at the first failure"
 	@echo "make clean     remove .build and test output; make distclean also removes .venv"
 
@@ -66,6 +67,8 @@ lint: $(STAMP) | $(LINK)
 	$(BIN)/python hack/check_target_python.py --no-ansible plugins/module_utils plugins/modules
 	$(ANSIBLE_ENV) ansible-lint --offline
 
+# Two workers (pytest-xdist); PYTEST_ARGS=... replaces that, e.g. PYTEST_ARGS="-q tests/unit/x.py".
+PYTEST_ARGS ?= -n 2
 units: $(STAMP) | $(LINK)
 	@rc=0; $(BIN)/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if ((rc == 5)); then echo "units: pytest collected no test under tests/unit" >&2; fi; \
@@ -76,6 +79,9 @@ sanity: $(STAMP)
 
 molecule: $(STAMP) | $(LINK)
 	VENV=$(VENV) BUILD=$(BUILD) bash hack/molecule.sh $(MOLECULE_ARGS)
+
+bench: $(STAMP) | $(LINK)
+	$(BIN)/python hack/bench.py $(BENCH_ARGS)
 
 # hack/demo.sh runs with the venv's bin first on PATH and ANSIBLE_HOME and
 # ANSIBLE_COLLECTIONS_PATH set as for the other Ansible tools.

@@ -117,4 +117,4 @@ def test_the_helper_is_still_running_and_logged_whom_it_served(host, node):
     log = host.file(ROOT + "/helper.log").content_string
     assert "bcd-holds helper listening on %s for root, bcd" % SOCKET in log
     assert "uid %d: hold.write cdi u_plain" % uid in log
-    assert "uid %d: slice.apply u_sliced" % uid in log
+    assert "uid %d: slice.apply bcd-alloc-u_sliced.slice" % uid in log

@@ -1,0 +1,318 @@
+#!/usr/bin/env python
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""make bench: how fast a pass is, next to what it cannot be faster than.
+
+Every figure is measured in this one run, interleaved round by round (so a noisy
+neighbour slows all of them alike), and the medians of ``--runs`` rounds are
+compared as ratios; times alone mean little on a shared 2-core machine.
+
+* ``ping``: ``ansible localhost -m ansible.builtin.ping``, Ansible's own floor for a task;
+* ``bind``/``noop`` at N/4 and N holds: ``ansible localhost -m bcd.devices.holds`` on a fresh
+  fakehw node with 8 GPUs and one slot per allocation, then the same input again;
+* ``floor``: two atomic, fsynced writes per hold (what a bind must do at least), through
+  the collection's own ``write_atomic`` into a fresh directory on the same file system;
+* ``direct``: ``bcd-holds converge`` in a new process, bind and no-op, at N;
+* ``fleet``: one playbook over ``--hosts`` fakehw hosts with ``--fleet-holds`` holds each
+  (forks ``--forks``), bind then no-op, next to the ping playbook over the same inventory;
+* ``memory``: the peak resident memory of a direct bind over ``--memory-holds`` holds.
+
+It prints the figures, then each ratio against its target, marking what misses; it
+exits 0 whatever it measured (``--strict``: 1 when a target is missed).
+
+    hack/bench.py [--holds 256] [--runs 3] [--hosts 50] [--fleet-holds 16] [--forks 10] [--json FILE]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+BUILD = os.path.join(REPO, ".build")
+GPUS = 8
+GENERATION = 1
+
+TARGETS = [
+    # (name, what, limit)
+    ("noop/ping", "no-op pass of N holds / an ansible.builtin.ping task", 1.15),
+    ("bind/floor", "bind of N holds, time above ping / the disk floor", 3.0),
+    ("bind N/bind N/4", "bind of N / bind of N/4, each less ping (4 is linear)", 4.0),
+    ("fleet noop/ping", "fleet playbook no-op / the ping playbook", 1.3),
+    ("fleet bind/ping", "fleet playbook bind / the ping playbook", 1.5),
+    ("memory MB", "peak resident memory of a pass over the memory holds", 100.0),
+]
+
+
+def gpu_uuid(node, index):
+    return "GPU-5f1c2a90-%04x-4000-8000-%012x" % (node, index + 1)
+
+
+def make_node(base, number, gpus=GPUS):
+    """A fakehw node under ``base``: hardware file, empty root."""
+    root = os.path.join(base, "root")
+    os.makedirs(root)
+    hw = {"node_id": "bench-%d" % number, "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-%012x" % number,
+          "gpus": [{"uuid": gpu_uuid(number, i), "index": i, "minor": i, "numa_node": 0} for i in range(gpus)],
+          "domains": [], "kubelet": {"reachable": True, "pods": []}}
+    fakehw = os.path.join(base, "fakehw.json")
+    with open(fakehw, "w") as handle:
+        json.dump(hw, handle)
+    return root, fakehw
+
+
+def holds(number, count, gpus=GPUS):
+    """``count`` allocations, one slot each, spread over the GPUs."""
+    return [{"allocation_id": "a%d" % i, "reservation_id": "rsv_%d" % i, "binding": "BINDING_HOLD",
+             "devices": [{"id": "%s/s%d" % (gpu_uuid(number, i % gpus), i // gpus), "device_class": "gpu.slot"}]}
+            for i in range(count)]
+
+
+class Bench(object):
+    def __init__(self, args, scratch):
+        self.args = args
+        self.scratch = scratch
+        self.counter = 0
+        self.env = dict(os.environ)
+        self.env.update({
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + self.env.get("PATH", ""),
+            "ANSIBLE_HOME": os.path.join(scratch, "ansible-home"),
+            "ANSIBLE_COLLECTIONS_PATH": BUILD,
+            "ANSIBLE_LOCALHOST_WARNING": "false",
+            "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+            "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+            "ANSIBLE_HOST_KEY_CHECKING": "false",
+            "ANSIBLE_RETRY_FILES_ENABLED": "false",
+            "ANSIBLE_NOCOLOR": "1",
+        })
+        self.times = {}
+
+    def fresh(self, gpus=GPUS):
+        self.counter += 1
+        base = os.path.join(self.scratch, "node%d" % self.counter)
+        os.makedirs(base)
+        root, fakehw = make_node(base, self.counter, gpus)
+        return self.counter, root, fakehw
+
+    def record(self, name, seconds):
+        self.times.setdefault(name, []).append(seconds)
+
+    def timed(self, argv, stdin=None):
+        started = time.monotonic()
+        proc = subprocess.run(argv, env=self.env, cwd=self.scratch, input=stdin, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, check=False)
+        seconds = time.monotonic() - started
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout.decode("utf-8", "replace")[-4000:])
+            raise SystemExit("bench: %s failed with exit status %d" % (argv[0], proc.returncode))
+        return seconds, proc.stdout
+
+    # -- through ansible ----------------------------------------------------------------------
+
+    def adhoc(self, module, args):
+        argv = ["ansible", "localhost", "-c", "local", "-m", module]
+        if args is not None:
+            argv += ["-a", json.dumps(args)]
+        return self.timed(argv)
+
+    def ping(self):
+        self.record("ping", self.adhoc("ansible.builtin.ping", None)[0])
+
+    def module_pass(self, count):
+        number, root, fakehw = self.fresh()
+        args = {"root": root, "fakehw": fakehw, "generation": GENERATION, "devices": holds(number, count)}
+        seconds, out = self.adhoc("bcd.devices.holds", args)
+        if b"CHANGED" not in out:
+            raise SystemExit("bench: the bind of %d holds changed nothing:\n%s" % (count, out[-2000:].decode()))
+        self.record("bind %d" % count, seconds)
+        seconds, out = self.adhoc("bcd.devices.holds", args)
+        if b"CHANGED" in out or b"SUCCESS" not in out:
+            raise SystemExit("bench: the no-op pass of %d holds was not a no-op:\n%s" % (count, out[-2000:].decode()))
+        self.record("noop %d" % count, seconds)
+
+    # -- what a bind cannot be faster than --------------------------------------------------
+
+    def floor(self, count):
+        sys.path.insert(0, BUILD)
+        from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic  # noqa: E402
+        _number, root, _fakehw = self.fresh()
+        data = b"x" * 1500
+        started = time.monotonic()
+        for i in range(count):
+            write_atomic(os.path.join(root, "etc", "cdi", "bcd-a%d.json" % i), data, 0o644)
+            write_atomic(os.path.join(root, "run", "bcd", "allocations", "a%d.env" % i), data[:200], 0o644)
+        self.record("floor %d" % count, time.monotonic() - started)
+
+    # -- the node command -------------------------------------------------------------------
+
+    def cli(self, root, fakehw, *argv):
+        code = ("import sys; sys.path.insert(0, %r); "
+                "from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import main; "
+                "sys.exit(main(sys.argv[1:]))" % BUILD)
+        return [sys.executable, "-c", code] + list(argv) + ["--root", root, "--fakehw", fakehw]
+
+    def spec_file(self, number, count):
+        path = os.path.join(self.scratch, "spec-%d.json" % number)
+        with open(path, "w") as handle:
+            json.dump({"generation": GENERATION, "devices": holds(number, count)}, handle)
+        return path
+
+    def direct(self, count):
+        number, root, fakehw = self.fresh()
+        spec = self.spec_file(number, count)
+        self.record("direct bind %d" % count, self.timed(self.cli(root, fakehw, "converge", "--spec", spec))[0])
+        self.record("direct noop %d" % count, self.timed(self.cli(root, fakehw, "converge", "--spec", spec))[0])
+
+    def memory(self, count):
+        gpus = max(GPUS, (count + 127) // 128)
+        number, root, fakehw = self.fresh(gpus)
+        path = os.path.join(self.scratch, "spec-%d.json" % number)
+        with open(path, "w") as handle:
+            json.dump({"generation": GENERATION, "devices": holds(number, count, gpus)}, handle)
+        proc = subprocess.Popen(self.cli(root, fakehw, "converge", "--spec", path), env=self.env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+        if proc.returncode != 0:
+            raise SystemExit("bench: the bind of %d holds failed (exit status %s)" % (count, proc.returncode))
+        self.record("memory MB", usage.ru_maxrss / 1024.0)  # ru_maxrss is in KiB on Linux
+
+    # -- a fleet ----------------------------------------------------------------------------
+
+    def fleet_inventory(self):
+        directory = os.path.join(self.scratch, "fleet%d" % self.counter)
+        os.makedirs(os.path.join(directory, "host_vars"))
+        names = []
+        for h in range(self.args.hosts):
+            number, root, fakehw = self.fresh()
+            name = "node%03d" % h
+            names.append(name)
+            with open(os.path.join(directory, "host_vars", name + ".json"), "w") as handle:
+                json.dump({"node_root": root, "node_fakehw": fakehw,
+                           "node_devices": holds(number, self.args.fleet_holds)}, handle)
+        with open(os.path.join(directory, "hosts.ini"), "w") as handle:
+            handle.write("[nodes]\n%s\n\n[nodes:vars]\nansible_connection=local\nansible_python_interpreter=%s\n"
+                         % ("\n".join(names), sys.executable))
+        return os.path.join(directory, "hosts.ini")
+
+    def playbook(self, name, task):
+        path = os.path.join(self.scratch, name + ".yml")
+        if not os.path.exists(path):
+            with open(path, "w") as handle:
+                handle.write("- hosts: nodes\n  gather_facts: false\n  tasks:\n%s" % task)
+        return path
+
+    def fleet(self):
+        inventory = self.fleet_inventory()
+        ping = self.playbook("ping", "    - ansible.builtin.ping:\n")
+        converge = self.playbook("converge", (
+            "    - bcd.devices.holds:\n"
+            "        root: \"{{ node_root }}\"\n"
+            "        fakehw: \"{{ node_fakehw }}\"\n"
+            "        generation: %d\n"
+            "        devices: \"{{ node_devices }}\"\n" % GENERATION))
+        base = ["ansible-playbook", "-i", inventory, "-f", str(self.args.forks)]
+        self.record("fleet ping", self.timed(base + [ping])[0])
+        seconds, out = self.timed(base + [converge])
+        if ("changed=1" not in out.decode()) or ("changed=0" in out.decode()):
+            raise SystemExit("bench: the fleet's bind did not change every host:\n" + out[-2000:].decode())
+        self.record("fleet bind", seconds)
+        seconds, out = self.timed(base + [converge])
+        if "changed=1" in out.decode():
+            raise SystemExit("bench: the fleet's no-op changed a host:\n" + out[-2000:].decode())
+        self.record("fleet noop", seconds)
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def report(bench, args):
+    n, quarter = args.holds, max(1, args.holds // 4)
+    m = dict((name, median(values)) for name, values in bench.times.items())
+    print("figures (median of %d rounds, seconds; memory in MB):" % args.runs)
+    for name in sorted(m):
+        spread = bench.times[name]
+        print("  %-22s %8.3f   [%s]" % (name, m[name], ", ".join("%.3f" % v for v in spread)))
+    ratios = {}
+    if "ping" in m:
+        ping = m["ping"]
+        ratios["noop/ping"] = m["noop %d" % n] / ping
+        ratios["bind/floor"] = (m["bind %d" % n] - ping) / m["floor %d" % n]
+        ratios["bind N/bind N/4"] = (m["bind %d" % n] - ping) / (m["bind %d" % quarter] - ping)
+    if "fleet ping" in m:
+        ratios["fleet noop/ping"] = m["fleet noop"] / m["fleet ping"]
+        ratios["fleet bind/ping"] = m["fleet bind"] / m["fleet ping"]
+    if "memory MB" in m:
+        ratios["memory MB"] = m["memory MB"]
+    print("\nratios (N=%d; fleet: %d hosts x %d holds, forks %d; memory: %d holds):"
+          % (n, args.hosts, args.fleet_holds, args.forks, args.memory_holds))
+    missed = []
+    for name, what, limit in TARGETS:
+        if name not in ratios:
+            continue
+        value = ratios[name]
+        ok = value <= limit
+        if not ok:
+            missed.append(name)
+        print("  %-16s %7.2f  target <= %-6g %s  %s" % (name, value, limit, "ok  " if ok else "MISS", what))
+    if "direct noop %d" % n in m:
+        print("\n  direct bcd-holds converge at N: bind %.3f s, no-op %.3f s"
+              % (m["direct bind %d" % n], m["direct noop %d" % n]))
+    if missed:
+        print("\nmissed: %s" % ", ".join(missed))
+    return m, ratios, missed
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--holds", type=int, default=256, help="N, the holds of one node (default 256)")
+    parser.add_argument("--runs", type=int, default=3, help="rounds; medians are compared (default 3)")
+    parser.add_argument("--hosts", type=int, default=50, help="fleet hosts (default 50; 0 skips the fleet)")
+    parser.add_argument("--fleet-holds", type=int, default=16, help="holds per fleet host (default 16)")
+    parser.add_argument("--forks", type=int, default=10, help="ansible-playbook forks (default 10)")
+    parser.add_argument("--memory-holds", type=int, default=1024, help="holds of the memory pass (default 1024)")
+    parser.add_argument("--only", choices=["node", "fleet", "memory"], action="append",
+                        help="measure only this part (repeatable)")
+    parser.add_argument("--json", help="also write the figures and ratios to this file")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(os.path.join(BUILD, "ansible_collections", "bcd", "devices")):
+        raise SystemExit("bench: %s/ansible_collections/bcd/devices is missing; run it through make bench" % BUILD)
+    parts = set(args.only or ["node", "fleet", "memory"])
+    if args.hosts <= 0:
+        parts.discard("fleet")
+    scratch = tempfile.mkdtemp(prefix="bcd-bench.")
+    try:
+        bench = Bench(args, scratch)
+        quarter = max(1, args.holds // 4)
+        for round_number in range(args.runs):
+            sys.stderr.write("bench: round %d of %d\n" % (round_number + 1, args.runs))
+            if "node" in parts:
+                bench.ping()
+                bench.module_pass(quarter)
+                bench.module_pass(args.holds)
+                bench.floor(args.holds)
+                bench.direct(args.holds)
+            if "fleet" in parts:
+                bench.fleet()
+            if "memory" in parts:
+                bench.memory(args.memory_holds)
+        figures, ratios, missed = report(bench, args)
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump({"figures": figures, "samples": bench.times, "ratios": ratios, "missed": missed,
+                           "args": vars(args)}, handle, indent=2, sort_keys=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 1 if (args.strict and missed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
