@@ -271,7 +271,7 @@ def report(bench, args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--holds", type=int, default=256, help="N, the holds of one node (default 256)")
     parser.add_argument("--runs", type=int, default=3, help="rounds; medians are compared (default 3)")
     parser.add_argument("--hosts", type=int, default=50, help="fleet hosts (default 50; 0 skips the fleet)")

@@ -164,6 +164,11 @@ class Action(abc.ABC):
     def apply(self, writer, state):
         """Carry the step out through ``writer`` and ``state``; raises on failure (nothing reported)."""
 
+    def recorded_release(self):
+        """``(allocation_id, generation, device_ids)`` when the step removes a reported hold's files: the
+        release is recorded before the plan touches anything (record before remove)."""
+        return None
+
     def write_files(self, writer):
         for change in self.files:
             change.apply(writer, self.allocation_id)
@@ -223,8 +228,13 @@ class Release(Action):
 
     kind = "release"
 
-    def apply(self, writer, state):
+    def recorded_release(self):
         if self.event:  # a damaged spec never reported bound has nothing to report
+            return (self.allocation_id, self.generation, self.device_ids)
+        return None
+
+    def apply(self, writer, state):
+        if self.event:
             state.begin_release(self.allocation_id, self.generation, self.device_ids)
         self.write_files(writer)
         if self.event:
@@ -392,6 +402,11 @@ def apply_plan(plan, writer, state):
     this pass (a hold whose env file could not be written is not reported bound); the other
     allocations' go on."""
     done, errors, failed = [], [], set()
+    releases = [action.recorded_release() for action in plan.actions if action.changes]
+    try:
+        state.begin_releases([release for release in releases if release is not None])
+    except (OSError, RetryableError) as exc:  # nothing may be removed unrecorded: nothing is done
+        return done, ["cannot record this pass's releases: %s" % exc]
     for action in plan.actions:
         if not action.changes or (action.allocation_id and action.allocation_id in failed):
             continue
@@ -403,4 +418,8 @@ def apply_plan(plan, writer, state):
                 failed.add(action.allocation_id)
             continue
         done.append(action)
+    try:
+        state.flush(save=False)  # the pass's reports, journaled before any is returned; the pass saves the ledger
+    except (OSError, RetryableError) as exc:
+        errors.append("cannot journal this pass's events: %s" % exc)
     return done, errors

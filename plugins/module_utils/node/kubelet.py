@@ -33,26 +33,29 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError
 
-try:
-    import grpc
 
-    from ansible_collections.bcd.devices.plugins.module_utils.node.podresources_pb2 import (
-        ListPodResourcesRequest,
-    )
-    from ansible_collections.bcd.devices.plugins.module_utils.node.podresources_pb2_grpc import (
-        PodResourcesListerStub,
-    )
+def import_grpc():
+    """``(grpc, ListPodResourcesRequest, PodResourcesListerStub)``, or ``(None, why)`` when they cannot be
+    imported. Imported on first use, not with this file: a pass that asks no kubelet (most of them) never
+    pays for gRPC. A protobuf runtime too old for the stubs fails with other errors than ImportError,
+    which mean the same to us."""
+    if "modules" not in _GRPC:
+        try:
+            import grpc  # pylint: disable=import-outside-toplevel
 
-    HAS_GRPC = True
-    GRPC_IMPORT_ERROR = None  # type: Optional[str]
-except Exception as exc:  # pylint: disable=broad-except
-    # ImportError without the packages; a protobuf runtime too old for the
-    # stubs fails with other errors, which mean the same to us.
-    grpc = None
-    ListPodResourcesRequest = None
-    PodResourcesListerStub = None
-    HAS_GRPC = False
-    GRPC_IMPORT_ERROR = "%s: %s" % (type(exc).__name__, exc)
+            from ansible_collections.bcd.devices.plugins.module_utils.node.podresources_pb2 import (  # pylint: disable=import-outside-toplevel
+                ListPodResourcesRequest,
+            )
+            from ansible_collections.bcd.devices.plugins.module_utils.node.podresources_pb2_grpc import (  # pylint: disable=import-outside-toplevel
+                PodResourcesListerStub,
+            )
+            _GRPC["modules"] = (grpc, ListPodResourcesRequest, PodResourcesListerStub)
+        except Exception as exc:  # pylint: disable=broad-except
+            _GRPC["modules"] = (None, "%s: %s" % (type(exc).__name__, exc))
+    return _GRPC["modules"]
+
+
+_GRPC = {}  # type: Dict[str, tuple]
 
 
 # The kubelet's socket, as a node path (under ``root``).
@@ -132,11 +135,13 @@ def list_pod_devices(socket_path, timeout=DEFAULT_TIMEOUT):
     Every failure raises ``KubeletUnreachable``; the call never waits longer
     than ``timeout`` seconds for an answer.
     """
-    if not HAS_GRPC:
+    imported = import_grpc()
+    if imported[0] is None:
         raise KubeletUnreachable(
             "cannot ask the kubelet which pods hold devices: the Python packages "
-            "grpcio and protobuf (>= 3.20) are needed on the node (%s)" % GRPC_IMPORT_ERROR
+            "grpcio and protobuf (>= 3.20) are needed on the node (%s)" % imported[1]
         )
+    grpc, ListPodResourcesRequest, PodResourcesListerStub = imported  # pylint: disable=invalid-name
     path = os.path.abspath(socket_path)
     _check_socket(path)
 
@@ -151,7 +156,7 @@ def list_pod_devices(socket_path, timeout=DEFAULT_TIMEOUT):
         stub = PodResourcesListerStub(channel)
         response = stub.List(ListPodResourcesRequest(), timeout=timeout)
     except grpc.RpcError as err:
-        raise KubeletUnreachable(_rpc_error_message(path, err, timeout))
+        raise KubeletUnreachable(_rpc_error_message(grpc, path, err, timeout))
     except Exception as err:  # pylint: disable=broad-except
         raise KubeletUnreachable(
             "the kubelet's pod-resources API at %s could not be asked: %s: %s"
@@ -200,7 +205,7 @@ def _check_socket(path):
         raise KubeletUnreachable("%s is not a socket, so no kubelet listens there" % path)
 
 
-def _rpc_error_message(path, err, timeout):
+def _rpc_error_message(grpc, path, err, timeout):
     code = err.code() if hasattr(err, "code") else None
     details = err.details() if hasattr(err, "details") else None
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib.util
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
@@ -39,17 +40,30 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     write_atomic,
 )
 
-try:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-        Ed25519PrivateKey,
-        Ed25519PublicKey,
-    )
-    HAS_CRYPTOGRAPHY = True
-    CRYPTOGRAPHY_IMPORT_ERROR = None  # type: Optional[str]
-except ImportError as _exc:  # pragma: no cover - exercised only without the library
-    HAS_CRYPTOGRAPHY = False
-    CRYPTOGRAPHY_IMPORT_ERROR = str(_exc)
+# Whether 'cryptography' is there, known without importing it: a pass that signs nothing (a no-op)
+# never pays for the import; _crypto() imports it on first use.
+HAS_CRYPTOGRAPHY = importlib.util.find_spec("cryptography") is not None
+CRYPTOGRAPHY_IMPORT_ERROR = None if HAS_CRYPTOGRAPHY else "No module named 'cryptography'"  # type: Optional[str]
+_CRYPTO = {}  # type: Dict[str, Any]
+
+
+def _crypto() -> Dict[str, Any]:
+    """``{"serialization", "private", "public"}``: cryptography's serialization module and its Ed25519
+    key classes, imported once, on first use; ``EventsError`` when they cannot be."""
+    if not _CRYPTO:
+        _require_cryptography()
+        try:
+            from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import (  # pylint: disable=import-outside-toplevel
+                Ed25519PrivateKey,
+                Ed25519PublicKey,
+            )
+        except ImportError as exc:
+            raise EventsError("signing and checking node events needs the Python library 'cryptography' "
+                              "(python3-cryptography), which cannot be imported here: %s" % exc)
+        _CRYPTO.update(serialization=serialization, private=Ed25519PrivateKey, public=Ed25519PublicKey)
+    return _CRYPTO
+
 
 PURPOSE = "attested-report"
 ALLOCATION_BOUND = "AllocationBound"
@@ -146,7 +160,7 @@ def verify_report(event: Any, public_key_b64: Any) -> bool:
             raw_key = decode_public_key(public_key_b64)
         except EventsError:
             return False
-        Ed25519PublicKey.from_public_bytes(raw_key).verify(signature, signed_payload(body))
+        _crypto()["public"].from_public_bytes(raw_key).verify(signature, signed_payload(body))
         return True
     except Exception:  # InvalidSignature, or malformed input of any kind: not a valid report
         return False
@@ -170,7 +184,7 @@ class NodeKey:
         if data is None:
             raise NodeKeyMissing("the node key %s does not exist yet" % path)
         try:
-            key = serialization.load_pem_private_key(data, password=None)
+            key = _crypto()["serialization"].load_pem_private_key(data, password=None)
         except (ValueError, TypeError) as exc:
             raise EventsError(
                 "the node key %s is not a readable unencrypted PEM private key (%s); it is the node's "
@@ -178,7 +192,7 @@ class NodeKey:
                 "node a new identity that the control plane must learn" % (path, exc))
         except Exception as exc:  # e.g. an unsupported algorithm
             raise EventsError("the node key %s cannot be loaded: %s" % (path, exc))
-        if not isinstance(key, Ed25519PrivateKey):
+        if not isinstance(key, _crypto()["private"]):
             raise EventsError("the node key %s is not an Ed25519 key; it is never replaced automatically"
                               % path)
         return cls(key, path)
@@ -188,7 +202,9 @@ class NodeKey:
         """Load the key, creating it (atomically, 0600) on first use; a corrupt file is an error."""
         _require_cryptography()
         if not os.path.lexists(path):
-            key = Ed25519PrivateKey.generate()
+            crypto = _crypto()
+            serialization = crypto["serialization"]
+            key = crypto["private"].generate()
             pem = key.private_bytes(
                 encoding=serialization.Encoding.PEM,
                 format=serialization.PrivateFormat.PKCS8,
@@ -211,6 +227,7 @@ class NodeKey:
         return node_key
 
     def public_key_raw(self) -> bytes:
+        serialization = _crypto()["serialization"]
         return self._key.public_key().public_bytes(
             encoding=serialization.Encoding.Raw, format=serialization.PublicFormat.Raw)
 
@@ -367,6 +384,31 @@ class Journal:
         ``AllocationBound``/``AllocationReleased`` are signed with ``key``
         (required); ``AllocationFailed`` is not.
         """
+        return self.append_many([(event_type, body, key)])[0]
+
+    def append_many(self, items: List[Tuple[str, Dict[str, Any], Optional[NodeKey]]]) -> List[Dict[str, Any]]:
+        """Journal ``(type, body, key)`` events in order with one write and one fsync (a pass's reports
+        cost one append, not one each); return them with their seqs. All or none are checked before
+        anything is written; a crash mid-write leaves a torn last line, dropped at the next write."""
+        prepared = [(event_type, self._checked_body(event_type, body, key), key) for event_type, body, key in items]
+        if not prepared:
+            return []
+        self._ensure_state_dir()
+        parsed = self._read()
+        seq = max(self._stored_seq(), parsed.max_seq)
+        lines = []
+        for event_type, body, key in prepared:
+            seq += 1
+            event = {"seq": seq, "type": event_type, "body": body}  # type: Dict[str, Any]
+            if event_type in ATTESTED_TYPES:
+                event["purpose"] = PURPOSE
+                event["signature"] = key.sign(body)
+            lines.append(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
+        self._append_line(parsed, b"".join(lines))
+        return [json.loads(line.decode("utf-8")) for line in lines]
+
+    @staticmethod
+    def _checked_body(event_type: str, body: Dict[str, Any], key: Optional[NodeKey]) -> Dict[str, Any]:
         if event_type not in EVENT_TYPES:
             raise EventsError("unknown event type %r (expected one of %s)" % (event_type, ", ".join(EVENT_TYPES)))
         body = _normalise_body(body)
@@ -378,16 +420,7 @@ class Journal:
                     "an %s body %s; the signature does not cover the type, so the body must tell "
                     "a bind from a release" % (event_type, "needs cdi_spec_path" if event_type == ALLOCATION_BOUND
                                                else "must not carry %s" % "/".join(_BIND_ONLY_FIELDS)))
-        self._ensure_state_dir()
-        parsed = self._read()
-        seq = max(self._stored_seq(), parsed.max_seq) + 1
-        event = {"seq": seq, "type": event_type, "body": body}  # type: Dict[str, Any]
-        if event_type in ATTESTED_TYPES:
-            event["purpose"] = PURPOSE
-            event["signature"] = key.sign(body)
-        line = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-        self._append_line(parsed, line)
-        return json.loads(line.decode("utf-8"))
+        return body
 
     def _append_line(self, parsed: _Parsed, line: bytes) -> None:
         existed = os.path.exists(self.path)

@@ -25,8 +25,12 @@ install) are first handed to the owner by file descriptor; links never are.
 A pass opens the state (``load``), which brings the ledger and the pending
 releases up to the journal: a pass that died between journaling an event and
 recording it is finished here, so nothing is reported twice. Every report goes
-through ``report``: the event is journaled (fsynced) first, then its effect is
-settled in the ledger and the releases, the same way the catch-up settles it.
+through ``report``, which queues it; ``flush`` journals the queue with one
+fsynced append and only then settles each event in the ledger and the releases,
+the same way the catch-up settles it, and saves them once. Whatever else changes
+the state flushes first, so the files always say things in the order they
+happened; a crash before a flush loses only reports the next pass makes again
+(a hold on disk never journaled bound, a release recorded and not reported).
 Nothing else opens these files.
 """
 
@@ -107,6 +111,7 @@ class NodeState(object):
         self.releases = Releases()
         self._key = None
         self._dropped = False
+        self._queued = []  # [(event, limits)] reported, not yet journaled
 
     # -- root acts as the owner ------------------------------------------------------
     @contextlib.contextmanager
@@ -229,6 +234,7 @@ class NodeState(object):
     def finish(self, generation, state, vfio, kept_failures, finished):
         """Record the end of a real pass: its section state, the VMs' GPUs, the refusals still relevant,
         and (``finished``: nothing left to retry) the generation it observed."""
+        self.flush()
         if finished:
             self.ledger.observed_generation = generation
         self.ledger.vfio = vfio
@@ -244,49 +250,79 @@ class NodeState(object):
             self._key = NodeKey.load_or_create(self._file(KEY_NAME))
         return self._key
 
-    @_as_owner
     def report(self, event, limits=None):
-        """Journal ``event`` (signed when attested), then settle it; returns the journaled event."""
-        attested = event["type"] in ATTESTED_TYPES
-        journaled = self.journal.append(event["type"], event["body"], self.key() if attested else None)
-        if self._settle(journaled, limits):
+        """Queue ``event`` for the next ``flush``; nothing counts as reported before it is journaled."""
+        self._queued.append((event, limits))
+
+    @_as_owner
+    def flush(self, save=True):
+        """Journal the queued reports (one append, fsynced; attested ones signed), then settle them and
+        save the releases and (unless ``save`` is false: the caller saves it next) the ledger once;
+        returns the journaled events. A journal that cannot be written raises ``EventsError`` and
+        settles nothing: the next pass reports them again. A crash before the ledger is saved costs
+        nothing either: ``load`` settles what the journal has."""
+        queued, self._queued = self._queued, []
+        if not queued:
+            return []
+        key = self.key() if any(event["type"] in ATTESTED_TYPES for event, _limits in queued) else None
+        journaled = self.journal.append_many([(event["type"], event["body"],
+                                               key if event["type"] in ATTESTED_TYPES else None)
+                                              for event, _limits in queued])
+        releases_changed = False
+        for event, (_queued_event, limits) in zip(journaled, queued):
+            releases_changed = self._settle(event, limits) or releases_changed
+        if releases_changed:
             self.save_releases()
-        self.save_ledger()
+        if save:
+            self.save_ledger()
         return journaled
 
     @_as_owner
+    def begin_releases(self, releases):
+        """Record plain releases ``[(allocation_id, generation, device_ids)]`` before any of their files
+        is removed (kept until each is reported): one ledger save for all of a pass's releases."""
+        self.flush()
+        for allocation_id, generation, device_ids in releases:
+            if allocation_id not in self.ledger.unfinished_releases:
+                self.ledger.unfinished_releases[allocation_id] = {"generation": generation,
+                                                                  "device_ids": list(device_ids)}
+        self.save_ledger()
+
     def begin_release(self, allocation_id, generation, device_ids):
-        """Record a plain release before its files are removed (kept until its report)."""
+        """Record one plain release before its files are removed (no write when already recorded)."""
         if allocation_id not in self.ledger.unfinished_releases:
-            record = {"generation": generation, "device_ids": list(device_ids)}
-            self.ledger.unfinished_releases[allocation_id] = record
-            self.save_ledger()
+            self.begin_releases([(allocation_id, generation, device_ids)])
 
     @_as_owner
     def set_hold_limits(self, allocation_id, limits):
         """The limits a kept hold's slice now has."""
+        self.flush()
         if allocation_id in self.ledger.bound:
             self.ledger.bound[allocation_id]["limits"] = limits
             self.save_ledger()
 
     @_as_owner
     def record_kube_release(self, release):
+        self.flush()
         self.releases.pending[release.allocation_id] = release
         self.save_releases()
 
     @_as_owner
     def drop_kube_release(self, allocation_id):
+        self.flush()
         self.releases.pending.pop(allocation_id, None)
         self.save_releases()
 
     @_as_owner
     def quarantine_releases(self, now):
         """Set an unreadable releases file aside and write the marker."""
+        self.flush()
         quarantine(self.path, now)
         self.releases.unreadable, self.releases.marker = None, True
 
     @_as_owner
     def clear_releases_marker(self):
+        self.flush()
         clear_marker(self.path)
         self.releases.marker = False
 

@@ -429,24 +429,25 @@ def crash_once(monkeypatch, owner, name, at, after=False, exc=KeyboardInterrupt)
     return calls
 
 
+# A pass journals its reports (release a1, bind a3, refuse a4) with one append, after its files.
+
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
-@pytest.mark.parametrize("at", [0, 1, 2], ids=["release-a1", "bind-a3", "refuse-a4"])
-def test_a_crash_before_journaling_an_event_loses_nothing(node, monkeypatch, at, exc):
+def test_a_crash_before_journaling_the_passs_events_loses_nothing(node, monkeypatch, exc):
     node.run(1, GEN1)
-    crash_once(monkeypatch, _events.Journal, "append", at, after=False, exc=exc)
+    crash_once(monkeypatch, _events.Journal, "append_many", 0, after=False, exc=exc)
     with pytest.raises(exc):
         node.run(2, GEN2)
     monkeypatch.undo()
+    assert [e["type"] for e in journal(node)] == ["AllocationBound", "AllocationBound"]  # nothing of GEN2 yet
     result = node.run(2, GEN2)
     assert result.section["state"] == "FAILED" and result.section["observed_generation"] == 2
     assert_reported_exactly_once(node)
     assert node.run(2, GEN2).changed is False
 
 
-@pytest.mark.parametrize("at", [0, 1, 2], ids=["release-a1", "bind-a3", "refuse-a4"])
-def test_a_crash_right_after_journaling_an_event_does_not_report_it_twice(node, monkeypatch, at):
+def test_a_crash_right_after_journaling_the_passs_events_does_not_report_them_twice(node, monkeypatch):
     node.run(1, GEN1)
-    crash_once(monkeypatch, _events.Journal, "append", at, after=True)
+    crash_once(monkeypatch, _events.Journal, "append_many", 0, after=True)
     with pytest.raises(KeyboardInterrupt):
         node.run(2, GEN2)
     monkeypatch.undo()
@@ -454,12 +455,31 @@ def test_a_crash_right_after_journaling_an_event_does_not_report_it_twice(node, 
     assert_reported_exactly_once(node)
 
 
-@pytest.mark.parametrize("at", [0, 1, 2], ids=["release-a1", "bind-a3", "refuse-a4"])
-def test_an_event_journaled_before_a_crash_and_then_acknowledged_is_not_reported_again(node, monkeypatch, at):
+@pytest.mark.parametrize("kept", [0, 1, 2], ids=["none-whole", "one-whole", "two-whole"])
+def test_a_crash_in_the_middle_of_the_journal_write_reports_each_event_once(node, monkeypatch, kept):
+    # The append is one write of three lines; a crash may leave some whole lines and a torn one.
+    node.run(1, GEN1)
+    real = _events.Journal._append_line
+
+    def torn(self, parsed, data):
+        lines = data.split(b"\n")
+        real(self, parsed, b"".join(line + b"\n" for line in lines[:kept]) + lines[kept][:7])
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(_events.Journal, "_append_line", torn)
+    with pytest.raises(KeyboardInterrupt):
+        node.run(2, GEN2)
+    monkeypatch.undo()
+    node.run(2, GEN2)
+    assert_reported_exactly_once(node)
+    assert node.run(2, GEN2).changed is False
+
+
+def test_an_event_journaled_before_a_crash_and_then_acknowledged_is_not_reported_again(node, monkeypatch):
     # The control plane may collect and acknowledge the journal (bcd.devices.events) between the
     # crashed pass and the next one; what it acknowledged was reported and must not come again.
     node.run(1, GEN1)
-    crash_once(monkeypatch, _events.Journal, "append", at, after=True)
+    crash_once(monkeypatch, _events.Journal, "append_many", 0, after=True)
     with pytest.raises(KeyboardInterrupt):
         node.run(2, GEN2)
     monkeypatch.undo()
@@ -472,6 +492,16 @@ def test_an_event_journaled_before_a_crash_and_then_acknowledged_is_not_reported
                                       ("AllocationFailed", "a4")):
         assert sum(1 for e in delivered if e["type"] == event_type
                    and e["body"]["allocation_id"] == allocation_id) == 1, (event_type, allocation_id)
+
+
+def test_a_pass_journals_its_events_with_one_append_and_saves_the_ledger_at_most_twice(node, monkeypatch):
+    node.run(1, GEN1)
+    appends = crash_once(monkeypatch, _events.Journal, "_append_line", -1)
+    saves = crash_once(monkeypatch, NodeState, "_write", -1)
+    node.run(2, GEN2 + [hold("a%d" % i, "%s/s%d" % (GPU_B, i)) for i in range(5, 40)])
+    assert appends[0] == 1
+    # the releases recorded before anything is removed, then the reports: the ledger and nodespec.json
+    assert saves[0] <= 3
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])

@@ -279,8 +279,7 @@ def test_a_socket_path_too_long_for_unix_sockets_is_refused_clearly(short_root):
 def test_without_grpc_the_kubelet_is_unreachable_and_says_what_is_missing(monkeypatch, short_root, serve):
     path = short_root / "kubelet.sock"
     serve(Lister(canned_response()), path)
-    monkeypatch.setattr(kubelet, "HAS_GRPC", False)
-    monkeypatch.setattr(kubelet, "GRPC_IMPORT_ERROR", "ImportError: No module named 'grpc'")
+    monkeypatch.setattr(kubelet, "import_grpc", lambda: (None, "ImportError: No module named 'grpc'"))
     with pytest.raises(KubeletUnreachable, match="grpcio and protobuf .* No module named 'grpc'"):
         list_pod_devices(str(path))
 
