@@ -298,7 +298,7 @@ def test_a_release_leaves_a_busy_slice_until_its_process_exits(node, generation_
         assert_slice_gone(node)
         _records, text = node.journal_text("bcd-holds-converge.service", cursor, "stop %s" % SLICE)
         assert "stop %s" % SLICE in text, text
-        wanted = "uid %d: slice.stop %s" % (node.uid_of("bcd"), SLICED)
+        wanted = "uid %d: slice.stop %s" % (node.uid_of("bcd"), SLICE)
         _records, helper = node.journal_text("bcd-holds-helper.service", cursor, wanted)
         assert wanted in helper, "the helper did not stop the slice:\n" + helper
         assert node.exists("/etc/cdi/bcd-%s.json" % PLAIN), "the plain hold went with the slice"

@@ -15,6 +15,7 @@ validated against the CDI rules before anyone writes it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -43,6 +44,10 @@ SPEC_PREFIX = "bcd-"
 ENV_DIR = "/run/bcd/allocations"
 MPS_PIPE_DIRECTORY = "/run/nvidia-mps"
 BASE_VERSION = "0.6.0"
+# Bump whenever render_hold gives other bytes for the same inputs: a pass trusts a kept hold whose
+# render key and file digests it recorded (``render_record``) without rendering it again, and a new
+# revision makes every key new. tests/unit/plugins/module_utils/test_cdi.py pins the output.
+RENDER_REVISION = 1
 
 ANN_ALLOCATION = "bcd.dev/allocation-id"
 ANN_RESERVATION = "bcd.dev/reservation-id"
@@ -197,10 +202,8 @@ def spec_bytes(spec):
     return (json.dumps(spec, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def render_hold(assignment, atoms, generation, vendor, mps=False, notes=None):
-    """``(spec bytes, env file bytes)`` of a hold: the one rendering both a pass and the root helper use,
-    so root writes only what it built from the node's own vendor spec and atoms."""
-    hold = HoldRender(
+def _hold_render(assignment, atoms, generation, mps):
+    return HoldRender(
         allocation_id=assignment.allocation_id,
         reservation_id=assignment.reservation_id,
         generation=generation,
@@ -210,7 +213,38 @@ def render_hold(assignment, atoms, generation, vendor, mps=False, notes=None):
         mps=mps,
         env=tuple(assignment.env),
     )
+
+
+def render_hold(assignment, atoms, generation, vendor, mps=False, notes=None):
+    """``(spec bytes, env file bytes)`` of a hold: the one rendering both a pass and the root helper use,
+    so root writes only what it built from the node's own vendor spec and atoms."""
+    hold = _hold_render(assignment, atoms, generation, mps)
     return spec_bytes(render_spec(hold, vendor, notes)), render_env(hold)
+
+
+def digest_of(content):
+    """sha256 (hex) of a file's bytes; None for no file."""
+    return hashlib.sha256(content).hexdigest() if content is not None else None
+
+
+def render_key(assignment, atoms, generation, vendor, mps=False):
+    """A digest of everything ``render_hold`` reads: the hold's fields and atoms, the vendor spec (its
+    path and the digest of its bytes) and the render revision. Equal keys render equal bytes."""
+    inputs = (RENDER_REVISION, _hold_render(assignment, atoms, generation, mps),
+              getattr(vendor, "path", None), getattr(vendor, "digest", None))
+    return hashlib.sha256(repr(inputs).encode("utf-8")).hexdigest()
+
+
+def render_record(key, spec, env, notes):
+    """What a pass keeps of a hold it rendered, so the next one can tell it is unchanged without rendering:
+    the key, the digests of the two files, and the notes the render made (said again on every pass)."""
+    return {"key": key, "spec": digest_of(spec), "env": digest_of(env), "notes": list(notes)}
+
+
+def unchanged(record, key, spec_content, env_content):
+    """Whether the files on disk are what ``key`` rendered when ``record`` was kept."""
+    return (isinstance(record, dict) and record.get("key") == key and spec_content is not None
+            and record.get("spec") == digest_of(spec_content) and record.get("env") == digest_of(env_content))
 
 
 def visible_atoms(atoms, content):

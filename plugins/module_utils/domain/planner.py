@@ -80,6 +80,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     env_file_path,
     env_atoms,
     render_hold,
+    render_key,
+    render_record,
+    unchanged,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
@@ -156,6 +159,7 @@ class Plan:
     conditions: List[dict] = field(default_factory=list)
     pending_releases: List[dict] = field(default_factory=list)  # Kubernetes releases still waiting for pods
     vfio: Dict[str, str] = field(default_factory=dict)  # GPUs running domains have now
+    renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
 
     @property
     def changes(self):
@@ -525,12 +529,23 @@ def _keep_files(state, assignment, hold, atoms, env_only=False):
     plan, observed = state.plan, state.observed
     allocation_id = assignment.allocation_id
     bound_generation = hold.generation if hold.generation is not None else state.generation
+    key = None
+    if not env_only:  # what the last pass rendered for these very inputs is on disk: nothing to do
+        key = render_key(assignment, atoms, bound_generation, observed.vendor, observed.mps)
+        record = observed.ledger.renders.get(allocation_id)
+        if unchanged(record, key, hold.content, observed.env_files.get(allocation_id)):
+            plan.warnings.extend(record.get("notes") or [])
+            plan.renders[allocation_id] = record
+            return []
+    notes = []
     try:
-        spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps,
-                                None if env_only else plan.warnings)
+        spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps, notes)
     except RenderError as exc:
         plan.errors.append(str(exc))
         return []
+    if not env_only:
+        plan.warnings.extend(notes)
+        plan.renders[allocation_id] = render_record(key, spec, env, notes)
     changes = []
     request = hold_request(assignment, bound_generation)
     if spec != hold.content and not env_only:
@@ -575,11 +590,15 @@ def _bind_new(state):
             if allocation_id in state.damaged:  # its spec still goes aside, and what was bound is released
                 actions.append(_release_damaged(state, state.damaged[allocation_id], "refused"))
             continue
+        notes = []
         try:
-            spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, plan.warnings)
+            spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, notes)
         except RenderError as exc:
             plan.errors.append(str(exc))
             continue
+        plan.warnings.extend(notes)
+        plan.renders[allocation_id] = render_record(
+            render_key(assignment, atoms, generation, observed.vendor, observed.mps), spec, env, notes)
         state.claims.claim(allocation_id, atoms)
         cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
         event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)

@@ -167,11 +167,15 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
                 state.store_nodespec(generation, devices, instances)
             state.finish(generation, section_of(generation, plan, errors, previous)["state"], plan.vfio,
                          set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals),
-                         finished=not errors)
-            # what is on the node now, whatever failed on the way
-            files = host.hold_files()
-            plan.holds = [summary_of(read_hold(allocation_id, *files[allocation_id]))
-                          for allocation_id in sorted(files, key=lambda a: (parsed.position(a), a))]
+                         finished=not errors, renders=plan.renders)
+            # what is on the node now, whatever failed on the way (read again only when the pass wrote)
+            if done or apply_errors:
+                files = host.hold_files()
+                live = dict((allocation_id, read_hold(allocation_id, *files[allocation_id])) for allocation_id in files)
+            else:
+                live = observed.live
+            plan.holds = [summary_of(live[allocation_id])
+                          for allocation_id in sorted(live, key=lambda a: (parsed.position(a), a))]
         events = state.unacked()
         warnings.extend(state.journal.warnings)
     section = section_of(generation, plan, errors, previous)

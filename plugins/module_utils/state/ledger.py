@@ -22,6 +22,9 @@ the host:
     the same reason, unreported, instead of binding it;
 ``vfio``
     the GPUs running domains had at the last pass;
+``renders``
+    per kept hold, a digest of what its files were last rendered from and of the files
+    (``domain.cdi.render_record``): a pass renders a hold again only when either changed;
 ``observed_generation``
     the last generation a pass finished (``CONVERGED`` or ``FAILED``);
 ``journal_seq``
@@ -52,6 +55,7 @@ class Ledger:
     unfinished_releases: Dict[str, dict] = field(default_factory=dict)
     failures: Dict[str, dict] = field(default_factory=dict)  # allocation -> {generation, reason, message}
     vfio: Dict[str, str] = field(default_factory=dict)
+    renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> {key, spec, env, notes}
     observed_generation: Optional[int] = None
     last_state: Optional[str] = None
     journal_seq: int = 0
@@ -70,8 +74,8 @@ class Ledger:
 
     def to_json(self):
         data = {"bound": self.bound, "unfinished_releases": self.unfinished_releases, "failures": self.failures,
-                "vfio": self.vfio, "observed_generation": self.observed_generation, "last_state": self.last_state,
-                "journal_seq": self.journal_seq}
+                "vfio": self.vfio, "renders": self.renders, "observed_generation": self.observed_generation,
+                "last_state": self.last_state, "journal_seq": self.journal_seq}
         return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
@@ -105,6 +109,19 @@ def _failures(value):
     return records
 
 
+def _renders(value):
+    """Render records whose fields have the right types (anything else is dropped: rendered again)."""
+    records = {}
+    for allocation_id, record in _dict_of(value, dict).items():
+        notes = record.get("notes")
+        if all(isinstance(record.get(name), str) for name in ("key", "spec")) \
+                and isinstance(record.get("env"), (str, type(None))) \
+                and isinstance(notes, list) and all(isinstance(note, str) for note in notes):
+            records[allocation_id] = {"key": record["key"], "spec": record["spec"], "env": record["env"],
+                                      "notes": list(notes)}
+    return records
+
+
 def parse_ledger(content, where):
     """The ledger in ``content`` (None: no file yet, an empty ledger); a damaged one is empty with
     ``problem`` set, so reports may repeat but nothing is lost."""
@@ -122,6 +139,7 @@ def parse_ledger(content, where):
         unfinished_releases=_dict_of(unfinished, dict),
         failures=_failures(data.get("failures")),
         vfio=_dict_of(data.get("vfio"), str),
+        renders=_renders(data.get("renders")),
         observed_generation=_int_or_none(data.get("observed_generation")),
         last_state=data.get("last_state") if isinstance(data.get("last_state"), str) else None,
         journal_seq=_int_or_none(data.get("journal_seq")) or 0,

@@ -231,13 +231,15 @@ class NodeState(object):
         save_releases(self.path, self.releases.pending)
 
     @_as_owner
-    def finish(self, generation, state, vfio, kept_failures, finished):
+    def finish(self, generation, state, vfio, kept_failures, finished, renders=None):
         """Record the end of a real pass: its section state, the VMs' GPUs, the refusals still relevant,
-        and (``finished``: nothing left to retry) the generation it observed."""
+        the holds' render records, and (``finished``: nothing left to retry) the generation it observed."""
         self.flush()
         if finished:
             self.ledger.observed_generation = generation
         self.ledger.vfio = vfio
+        if renders is not None:
+            self.ledger.renders = renders
         self.ledger.last_state = state
         self.ledger.failures = dict((k, v) for k, v in self.ledger.failures.items() if k in kept_failures)
         self.save_ledger()

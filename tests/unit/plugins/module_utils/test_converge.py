@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import planner as _planner
 from ansible_collections.bcd.devices.plugins.module_utils.state import events as _events
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, verify_report
@@ -592,3 +593,68 @@ def test_an_allocation_id_with_a_line_break_names_no_file(node, allocation_id):
     assert [f.reason for f in result.plan.failures] == ["invalid-assignment"]
     assert not any("\n" in p or "\r" in p for p in node.listing())
     assert holds_on_disk(node) == []
+
+
+# --- a kept hold is not rendered again while nothing it is rendered from changed -------------------------------------
+
+@pytest.fixture
+def renders(monkeypatch):
+    """Count the holds the planner renders."""
+    calls = []
+    real = _planner.render_hold
+
+    def counting(assignment, *args, **kwargs):
+        calls.append(assignment.allocation_id)
+        return real(assignment, *args, **kwargs)
+
+    monkeypatch.setattr(_planner, "render_hold", counting)
+    return calls
+
+
+def test_a_pass_over_unchanged_holds_renders_none_of_them(node, renders):
+    devices = [hold("a1", GPU_A), hold("a2", GPU_B + "/s1"), hold("k1", GPU_C, binding="BINDING_KUBERNETES")]
+    node.run(1, devices)
+    assert sorted(renders) == ["a1", "a2", "k1"]
+    del renders[:]
+    again = node.run(1, devices)
+    assert again.changed is False and renders == []
+
+
+@pytest.mark.parametrize("drift", ["spec edited", "env edited", "env gone", "vendor spec changed", "record forged"])
+def test_a_kept_hold_is_rendered_again_when_its_files_or_inputs_changed(node, renders, drift):
+    devices = [hold("a1", GPU_A), hold("a2", GPU_B)]
+    node.run(1, devices)
+    spec = node.read("/etc/cdi/bcd-a1.json")
+    env = node.read("/run/bcd/allocations/a1.env")
+    if drift == "spec edited":
+        node.write("/etc/cdi/bcd-a1.json", spec.replace(b'"rsv_a1"', b'"rsv_evil"'))
+    elif drift == "env edited":
+        node.write("/run/bcd/allocations/a1.env", env + b"EXTRA=1\n")
+    elif drift == "env gone":
+        os.unlink(node.path("/run/bcd/allocations/a1.env"))
+    elif drift == "vendor spec changed":
+        path = node.path("/var/run/cdi/nvidia.yaml")
+        with open(path, "a") as handle:
+            handle.write("# regenerated\n")
+    else:  # a record that claims what is on disk is current for other inputs
+        ledger = json.loads(node.read("/var/lib/bcd/ledger.json"))
+        ledger["renders"]["a1"]["key"] = "0" * 64
+        node.write("/var/lib/bcd/ledger.json", json.dumps(ledger))
+    del renders[:]
+    result = node.run(1, devices)
+    assert "a1" in renders
+    assert node.read("/etc/cdi/bcd-a1.json") == spec and node.read("/run/bcd/allocations/a1.env") == env
+    assert result.changed is (drift in ("spec edited", "env edited", "env gone"))
+    del renders[:]
+    assert node.run(1, devices).changed is False and renders == []
+
+
+def test_a_note_the_render_made_is_said_again_on_every_pass(make_node, renders):
+    node = make_node(vendor="mig")
+    node.write("/var/run/cdi/nvidia.yaml", vendor_text("mig").replace(GPU_B, "GPU-not-this-node"))
+    devices = [hold("a1", GPU_B)]
+    note = "a1: the vendor spec /var/run/cdi/nvidia.yaml does not name %s; the device carries no vendor edits" % GPU_B
+    assert note in node.run(1, devices).warnings
+    del renders[:]
+    again = node.run(1, devices)
+    assert renders == [] and note in again.warnings
