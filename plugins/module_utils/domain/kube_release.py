@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, AtomRefused, atom_from_id
 
@@ -140,3 +140,31 @@ def pending_summary(pending, now, holders=None):
             entry["held_by"] = holders.get(release.allocation_id)
         summary.append(entry)
     return summary
+
+
+# The CDI kind of bcd's holds; its device names are atom ids with "/" as "_".
+BCD_CDI_KIND = "bcd.dev/gpu"
+
+
+def dra_device_ids(claim_resources):
+    # type: (Iterable[Tuple[str, Iterable[str]]]) -> List[str]
+    """The devices a pod holds through DRA claims, from ``(device_name,
+    cdi_device_names)`` per claim resource: each name that says which GPU or
+    MIG device it is, the same as a device plugin's id would.
+
+    That is a CDI device of bcd's own kind (``bcd.dev/gpu=GPU-…_gi1_ci0``: an
+    atom id, ``/`` written ``_``), and a CDI device or device name that is a
+    ``GPU-…`` or ``MIG-…`` UUID (``nvidia.com/gpu=GPU-…``). A driver's own
+    names (``gpu-0``) say nothing bcd can check and add nothing; the pod
+    processes with a GPU open still count (docs/kubernetes.md).
+    """
+    ids = []  # type: List[str]
+    for device_name, cdi_names in claim_resources:
+        names = [device_name]
+        for cdi_name in cdi_names:
+            kind, _sep, name = cdi_name.partition("=")
+            names.append(name.replace("_", "/") if kind == BCD_CDI_KIND else name)
+        for name in names:
+            if name.startswith(("GPU-", "MIG-")) and name not in ids:
+                ids.append(name)
+    return ids

@@ -26,9 +26,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
     Inventory,
     MigInstance,
     PodDevices,
+    normalize_pci_address,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.node.inventory import normalize_pci_address
-from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import dra_device_ids
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import dra_device_ids
 
 try:
     import yaml

@@ -20,9 +20,6 @@ import socket
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import DAMAGED_FILE_RE, SPEC_DIR, SPEC_FILE_RE
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import ACTIVE_DOMAIN_STATES, load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root, read_bytes
-from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
-from ansible_collections.bcd.devices.plugins.module_utils.node.inventory import default_run_command, read_libvirt_domains, read_real_inventory
-from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import FakeKubeSide, RealKubeSide
 from ansible_collections.bcd.devices.plugins.module_utils.node.memory import read_host_memory
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
 from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
@@ -159,8 +156,10 @@ class Host(abc.ABC):
 class RealHost(Host):
     """A real GPU node: NVML or ``nvidia-smi``, and libvirt when ``virsh`` exists."""
 
-    def __init__(self, root="/", writer=None, runner=default_run_command):
+    def __init__(self, root="/", writer=None, runner=None):
         super(RealHost, self).__init__(root, writer)
+        if runner is None:
+            runner = _inventory().default_run_command
         self.runner = runner
         self.slices = SystemdSlices(self, runner)
 
@@ -171,15 +170,15 @@ class RealHost(Host):
         return RealHost(self.root, runner=self.runner)
 
     def _kube_side(self):
-        return RealKubeSide(self.root)
+        return _kubelet().RealKubeSide(self.root)
 
     def _read_inventory(self):
-        return read_real_inventory(run_command=self.runner)
+        return _inventory().read_real_inventory(run_command=self.runner)
 
     def _read_domains(self):
         if shutil.which("virsh") is None:
             return [], None
-        return read_libvirt_domains(self.runner, self.inventory())
+        return _inventory().read_libvirt_domains(self.runner, self.inventory())
 
 
 class FakeHwHost(Host):
@@ -200,7 +199,7 @@ class FakeHwHost(Host):
         return self.hw.inventory
 
     def _kube_side(self):
-        return FakeKubeSide.from_fakehw(self.hw)
+        return _kubelet().FakeKubeSide.from_fakehw(self.hw)
 
     def _read_domains(self):
         """The running and paused domains, as a real host lists them; a shut-off VM holds nothing."""
@@ -213,10 +212,26 @@ class FakeHwHost(Host):
         return self.hw.node_id or super(FakeHwHost, self).node_id()
 
 
+# The readers of a real node and the kubelet are imported when a pass first needs them: a module run
+# compiles its module_utils afresh each time (AnsiballZ ships sources), and most passes need neither.
+
+def _inventory():
+    from ansible_collections.bcd.devices.plugins.module_utils.node import inventory  # pylint: disable=import-outside-toplevel
+    return inventory
+
+
+def _kubelet():
+    from ansible_collections.bcd.devices.plugins.module_utils.node import kubelet  # pylint: disable=import-outside-toplevel
+    return kubelet
+
+
 def make_host(root="/", fakehw=None, helper_socket=None):
     """The host a pass runs against: fakehw when a hardware file is named; root's work done through
     the root helper at ``helper_socket`` when one is named, else by this process."""
-    writer = HelperWriter(HelperClient(helper_socket)) if helper_socket else None
+    writer = None
+    if helper_socket:
+        from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient  # pylint: disable=import-outside-toplevel
+        writer = HelperWriter(HelperClient(helper_socket))
     if fakehw:
         return FakeHwHost(root, fakehw, writer=writer)
     return RealHost(root, writer=writer)

@@ -42,11 +42,13 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (  # noqa: F401 (re-exported)
     Domain,
     Gpu,
     Inventory,
     MigInstance,
+    format_pci_address,
+    normalize_pci_address,
 )
 
 try:
@@ -134,35 +136,6 @@ def _failure(argv, rc, out, err):
 
 # --------------------------------------------------------------------------
 # PCI addresses
-
-
-_PCI_RE = re.compile(
-    r"^(?:(?P<domain>[0-9A-Fa-f]{1,8}):)?(?P<bus>[0-9A-Fa-f]{1,2}):"
-    r"(?P<slot>[0-9A-Fa-f]{1,2})\.(?P<function>[0-7])$"
-)
-
-
-def format_pci_address(domain, bus, slot, function):
-    # type: (int, int, int, int) -> str
-    """The canonical (sysfs) form: ``0000:3b:00.0``, lower case."""
-    return "%04x:%02x:%02x.%x" % (domain, bus, slot, function)
-
-
-def normalize_pci_address(text):
-    # type: (Optional[str]) -> Optional[str]
-    """``00000000:3B:00.0`` (nvidia-smi, NVML), ``0000:3b:00.0`` (sysfs) or
-    ``3b:00.0`` -> ``0000:3b:00.0``; None when ``text`` is not a PCI address."""
-    if not isinstance(text, str):
-        return None
-    match = _PCI_RE.match(text.strip())
-    if not match:
-        return None
-    return format_pci_address(
-        int(match.group("domain") or "0", 16),
-        int(match.group("bus"), 16),
-        int(match.group("slot"), 16),
-        int(match.group("function"), 16),
-    )
 
 
 def _libvirt_number(value):

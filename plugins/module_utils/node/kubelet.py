@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names, dra_device_ids
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError
 
 
@@ -86,34 +86,6 @@ def normalize_device_id(device_id):
     replica) is ``GPU-…``; anything else (``GPU-…``, ``MIG-…``) is itself."""
     match = _REPLICA_RE.match(device_id)
     return match.group("id") if match else device_id
-
-
-# The CDI kind of bcd's holds; its device names are atom ids with "/" as "_".
-BCD_CDI_KIND = "bcd.dev/gpu"
-
-
-def dra_device_ids(claim_resources):
-    # type: (Iterable[Tuple[str, Iterable[str]]]) -> List[str]
-    """The devices a pod holds through DRA claims, from ``(device_name,
-    cdi_device_names)`` per claim resource: each name that says which GPU or
-    MIG device it is, the same as a device plugin's id would.
-
-    That is a CDI device of bcd's own kind (``bcd.dev/gpu=GPU-…_gi1_ci0``: an
-    atom id, ``/`` written ``_``), and a CDI device or device name that is a
-    ``GPU-…`` or ``MIG-…`` UUID (``nvidia.com/gpu=GPU-…``). A driver's own
-    names (``gpu-0``) say nothing bcd can check and add nothing; the pod
-    processes with a GPU open still count (docs/kubernetes.md).
-    """
-    ids = []  # type: List[str]
-    for device_name, cdi_names in claim_resources:
-        names = [device_name]
-        for cdi_name in cdi_names:
-            kind, _sep, name = cdi_name.partition("=")
-            names.append(name.replace("_", "/") if kind == BCD_CDI_KIND else name)
-        for name in names:
-            if name.startswith(("GPU-", "MIG-")) and name not in ids:
-                ids.append(name)
-    return ids
 
 
 def _claim_resources(container):

@@ -23,7 +23,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import cdi_spec_path, damaged_spec_path, env_file_path
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, rename_aside, write_atomic
-from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import HelperKubeSide
 
 # The node files a pass writes, by kind: the root helper accepts exactly these.
 NODE_FILE_KINDS = {
@@ -104,4 +103,5 @@ class HelperWriter(object):
         """Root asks the kubelet itself; anyone else asks through the helper."""
         if os.geteuid() == 0:
             return host.direct_kube_side()
+        from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import HelperKubeSide  # pylint: disable=import-outside-toplevel
         return HelperKubeSide(self.client)
