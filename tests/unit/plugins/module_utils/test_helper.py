@@ -217,20 +217,27 @@ def test_a_slice_is_built_by_root_from_limits_and_stopped_once_empty(helper):
     assert "uid %d: slice.stop bcd-alloc-a1.slice" % os.geteuid() in helper.log
 
 
-def test_a_populated_slice_is_not_stopped_and_its_limits_never_go_below_its_use(helper):
-    assert helper.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 30}}) == {"ok": True}
-    record_path = helper.node("/run/bcd/slices/bcd-alloc-a1.slice.json")
+def check_a_populated_slice_is_kept(request, node, used):
+    """Through ``request``: a slice whose workload uses ``used`` bytes is neither stopped nor squeezed
+    below that, and may grow. Also run against a real helper process by test_helper_attacks.py."""
+    assert request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 30}}) == {"ok": True}
+    record_path = node("/run/bcd/slices/bcd-alloc-a1.slice.json")
     record = json.loads(Path(record_path).read_text())
-    record.update(populated=True, memory_current=512 << 20)      # a workload runs in it
+    record.update(populated=True, memory_current=used)      # a workload runs in it (root's record)
     Path(record_path).write_text(json.dumps(record))
-    assert helper.request({"op": "slice.stop", "allocation_id": "a1"}) == {
+    assert request({"op": "slice.stop", "allocation_id": "a1"}) == {
         "ok": False, "error": "bcd-alloc-a1.slice still runs a workload; it is stopped once empty"}
-    reply = helper.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 20}})
-    assert reply == {"ok": False, "error": "bcd-alloc-a1.slice uses 536870912 bytes of memory, more than "
-                                           "MemoryMax=1048576; a change of its limits never kills its workload"}
+    reply = request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 20}})
+    assert reply == {"ok": False, "error": "bcd-alloc-a1.slice uses %d bytes of memory, more than "
+                                           "MemoryMax=1048576; a change of its limits never kills its workload" % used}
     assert json.loads(Path(record_path).read_text())["properties"]["MemoryMax"] == str(1 << 30)
+    assert os.path.exists(record_path)
     # growing is fine
-    assert helper.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 2 << 30}}) == {"ok": True}
+    assert request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 2 << 30}}) == {"ok": True}
+
+
+def test_a_populated_slice_is_not_stopped_and_its_limits_never_go_below_its_use(helper):
+    check_a_populated_slice_is_kept(helper.request, helper.node, 512 << 20)
 
 
 def test_the_socket_is_only_for_root_and_the_allowed_user(base):

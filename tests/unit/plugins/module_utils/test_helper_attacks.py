@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import check_a_populated_slice_is_kept
 
 if os.geteuid() != 0 or shutil.which("useradd") is None or not os.path.exists("/usr/bin/python3"):
     pytest.skip("needs root, useradd and /usr/bin/python3 to play another account", allow_module_level=True)
@@ -464,16 +465,4 @@ def test_an_account_that_is_not_allowed_is_refused_by_its_credentials(world):
 # -- the helper enforces the node's own rules on slices ----------------------------------------
 
 def test_the_helper_never_kills_or_squeezes_a_workload(world):
-    assert world.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 2 << 30}}) == {
-        "ok": True}
-    record_path = world.node("/run/bcd/slices/bcd-alloc-a1.slice.json")
-    record = json.loads(Path(record_path).read_text())
-    record.update(populated=True, memory_current=1 << 30)  # a workload runs in it (root's record)
-    Path(record_path).write_text(json.dumps(record))
-    assert world.request({"op": "slice.stop", "allocation_id": "a1"}) == {
-        "ok": False, "error": "bcd-alloc-a1.slice still runs a workload; it is stopped once empty"}
-    reply = world.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 20}})
-    assert reply == {"ok": False, "error": "bcd-alloc-a1.slice uses 1073741824 bytes of memory, more than "
-                                           "MemoryMax=1048576; a change of its limits never kills its workload"}
-    assert json.loads(Path(record_path).read_text())["properties"]["MemoryMax"] == str(2 << 30)
-    assert os.path.exists(record_path)
+    check_a_populated_slice_is_kept(world.request, world.node, 1 << 30)
