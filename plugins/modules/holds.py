@@ -60,7 +60,8 @@ options:
         C(hugepages_1gi)). A plain hold with limits gets the slice C(bcd-alloc-<allocation_id>.slice), created
         before its spec names it; a hold whose limits carry memory or huge pages is first admitted against the
         host's committed memory (V(resources-exhausted) when it does not fit). A Kubernetes hold never gets a
-        slice, but its memory counts against later holds.
+        slice, but its memory counts against later holds. As in proto3, V(0) and an empty string are a field
+        left unset, so no limit.
       - C(env) lists extra C(KEY=VALUE) lines for the env file. Keys starting with C(BCD_),
         C(NVIDIA_VISIBLE_DEVICES) and C(CUDA_MPS_PIPE_DIRECTORY) are bcd's own and refused.
       - Every field is checked; an assignment that cannot be honoured as given is refused with

@@ -199,7 +199,9 @@ def parse_limits(raw):
     values = {"cpus": check_cpulist(raw.get("cpus") or None, "limits.cpus"),
               "mems": check_nodelist(raw.get("mems") or None, "limits.mems")}
     for name in LIMIT_NUMBERS:
-        values[name] = _number(raw.get(name), "limits.%s" % name, strings=True)
+        # proto3 sends a field left unset as 0, as it sends an unset cpulist as "": both mean no limit
+        # (a MemoryMax=0 or a CPUQuota of 0 % would kill or starve the workload the hold is for)
+        values[name] = _number(raw.get(name), "limits.%s" % name, strings=True) or None
     limits = Limits(**values)
     return None if limits.is_empty() else limits
 

@@ -58,7 +58,8 @@ def test_a_full_assignment_is_read_field_by_field():
     assert assignment.binding == BINDING_KUBERNETES and assignment.kubernetes
     # an empty class reads as gpu
     assert assignment.devices == (DeviceRef(GPU, "gpu"), DeviceRef(GPU + "/gi1/ci0", "gpu.mig"))
-    assert assignment.limits == Limits(cpus="0-3,8,10-11", mems="0", cpu_millis=1500, memory_bytes=0,
+    # memory_bytes 0 is proto3's unset: no limit
+    assert assignment.limits == Limits(cpus="0-3,8,10-11", mems="0", cpu_millis=1500, memory_bytes=None,
                                        hugepages_2mi=4, hugepages_1gi=1)
     assert assignment.env == ("TEAM=vision", "EMPTY=", "EQ=a=b")
 
@@ -204,7 +205,9 @@ def test_a_limit_that_is_not_a_non_negative_integer_is_refused(field, value):
 @pytest.mark.parametrize("field", ["cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi"])
 def test_an_integer_limit_may_come_as_its_decimal_string_as_proto3_json_writes_int64(field):
     assert getattr(parse_assignment(entry(limits={field: "4294967296"})).limits, field) == 4294967296
-    assert getattr(parse_assignment(entry(limits={field: "0"})).limits, field) == 0
+    # 0, as a number or a string, is proto3's unset field: no limit, and with nothing else booked no limits
+    assert parse_assignment(entry(limits={field: "0"})).limits is None
+    assert parse_assignment(entry(limits={field: 0, "cpus": "0-1"})).limits == Limits(cpus="0-1")
 
 
 @pytest.mark.parametrize("value", ["-1", "1.5", "1e9", " 5", "5 ", "0x10", "", "4G", "٣", "1" * 21])

@@ -477,3 +477,17 @@ def test_a_fakehw_host_without_meminfo_binds_without_admission_and_says_so_once(
     result = run(capsys, node, generation=3, devices=[hold("a4", GPU_A, limits={"memory_bytes": 64 * GIB})])
     assert UNREADABLE_MEMORY not in warnings(result)
     assert [(f["allocation_id"], f["reason"]) for f in result["failures"]] == [("a4", "resources-exhausted")]
+
+
+# -- proto3 zeros: an unset number is no limit -----------------------------------------------------
+
+def test_a_zero_memory_or_cpu_limit_is_no_limit_never_a_slice_that_kills_its_workload(capsys, node):
+    result = run(capsys, node, generation=1, devices=[
+        hold("a1", GPU_A, limits={"memory_bytes": 0, "cpu_millis": "0", "cpus": "0-1"}),
+        hold("a2", GPU_B, limits={"memory_bytes": "0", "hugepages_2mi": 0})])
+    assert fails(result) == []
+    properties = json.loads(node.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))["properties"]
+    assert properties["AllowedCPUs"] == "0-1"
+    assert "MemoryMax" not in properties and "CPUQuota" not in properties
+    assert not node.exists("/run/bcd/slices/bcd-alloc-a2.slice.json")  # nothing booked: devices only
+    assert "bcd.dev/cgroup-parent" not in node.read("/etc/cdi/bcd-a2.json").decode()
