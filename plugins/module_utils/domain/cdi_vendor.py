@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import json
 import re
 from dataclasses import dataclass, field
@@ -39,14 +40,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     version_key,
 )
 
-try:
-    import yaml
-    HAS_YAML = True
-    YAML_IMPORT_ERROR = None  # type: Optional[str]
-except ImportError as exc:  # pragma: no cover - depends on the node
-    yaml = None
-    HAS_YAML = False
-    YAML_IMPORT_ERROR = str(exc)
+# PyYAML is imported when a spec is not JSON (_yaml_tools); whether it is there is known without
+# importing it.
+HAS_YAML = importlib.util.find_spec("yaml") is not None
+YAML_IMPORT_ERROR = None if HAS_YAML else "No module named 'yaml'"  # type: Optional[str]
 
 __all__ = [
     "HAS_YAML",
@@ -126,45 +123,54 @@ class VendorSpec:
 
 # --- YAML -------------------------------------------------------------------
 
-if HAS_YAML:
-    _INT_TAG = "tag:yaml.org,2002:int"
-    _FLOAT_TAG = "tag:yaml.org,2002:float"
-    _STR_TAG = "tag:yaml.org,2002:str"
-
-    class _CdiYamlLoader(yaml.SafeLoader):
-        """SafeLoader without YAML 1.1's base-60 numbers (``1:0`` stays a string)."""
-
-    _CdiYamlLoader.yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-    # PyYAML's int and float patterns, less their sexagesimal alternatives.
-    _CdiYamlLoader.add_implicit_resolver(
-        _INT_TAG,
-        re.compile(
-            r"""^(?:[-+]?0b[0-1_]+
-                |[-+]?0[0-7_]+
-                |[-+]?(?:0|[1-9][0-9_]*)
-                |[-+]?0x[0-9a-fA-F_]+)$""",
-            re.X,
-        ),
-        list("-+0123456789"),
-    )
-    _CdiYamlLoader.add_implicit_resolver(
-        _FLOAT_TAG,
-        re.compile(
-            r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-                |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-                |[-+]?\.(?:inf|Inf|INF)
-                |\.(?:nan|NaN|NAN))$""",
-            re.X,
-        ),
-        list("-+0123456789."),
-    )
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_STR_TAG = "tag:yaml.org,2002:str"
+_YAML = {}  # type: Dict[str, Any]
 
 
-def _keep_names_as_text(node, seen=None):
-    # type: (Any, Optional[set]) -> None
+def _yaml_tools():
+    """``(yaml, loader)``: PyYAML and a SafeLoader without YAML 1.1's base-60 numbers (``1:0`` stays a
+    string), made on first use."""
+    if not _YAML:
+        import yaml  # pylint: disable=import-outside-toplevel
+
+        class _CdiYamlLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+            """SafeLoader without YAML 1.1's base-60 numbers."""
+
+        _CdiYamlLoader.yaml_implicit_resolvers = {
+            first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        }
+        # PyYAML's int and float patterns, less their sexagesimal alternatives.
+        _CdiYamlLoader.add_implicit_resolver(
+            _INT_TAG,
+            re.compile(
+                r"""^(?:[-+]?0b[0-1_]+
+                    |[-+]?0[0-7_]+
+                    |[-+]?(?:0|[1-9][0-9_]*)
+                    |[-+]?0x[0-9a-fA-F_]+)$""",
+                re.X,
+            ),
+            list("-+0123456789"),
+        )
+        _CdiYamlLoader.add_implicit_resolver(
+            _FLOAT_TAG,
+            re.compile(
+                r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""",
+                re.X,
+            ),
+            list("-+0123456789."),
+        )
+        _YAML.update(yaml=yaml, loader=_CdiYamlLoader)
+    return _YAML["yaml"], _YAML["loader"]
+
+
+def _keep_names_as_text(yaml, node, seen=None):
+    # type: (Any, Any, Optional[set]) -> None
     """Make every plain scalar under a ``name`` key a string, whatever it looks
     like (``0:1``, ``010``, ``1_0`` are device names, not numbers)."""
     if seen is None:
@@ -180,20 +186,21 @@ def _keep_names_as_text(node, seen=None):
                 and value.tag in (_INT_TAG, _FLOAT_TAG)
             ):
                 value.tag = _STR_TAG
-            _keep_names_as_text(value, seen)
+            _keep_names_as_text(yaml, value, seen)
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            _keep_names_as_text(item, seen)
+            _keep_names_as_text(yaml, item, seen)
 
 
 def _load_yaml(text):
     # type: (str) -> Any
-    loader = _CdiYamlLoader(text)
+    yaml, loader_class = _yaml_tools()
+    loader = loader_class(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _keep_names_as_text(node)
+        _keep_names_as_text(yaml, node)
         return loader.construct_document(node)
     finally:
         loader.dispose()
@@ -221,6 +228,7 @@ def parse_spec_text(text, name):
             "cannot read YAML: PyYAML is not installed on this node (%s); install "
             "python3-yaml, or have nvidia-ctk write JSON (--format=json)" % YAML_IMPORT_ERROR
         )
+    yaml = _yaml_tools()[0]
     try:
         return _load_yaml(text)
     except yaml.YAMLError as exc:

@@ -14,6 +14,7 @@ PyYAML, which is optional.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from dataclasses import dataclass, field
@@ -30,13 +31,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import dra_device_ids
 
-try:
-    import yaml
-
-    HAS_YAML = True
-except ImportError:
-    yaml = None
-    HAS_YAML = False
+# PyYAML is imported only to read a file that is not JSON (_strict_loader); whether it is there is
+# known without importing it.
+HAS_YAML = importlib.util.find_spec("yaml") is not None
 
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -107,35 +104,41 @@ def _no_duplicate_pairs(pairs):
     return result
 
 
-if HAS_YAML:
+_YAML = {}  # type: Dict[str, Any]
 
-    class _StrictLoader(yaml.SafeLoader):
-        """SafeLoader that refuses a key given twice in one mapping (plain
-        PyYAML keeps the last one silently)."""
 
-    def _construct_strict_mapping(loader, node, deep=False):
-        keys = set()
-        for key_node, _value in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # "<<" merges may be overridden; that is not a duplicate
-            key = loader.construct_object(key_node, deep=deep)
-            try:
-                duplicate = key in keys
-            except TypeError:  # an unhashable key; construct_mapping says so
-                duplicate = False
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, "duplicate key %r" % (key,), key_node.start_mark
-                )
-            try:
-                keys.add(key)
-            except TypeError:
-                pass
-        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+def _strict_loader():
+    """``(yaml, loader)``: PyYAML and a SafeLoader that refuses a key given twice in one mapping (plain
+    PyYAML keeps the last one silently), made on first use."""
+    if not _YAML:
+        import yaml  # pylint: disable=import-outside-toplevel
 
-    _StrictLoader.add_constructor(
-        yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_strict_mapping
-    )
+        class _StrictLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+            """SafeLoader that refuses duplicate keys."""
+
+        def _construct_strict_mapping(loader, node, deep=False):
+            keys = set()
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # "<<" merges may be overridden; that is not a duplicate
+                key = loader.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in keys
+                except TypeError:  # an unhashable key; construct_mapping says so
+                    duplicate = False
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "duplicate key %r" % (key,), key_node.start_mark
+                    )
+                try:
+                    keys.add(key)
+                except TypeError:
+                    pass
+            return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+        _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_strict_mapping)
+        _YAML.update(yaml=yaml, loader=_StrictLoader)
+    return _YAML["yaml"], _YAML["loader"]
 
 
 def parse_fakehw_text(text, source="fakehw file"):
@@ -153,8 +156,9 @@ def parse_fakehw_text(text, source="fakehw file"):
                 "%s is not valid JSON (%s) and PyYAML is not installed to read it as YAML"
                 % (source, json_exc)
             )
+        yaml, loader = _strict_loader()
         try:
-            data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader
+            data = yaml.load(text, Loader=loader)  # a SafeLoader
         except yaml.YAMLError as yaml_exc:
             raise FakeHwError("%s is neither valid JSON nor valid YAML: %s" % (source, _one_line(yaml_exc)))
         except RecursionError:
