@@ -4,7 +4,8 @@
 """Guard the generated stubs' third-party imports, so they import cleanly on a node without protobuf or grpcio.
 
 Module code must import on the node's bare Python (ansible-test sanity's import test checks it);
-_kubelet.py reads PROTOBUF_IMPORT_ERROR and GRPC_IMPORT_ERROR and reports what is missing.
+node/kubelet.py imports them on first use (import_grpc), and any failure there (a missing package,
+a runtime too old for the stubs) becomes the reason it reports the kubelet unreachable.
 
     guard_imports.py PB2_FILE GRPC_FILE
 """

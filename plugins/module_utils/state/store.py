@@ -283,17 +283,17 @@ class NodeState(object):
     def begin_releases(self, releases):
         """Record plain releases ``[(allocation_id, generation, device_ids)]`` before any of their files
         is removed (kept until each is reported): one ledger save for all of a pass's releases."""
+        new = [release for release in releases if release[0] not in self.ledger.unfinished_releases]
+        if not new:
+            return
         self.flush()
-        for allocation_id, generation, device_ids in releases:
-            if allocation_id not in self.ledger.unfinished_releases:
-                self.ledger.unfinished_releases[allocation_id] = {"generation": generation,
-                                                                  "device_ids": list(device_ids)}
+        for allocation_id, generation, device_ids in new:
+            self.ledger.unfinished_releases[allocation_id] = {"generation": generation, "device_ids": list(device_ids)}
         self.save_ledger()
 
     def begin_release(self, allocation_id, generation, device_ids):
         """Record one plain release before its files are removed (no write when already recorded)."""
-        if allocation_id not in self.ledger.unfinished_releases:
-            self.begin_releases([(allocation_id, generation, device_ids)])
+        self.begin_releases([(allocation_id, generation, device_ids)])
 
     @_as_owner
     def set_hold_limits(self, allocation_id, limits):

@@ -480,14 +480,13 @@ def owners():
 
 
 BOTH = [False, True]
-# A release no pod holds: record, remove the spec, remove the env file, journal, drop the record, ledger, the
-# pass's ledger.
-AT_ONCE = [("save_releases", 0), ("remove", 0), ("remove", 1), ("append", 0), ("save_releases", 1), ("ledger", 0),
-           ("ledger", 1)]
+# A release no pod holds: record, remove the spec, remove the env file, journal (the pass's one append), drop
+# the record, the pass's ledger.
+AT_ONCE = [("save_releases", 0), ("remove", 0), ("remove", 1), ("append", 0), ("save_releases", 1), ("ledger", 0)]
 # A release a pod holds: record, remove the spec, remove the env file, the pass's ledger.
 WAITING = [("save_releases", 0), ("remove", 0), ("remove", 1), ("ledger", 0)]
-# The pod goes: journal, drop the record, ledger, the pass's ledger.
-REPORTING = [("append", 0), ("save_releases", 0), ("ledger", 0), ("ledger", 1)]
+# The pod goes: journal, drop the record, the pass's ledger.
+REPORTING = [("append", 0), ("save_releases", 0), ("ledger", 0)]
 
 
 def ids(cases):
