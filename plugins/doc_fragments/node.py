@@ -7,7 +7,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment(object):
-    """``bcd.devices.node`` (root, fakehw, state_dir) and ``bcd.devices.node.helper`` (helper_socket)."""
+    """``bcd.devices.node`` (root, fakehw, state_dir), ``bcd.devices.node.helper`` (helper_socket) and
+    ``bcd.devices.node.runtimes`` (cdi_runtimes)."""
 
     DOCUMENTATION = r"""
 options:
@@ -38,4 +39,22 @@ options:
       - When set, root's work (CDI specs, env files, slices, asking the kubelet) goes through it, so the
         module can run as an unprivileged user; a write the helper refuses is retried like any failed write.
     type: path
+"""
+
+    RUNTIMES = r"""
+options:
+  cdi_runtimes:
+    description:
+      - The container runtimes on the node that load CDI specs, so every hold's spec is written at a
+        C(cdiVersion) all of them load. A hold whose content needs a newer version than the oldest of them
+        loads is refused with C(invalid-assignment), naming the runtime, its version and the field.
+      - V(auto) finds them on the node (C(containerd), C(dockerd), C(podman), C(crio) in the usual
+        C(bin)/C(sbin) directories, asked C(--version); nothing is started). A fakehw host lists them in its
+        file (C(runtimes)).
+      - Or a list of C({name, version}), O(cdi_runtimes[].name) one of V(containerd), V(docker), V(podman),
+        V(cri-o); for example C([{name: podman, version: "5.4.2"}]). What version of CDI each release loads
+        is the collection's own table (C(docs/runtimes-and-upgrades.md)).
+      - The timers' passes on the node use what the last run was given.
+    type: raw
+    default: auto
 """

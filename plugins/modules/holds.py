@@ -99,6 +99,7 @@ options:
 extends_documentation_fragment:
   - bcd.devices.node
   - bcd.devices.node.helper
+  - bcd.devices.node.runtimes
 attributes:
   check_mode:
     support: full
@@ -373,13 +374,19 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import HELPER_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
+    HELPER_OPTIONS,
+    NODE_OPTIONS,
+    RUNTIME_OPTIONS,
+    argument_spec,
+    host_from_params,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY
 
 
 def module_argument_spec():
     return argument_spec(
-        NODE_OPTIONS, HELPER_OPTIONS,
+        NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS,
         generation=dict(type="int", required=True),
         # The assignments are checked by the converger, which refuses a bad one with
         # invalid-assignment instead of failing the whole task: so no suboptions here.
@@ -402,7 +409,7 @@ def main():
         host = host_from_params(params)
         result = run_pass(host, params["generation"], params["devices"], params["instances"],
                           state_dir=params["state_dir"], check_mode=module.check_mode,
-                          lock_timeout=params["lock_timeout"])
+                          lock_timeout=params["lock_timeout"], cdi_runtimes=params["cdi_runtimes"])
     except (BcdError, OSError) as exc:
         module.fail_json(msg=str(exc))
     output = result.to_dict()

@@ -22,6 +22,7 @@ author:
 extends_documentation_fragment:
   - bcd.devices.node
   - bcd.devices.node.helper
+  - bcd.devices.node.runtimes
 attributes:
   check_mode:
     support: full
@@ -58,6 +59,9 @@ holds:
     - The holds on the node, read back from their CDI specs, as M(bcd.devices.holds) returns them.
     - C(missing_devices) lists the hold's devices the inventory lacks now (a MIG instance before
       C(mig-layout) has made it again after a reboot). The hold is on disk and kept, its spec left as it is.
+    - C(stale_edits) lists what the hold's spec names that the node does not have now (a device node gone or
+      renumbered, a library mount whose file is gone after a driver upgrade). A kept hold is rewritten once a
+      fresh vendor spec appears; until then containers started from it may fail.
   returned: always
   type: list
   elements: dict
@@ -71,6 +75,7 @@ holds:
       cdi_spec_path: /etc/cdi/bcd-alloc_01jz8k2v.json
       env_file: /run/bcd/allocations/alloc_01jz8k2v.env
       missing_devices: []
+      stale_edits: []
 gpus:
   description:
     - One entry per GPU, in inventory order, then GPUs that holds name but the inventory no longer lists
@@ -91,7 +96,11 @@ capabilities:
   type: list
   elements: str
 conditions:
-  description: Node conditions about holds (V(KubernetesReleaseStuck), V(KubernetesReleasesUnreadable)).
+  description:
+    - Node conditions about holds (V(KubernetesReleaseStuck), V(KubernetesReleasesUnreadable),
+      V(HoldSpecDamaged), V(VendorSpecStale)), each with C(type), C(status), C(reason) and C(message).
+    - V(VendorSpecStale) says what NVIDIA's spec names that the node does not have (device nodes, library
+      mounts, the driver it was generated for); new holds get only its true edits until it is regenerated.
   returned: always
   type: list
   elements: dict
@@ -102,6 +111,18 @@ pending_releases:
   returned: always
   type: list
   elements: dict
+runtimes:
+  description:
+    - The node's container runtimes that load CDI specs (found, or as O(cdi_runtimes) names them), each with
+      C(name), C(version) and C(max_cdi_version), the newest C(cdiVersion) its CDI library loads (null for a
+      release without CDI support).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - name: podman
+      version: 5.4.2
+      max_cdi_version: 0.8.0
 node_public_key:
   description: Base64 of the node's raw 32-byte Ed25519 public key; null before the node signed its first event.
   returned: always
@@ -111,14 +132,21 @@ node_public_key:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import HELPER_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
+    HELPER_OPTIONS,
+    NODE_OPTIONS,
+    RUNTIME_OPTIONS,
+    argument_spec,
+    host_from_params,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS),
+                           supports_check_mode=True)
     try:
-        status = node_status(host_from_params(module.params), module.params["state_dir"])
+        status = node_status(host_from_params(module.params), module.params["state_dir"], module.params["cdi_runtimes"])
     except (BcdError, OSError) as exc:
         module.fail_json(msg=str(exc))
     for warning in status.pop("warnings"):

@@ -278,16 +278,18 @@ def limits_record(limits):
     return dict((key, value) for key, value in vars(limits).items() if value is not None)
 
 
-HOLD_FIELDS = ("allocation_id", "reservation_id", "generation", "binding", "devices", "limits", "env")
+HOLD_FIELDS = ("allocation_id", "reservation_id", "generation", "binding", "devices", "limits", "env", "runtimes")
 
 
-def hold_request(assignment, generation):
-    """A hold as the unprivileged side sends it to the root helper: data only (the checked assignment and
-    the generation its files carry), from which root renders the files itself."""
+def hold_request(assignment, generation, runtimes=()):
+    """A hold as the unprivileged side sends it to the root helper: data only (the checked assignment, the
+    generation its files carry and the node's runtimes by name and version), from which root renders the
+    files itself (and maps the runtimes to CDI versions by its own table)."""
     return {"allocation_id": assignment.allocation_id, "reservation_id": assignment.reservation_id,
             "generation": generation, "binding": assignment.binding,
             "devices": [{"id": ref.id, "device_class": ref.device_class} for ref in assignment.devices],
-            "limits": limits_record(assignment.limits), "env": list(assignment.env)}
+            "limits": limits_record(assignment.limits), "env": list(assignment.env),
+            "runtimes": [{"name": r.name, "version": r.version} for r in runtimes]}
 
 
 def parse_hold_request(data):
@@ -301,7 +303,8 @@ def parse_hold_request(data):
     generation = _number(data.get("generation"), "generation")
     if generation is None:
         raise InvalidAssignment("generation: required")
-    return parse_assignment(dict((key, value) for key, value in data.items() if key != "generation")), generation
+    return (parse_assignment(dict((key, value) for key, value in data.items() if key not in ("generation", "runtimes"))),
+            generation)
 
 
 def _show(value):

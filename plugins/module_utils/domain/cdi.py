@@ -11,6 +11,13 @@ Rendering follows docs/user-guide.md ("The CDI spec"): NVIDIA's per-device edits
 what each atom stands for, the vendor's common edits once without its
 ``NVIDIA_VISIBLE_DEVICES=void``, our annotations and env. Every rendered spec is
 validated against the CDI rules before anyone writes it.
+
+Its ``cdiVersion`` is the lowest its content allows (0.6.0 at least: it carries
+annotations), raised to the vendor spec's when that is later, and never above what the
+oldest CDI library among the node's container runtimes loads (``domain/cdi_runtimes.py``):
+a hold whose content needs more than that is refused with ``invalid-assignment``, naming
+the runtime, its version and the field. A device the node's stale vendor spec leaves
+without a device node (``domain/cdi_staleness.py``) is refused with ``device-missing``.
 """
 
 from __future__ import annotations
@@ -30,8 +37,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     visible_devices,
     AtomRefused,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import ceiling
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import (
     minimum_version,
+    requirements_above,
     validate_spec,
     version_key,
 )
@@ -63,6 +72,14 @@ DAMAGED_FILE_RE = re.compile(r"^bcd-(%s)\.json\.damaged-[0-9]{8}T[0-9]{6}Z(-[0-9
 
 class RenderError(BcdError):
     """A spec that would not be valid CDI; nothing is written for it."""
+
+
+class RenderRefused(RenderError):
+    """A hold this node cannot honour as asked: refused with ``reason`` (a failure reason of the spec page)."""
+
+    def __init__(self, reason, message):
+        super(RenderRefused, self).__init__(message)
+        self.reason = reason
 
 
 def cdi_spec_path(allocation_id):
@@ -129,11 +146,13 @@ def common_env(hold):
     return lines
 
 
-def render_spec(hold, vendor=None, notes=None):
-    """The hold's CDI spec as a dict; raises ``RenderError`` when it would not be valid CDI.
+def render_spec(hold, vendor=None, notes=None, runtimes=()):
+    """The hold's CDI spec as a dict; raises ``RenderError`` when it would not be valid CDI, and
+    ``RenderRefused`` when the node cannot honour it (see the module docstring).
 
     ``notes``, when a list, collects what an operator should know: a device the
-    vendor spec does not name gets no vendor edits.
+    vendor spec does not name gets no vendor edits. ``runtimes`` are the node's
+    container runtimes (``cdi_runtimes.Runtime``).
     """
     annotations = {
         ANN_ALLOCATION: hold.allocation_id,
@@ -148,6 +167,8 @@ def render_spec(hold, vendor=None, notes=None):
 
     devices = []
     for atom in hold.atoms:
+        if use_vendor is not None:
+            _refuse_unusable(atom, use_vendor)
         edits = _device_edits(atom, use_vendor)
         if not _has_edits(edits):
             if use_vendor is not None and notes is not None:
@@ -180,14 +201,43 @@ def render_spec(hold, vendor=None, notes=None):
     }
     # A Kubernetes hold carries none of the vendor's edits but the same version rule (0.6.0, or the
     # vendor spec's when later): the runtime that reads NVIDIA's spec reads this one.
-    versions = [BASE_VERSION, minimum_version(spec)]
+    required = max([BASE_VERSION, minimum_version(spec)], key=version_key)
+    versions = [required]
     if vendor is not None and vendor.path and vendor.cdi_version:
         versions.append(vendor.cdi_version)
-    spec["cdiVersion"] = max(versions, key=version_key)
+    spec["cdiVersion"] = _within(hold, spec, required, max(versions, key=version_key), runtimes)
     problems = validate_spec(spec)
     if problems:
         raise RenderError("the CDI spec of %s would be invalid: %s" % (hold.allocation_id, "; ".join(problems)))
     return spec
+
+
+def _within(hold, spec, required, wanted, runtimes):
+    """``wanted``, lowered to what every runtime on the node loads; refused when even ``required``
+    (what the content needs) is more than the oldest runtime loads."""
+    oldest = ceiling(runtimes)
+    if oldest is None:
+        return wanted
+    limit = oldest.max_cdi_version
+    if version_key(required) > version_key(limit):
+        needs = requirements_above(spec, limit)
+        fields = ", ".join(reason for _version, reason in needs[:4]) or "its content"
+        raise RenderRefused(
+            "invalid-assignment",
+            "its CDI spec needs cdiVersion %s (%s), and %s %s on this node loads at most %s"
+            % (required, fields, oldest.name, oldest.version, limit))
+    return limit if version_key(wanted) > version_key(limit) else wanted
+
+
+def _refuse_unusable(atom, vendor):
+    """A device whose vendor edits name only device nodes the node does not have is not handed out."""
+    uuid = atom.mig_uuid if atom.device_class == CLASS_MIG else atom.gpu_uuid
+    why = vendor.unusable_reason(uuid)
+    if why:
+        raise RenderRefused(
+            "device-missing",
+            "%s has none of the device nodes the vendor spec %s names for it (%s); regenerate the spec "
+            "(nvidia-ctk cdi generate)" % (uuid, vendor.path, why))
 
 
 _EDIT_ORDER = ("env", "deviceNodes", "mounts", "hooks", "netDevices", "intelRdt", "additionalGids")
@@ -215,11 +265,11 @@ def _hold_render(assignment, atoms, generation, mps):
     )
 
 
-def render_hold(assignment, atoms, generation, vendor, mps=False, notes=None):
+def render_hold(assignment, atoms, generation, vendor, mps=False, notes=None, runtimes=()):
     """``(spec bytes, env file bytes)`` of a hold: the one rendering both a pass and the root helper use,
     so root writes only what it built from the node's own vendor spec and atoms."""
     hold = _hold_render(assignment, atoms, generation, mps)
-    return spec_bytes(render_spec(hold, vendor, notes)), render_env(hold)
+    return spec_bytes(render_spec(hold, vendor, notes, runtimes)), render_env(hold)
 
 
 def digest_of(content):
@@ -227,11 +277,15 @@ def digest_of(content):
     return hashlib.sha256(content).hexdigest() if content is not None else None
 
 
-def render_key(assignment, atoms, generation, vendor, mps=False):
+def render_key(assignment, atoms, generation, vendor, mps=False, runtimes=()):
     """A digest of everything ``render_hold`` reads: the hold's fields and atoms, the vendor spec (its
-    path and the digest of its bytes) and the render revision. Equal keys render equal bytes."""
+    path and the digest of its bytes), the node's runtimes and the render revision. Equal keys render
+    equal bytes, with one deliberate exception: which of the vendor's edits are stale on the node is
+    not in the key, so a kept hold is not rewritten because the driver changed under an old vendor
+    spec (``holds_info`` marks it); it is once a fresh vendor spec appears (a new digest)."""
     inputs = (RENDER_REVISION, _hold_render(assignment, atoms, generation, mps),
-              getattr(vendor, "path", None), getattr(vendor, "digest", None))
+              getattr(vendor, "path", None), getattr(vendor, "digest", None),
+              sorted((r.name, r.version, r.max_cdi_version or "") for r in runtimes))
     return hashlib.sha256(repr(inputs).encode("utf-8")).hexdigest()
 
 

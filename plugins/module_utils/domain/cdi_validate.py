@@ -212,6 +212,15 @@ def minimum_version(spec):
     return best
 
 
+def requirements_above(spec, version):
+    # type: (Any, str) -> List[Tuple[str, str]]
+    """The ``(version, reason)`` requirements of ``spec``'s content newer than ``version``,
+    newest first: what a runtime whose library loads at most ``version`` would refuse."""
+    limit = version_key(version)
+    found = [item for item in _requirements(spec) if version_key(item[0]) > limit]
+    return sorted(found, key=lambda item: version_key(item[0]), reverse=True)
+
+
 # --- validation -------------------------------------------------------------
 
 

@@ -74,6 +74,10 @@ class VendorSpec:
     left empty is dropped); ``digest`` is the sha256 (hex) of the file's
     bytes, so a converger can notice a changed spec (None without a spec);
     ``warnings`` say what could not be read or is wrong with what was read.
+    Once checked against the node (``domain.cdi_staleness.check_vendor``), its
+    edits are only the true ones: ``stale`` lists what differs from the node,
+    ``unusable`` the devices (by name) left without a device node that is there.
+    ``shadowed`` names the NVIDIA specs of ``/etc/cdi`` that ``/var/run/cdi``'s wins over.
     """
 
     path: Optional[str] = None
@@ -82,6 +86,9 @@ class VendorSpec:
     common_edits: Dict[str, Any] = field(default_factory=dict)
     digest: Optional[str] = None
     warnings: List[str] = field(default_factory=list)
+    stale: List[str] = field(default_factory=list)
+    unusable: Dict[str, str] = field(default_factory=dict)
+    shadowed: List[str] = field(default_factory=list)  # NVIDIA specs of a lower-priority directory, not used
 
     @property
     def is_wsl(self):
@@ -105,6 +112,20 @@ class VendorSpec:
         if self.is_wsl:
             return None
         return self._lookup(mig_uuid, "MIG-")
+
+    def unusable_reason(self, uuid):
+        # type: (Any) -> Optional[str]
+        """Why device ``GPU-``/``MIG-<uuid>`` (or WSL's ``all``) has no true device node on the
+        node, or None when it has one (or the spec does not name it)."""
+        if not self.unusable or not isinstance(uuid, str):
+            return None
+        if self.is_wsl:
+            return self.unusable.get(WSL_DEVICE)
+        wanted = uuid.lower()
+        for name, why in self.unusable.items():
+            if name.lower() == wanted:
+                return why
+        return None
 
     def _lookup(self, uuid, prefix):
         # type: (Any, str) -> Optional[Dict[str, Any]]

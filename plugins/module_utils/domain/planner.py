@@ -75,6 +75,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     RenderError,
+    RenderRefused,
     cdi_spec_path,
     damaged_spec_path,
     env_file_path,
@@ -84,6 +85,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     render_record,
     unchanged,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
@@ -134,6 +136,7 @@ class Observed:
     now: float = 0.0
     state_dir: str = DEFAULT_STATE_DIR
     damaged_specs: List[str] = field(default_factory=list)  # node paths of damaged specs set aside earlier
+    runtimes: List = field(default_factory=list)  # cdi_runtimes.Runtime: the node's container runtimes
 
 
 @dataclass
@@ -371,6 +374,9 @@ def _claim_everything(state):
     # the pass that sets an unreadable file aside raises the condition even when it clears the marker too
     unreadable = state.marker or observed.releases.unreadable is not None
     state.plan.conditions = release_conditions(state.pending.values(), unreadable, observed.now, observed.state_dir)
+    stale = stale_condition(observed.vendor)
+    if stale is not None:
+        state.plan.conditions.append(stale)
     state.plan.pending_releases = pending_summary(state.pending.values(), observed.now, state.holders)
 
 
@@ -531,7 +537,7 @@ def _keep_files(state, assignment, hold, atoms, env_only=False):
     bound_generation = hold.generation if hold.generation is not None else state.generation
     key = None
     if not env_only:  # what the last pass rendered for these very inputs is on disk: nothing to do
-        key = render_key(assignment, atoms, bound_generation, observed.vendor, observed.mps)
+        key = render_key(assignment, atoms, bound_generation, observed.vendor, observed.mps, observed.runtimes)
         record = observed.ledger.renders.get(allocation_id)
         if unchanged(record, key, hold.content, observed.env_files.get(allocation_id)):
             plan.warnings.extend(record.get("notes") or [])
@@ -539,7 +545,11 @@ def _keep_files(state, assignment, hold, atoms, env_only=False):
             return []
     notes = []
     try:
-        spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps, notes)
+        spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps, notes,
+                                observed.runtimes)
+    except RenderRefused as exc:  # a kept hold is the control plane's to release: left as it is, said
+        plan.warnings.append("%s is kept as it is: %s" % (allocation_id, exc))
+        return []
     except RenderError as exc:
         plan.errors.append(str(exc))
         return []
@@ -547,7 +557,7 @@ def _keep_files(state, assignment, hold, atoms, env_only=False):
         plan.warnings.extend(notes)
         plan.renders[allocation_id] = render_record(key, spec, env, notes)
     changes = []
-    request = hold_request(assignment, bound_generation)
+    request = hold_request(assignment, bound_generation, observed.runtimes)
     if spec != hold.content and not env_only:
         why = "its reservation id changed" if hold.reservation_id != assignment.reservation_id \
             else "the vendor spec, the inventory or its limits changed"
@@ -592,18 +602,25 @@ def _bind_new(state):
             continue
         notes = []
         try:
-            spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, notes)
+            spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, notes,
+                                    observed.runtimes)
+        except RenderRefused as exc:
+            state.failures.append((allocation_id, exc.reason, str(exc)))
+            if allocation_id in state.damaged:
+                actions.append(_release_damaged(state, state.damaged[allocation_id], "refused"))
+            continue
         except RenderError as exc:
             plan.errors.append(str(exc))
             continue
         plan.warnings.extend(notes)
         plan.renders[allocation_id] = render_record(
-            render_key(assignment, atoms, generation, observed.vendor, observed.mps), spec, env, notes)
+            render_key(assignment, atoms, generation, observed.vendor, observed.mps, observed.runtimes),
+            spec, env, notes)
         state.claims.claim(allocation_id, atoms)
         cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
         event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)
         body = event["body"]
-        request = hold_request(assignment, generation)
+        request = hold_request(assignment, generation, observed.runtimes)
         # the env file first: the spec makes the hold live, so a hold is never live without its env file
         files = [FileChange("allocation-env", env_file_path(allocation_id),
                             observed.env_files.get(allocation_id), env, request),

@@ -22,8 +22,9 @@ import sys
 import threading
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import Refuse
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, run_pass
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import run_checks
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
@@ -96,6 +97,20 @@ def _state(host, args):
     return NodeState(host.path(args.state_dir), args.state_dir)
 
 
+def _stored_runtimes(host, args):
+    """``cdi_runtimes`` as the timers' passes use it: what the stored input names, else ``auto``."""
+    try:
+        stored = _state(host, args).load_nodespec()
+    except (BcdError, OSError):
+        return "auto"
+    option = stored[3] if stored is not None else "auto"
+    try:
+        parse_runtimes_option(option)
+    except ValueError:
+        return "auto"
+    return option
+
+
 def cmd_converge(args):
     host = _host(args, args.helper_socket)
     state = _state(host, args)
@@ -110,7 +125,7 @@ def cmd_converge(args):
         if stored is None:
             out("no stored input in %s/nodespec.json: nothing to converge" % args.state_dir)
             return EX_OK
-        generation, devices, instances = stored
+        generation, devices, instances, cdi_runtimes = stored
     else:
         try:
             with open(args.spec, "rb") as handle:
@@ -119,12 +134,12 @@ def cmd_converge(args):
             log("ERROR", "cannot read the spec %s: %s" % (args.spec, exc))
             return EX_ERROR
         try:
-            generation, devices, instances = nodespec_from_data(data, args.spec)
+            generation, devices, instances, cdi_runtimes = nodespec_from_data(data, args.spec)
         except StateError as exc:
             log("ERROR", "cannot read the spec %s" % exc)
             return EX_ERROR
     result = run_pass(host, generation, devices, instances, state_dir=args.state_dir, check_mode=args.check,
-                      store_input=not args.stored)
+                      store_input=not args.stored, cdi_runtimes=cdi_runtimes)
     for warning in result.warnings:
         log("WARNING", warning)
     section = result.section
@@ -147,7 +162,8 @@ def cmd_converge(args):
 
 
 def cmd_status(args):
-    status = node_status(_host(args, args.helper_socket), args.state_dir)
+    host = _host(args, args.helper_socket)
+    status = node_status(host, args.state_dir, _stored_runtimes(host, args))
     if args.json:
         out(json.dumps(status, indent=2, sort_keys=True))
     else:
@@ -156,7 +172,8 @@ def cmd_status(args):
 
 
 def cmd_doctor(args):
-    checks = run_checks(_host(args), args.state_dir, args.helper_socket)
+    host = _host(args)
+    checks = run_checks(host, args.state_dir, args.helper_socket, node_runtimes(host, _stored_runtimes(host, args)))
     if args.json:
         out(json.dumps(checks, indent=2, sort_keys=True))
     else:

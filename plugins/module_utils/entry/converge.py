@@ -17,6 +17,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import needs_admission
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import InvalidAssignment, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, env_file_path, read_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, grows, limits_from_record, plan_pass
@@ -73,7 +74,19 @@ def capabilities(host, inventory):
     return caps
 
 
-def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_STATE_DIR):
+def node_runtimes(host, option="auto"):
+    """``(runtimes, warnings)``: the runtimes ``cdi_runtimes`` names, or those found on the node under
+    ``auto``. ``PassError`` for an option that is not ``auto`` or a list of ``{name, version}``."""
+    try:
+        runtimes = parse_runtimes_option(option)
+    except ValueError as exc:
+        raise PassError("cdi_runtimes: %s" % exc)
+    if runtimes == "auto":
+        return host.cdi_runtimes()
+    return runtimes, []
+
+
+def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_STATE_DIR, runtimes=None):
     """Read everything a plan needs from the host, once: host memory only when a new hold needs
     admission, the kube side only when a Kubernetes release needs it."""
     releases = releases if releases is not None else Releases()
@@ -118,6 +131,7 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
         now=now,
         state_dir=state_dir,
         damaged_specs=host.damaged_specs(),
+        runtimes=list(runtimes if runtimes is not None else host.cdi_runtimes()[0]),
     )
 
 
@@ -138,13 +152,15 @@ def section_of(generation, plan, errors, previous_observed):
 
 
 def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_DIR, check_mode=False,
-             lock_timeout=120.0, store_input=True):
+             lock_timeout=120.0, store_input=True, cdi_runtimes="auto"):
     """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing.
-    A real pass stores its input for the node's timers unless ``store_input`` is false."""
+    A real pass stores its input for the node's timers unless ``store_input`` is false.
+    ``cdi_runtimes``: ``auto`` (find them) or the node's container runtimes as ``{name, version}``."""
     try:
         parsed = parse_assignments(devices)
     except InvalidAssignment as exc:
         raise PassError(str(exc))
+    runtimes, runtime_warnings = node_runtimes(host, cdi_runtimes)
     state = NodeState(host.path(state_dir), state_dir)
     with state.lock(lock_timeout, create=not check_mode):
         state.load(write=not check_mode)
@@ -154,9 +170,9 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
                             % (generation, ledger.observed_generation))
         previous = ledger.observed_generation
         now = time.time()
-        observed = observe(host, ledger, parsed.assignments, state.releases, now, state_dir)
+        observed = observe(host, ledger, parsed.assignments, state.releases, now, state_dir, runtimes)
         plan = plan_pass(generation, parsed, observed, instances)
-        warnings = _observation_warnings(observed) + plan.warnings
+        warnings = _observation_warnings(observed) + runtime_warnings + plan.warnings
         errors = list(plan.errors)
         changed = bool(plan.changes)
         if not check_mode:
@@ -164,7 +180,7 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
             changed = bool(done)
             errors.extend(apply_errors)
             if store_input:
-                state.store_nodespec(generation, devices, instances)
+                state.store_nodespec(generation, devices, instances, cdi_runtimes)
             state.finish(generation, section_of(generation, plan, errors, previous)["state"], plan.vfio,
                          set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals),
                          finished=not errors, renders=plan.renders)

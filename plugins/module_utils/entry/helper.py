@@ -60,6 +60,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     read_hold,
     render_hold,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
@@ -178,7 +179,14 @@ def _write_hold(host, kind, data):
             if kind != "allocation-env" or exc.reason != "device-missing":
                 raise
             atoms = _atoms_on_disk(host, assignment, exc)
-        spec, env = render_hold(assignment, atoms, generation, host.vendor_spec(), host.exists(MPS_PIPE_DIRECTORY))
+        try:  # the node's runtimes by name and version; what each loads is root's own table's word
+            runtimes = parse_runtimes_option(data.get("runtimes") or [])
+        except ValueError as exc:
+            raise Refused("hold.%s" % exc)
+        if runtimes == "auto":
+            raise Refused("hold.runtimes: must list the runtimes, not auto")
+        spec, env = render_hold(assignment, atoms, generation, host.vendor_spec(), host.exists(MPS_PIPE_DIRECTORY),
+                                runtimes=runtimes)
     except (InvalidAssignment, AtomRefused, RenderError) as exc:
         raise Refused(str(exc))
     host.writer.write_node_file(kind, assignment.allocation_id, spec if kind == "cdi" else env)

@@ -17,6 +17,9 @@ NODE_OPTIONS = dict(
 HELPER_OPTIONS = dict(
     helper_socket=dict(type="path"),
 )
+RUNTIME_OPTIONS = dict(
+    cdi_runtimes=dict(type="raw", default="auto"),
+)
 
 
 def argument_spec(*groups, **own):

@@ -10,14 +10,16 @@ each GPU the allocation holding it whole or holding its MIG instances or slots.
 
 from __future__ import annotations
 
+import json
 import time
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of, resolve_atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition, stale_edits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import damaged_condition, summary_of
-from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities, node_runtimes
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
 
@@ -66,8 +68,22 @@ def gpu_status(inventory, holds, domains=(), releases=None):
     return entries
 
 
-def node_status(host, state_dir=DEFAULT_STATE_DIR):
+def hold_staleness(hold, probe):
+    """What a hold's spec on disk names that the node does not have now (empty when the host cannot tell)."""
+    if probe is None or hold.content is None:
+        return []
+    try:
+        spec = json.loads(hold.content.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return []
+    return stale_edits(spec, probe)
+
+
+def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
     """Everything ``holds_info`` reports, read-only."""
+    runtimes, runtime_warnings = node_runtimes(host, cdi_runtimes)
+    vendor = host.vendor_spec()
+    probe = host.driver_probe()
     holds = [read_hold(allocation_id, path, content)
              for allocation_id, (path, content) in sorted(host.hold_files().items())]
     inventory = host.inventory()
@@ -75,7 +91,7 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR):
     releases = state.load(write=False).releases
     now = time.time()
     domains, domains_error = host.domains()
-    warnings = [hold.problem for hold in holds if hold.problem]
+    warnings = [hold.problem for hold in holds if hold.problem] + runtime_warnings
     damaged = host.damaged_specs()
     if domains_error:
         warnings.append("VMs: %s" % domains_error)
@@ -86,13 +102,16 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR):
         warnings.append("GPU inventory: %s" % inventory.error)
     return {
         "holds": [dict(summary_of(hold), missing_devices=[atom.id for atom in hold.atoms
-                                                          if resolve_atom(atom, inventory)[0] is None])
+                                                          if resolve_atom(atom, inventory)[0] is None],
+                       stale_edits=hold_staleness(hold, probe))
                   for hold in holds],
         "gpus": gpu_status(inventory, holds, domains, releases),
         "inventory_source": inventory.source,
         "capabilities": capabilities(host, inventory),
         "conditions": release_conditions(releases.pending.values(), releases.marker or releases.unreadable is not None,
-                                         now, state_dir) + ([damaged_condition(damaged)] if damaged else []),
+                                         now, state_dir) + ([damaged_condition(damaged)] if damaged else [])
+                      + [c for c in [stale_condition(vendor)] if c is not None],
+        "runtimes": [runtime.to_dict() for runtime in runtimes],
         "pending_releases": pending_summary(releases.pending.values(), now),
         "node_public_key": state.public_key(),
         "warnings": warnings,

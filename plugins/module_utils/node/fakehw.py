@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
@@ -56,6 +57,15 @@ class FakeHwError(BcdError):
 
 
 @dataclass
+class FakeDriver:
+    """The fakehw file's ``driver``: the node's /dev and driver files, as the stale-edit checks see them."""
+
+    version: Optional[str] = None
+    device_nodes: Dict[str, tuple] = field(default_factory=dict)  # node path -> (major, minor)
+    files: frozenset = frozenset()  # node paths that exist (besides what is under root)
+
+
+@dataclass
 class FakeHw:
     """What a fakehw file says the host has."""
 
@@ -65,6 +75,8 @@ class FakeHw:
     domains: List[Domain] = field(default_factory=list)
     kubelet_reachable: bool = True
     pods: List[PodDevices] = field(default_factory=list)
+    runtimes: List[Any] = field(default_factory=list)  # cdi_runtimes.Runtime, as an operator would list them
+    driver: Optional[FakeDriver] = None
 
 
 # --------------------------------------------------------------------------
@@ -254,7 +266,11 @@ def _gpu_uuid(value, where, required=True):
     return _text(value, where, required=required, pattern=_GPU_UUID_RE, shape="a GPU UUID (GPU-...)")
 
 
-_TOP_FIELDS = ("node_id", "boot_id", "gpus", "domains", "kubelet")
+_TOP_FIELDS = ("node_id", "boot_id", "gpus", "domains", "kubelet", "runtimes", "driver")
+_DRIVER_FIELDS = ("version", "device_nodes", "files")
+MAX_DRIVER_PATHS = 4096
+_NODE_PATH_RE = re.compile(r"^/[^\x00-\x1f\x7f]{0,4095}$")
+_DEVICE_NUMBER_RE = re.compile(r"^([0-9]{1,9}):([0-9]{1,9})$")
 _GPU_FIELDS = ("uuid", "index", "minor", "numa_node", "pci_bus_id", "name", "mig")
 _MIG_FIELDS = ("gi", "ci", "uuid")
 _DOMAIN_FIELDS = ("instance_id", "state", "memory_bytes", "hugepages", "gpus")
@@ -391,6 +407,13 @@ def fakehw_from_data(data, source="fakehw file"):
             )
         )
 
+    try:
+        runtimes = parse_runtimes_option(data.get("runtimes") or [])
+    except ValueError as exc:
+        raise _err("runtimes", str(exc))
+    if runtimes == "auto":
+        raise _err("runtimes", "must list the node's runtimes ({name, version}), not auto")
+
     return FakeHw(
         node_id=node_id,
         boot_id=boot_id,
@@ -398,4 +421,37 @@ def fakehw_from_data(data, source="fakehw file"):
         domains=domains,
         kubelet_reachable=reachable,
         pods=pods,
+        runtimes=runtimes,
+        driver=_driver(data.get("driver")),
     )
+
+
+def _driver(value):
+    """``driver: {version, device_nodes: {path: "major:minor"}, files: [path]}``, or None without one."""
+    if value is None:
+        return None
+    _mapping(value, "driver", _DRIVER_FIELDS)
+    version = _text(value.get("version"), "driver.version")
+    nodes = value.get("device_nodes")
+    if nodes is None:
+        nodes = {}
+    if not isinstance(nodes, dict):
+        raise _err("driver.device_nodes", "must be a mapping of device paths to major:minor, not %s" % type_name(nodes))
+    if len(nodes) > MAX_DRIVER_PATHS:
+        raise _err("driver.device_nodes", "lists %d paths; at most %d" % (len(nodes), MAX_DRIVER_PATHS))
+    device_nodes = {}
+    for path, number in nodes.items():
+        where = "driver.device_nodes[%r]" % (str(path)[:80],)
+        if not isinstance(path, str) or not _NODE_PATH_RE.match(path):
+            raise _err(where, "must be an absolute path")
+        match = _DEVICE_NUMBER_RE.match(number) if isinstance(number, str) else None
+        if not match:
+            raise _err(where, "must be major:minor like 195:0, not %r" % (str(number)[:80],))
+        device_nodes[path] = (int(match.group(1)), int(match.group(2)))
+    files = _list(value.get("files"), "driver.files")
+    if len(files) > MAX_DRIVER_PATHS:
+        raise _err("driver.files", "lists %d paths; at most %d" % (len(files), MAX_DRIVER_PATHS))
+    for j, path in enumerate(files):
+        if not isinstance(path, str) or not _NODE_PATH_RE.match(path):
+            raise _err("driver.files[%d]" % j, "must be an absolute path")
+    return FakeDriver(version=version, device_nodes=device_nodes, files=frozenset(files))

@@ -13,19 +13,27 @@ host's writer (``node.writers``): this process, or the root helper.
 from __future__ import annotations
 
 import abc
+import errno
 import os
 import shutil
 import socket
+import stat
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import DAMAGED_FILE_RE, SPEC_DIR, SPEC_FILE_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import (
+    NOT_A_DEVICE,
+    UNKNOWN_DEVICE,
+    driver_version_from_proc,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import ACTIVE_DOMAIN_STATES, load_fakehw
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root, read_bytes
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, join_root, read_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.node.memory import read_host_memory
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
 from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter, HelperWriter
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+DRIVER_VERSION_PATH = "/proc/driver/nvidia/version"
 
 
 class Host(abc.ABC):
@@ -127,7 +135,48 @@ class Host(abc.ABC):
         return self._domains
 
     def vendor_spec(self):
-        return load_vendor_spec(self.root)
+        """NVIDIA's CDI spec, checked against the node when the host can tell what the node has."""
+        return load_vendor_spec(self.root, self.driver_probe())
+
+    def driver_probe(self):
+        """What answers the stale-edit checks (``domain/cdi_staleness.py``): ``device_number``,
+        ``file_exists``, ``driver_version``; None when this host cannot tell."""
+        return self
+
+    def device_number(self, node_path):
+        """``(major, minor)`` of the device node at ``node_path`` under root, ``NOT_A_DEVICE`` for
+        another kind of file, None when there is none. A path that cannot be looked at counts as there."""
+        try:
+            info = os.stat(self.path(node_path))
+        except FsError:
+            return None
+        except OSError as exc:
+            return None if exc.errno in (errno.ENOENT, errno.ENOTDIR) else UNKNOWN_DEVICE
+        if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+            return (os.major(info.st_rdev), os.minor(info.st_rdev))
+        return NOT_A_DEVICE
+
+    def file_exists(self, node_path):
+        """Whether ``node_path`` exists under root (a path that cannot be looked at counts as there)."""
+        try:
+            os.stat(self.path(node_path))
+        except FsError:
+            return False
+        except OSError as exc:
+            return exc.errno not in (errno.ENOENT, errno.ENOTDIR)
+        return True
+
+    def driver_version(self):
+        """The running NVIDIA driver's version, from /proc/driver/nvidia/version; None without one."""
+        try:
+            content = self.read(DRIVER_VERSION_PATH)
+        except OSError:
+            return None
+        return driver_version_from_proc(content[:4096].decode("utf-8", "replace")) if content else None
+
+    def cdi_runtimes(self):
+        """``(runtimes, warnings)``: the container runtimes found on the node, with their versions."""
+        return [], []
 
     def boot_id(self):
         content = self.read(BOOT_ID_PATH)
@@ -175,6 +224,10 @@ class RealHost(Host):
     def _read_inventory(self):
         return _inventory().read_real_inventory(run_command=self.runner)
 
+    def cdi_runtimes(self):
+        from ansible_collections.bcd.devices.plugins.module_utils.node.runtimes import detect_runtimes  # pylint: disable=import-outside-toplevel
+        return detect_runtimes(self.root)
+
     def _read_domains(self):
         if shutil.which("virsh") is None:
             return [], None
@@ -200,6 +253,24 @@ class FakeHwHost(Host):
 
     def _kube_side(self):
         return _kubelet().FakeKubeSide.from_fakehw(self.hw)
+
+    def driver_probe(self):
+        """The fakehw file's ``driver`` entry stands for the node's /dev and driver; without one,
+        nothing is checked (a test tree has no /dev)."""
+        return self if self.hw.driver is not None else None
+
+    def device_number(self, node_path):
+        number = self.hw.driver.device_nodes.get(node_path)
+        return tuple(number) if number is not None else None
+
+    def file_exists(self, node_path):
+        return node_path in self.hw.driver.files or super(FakeHwHost, self).file_exists(node_path)
+
+    def driver_version(self):
+        return self.hw.driver.version
+
+    def cdi_runtimes(self):
+        return list(self.hw.runtimes), []
 
     def _read_domains(self):
         """The running and paused domains, as a real host lists them; a shut-off VM holds nothing."""

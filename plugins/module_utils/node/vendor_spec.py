@@ -13,6 +13,9 @@ Which file is used:
   over any in ``/etc/cdi``. Within one directory the first file by name is
   used, with a warning: runtimes drop a device name defined by two files of
   one directory from both.
+* With a probe (the host), the spec that wins is checked against the node
+  (``domain/cdi_staleness.py``): the spec returned keeps only the edits that
+  are true there, and says what is stale.
 * A WSL2 spec has a single device, ``all`` (backed by ``/dev/dxg``); it then
   stands for every GPU, and MIG devices have no edits.
 """
@@ -31,6 +34,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor impo
     build_vendor_spec,
     parse_spec_text,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import check_vendor
 
 
 def _candidate_files(root, spec_dir, warnings):
@@ -90,35 +94,41 @@ def _read_nvidia_spec(root, node_path, warnings):
     return data, raw
 
 
-def load_vendor_spec(root="/"):
-    # type: (str) -> VendorSpec
+def load_vendor_spec(root="/", probe=None):
+    # type: (str, Any) -> VendorSpec
     """Read NVIDIA's CDI spec under ``root`` (see the module docstring for
-    which file wins). Never raises for the files' content: problems are in
-    the result's ``warnings``; without a usable spec ``path`` is None."""
+    which file wins), checked against the node through ``probe`` when given.
+    Never raises for the files' content: problems are in the result's
+    ``warnings``; without a usable spec ``path`` is None."""
     warnings = []  # type: List[str]
     chosen = None  # type: Optional[VendorSpec]
+    chosen_data = None  # type: Optional[Dict[str, Any]]
     for spec_dir in reversed(SPEC_DIRS):  # highest priority first
-        usable = []  # type: List[VendorSpec]
+        usable = []  # type: List[Tuple[VendorSpec, Dict[str, Any]]]
         for name in _candidate_files(root, spec_dir, warnings):
             node_path = "%s/%s" % (spec_dir, name)
             found = _read_nvidia_spec(root, node_path, warnings)
             if found is None:
                 continue
             try:
-                usable.append(build_vendor_spec(node_path, found[0], found[1]))
+                usable.append((build_vendor_spec(node_path, found[0], found[1]), found[0]))
             except SpecFileError as exc:
                 warnings.append("cannot use CDI spec %s: %s" % (node_path, exc))
             except RecursionError:
                 warnings.append("cannot use CDI spec %s: it is nested too deeply" % node_path)
-        if usable and chosen is None:
-            chosen = usable[0]
+        if usable and chosen is not None:
+            chosen.shadowed.extend(spec.path for spec, _data in usable)
+        elif usable:
+            chosen, chosen_data = usable[0]
             if len(usable) > 1:
                 warnings.append(
                     "several NVIDIA CDI specs in %s (%s); using %s. Runtimes drop a device "
                     "that two files of one directory define: keep one spec"
-                    % (spec_dir, ", ".join(s.path for s in usable), chosen.path)
+                    % (spec_dir, ", ".join(s.path for s, _data in usable), chosen.path)
                 )
     if chosen is None:
         return VendorSpec(warnings=warnings)
     chosen.warnings = warnings + chosen.warnings
+    if probe is not None:
+        chosen = check_vendor(chosen, chosen_data, probe)
     return chosen

@@ -76,8 +76,9 @@ class StateError(BcdError):
 
 
 def nodespec_from_data(data, where):
-    """``(generation, devices, instances)`` from a ``{generation, devices, instances}`` mapping, as the
-    timers' stored input and ``bcd-holds converge --spec`` carry it; ``StateError`` naming ``where``."""
+    """``(generation, devices, instances, cdi_runtimes)`` from a ``{generation, devices, instances,
+    cdi_runtimes}`` mapping, as the timers' stored input and ``bcd-holds converge --spec`` carry it
+    (``cdi_runtimes`` is ``auto`` when absent, and checked by the pass); ``StateError`` naming ``where``."""
     if not isinstance(data, dict):
         raise StateError("%s: must be a mapping with generation and devices, not %s" % (where, type_name(data)))
     generation, devices = data.get("generation"), data.get("devices")
@@ -88,7 +89,8 @@ def nodespec_from_data(data, where):
     instances = data.get("instances") or []
     if not isinstance(instances, list):
         raise StateError("%s: instances must be a list, not %s" % (where, type_name(instances)))
-    return generation, devices, instances
+    cdi_runtimes = data.get("cdi_runtimes")
+    return generation, devices, instances, "auto" if cdi_runtimes is None else cdi_runtimes
 
 
 def _as_owner(method):
@@ -330,16 +332,18 @@ class NodeState(object):
 
     # -- the stored input --------------------------------------------------------------
     @_as_owner
-    def store_nodespec(self, generation, devices, instances):
+    def store_nodespec(self, generation, devices, instances, cdi_runtimes="auto"):
         """Keep the last input for the timers' passes; rewritten only when it changed."""
-        content = (json.dumps({"generation": generation, "devices": devices, "instances": instances or []},
-                              indent=2, sort_keys=True) + "\n").encode("utf-8")
+        data = {"generation": generation, "devices": devices, "instances": instances or []}
+        if cdi_runtimes != "auto":
+            data["cdi_runtimes"] = cdi_runtimes
+        content = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
         if read_bytes(self._file(NODESPEC_NAME)) != content:
             self._write(NODESPEC_NAME, content)
 
     @_as_owner
     def load_nodespec(self):
-        """The stored input as ``(generation, devices, instances)``, or None when there is none."""
+        """The stored input as ``(generation, devices, instances, cdi_runtimes)``, or None when there is none."""
         content = read_bytes(self._file(NODESPEC_NAME))
         if content is None:
             return None
