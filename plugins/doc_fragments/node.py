@@ -51,9 +51,9 @@ options:
       - V(auto) finds them on the node (C(containerd), C(dockerd), C(podman), C(crio) in the usual
         C(bin)/C(sbin) directories, asked C(--version); nothing is started). A fakehw host lists them in its
         file (C(runtimes)).
-      - Or a list of C({name, version}), O(cdi_runtimes[].name) one of V(containerd), V(docker), V(podman),
-        V(cri-o); for example C([{name: podman, version: "5.4.2"}]). What version of CDI each release loads
-        is the collection's own table (C(docs/runtimes-and-upgrades.md)).
+      - 'Or a list of C({name, version}), C(name) one of V(containerd), V(docker), V(podman), V(cri-o); for
+        example C([{name: podman, version: "5.4.2"}]). Which CDI version each release loads is the
+        collection''s own table (C(docs/runtimes-and-upgrades.md)).'
       - The timers' passes on the node use what the last run was given.
     type: raw
     default: auto

@@ -163,6 +163,14 @@ EXAMPLES = r"""
   retries: 5
   delay: 30
 
+- name: Write specs the node's runtimes load, naming them (auto finds them; a hold they cannot load is refused)
+  bcd.devices.holds:
+    generation: 42
+    devices: "{{ node_devices }}"
+    cdi_runtimes:
+      - {name: podman, version: "5.4.2"}
+      - {name: containerd, version: "2.1.4"}
+
 - name: Release every hold
   bcd.devices.holds:
     generation: 43

@@ -48,6 +48,11 @@ EXAMPLES = r"""
     msg: "GPU {{ item.index }} {{ item.uuid }}: {{ item.held_by | default('free', true) }}"
   loop: "{{ info.gpus }}"
 
+- name: Fail when a kept hold's spec names driver files the node no longer has (after a driver upgrade)
+  ansible.builtin.assert:
+    that: info.holds | map(attribute='stale_edits') | flatten | length == 0
+    fail_msg: "{{ info.conditions | selectattr('type', 'eq', 'VendorSpecStale') | map(attribute='message') | first | default('stale holds') }}"
+
 - name: Keep the node's public key for checking its events
   ansible.builtin.set_fact:
     node_public_key: "{{ info.node_public_key }}"

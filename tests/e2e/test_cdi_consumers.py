@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -334,3 +335,59 @@ def test_the_reference_cdi_library_loads_every_spec_after_the_release(e2e, gener
     bcd_devices = sorted(d for d in report["devices"] if d.startswith(KIND + "="))
     wanted = bcd_e2e.holds_generation_2(e2e.nodes)["node-a"]
     assert bcd_devices == sorted(dev for h in wanted for dev in expected_for(node, h).devices)
+
+
+# ---------------------------------------------------------------------------------------
+# cdiVersion and the node's runtimes: Podman 5.4's CDI library (0.8.0) knows no later version.
+
+def _converge_with(e2e, root, devices, runtimes):
+    """``bcd-holds converge`` on a fakehw copy of a node, told which runtimes the node has."""
+    spec = os.path.join(root, "spec.json")
+    with open(spec, "w") as handle:
+        json.dump({"generation": 1, "devices": devices, "cdi_runtimes": runtimes}, handle)
+    code = ("import sys; sys.path.insert(0, %r); from ansible_collections.bcd.devices.plugins.module_utils.entry.cli "
+            "import main; sys.exit(main(sys.argv[1:]))" % os.path.join(bcd_e2e.REPO, ".build"))
+    proc = subprocess.run([bcd_e2e.PYTHON, "-c", code, "converge", "--json", "--spec", spec, "--root", root,
+                           "--fakehw", os.path.join(root, "fakehw.yml")], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout[proc.stdout.index("{"):])
+
+
+def test_podman_5_4_refuses_a_spec_above_0_8_0_and_loads_the_one_written_for_it(e2e, generation_1):
+    del generation_1
+    node = e2e.nodes["node-j"]
+    root = os.path.join(e2e.work, "runtimes-node")
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(node.root, root, ignore=shutil.ignore_patterns("bcd-*.json", "bcd", "allocations"))
+    vendor = os.path.join(root, "var", "run", "cdi", "nvidia.json")
+    with open(vendor) as handle:
+        spec = json.load(handle)
+    spec["cdiVersion"] = "1.0.0"  # a toolkit newer than the runtime: its own spec does not load in Podman 5.4
+    with open(vendor, "w") as handle:
+        json.dump(spec, handle)
+    said = e2e.chroot("podman", "--version").stdout
+    version = said.split()[-1]
+    assert version.startswith("5.4"), said  # Debian trixie's; the table says its library loads 0.8.0
+    device = "%s=%s" % (KIND, cdi_name(node.uuid(0)))
+    result = _converge_with(e2e, root, [{"allocation_id": "rt_whole", "reservation_id": "rsv_rt",
+                                         "binding": "BINDING_HOLD", "devices": [{"id": node.uuid(0)}]}],
+                            [{"name": "podman", "version": version}])
+    assert result["failures"] == [], result["failures"]
+    written = os.path.join(root, "etc", "cdi", "bcd-rt_whole.json")
+    with open(written) as handle:
+        hold_spec = json.load(handle)
+    assert hold_spec["cdiVersion"] == "0.8.0"
+    e2e.mount_cdi(os.path.join(root, "etc", "cdi"))
+    loaded = e2e.podman_run([device])
+    assert loaded.rc == 0, loaded.runtime_said()
+    assert not loaded.refresh_errors(), loaded.runtime_said()
+    # the same spec at the vendor's 1.0.0, as a converger blind to the runtime would write it
+    above = os.path.join(root, "above")
+    os.makedirs(above)
+    with open(os.path.join(above, "bcd-rt_whole.json"), "w") as handle:
+        json.dump(dict(hold_spec, cdiVersion="1.0.0"), handle)
+    e2e.mount_cdi(above)
+    refused = e2e.podman_run([device])
+    assert refused.rc != 0, "podman 5.4 loaded a 1.0.0 spec:%s" % refused.runtime_said()
+    assert "unresolvable CDI devices %s" % device in refused.stderr, refused.runtime_said()
+    assert refused.refresh_errors(), refused.runtime_said()

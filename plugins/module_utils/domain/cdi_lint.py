@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import DAMAGED_FILE_RE, KIND, SPEC_FILE_RE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import validate_spec
@@ -110,7 +110,7 @@ def lint(files, kind=KIND):
         findings.append(Finding(WARN, files[MAX_FILES].directory,
                                 "%d files; only the first %d are checked" % (len(files), MAX_FILES)))
         files = files[:MAX_FILES]
-    defined = {}  # type: Dict[Tuple[int, str], List[str]]  (priority, device) -> paths
+    defined = {}  # (priority, device name) -> the paths defining it
     for spec_file in files:
         name = spec_file.name
         if TEMP_FILE_RE.match(name):

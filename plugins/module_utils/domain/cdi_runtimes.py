@@ -166,39 +166,40 @@ def version_from_output(name, text):
 
 # --- the cdi_runtimes option ------------------------------------------------------------
 
-def parse_runtimes_option(value, source="option"):
-    # type: (Any, str) -> Any
+def parse_runtimes_option(value, source="option", where="cdi_runtimes"):
+    # type: (Any, str, str) -> Any
     """``cdi_runtimes``: the string ``auto``, or a list of at most ``MAX_RUNTIMES`` mappings
     ``{name, version}`` (``crio``/``cri_o`` and ``dockerd`` are taken for ``cri-o`` and ``docker``).
-    Returns ``"auto"`` or a list of ``Runtime``; ValueError naming the entry and the field."""
+    Returns ``"auto"`` or a list of ``Runtime``; ValueError naming the entry and the field
+    (``where``: how the message names the option)."""
     if value is None or value == "auto":
         return "auto"
     if isinstance(value, str):
-        raise ValueError("must be auto or a list of {name, version}, not %r" % value[:40])
+        raise ValueError("%s: must be auto or a list of {name, version}, not %r" % (where, value[:40]))
     if not isinstance(value, list):
-        raise ValueError("must be auto or a list of {name, version}, not %s" % type_name(value))
+        raise ValueError("%s: must be auto or a list of {name, version}, not %s" % (where, type_name(value)))
     if len(value) > MAX_RUNTIMES:
-        raise ValueError("lists %d runtimes; at most %d" % (len(value), MAX_RUNTIMES))
+        raise ValueError("%s: lists %d runtimes; at most %d" % (where, len(value), MAX_RUNTIMES))
     runtimes = []  # type: List[Runtime]
     for index, item in enumerate(value):
-        where = "cdi_runtimes[%d]" % index
+        at = "%s[%d]" % (where, index)
         if not isinstance(item, dict):
-            raise ValueError("%s: must be a mapping {name, version}, not %s" % (where, type_name(item)))
+            raise ValueError("%s: must be a mapping {name, version}, not %s" % (at, type_name(item)))
         unknown = sorted(str(key)[:40] for key in item if key not in ("name", "version"))
         if unknown:
-            raise ValueError("%s.%s: unknown field (known: name, version)" % (where, unknown[0]))
+            raise ValueError("%s.%s: unknown field (known: name, version)" % (at, unknown[0]))
         name = item.get("name")
         if not isinstance(name, str):
-            raise ValueError("%s.name: must be one of %s, not %s" % (where, ", ".join(RUNTIME_NAMES), type_name(name)))
+            raise ValueError("%s.name: must be one of %s, not %s" % (at, ", ".join(RUNTIME_NAMES), type_name(name)))
         name = ALIASES.get(name.strip().lower(), name.strip().lower())
         if name not in RUNTIME_NAMES:
-            raise ValueError("%s.name: must be one of %s, not %r" % (where, ", ".join(RUNTIME_NAMES),
+            raise ValueError("%s.name: must be one of %s, not %r" % (at, ", ".join(RUNTIME_NAMES),
                                                                      item["name"][:40]))
         version = item.get("version")
         if isinstance(version, bool) or not isinstance(version, (str, int, float)):
-            raise ValueError("%s.version: must be a version like 5.4.2, not %s" % (where, type_name(version)))
+            raise ValueError("%s.version: must be a version like 5.4.2, not %s" % (at, type_name(version)))
         version = str(version).strip()
         if len(version) > MAX_VERSION_TEXT or not _VERSION_TEXT_RE.match(version):
-            raise ValueError("%s.version: must be a version like 5.4.2, not %r" % (where, version[:40]))
+            raise ValueError("%s.version: must be a version like 5.4.2, not %r" % (at, version[:40]))
         runtimes.append(runtime(name, version.lstrip("v"), source=source))
     return runtimes

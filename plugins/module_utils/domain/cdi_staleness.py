@@ -227,4 +227,3 @@ def _unique(items):
             seen.add(item)
             out.append(item)
     return out
-

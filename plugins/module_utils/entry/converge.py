@@ -80,7 +80,7 @@ def node_runtimes(host, option="auto"):
     try:
         runtimes = parse_runtimes_option(option)
     except ValueError as exc:
-        raise PassError("cdi_runtimes: %s" % exc)
+        raise PassError(str(exc))
     if runtimes == "auto":
         return host.cdi_runtimes()
     return runtimes, []

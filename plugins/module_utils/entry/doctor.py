@@ -125,8 +125,8 @@ def check_cdi_runtimes(host, runtimes, warnings, vendor):
         parts.append("holds are written at cdiVersion %s at most" % oldest.max_cdi_version)
         if vendor.path and vendor.cdi_version and version_key(vendor.cdi_version) > version_key(oldest.max_cdi_version):
             parts.append("%s %s cannot load %s (cdiVersion %s): regenerate it with nvidia-ctk cdi generate "
-                         "--spec-version %s or upgrade the runtime" % (oldest.name, oldest.version, vendor.path,
-                                                                      vendor.cdi_version, oldest.max_cdi_version))
+                         "--spec-version %s or upgrade the runtime"
+                         % (oldest.name, oldest.version, vendor.path, vendor.cdi_version, oldest.max_cdi_version))
             level = WARN
     parts.extend(warnings)
     if warnings:

@@ -180,9 +180,9 @@ def _write_hold(host, kind, data):
                 raise
             atoms = _atoms_on_disk(host, assignment, exc)
         try:  # the node's runtimes by name and version; what each loads is root's own table's word
-            runtimes = parse_runtimes_option(data.get("runtimes") or [])
+            runtimes = parse_runtimes_option(data.get("runtimes") or [], where="hold.runtimes")
         except ValueError as exc:
-            raise Refused("hold.%s" % exc)
+            raise Refused(str(exc))
         if runtimes == "auto":
             raise Refused("hold.runtimes: must list the runtimes, not auto")
         spec, env = render_hold(assignment, atoms, generation, host.vendor_spec(), host.exists(MPS_PIPE_DIRECTORY),

@@ -100,6 +100,13 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
                         % (state_dir, releases.unreadable))
     if inventory.error:
         warnings.append("GPU inventory: %s" % inventory.error)
+    conditions = release_conditions(releases.pending.values(), releases.marker or releases.unreadable is not None,
+                                    now, state_dir)
+    if damaged:
+        conditions.append(damaged_condition(damaged))
+    stale = stale_condition(vendor)
+    if stale is not None:
+        conditions.append(stale)
     return {
         "holds": [dict(summary_of(hold), missing_devices=[atom.id for atom in hold.atoms
                                                           if resolve_atom(atom, inventory)[0] is None],
@@ -108,9 +115,7 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
         "gpus": gpu_status(inventory, holds, domains, releases),
         "inventory_source": inventory.source,
         "capabilities": capabilities(host, inventory),
-        "conditions": release_conditions(releases.pending.values(), releases.marker or releases.unreadable is not None,
-                                         now, state_dir) + ([damaged_condition(damaged)] if damaged else [])
-                      + [c for c in [stale_condition(vendor)] if c is not None],
+        "conditions": conditions,
         "runtimes": [runtime.to_dict() for runtime in runtimes],
         "pending_releases": pending_summary(releases.pending.values(), now),
         "node_public_key": state.public_key(),

@@ -408,9 +408,9 @@ def fakehw_from_data(data, source="fakehw file"):
         )
 
     try:
-        runtimes = parse_runtimes_option(data.get("runtimes") or [])
+        runtimes = parse_runtimes_option(data.get("runtimes") or [], source="fakehw", where="runtimes")
     except ValueError as exc:
-        raise _err("runtimes", str(exc))
+        raise FakeHwError("%s: %s" % (source, exc))
     if runtimes == "auto":
         raise _err("runtimes", "must list the node's runtimes ({name, version}), not auto")
 

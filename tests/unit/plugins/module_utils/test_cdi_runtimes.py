@@ -79,7 +79,7 @@ def test_the_option_takes_auto_or_a_list_of_name_and_version_and_aliases():
 
 
 @pytest.mark.parametrize("value, message", [
-    (7, "must be auto or a list of {name, version}, not an integer"),
+    (7, "cdi_runtimes: must be auto or a list of {name, version}, not an integer"),
     ([["podman", "5.4"]], "cdi_runtimes[0]: must be a mapping {name, version}, not a list"),
     ([{"name": {"x": 1}, "version": "1"}], "cdi_runtimes[0].name: must be one of containerd, docker, podman, cri-o, not a mapping"),
     ([{"name": "podman", "version": True}], "cdi_runtimes[0].version: must be a version like 5.4.2, not a boolean"),

@@ -25,6 +25,7 @@ def mig(allocation_id, device_id):
     """A hold of one MIG instance (``<gpu>/gi<n>/ci<n>``)."""
     return dict(hold(allocation_id), devices=[{"id": device_id, "device_class": "gpu.mig"}])
 
+
 VENDOR = "/var/run/cdi/nvidia.yaml"
 LIBCUDA_OLD = "/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06"
 LIBCUDA_NEW = "/usr/lib/x86_64-linux-gnu/libcuda.so.590.44.01"
@@ -109,12 +110,12 @@ def test_the_fakehw_file_lists_the_runtimes_auto_finds_and_holds_info_returns_th
 
 def test_a_cdi_runtimes_value_that_is_not_auto_or_a_list_of_name_and_version_fails_the_task_clearly(capsys, node):
     for value, message in [
-            ([{"name": "runc", "version": "1.1"}], "cdi_runtimes: cdi_runtimes[0].name: must be one of containerd, "
-                                                   "docker, podman, cri-o, not 'runc'"),
-            ([{"name": "podman", "version": "5.4.2", "socket": "/x"}], "cdi_runtimes: cdi_runtimes[0].socket: "
-                                                                        "unknown field (known: name, version)"),
-            ([{"name": "podman", "version": "latest"}], "cdi_runtimes: cdi_runtimes[0].version: must be a version "
-                                                        "like 5.4.2, not 'latest'"),
+            ([{"name": "runc", "version": "1.1"}],
+             "cdi_runtimes[0].name: must be one of containerd, docker, podman, cri-o, not 'runc'"),
+            ([{"name": "podman", "version": "5.4.2", "socket": "/x"}],
+             "cdi_runtimes[0].socket: unknown field (known: name, version)"),
+            ([{"name": "podman", "version": "latest"}],
+             "cdi_runtimes[0].version: must be a version like 5.4.2, not 'latest'"),
             ("podman", "cdi_runtimes: must be auto or a list of {name, version}, not 'podman'"),
             ([{"name": "podman", "version": "5.4"}] * 9, "cdi_runtimes: lists 9 runtimes; at most 8")]:
         result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B)], cdi_runtimes=value)
@@ -170,7 +171,7 @@ def test_the_helper_renders_at_the_version_the_pass_named_runtimes_allow(capsys,
             # root maps the names by its own table: a runtime it cannot place is refused, not trusted
             bad = request("a2", GPU_A, runtimes=[{"name": "podman", "version": "5.4.2", "max_cdi_version": "1.1.0"}])
             reply = helper.request({"op": "hold.write", "kind": "cdi", "hold": bad})
-            assert reply["ok"] is False and "cdi_runtimes[0].max_cdi_version: unknown field" in reply["error"]
+            assert reply["ok"] is False and "hold.runtimes[0].max_cdi_version: unknown field" in reply["error"]
             old = request("a3", GPU_A, runtimes=[{"name": "podman", "version": "4.3.1"}])
             reply = helper.request({"op": "hold.write", "kind": "cdi", "hold": old})
             assert reply["ok"] is False and "podman 4.3.1 on this node loads at most 0.5.0" in reply["error"]
