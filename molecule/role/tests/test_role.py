@@ -23,7 +23,7 @@ UNITS = "/etc/systemd/system"
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 UNIT_NAMES = ["bcd-holds-helper.service", "bcd-holds-converge.service", "bcd-holds-retry.service",
-              "bcd-holds-retry.timer", "bcd-holds-drift.timer"]
+              "bcd-holds-retry.timer", "bcd-holds-drift.timer", "bcd-holds-vendor-spec.path"]
 COMMON = "--root %s --fakehw %s" % (ROOT, FAKEHW)
 
 
@@ -95,6 +95,17 @@ def test_the_units_are_written_with_node_paths(node):
     assert "OnUnitInactiveSec=30s\n" in retry_timer and "Unit=bcd-holds-retry.service\n" in retry_timer
     drift_timer = node[UNITS + "/bcd-holds-drift.timer"]["text"]
     assert "OnUnitInactiveSec=10min\n" in drift_timer and "Unit=bcd-holds-converge.service\n" in drift_timer
+    watch = node[UNITS + "/bcd-holds-vendor-spec.path"]["text"]  # bcd_holds_vendor_spec_watch: true
+    assert ("PathChanged=/etc/cdi/nvidia.yaml\nPathChanged=/etc/cdi/nvidia.json\nPathChanged=/var/run/cdi/nvidia.yaml\n"
+            "PathChanged=/var/run/cdi/nvidia.json\nUnit=bcd-holds-converge.service\n") in watch
+    assert "bcd-" not in watch.split("[Path]")[1].replace("bcd-holds-converge", "")  # no hold file is watched
+
+
+def test_the_timers_passes_use_the_runtimes_the_role_named(node):
+    stored = json.loads(node["/var/lib/bcd/nodespec.json"]["text"])
+    assert stored["cdi_runtimes"] == [{"name": "podman", "version": "5.4.2"}]
+    spec = json.loads(node["/etc/cdi/bcd-r_whole.json"]["text"])
+    assert spec["cdiVersion"] in ("0.6.0", "0.7.0", "0.8.0")  # at most what Podman 5.4 loads
 
 
 def test_the_units_pass_systemd_analyze_verify(host, node, tmp_path):
