@@ -88,6 +88,8 @@ gpus:
     - C(held_by) is the allocation holding the GPU whole; C(mig) lists its MIG instances and C(slots) its
       held slots, each with C(held_by); C(missing_parts) lists held MIG instances that no longer exist;
       C(passed_through_to) names the VM that has the GPU through VFIO.
+    - C(maintenance) is the reason the GPU is out of service (M(bcd.devices.maintenance)), or null; C(busy)
+      whether anything but maintenance claims it, as M(bcd.devices.gpu_busy) says.
   returned: always
   type: list
   elements: dict

@@ -10,6 +10,7 @@ order docs/troubleshooting.md gives under ``overlap``:
 
 * an atom listed twice in the assignment: ``a device is listed twice``
 * its parent GPU passed through to a VM: ``<GPU> is passed through to instance <id>``
+* its parent GPU in maintenance: ``<GPU> is in maintenance (<reason>)``
 * the atom held by another allocation: ``<atom> is assigned to <allocation>``
 * a whole GPU while part of it is held: ``<GPU> has <atom> assigned to <allocation>``
 * a part of a GPU another allocation holds whole: ``<GPU> is assigned to <allocation>``
@@ -32,6 +33,7 @@ class Claims(object):
         self.whole = {}  # type: Dict[str, str]
         self.parts = {}  # type: Dict[str, List[Tuple[str, str]]]
         self.vfio = {}  # type: Dict[str, str]
+        self.maintenance = {}  # type: Dict[str, str]  # GPU UUID -> reason
 
     def claim(self, owner, atoms):
         """Record that ``owner`` holds ``atoms`` (parsed ``Atom`` objects)."""
@@ -46,6 +48,11 @@ class Claims(object):
         for uuid in gpu_uuids:
             self.whole.setdefault(uuid, owner)
             self.atoms.setdefault((CLASS_GPU, uuid), owner)
+
+    def out_of_service(self, records):
+        """GPUs in maintenance (``{uuid: {reason, ...}}``): no new hold may claim them."""
+        for uuid, record in records.items():
+            self.maintenance[uuid] = record["reason"]
 
     def pass_through(self, instance_id, gpu_uuids):
         for uuid in gpu_uuids:
@@ -70,6 +77,10 @@ def conflicts(atoms, claims, owner=None):
         instance = claims.vfio.get(atom.gpu_uuid)
         if instance is not None:
             add("%s is passed through to instance %s" % (atom.gpu_uuid, instance))
+            continue
+        reason = claims.maintenance.get(atom.gpu_uuid)
+        if reason is not None:
+            add("%s is in maintenance (%s)" % (atom.gpu_uuid, reason))
             continue
         holder = claims.atoms.get(atom.key)
         if holder is not None and holder != owner:

@@ -137,6 +137,7 @@ class Observed:
     state_dir: str = DEFAULT_STATE_DIR
     damaged_specs: List[str] = field(default_factory=list)  # node paths of damaged specs set aside earlier
     runtimes: List = field(default_factory=list)  # cdi_runtimes.Runtime: the node's container runtimes
+    maintenance: Dict[str, dict] = field(default_factory=dict)  # GPU UUID -> {reason, since}: out of service
 
 
 @dataclass
@@ -365,6 +366,7 @@ def _claim_everything(state):
     vfio, state.plan.vfio = vfio_claims(state.instances, observed)
     for gpu, instance in vfio.items():
         state.claims.pass_through(instance, [gpu])
+    state.claims.out_of_service(observed.maintenance)
     for allocation_id in sorted(state.live):
         state.claims.claim(allocation_id, state.live[allocation_id].atoms)
     for allocation_id in sorted(state.pending):

@@ -24,6 +24,7 @@ import threading
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import Refuse
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import BusyError, busy_check, busy_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import run_checks
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
@@ -31,7 +32,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.status import no
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState, StateError, nodespec_from_data
 
-EX_OK, EX_CHECK, EX_ERROR, EX_RETRY = 0, 1, 2, 75
+EX_OK, EX_CHECK, EX_ERROR, EX_BUSY, EX_RETRY = 0, 1, 2, 3, 75
 DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"
 
 
@@ -78,6 +79,11 @@ def build_parser():
     doctor = commands.add_parser("doctor", parents=[common], help="check what would keep holds from binding")
     doctor.add_argument("--helper-socket", help="the root helper the passes use")
     doctor.add_argument("--json", action="store_true")
+
+    busy = commands.add_parser("busy", parents=[common], help="who claims these GPUs (exit 0 free, 3 busy, 2 bad input)")
+    busy.add_argument("gpus", nargs="+", metavar="GPU-UUID")
+    busy.add_argument("--json", action="store_true")
+    busy.add_argument("--lock-timeout", type=float, default=120.0, help="seconds to wait for a running pass")
 
     events = commands.add_parser("events", parents=[common], help="the unacknowledged event journal")
     events.add_argument("--ack-through", type=int, metavar="SEQ", help="acknowledge events up to SEQ")
@@ -182,6 +188,19 @@ def cmd_doctor(args):
     return EX_CHECK if any(check["level"] != "OK" for check in checks) else EX_OK
 
 
+def cmd_busy(args):
+    try:
+        entries = busy_check(_host(args), args.gpus, args.state_dir, args.lock_timeout)
+    except BusyError as exc:
+        log("ERROR", str(exc))
+        return EX_ERROR
+    if args.json:
+        out(json.dumps(entries, indent=2, sort_keys=True))
+    else:
+        out("\n".join(busy_lines(entries)))
+    return EX_BUSY if any(entry["busy"] for entry in entries) else EX_OK
+
+
 def cmd_events(args):
     state = _state(_host(args), args)
     events, acknowledged = state.list_and_acknowledge(args.ack_through)
@@ -217,7 +236,7 @@ def cmd_helper(args):
     return EX_OK
 
 
-COMMANDS = {"converge": cmd_converge, "status": cmd_status, "doctor": cmd_doctor, "events": cmd_events,
+COMMANDS = {"converge": cmd_converge, "status": cmd_status, "doctor": cmd_doctor, "busy": cmd_busy, "events": cmd_events,
             "helper": cmd_helper}
 
 

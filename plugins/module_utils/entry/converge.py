@@ -86,7 +86,8 @@ def node_runtimes(host, option="auto"):
     return runtimes, []
 
 
-def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_STATE_DIR, runtimes=None):
+def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_STATE_DIR, runtimes=None,
+            maintenance=None):
     """Read everything a plan needs from the host, once: host memory only when a new hold needs
     admission, the kube side only when a Kubernetes release needs it."""
     releases = releases if releases is not None else Releases()
@@ -132,6 +133,7 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
         state_dir=state_dir,
         damaged_specs=host.damaged_specs(),
         runtimes=list(runtimes if runtimes is not None else host.cdi_runtimes()[0]),
+        maintenance=dict(maintenance or {}),
     )
 
 
@@ -170,7 +172,8 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
                             % (generation, ledger.observed_generation))
         previous = ledger.observed_generation
         now = time.time()
-        observed = observe(host, ledger, parsed.assignments, state.releases, now, state_dir, runtimes)
+        observed = observe(host, ledger, parsed.assignments, state.releases, now, state_dir, runtimes,
+                           state.maintenance)
         plan = plan_pass(generation, parsed, observed, instances)
         warnings = _observation_warnings(observed) + runtime_warnings + plan.warnings
         errors = list(plan.errors)
@@ -194,6 +197,8 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
                           for allocation_id in sorted(live, key=lambda a: (parsed.position(a), a))]
         events = state.unacked()
         warnings.extend(state.journal.warnings)
+        if state.maintenance_problem:
+            warnings.append(state.maintenance_problem)
     section = section_of(generation, plan, errors, previous)
     return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,
                       capabilities=capabilities(host, observed.inventory), errors=errors)

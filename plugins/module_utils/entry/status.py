@@ -14,6 +14,7 @@ import json
 import time
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of, resolve_atom
+from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition, stale_edits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES
@@ -68,6 +69,16 @@ def gpu_status(inventory, holds, domains=(), releases=None):
     return entries
 
 
+def _with_service(gpus, holds, releases, domains, state):
+    """Each GPU entry with ``maintenance`` (its reason, or None) and ``busy`` (what ``gpu_busy`` says)."""
+    for entry in gpus:
+        claims = claims_on(entry["uuid"], holds, releases, domains, state.ledger.vfio, state.maintenance)
+        record = state.maintenance.get(entry["uuid"])
+        entry["maintenance"] = record["reason"] if record else None
+        entry["busy"] = busy_entry(entry["uuid"], claims)["busy"]
+    return gpus
+
+
 def hold_staleness(hold, probe):
     """What a hold's spec on disk names that the node does not have now (empty when the host cannot tell)."""
     if probe is None or hold.content is None:
@@ -89,9 +100,10 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
     inventory = host.inventory()
     state = NodeState(host.path(state_dir), state_dir)
     releases = state.load(write=False).releases
+    warnings_of_state = [state.maintenance_problem] if state.maintenance_problem else []
     now = time.time()
     domains, domains_error = host.domains()
-    warnings = [hold.problem for hold in holds if hold.problem] + runtime_warnings
+    warnings = [hold.problem for hold in holds if hold.problem] + runtime_warnings + warnings_of_state
     damaged = host.damaged_specs()
     if domains_error:
         warnings.append("VMs: %s" % domains_error)
@@ -112,7 +124,7 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
                                                           if resolve_atom(atom, inventory)[0] is None],
                        stale_edits=hold_staleness(hold, probe))
                   for hold in holds],
-        "gpus": gpu_status(inventory, holds, domains, releases),
+        "gpus": _with_service(gpu_status(inventory, holds, domains, releases), holds, releases, domains, state),
         "inventory_source": inventory.source,
         "capabilities": capabilities(host, inventory),
         "conditions": conditions,

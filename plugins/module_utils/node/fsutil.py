@@ -231,7 +231,8 @@ def read_bytes(path: str) -> Optional[bytes]:
 
 
 class PassLock:
-    """An exclusive ``flock`` held for one pass, on ``<state_dir>/lock``.
+    """An exclusive ``flock`` held for one pass, on ``<state_dir>/lock`` (``shared``: a shared one, for
+    a reader such as a busy check, that waits for a pass and lets other readers in).
 
     ``with PassLock(state_dir):`` waits up to ``timeout`` seconds (only one
     try with ``blocking=False``) and raises ``LockTimeout`` naming the path.
@@ -244,8 +245,9 @@ class PassLock:
     """
 
     def __init__(self, state_dir: str, timeout: float = 120.0, blocking: bool = True,
-                 create: bool = True, dir_mode: int = 0o700):
+                 create: bool = True, dir_mode: int = 0o700, shared: bool = False):
         self.state_dir = os.path.abspath(state_dir)
+        self.mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
         self.path = os.path.join(self.state_dir, LOCK_NAME)
         self.timeout = timeout
         self.blocking = blocking
@@ -286,7 +288,7 @@ class PassLock:
             for fd in self._fds:
                 while True:
                     try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        fcntl.flock(fd, self.mode | fcntl.LOCK_NB)
                         break
                     except OSError as exc:
                         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):

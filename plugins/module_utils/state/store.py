@@ -44,6 +44,7 @@ import stat
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
+from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAINTENANCE_NAME, parse_maintenance, render_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, read_bytes, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     ALLOCATION_RELEASED,
@@ -114,6 +115,8 @@ class NodeState(object):
         self._key = None
         self._dropped = False
         self._queued = []  # [(event, limits)] reported, not yet journaled
+        self.maintenance = {}  # GPU UUID -> {reason, since}: GPUs out of service (domain/maintenance.py)
+        self.maintenance_problem = None
 
     # -- root acts as the owner ------------------------------------------------------
     @contextlib.contextmanager
@@ -182,9 +185,9 @@ class NodeState(object):
 
     # -- a pass ----------------------------------------------------------------------
     @contextlib.contextmanager
-    def lock(self, timeout=120.0, create=True):
-        """The pass lock; ``create=False`` (check mode, listing) creates nothing."""
-        pass_lock = PassLock(self.path, timeout=timeout, create=create)
+    def lock(self, timeout=120.0, create=True, shared=False):
+        """The pass lock; ``create=False`` (check mode, listing) creates nothing; ``shared`` for readers."""
+        pass_lock = PassLock(self.path, timeout=timeout, create=create, shared=shared)
         with self.as_owner():
             pass_lock.acquire()
         try:
@@ -197,6 +200,8 @@ class NodeState(object):
         """Read the ledger and the pending releases, and catch them up with the journal: every event
         journaled after the ledger's ``journal_seq`` is settled now (saved unless ``write`` is false)."""
         self.releases = load_releases(self.path)
+        self.maintenance, self.maintenance_problem = parse_maintenance(
+            read_bytes(self._file(MAINTENANCE_NAME)), "%s/%s" % (self.node_path, MAINTENANCE_NAME))
         self.ledger = parse_ledger(read_bytes(self._file(LEDGER_NAME)), "%s/%s" % (self.node_path, LEDGER_NAME))
         replayed = [event for event in sorted(self.journal.unacked(), key=lambda e: e.get("seq") or 0)
                     if (event.get("seq") or 0) > self.ledger.journal_seq]
@@ -330,6 +335,13 @@ class NodeState(object):
         clear_marker(self.path)
         self.releases.marker = False
 
+    # -- maintenance -------------------------------------------------------------------
+    @_as_owner
+    def save_maintenance(self, records):
+        """Record the GPUs in maintenance (under the pass lock)."""
+        self._write(MAINTENANCE_NAME, render_maintenance(records))
+        self.maintenance = records
+
     # -- the stored input --------------------------------------------------------------
     @_as_owner
     def store_nodespec(self, generation, devices, instances, cdi_runtimes="auto"):
@@ -372,7 +384,8 @@ class NodeState(object):
 
     def warnings(self):
         """What the reads of this state found wrong, once each."""
-        return ([self.ledger.problem] if self.ledger.problem else []) + list(self.journal.warnings)
+        return ([self.ledger.problem] if self.ledger.problem else []) + list(self.journal.warnings) + (
+            [self.maintenance_problem] if self.maintenance_problem else [])
 
     @_as_owner
     def list_and_acknowledge(self, ack_through=None, check_mode=False, lock_timeout=120.0):

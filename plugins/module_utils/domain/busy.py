@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The other direction: who claims a GPU, for whatever would reset or re-partition it.
+
+The spec page: a VM start, ``gpu.reset``, ``diag.dcgm`` from level 2 and the ``mig-layout``
+unit refuse a GPU a live hold or a pending release names. ``claims_on`` lists every claim on
+one GPU, each with a ``kind`` and a one-line ``text``:
+
+* ``hold``: a live hold of the GPU whole, of one of its MIG instances or of a slot;
+* ``hold-unreadable``: a hold spec that cannot be read back (it may name any GPU);
+* ``release``: a Kubernetes release whose pods may still use the device;
+* ``releases-unreadable``: the pending releases file could not be read (every GPU counts);
+* ``vm``: a running or paused VM has the GPU through VFIO, or had it at the last pass;
+* ``maintenance``: the operator took the GPU out of service.
+
+A GPU is *busy* when any claim but maintenance is there: maintenance keeps new holds off a
+GPU precisely so that it can be reset once its holds are gone.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, CLASS_SLOT, atom_from_id
+
+NOT_BUSY = ("maintenance",)
+
+
+def _claim(kind, text, **fields):
+    claim = {"kind": kind, "text": text}
+    claim.update(fields)
+    return claim
+
+
+def _hold_text(atom, owner):
+    if atom.device_class == CLASS_MIG:
+        return "MIG instance gi%d/ci%d held by %s" % (atom.gi, atom.ci, owner)
+    if atom.device_class == CLASS_SLOT:
+        return "slot s%d held by %s" % (atom.slot, owner)
+    return "held whole by %s" % owner
+
+
+def claims_on(uuid, holds, releases, domains, vfio, maintenance):
+    """Every claim on GPU ``uuid``: ``holds`` are ``LiveHold``s, ``releases`` a ``Releases``, ``domains``
+    the running or paused VMs, ``vfio`` the GPUs VMs had at the last pass (``{gpu: instance}``),
+    ``maintenance`` ``{gpu: {reason, since}}``."""
+    found = []  # type: List[dict]
+    for hold in holds:
+        if hold.problem and not hold.atoms:
+            found.append(_claim("hold-unreadable", "hold spec %s cannot be read back (%s)" % (hold.path, hold.problem),
+                                allocation_id=hold.allocation_id))
+            continue
+        for atom in hold.atoms:
+            if atom.gpu_uuid == uuid:
+                found.append(_claim("hold", _hold_text(atom, hold.allocation_id), allocation_id=hold.allocation_id,
+                                    device_id=atom.id))
+    for release in sorted(releases.pending.values(), key=lambda r: r.allocation_id):
+        for device_id in release.device_ids:
+            atom = atom_from_id(device_id)
+            if atom is not None and atom.gpu_uuid == uuid:
+                text = "Kubernetes release of %s pending (%s)" % (release.allocation_id, device_id)
+                found.append(_claim("release", text, allocation_id=release.allocation_id, device_id=device_id))
+    if releases.marker or releases.unreadable is not None:
+        found.append(_claim("releases-unreadable", "the pending Kubernetes releases could not be read"))
+    instances = [domain.instance_id for domain in domains if uuid in domain.gpus]
+    if vfio.get(uuid) and vfio[uuid] not in instances:
+        instances.append(vfio[uuid])
+    for instance in instances:
+        found.append(_claim("vm", "passed through to VM %s" % instance, instance_id=instance))
+    record = maintenance.get(uuid)
+    if record is not None:
+        found.append(_claim("maintenance", "in maintenance (%s)" % record["reason"], reason=record["reason"]))
+    return found
+
+
+def busy_entry(uuid, claims):
+    # type: (str, List[dict]) -> Dict
+    return {"uuid": uuid, "busy": any(claim["kind"] not in NOT_BUSY for claim in claims), "claimed_by": claims}

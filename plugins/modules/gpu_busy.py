@@ -1,0 +1,127 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module bcd.devices.gpu_busy: who claims a GPU, for playbooks that reset or re-partition GPUs."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_busy
+short_description: Tell whether GPUs are claimed, before resetting or re-partitioning them
+version_added: 0.2.0
+description:
+  - For each GPU, lists who claims it - a live hold of the GPU whole, of one of its MIG instances or of a
+    slot, a hold spec that cannot be read back, a pending Kubernetes release, an unreadable releases file, a
+    VM that has it through VFIO, maintenance - and whether it is busy.
+  - A GPU is busy when anything but maintenance claims it. Maintenance (M(bcd.devices.maintenance)) keeps
+    new holds off a GPU so that it can be reset once its holds are gone.
+  - Reads under the node's pass lock, shared, so a converging pass and this check never see half a change.
+  - The same as C(bcd-holds busy GPU-...) on the node (exit 0 free, 3 busy, 2 bad input).
+  - Writes nothing, ever.
+author:
+  - bcd.devices contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - bcd.devices.node
+options:
+  gpus:
+    description: UUIDs of the GPUs to check (C(GPU-...)); each must be a GPU of the node.
+    type: list
+    elements: str
+    required: true
+  lock_timeout:
+    description: Seconds to wait for a converging pass on the node to finish.
+    type: float
+    default: 120
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Writes nothing, so there is nothing to show.
+  idempotent:
+    support: full
+    description: Reads only.
+seealso:
+  - module: bcd.devices.maintenance
+  - module: bcd.devices.holds_info
+"""
+
+EXAMPLES = r"""
+- name: Keep new holds off the GPU first
+  bcd.devices.maintenance:
+    gpus: [GPU-5f1c2a90-0000-4000-8000-000000000001]
+    reason: firmware update
+
+- name: Wait until nothing holds it, then reset it
+  bcd.devices.gpu_busy:
+    gpus: [GPU-5f1c2a90-0000-4000-8000-000000000001]
+  register: busy
+  until: not busy.gpus[0].busy
+  retries: 60
+  delay: 30
+
+- name: Refuse to reset a GPU something claims
+  bcd.devices.gpu_busy:
+    gpus: "{{ gpus_to_reset }}"
+  register: busy
+  failed_when: busy.gpus | selectattr('busy') | list | length > 0
+
+- name: Reset it
+  ansible.builtin.command: nvidia-smi --gpu-reset -i {{ gpus_to_reset | join(',') }}
+  changed_when: true
+"""
+
+RETURN = r"""
+gpus:
+  description: One entry per GPU asked about, in the order given.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    uuid:
+      description: The GPU.
+      type: str
+    busy:
+      description: Whether anything but maintenance claims it.
+      type: bool
+    claimed_by:
+      description:
+        - Each claim, with C(kind) (V(hold), V(hold-unreadable), V(release), V(releases-unreadable), V(vm),
+          V(maintenance)) and C(text), plus C(allocation_id) and C(device_id) for holds and releases,
+          C(instance_id) for a VM, C(reason) for maintenance.
+      type: list
+      elements: dict
+  sample:
+    - uuid: GPU-5f1c2a90-0000-4000-8000-000000000001
+      busy: true
+      claimed_by:
+        - {kind: hold, text: "MIG instance gi1/ci0 held by alloc_01jz8k3a", allocation_id: alloc_01jz8k3a,
+           device_id: GPU-5f1c2a90-0000-4000-8000-000000000001/gi1/ci0}
+        - {kind: maintenance, text: "in maintenance (firmware update)", reason: firmware update}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, host_from_params
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(
+        NODE_OPTIONS,
+        gpus=dict(type="list", elements="str", required=True),
+        lock_timeout=dict(type="float", default=120),
+    ), supports_check_mode=True)
+    params = module.params
+    try:
+        entries = busy_check(host_from_params(params), params["gpus"], params["state_dir"], params["lock_timeout"])
+    except (BcdError, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, gpus=entries)
+
+
+if __name__ == "__main__":
+    main()
