@@ -135,9 +135,33 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
     }
 
 
+WIDTH = 100  # a terminal's width the table keeps to
+
+
+def _wrapped(head, parts, lead):
+    """``head`` then ``parts`` (comma-separated), continued on indented lines past ``WIDTH``."""
+    room = max(20, WIDTH - lead)
+    lines, line = [], ""
+    for part in parts.split(", "):
+        candidate = part if not line else line + ", " + part
+        if line and len(candidate) > room:
+            lines.append(line + ",")
+            line = part
+        else:
+            line = candidate
+    lines.append(line)
+    return [head + lines[0]] + [" " * lead + rest for rest in lines[1:]]
+
+
+def short_uuid(uuid):
+    """``GPU-5f1c2a90…000001``: enough of a UUID to tell a node's GPUs apart in a table."""
+    return uuid if len(uuid) <= 20 else "%s…%s" % (uuid[:12], uuid[-6:])
+
+
 def status_table(status):
-    """``bcd-holds status``: one line per GPU with who holds it or its parts, then releases and conditions."""
-    rows = [("GPU", "UUID", "HELD BY", "MIG INSTANCES AND SLOTS")]
+    """``bcd-holds status``: one line per GPU (index, short UUID, who holds it whole, whether a reset must
+    wait, maintenance, its MIG instances and slots, wrapped to ``WIDTH``), then releases and conditions."""
+    rows = [("GPU", "UUID", "HELD BY", "RESET", "SERVICE", "MIG INSTANCES AND SLOTS")]
     for gpu in status["gpus"]:
         if gpu["held_by"]:
             holder = gpu["held_by"]
@@ -151,9 +175,15 @@ def status_table(status):
         index = "-" if gpu["index"] is None else str(gpu["index"])
         if not gpu["present"]:
             index += " (missing)"
-        rows.append((index, gpu["uuid"], holder, ", ".join(parts) or "-"))
-    widths = [max(len(row[column]) for row in rows) for column in range(3)]
-    lines = ["%-*s  %-*s  %-*s  %s" % (widths[0], row[0], widths[1], row[1], widths[2], row[2], row[3]) for row in rows]
+        reset = "wait" if gpu.get("busy") else "ok"
+        service = "maintenance: %s" % gpu["maintenance"] if gpu.get("maintenance") else "-"
+        rows.append((index, short_uuid(gpu["uuid"]), holder, reset, service, ", ".join(parts) or "-"))
+    widths = [max(len(row[column]) for row in rows) for column in range(5)]
+    lead = sum(widths) + 2 * 5
+    lines = []
+    for row in rows:
+        head = "  ".join("%-*s" % (widths[column], row[column]) for column in range(5)) + "  "
+        lines.extend(_wrapped(head, row[5], lead))
     if not status["gpus"]:
         lines.append("no GPUs (inventory: %s)" % status["inventory_source"])
     pending = status.get("pending_releases") or []

@@ -27,6 +27,7 @@ import pytest
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_CHECK, EX_ERROR, EX_OK, EX_RETRY, main
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import NodeKey
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
+from ansible_collections.bcd.devices.plugins.module_utils.entry.status import short_uuid
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2, open_to_all
@@ -312,10 +313,11 @@ def test_status_shows_each_gpu_its_mig_instances_and_slots_and_who_holds_them(ca
     code, out, err = cli(capsys, node, "status")
     assert code == EX_OK and err == ""
     lines = out.splitlines()
-    assert lines[0].split() == ["GPU", "UUID", "HELD", "BY", "MIG", "INSTANCES", "AND", "SLOTS"]
-    assert lines[1].split(None, 3) == ["0", GPU_A, "-", "gi1/ci0 free, gi2/ci0 a_mig"]
-    assert lines[2].split(None, 3) == ["1", GPU_B, "-", "s1 a_slot"]
-    assert lines[3].split(None, 3) == ["2", GPU_C, "a_whole", "-"]
+    assert lines[0].split() == ["GPU", "UUID", "HELD", "BY", "RESET", "SERVICE", "MIG", "INSTANCES", "AND", "SLOTS"]
+    assert lines[1].split(None, 5) == ["0", short_uuid(GPU_A), "-", "wait", "-", "gi1/ci0 free, gi2/ci0 a_mig"]
+    assert lines[2].split(None, 5) == ["1", short_uuid(GPU_B), "-", "wait", "-", "s1 a_slot"]
+    assert lines[3].split(None, 5) == ["2", short_uuid(GPU_C), "a_whole", "wait", "-", "-"]
+    assert short_uuid(GPU_A) == "GPU-5f1c2a90…000001"
     assert lines[4:] == ["pending Kubernetes releases: none", "conditions: none",
                          "capabilities: cdi, devices.limits, binding.kubernetes, nvml"]
 
@@ -342,7 +344,7 @@ def test_status_marks_a_held_gpu_the_node_no_longer_has(capsys, node):
     node.set_hardware(gpus=[{"uuid": GPU_A, "index": 0, "minor": 0}])
     code, out, _err = cli(capsys, node, "status")
     assert code == EX_OK
-    assert out.splitlines()[2].split() == ["-", "(missing)", GPU_C, "a1", "-"]
+    assert out.splitlines()[2].split() == ["-", "(missing)", short_uuid(GPU_C), "a1", "wait", "-", "-"]
 
 
 def test_status_and_the_retry_pass_follow_a_pending_kubernetes_release(capsys, node):
@@ -352,7 +354,7 @@ def test_status_and_the_retry_pass_follow_a_pending_kubernetes_release(capsys, n
     cli(capsys, node, "converge", "--spec", write_spec(node, 2, [], "g2.json"))
     code, out, _err = cli(capsys, node, "status")
     lines = out.splitlines()
-    assert lines[2].split(None, 2)[:2] == ["1", GPU_B] and "k1 (release pending)" in lines[2]
+    assert lines[2].split(None, 2)[:2] == ["1", short_uuid(GPU_B)] and "k1 (release pending)" in lines[2]
     assert lines[4].startswith("pending Kubernetes releases: k1 (") and lines[4].endswith("s)")
     status = json.loads(cli(capsys, node, "status", "--json")[1])
     assert [p["allocation_id"] for p in status["pending_releases"]] == ["k1"]
@@ -367,6 +369,26 @@ def test_status_and_the_retry_pass_follow_a_pending_kubernetes_release(capsys, n
     code, out, _err = cli(capsys, node, "converge", "--stored", "--retry-only")
     assert out.startswith("nothing to retry: the last pass was CONVERGED")
     assert "pending Kubernetes releases: none" in cli(capsys, node, "status")[1]
+
+
+def test_status_shows_maintenance_and_reset_readiness_within_100_columns(capsys, make_node):
+    gpus = [{"uuid": GPU_A, "index": 0, "minor": 0, "mig": [
+        {"gi": gi, "ci": 0, "uuid": "MIG-7089d0f3-293f-58c9-8f8c-5ea666eed%03d" % gi} for gi in range(1, 8)]},
+        {"uuid": GPU_B, "index": 1, "minor": 1}]
+    node = make_node(gpus=gpus)
+    cli(capsys, node, "converge", "--spec", write_spec(node, 1, [
+        hold("allocation_%d" % gi, GPU_A + "/gi%d/ci0" % gi, "gpu.mig") for gi in range(1, 8)]))
+    state = node.path("/var/lib/bcd/maintenance.json")
+    with open(state, "w") as handle:
+        json.dump({GPU_B: {"reason": "firmware update", "since": 0}}, handle)
+    code, out, _err = cli(capsys, node, "status")
+    assert code == EX_OK
+    lines = out.splitlines()
+    assert all(len(line) <= 100 for line in lines), lines
+    assert lines[1].split()[:5] == ["0", short_uuid(GPU_A), "-", "wait", "-"]
+    assert lines[2].startswith(" " * 20) and "allocation_" in lines[2]  # the parts go on, indented
+    gpu_b = [line for line in lines if short_uuid(GPU_B) in line][0]
+    assert gpu_b.split()[:7] == ["1", short_uuid(GPU_B), "-", "ok", "maintenance:", "firmware", "update"]
 
 
 def test_status_reads_without_writing(capsys, node):
