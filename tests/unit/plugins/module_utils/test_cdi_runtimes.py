@@ -370,8 +370,8 @@ def test_links_are_followed_as_the_node_sees_them_and_never_out_of_root(tmp_path
     os.symlink("usr/bin", str(root / "bin"))  # merged /usr
     binary(root, "/usr/bin/containerd", "echo 'containerd containerd.io 1.7.27 05044ec'")
     found, warnings = detect_runtimes(str(root))
-    assert [(r.name, r.version, r.path) for r in found] == [("containerd", "1.7.27", "/usr/bin/containerd"),
-                                                             ("docker", "28.2.2", "/usr/bin/dockerd")]
+    assert [(r.name, r.version, r.path) for r in found] == [
+        ("containerd", "1.7.27", "/usr/bin/containerd"), ("docker", "28.2.2", "/usr/bin/dockerd")]
     missing = os.strerror(2)
     assert warnings == [
         "container runtime /usr/bin/podman is not asked its version: it cannot be resolved under %s: %s" % (root, missing),
