@@ -101,6 +101,16 @@ def test_the_units_are_written_with_node_paths(node):
     assert "bcd-" not in watch.split("[Path]")[1].replace("bcd-holds-converge", "")  # no hold file is watched
 
 
+def test_the_metrics_are_written_after_the_pass_and_by_the_units(node):
+    prom = node["/var/lib/node-exporter/bcd-holds.prom"]
+    assert owner_mode(prom) == ("root", "root", 0o644)
+    assert 'bcd_holds{binding="BINDING_HOLD",state="bound"} 3\n' in prom["text"]
+    assert "bcd_last_pass_state{state=\"CONVERGED\"} 1\n" in prom["text"]
+    for name in ("bcd-holds-converge.service", "bcd-holds-retry.service"):
+        assert ("ExecStopPost=+/usr/local/bin/bcd-holds metrics --textfile /var/lib/node-exporter/bcd-holds.prom "
+                "--state-dir /var/lib/bcd --fakehw /fakehw.yml\n") in node["%s/%s" % (UNITS, name)]["text"], name
+
+
 def test_the_timers_passes_use_the_runtimes_the_role_named(node):
     stored = json.loads(node["/var/lib/bcd/nodespec.json"]["text"])
     assert stored["cdi_runtimes"] == [{"name": "podman", "version": "5.4.2"}]
@@ -111,11 +121,13 @@ def test_the_timers_passes_use_the_runtimes_the_role_named(node):
 def test_the_units_pass_systemd_analyze_verify(host, node, tmp_path):
     if not host.exists("systemd-analyze"):
         pytest.skip("no systemd-analyze here")
-    # verify checks that ExecStart's program exists on this machine: point it at the installed one
+    # verify checks that ExecStart's (and ExecStopPost's) program exists on this machine: point it at the
+    # installed one
     # (testinfra runs on this machine: the local connection)
     for name in UNIT_NAMES:
         text = node["%s/%s" % (UNITS, name)]["text"]
-        (tmp_path / name).write_text(text.replace("ExecStart=" + BIN, "ExecStart=" + ROOT + BIN))
+        text = text.replace("ExecStart=" + BIN, "ExecStart=" + ROOT + BIN)
+        (tmp_path / name).write_text(text.replace("ExecStopPost=+" + BIN, "ExecStopPost=+" + ROOT + BIN))
     paths = " ".join(str(tmp_path / name) for name in UNIT_NAMES)
     result = host.run("systemd-analyze verify %s" % paths)
     assert result.rc == 0, result.stderr

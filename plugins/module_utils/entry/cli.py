@@ -27,6 +27,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import B
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import BusyError, busy_check, busy_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import run_checks
+from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
@@ -84,6 +85,10 @@ def build_parser():
     busy.add_argument("gpus", nargs="+", metavar="GPU-UUID")
     busy.add_argument("--json", action="store_true")
     busy.add_argument("--lock-timeout", type=float, default=120.0, help="seconds to wait for a running pass")
+
+    metrics = commands.add_parser("metrics", parents=[common], help="the node's holds in the Prometheus text format")
+    metrics.add_argument("--textfile", metavar="PATH.prom",
+                         help="write them atomically to this file (node_exporter's textfile collector) instead")
 
     events = commands.add_parser("events", parents=[common], help="the unacknowledged event journal")
     events.add_argument("--ack-through", type=int, metavar="SEQ", help="acknowledge events up to SEQ")
@@ -201,6 +206,19 @@ def cmd_busy(args):
     return EX_BUSY if any(entry["busy"] for entry in entries) else EX_OK
 
 
+def cmd_metrics(args):
+    text = node_metrics(_host(args), args.state_dir)
+    if args.textfile:
+        try:
+            write_textfile(args.textfile, text)
+        except ValueError as exc:
+            log("ERROR", str(exc))
+            return EX_ERROR
+    else:
+        sys.stdout.write(text)
+    return EX_OK
+
+
 def cmd_events(args):
     state = _state(_host(args), args)
     events, acknowledged = state.list_and_acknowledge(args.ack_through)
@@ -236,8 +254,8 @@ def cmd_helper(args):
     return EX_OK
 
 
-COMMANDS = {"converge": cmd_converge, "status": cmd_status, "doctor": cmd_doctor, "busy": cmd_busy, "events": cmd_events,
-            "helper": cmd_helper}
+COMMANDS = {"converge": cmd_converge, "status": cmd_status, "doctor": cmd_doctor, "busy": cmd_busy,
+            "metrics": cmd_metrics, "events": cmd_events, "helper": cmd_helper}
 
 
 def main(argv=None):

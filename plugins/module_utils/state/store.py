@@ -41,6 +41,7 @@ import functools
 import json
 import os
 import stat
+import time
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
@@ -67,6 +68,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.releases import 
 )
 
 NODESPEC_NAME = "nodespec.json"
+LAST_PASS_NAME = "last-pass.json"
 KEY_NAME = "node.key"
 STATE_FILE_MODE = 0o600
 STATE_DIR_MODE = 0o700
@@ -238,10 +240,16 @@ class NodeState(object):
         save_releases(self.path, self.releases.pending)
 
     @_as_owner
-    def finish(self, generation, state, vfio, kept_failures, finished, renders=None):
+    def finish(self, generation, state, vfio, kept_failures, finished, renders=None, started=None):
         """Record the end of a real pass: its section state, the VMs' GPUs, the refusals still relevant,
-        the holds' render records, and (``finished``: nothing left to retry) the generation it observed."""
+        the holds' render records, and (``finished``: nothing left to retry) the generation it observed;
+        with ``started`` (when it took the lock), its time and result for ``bcd-holds metrics``."""
         self.flush()
+        if started is not None:
+            ended = time.time()
+            self._write(LAST_PASS_NAME, (json.dumps({
+                "generation": generation, "state": state, "started": started, "finished": ended,
+                "duration_seconds": round(max(0.0, ended - started), 6)}, sort_keys=True) + "\n").encode("utf-8"))
         if finished:
             self.ledger.observed_generation = generation
         self.ledger.vfio = vfio
@@ -334,6 +342,21 @@ class NodeState(object):
         self.flush()
         clear_marker(self.path)
         self.releases.marker = False
+
+    @_as_owner
+    def last_pass(self):
+        """``{generation, state, started, finished, duration_seconds}`` of the last real pass, or None
+        (none yet, or a file that is not that: the unprivileged account writes this directory)."""
+        content = read_bytes(self._file(LAST_PASS_NAME))
+        try:
+            data = json.loads(content[:4096].decode("utf-8")) if content else None
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("state"), str) or not all(
+                isinstance(data.get(key), (int, float)) and not isinstance(data.get(key), bool)
+                for key in ("finished", "duration_seconds")):
+            return None
+        return data
 
     # -- maintenance -------------------------------------------------------------------
     @_as_owner

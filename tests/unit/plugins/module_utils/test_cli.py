@@ -60,8 +60,10 @@ def write_spec(node, generation, devices, name="spec.json"):
 
 
 def contents(node):
-    """Every path under the node with its mode and content (not its mtime)."""
-    return dict((path, (mode, content)) for path, (mode, _mtime, content) in node.listing().items())
+    """Every path under the node with its mode and content (not its mtime), but the stamp every real
+    pass leaves of when it ran (``last-pass.json``, read by ``bcd-holds metrics``)."""
+    return dict((path, (mode, content)) for path, (mode, _mtime, content) in node.listing().items()
+                if not path.endswith("/var/lib/bcd/last-pass.json"))
 
 
 def events_of(out):

@@ -1,0 +1,127 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""``bcd-holds metrics``: the node's holds in the Prometheus text format (version 0.0.4).
+
+What it reads is what ``holds_info`` reports (``entry/status.py``), plus the ledger's
+refusals, the journal and the last pass's stamp. ``--textfile`` writes it atomically for
+node_exporter's textfile collector (a ``.prom`` file). Every name starts ``bcd_``:
+
+======================================== ============================================
+``bcd_holds{binding,state}``             holds by binding, ``bound`` or ``devices_missing``
+``bcd_gpus{state}``                      GPUs ``held`` (whole or a part), ``free``, and
+                                         (counted apart) ``maintenance``, ``busy``
+``bcd_kubernetes_releases_pending``      Kubernetes releases still waiting for pods
+``bcd_kubernetes_release_oldest_age_seconds``  age of the oldest (0 without one)
+``bcd_refusals{reason}``                 refusals final at their generation, by reason
+``bcd_last_pass_timestamp_seconds``      when the last real pass finished
+``bcd_last_pass_duration_seconds``       how long it ran, lock held
+``bcd_last_pass_state{state}``           1 for its section state, 0 for the others
+``bcd_events_unacknowledged``            journaled events the gateway has not taken
+``bcd_condition{type}``                  1 for each node condition raised
+======================================== ============================================
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
+
+PASS_STATES = ("CONVERGED", "PROGRESSING", "FAILED")
+CONDITION_TYPES = ("KubernetesReleaseStuck", "KubernetesReleasesUnreadable", "HoldSpecDamaged", "VendorSpecStale")
+
+
+def _label(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class _Text(object):
+    def __init__(self):
+        self.lines = []
+
+    def family(self, name, kind, help_text, samples):
+        """``samples``: ``[(labels dict, value)]``."""
+        self.lines.append("# HELP %s %s" % (name, help_text))
+        self.lines.append("# TYPE %s %s" % (name, kind))
+        for labels, value in samples:
+            shown = ",".join('%s="%s"' % (key, _label(labels[key])) for key in sorted(labels))
+            self.lines.append("%s%s %s" % (name, "{%s}" % shown if shown else "", _number(value)))
+
+    def text(self):
+        return "\n".join(self.lines) + "\n"
+
+
+def _number(value):
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))
+
+
+def _held(gpu):
+    return bool(gpu["held_by"] or any(m["held_by"] for m in gpu["mig"]) or gpu["slots"] or gpu["missing_parts"])
+
+
+def node_metrics(host, state_dir=DEFAULT_STATE_DIR):
+    """The metrics text of the node."""
+    status = node_status(host, state_dir)
+    state = NodeState(host.path(state_dir), state_dir)
+    ledger = state.load(write=False).ledger
+    unacked = len(state.unacked())
+    last = state.last_pass()
+    out = _Text()
+
+    holds = {}
+    for hold in status["holds"]:
+        key = (hold["binding"], "devices_missing" if hold["missing_devices"] else "bound")
+        holds[key] = holds.get(key, 0) + 1
+    samples = [({"binding": binding, "state": kind}, holds.get((binding, kind), 0))
+               for binding in ("BINDING_HOLD", "BINDING_KUBERNETES") for kind in ("bound", "devices_missing")]
+    out.family("bcd_holds", "gauge", "Holds on the node, by binding and state.", samples)
+
+    gpus = [gpu for gpu in status["gpus"] if gpu["present"]]
+    held = sum(1 for gpu in gpus if _held(gpu))
+    out.family("bcd_gpus", "gauge", "GPUs of the node: held (whole or a part) or free; in maintenance; busy for a "
+                                    "reset.", [
+                   ({"state": "held"}, held), ({"state": "free"}, len(gpus) - held),
+                   ({"state": "maintenance"}, sum(1 for gpu in gpus if gpu.get("maintenance"))),
+                   ({"state": "busy"}, sum(1 for gpu in gpus if gpu.get("busy")))])
+
+    pending = status["pending_releases"]
+    out.family("bcd_kubernetes_releases_pending", "gauge", "Kubernetes releases waiting for their pods to end.",
+               [({}, len(pending))])
+    out.family("bcd_kubernetes_release_oldest_age_seconds", "gauge", "Age of the oldest pending Kubernetes release.",
+               [({}, max([p.get("age_seconds") or 0 for p in pending] or [0]))])
+
+    reasons = {}
+    for record in ledger.failures.values():
+        if isinstance(record.get("reason"), str):
+            reasons[record["reason"]] = reasons.get(record["reason"], 0) + 1
+    out.family("bcd_refusals", "gauge", "Assignments refused at their generation, by reason.",
+               [({"reason": reason}, reasons[reason]) for reason in sorted(reasons)])
+
+    if last is not None:
+        out.family("bcd_last_pass_timestamp_seconds", "gauge", "When the last pass finished.",
+                   [({}, float(last["finished"]))])
+        out.family("bcd_last_pass_duration_seconds", "gauge", "How long the last pass ran, its lock held.",
+                   [({}, float(last["duration_seconds"]))])
+    last_state = last["state"] if last is not None else ledger.last_state
+    out.family("bcd_last_pass_state", "gauge", "The section state of the last pass (1 for the one it left).",
+               [({"state": name}, int(last_state == name)) for name in PASS_STATES])
+    out.family("bcd_events_unacknowledged", "gauge", "Journaled events no gateway has acknowledged.", [({}, unacked)])
+    raised = set(condition["type"] for condition in status["conditions"])
+    out.family("bcd_condition", "gauge", "Node conditions raised now (1) or not (0).",
+               [({"type": name}, int(name in raised)) for name in CONDITION_TYPES])
+    return out.text()
+
+
+def write_textfile(path, text):
+    """``text`` into ``path`` atomically (node_exporter reads only ``*.prom``: a temporary name is never one)."""
+    if not path.endswith(".prom"):
+        raise ValueError("the textfile must end in .prom (node_exporter's textfile collector reads only those): %s"
+                         % path)
+    write_atomic(os.path.abspath(path), text.encode("utf-8"), 0o644)
