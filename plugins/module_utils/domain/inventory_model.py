@@ -34,6 +34,7 @@ class Gpu:
     pci_bus_id: Optional[str] = None
     name: Optional[str] = None
     mig: tuple = ()  # of MigInstance
+    health: tuple = ()  # what makes it unhealthy (domain/health.py); empty when nothing does
 
     def mig_instance(self, gi, ci):
         for inst in self.mig:

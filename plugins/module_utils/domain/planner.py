@@ -87,6 +87,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import unhealthy_condition, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
@@ -379,6 +380,14 @@ def _claim_everything(state):
     stale = stale_condition(observed.vendor)
     if stale is not None:
         state.plan.conditions.append(stale)
+    holders = {}
+    for allocation_id in sorted(state.live):
+        for atom in state.live[allocation_id].atoms:
+            if allocation_id not in holders.setdefault(atom.gpu_uuid, []):
+                holders[atom.gpu_uuid].append(allocation_id)
+    sick = unhealthy_condition(observed.inventory, holders)
+    if sick is not None:
+        state.plan.conditions.append(sick)
     state.plan.pending_releases = pending_summary(state.pending.values(), observed.now, state.holders)
 
 
@@ -664,6 +673,14 @@ def _check_new(state, assignment):
     if not observed.privileged:
         raise AtomRefused("node-unprivileged", NODE_UNPRIVILEGED)
     atoms = resolve_devices(assignment.devices, observed.inventory)
+    sick = []
+    for atom in atoms:
+        gpu = observed.inventory.gpu(atom.gpu_uuid)
+        message = unhealthy_message(atom.gpu_uuid, gpu.health) if gpu is not None and gpu.health else None
+        if message and message not in sick:
+            sick.append(message)
+    if sick:
+        raise AtomRefused("device-missing", "; ".join(sick))
     found = conflicts(atoms, state.claims, assignment.allocation_id)
     if found:
         raise AtomRefused("overlap", "; ".join(found))

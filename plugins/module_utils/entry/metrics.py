@@ -10,7 +10,7 @@ node_exporter's textfile collector (a ``.prom`` file). Every name starts ``bcd_`
 ======================================== ============================================
 ``bcd_holds{binding,state}``             holds by binding, ``bound`` or ``devices_missing``
 ``bcd_gpus{state}``                      GPUs ``held`` (whole or a part), ``free``, and
-                                         (counted apart) ``maintenance``, ``busy``
+                                         (counted apart) ``maintenance``, ``unhealthy``, ``busy``
 ``bcd_kubernetes_releases_pending``      Kubernetes releases still waiting for pods
 ``bcd_kubernetes_release_oldest_age_seconds``  age of the oldest (0 without one)
 ``bcd_refusals{reason}``                 refusals final at their generation, by reason
@@ -31,7 +31,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import wri
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
 PASS_STATES = ("CONVERGED", "PROGRESSING", "FAILED")
-CONDITION_TYPES = ("KubernetesReleaseStuck", "KubernetesReleasesUnreadable", "HoldSpecDamaged", "VendorSpecStale")
+CONDITION_TYPES = ("KubernetesReleaseStuck", "KubernetesReleasesUnreadable", "HoldSpecDamaged", "VendorSpecStale",
+                   "GPUUnhealthy")
 
 
 def _label(value):
@@ -85,11 +86,12 @@ def node_metrics(host, state_dir=DEFAULT_STATE_DIR):
 
     gpus = [gpu for gpu in status["gpus"] if gpu["present"]]
     held = sum(1 for gpu in gpus if _held(gpu))
-    out.family("bcd_gpus", "gauge", "GPUs of the node: held (whole or a part) or free; in maintenance; busy for a "
-                                    "reset.", [
-                   ({"state": "held"}, held), ({"state": "free"}, len(gpus) - held),
-                   ({"state": "maintenance"}, sum(1 for gpu in gpus if gpu.get("maintenance"))),
-                   ({"state": "busy"}, sum(1 for gpu in gpus if gpu.get("busy")))])
+    counts = [({"state": "held"}, held), ({"state": "free"}, len(gpus) - held),
+              ({"state": "maintenance"}, sum(1 for gpu in gpus if gpu.get("maintenance"))),
+              ({"state": "unhealthy"}, sum(1 for gpu in gpus if gpu.get("health"))),
+              ({"state": "busy"}, sum(1 for gpu in gpus if gpu.get("busy")))]
+    out.family("bcd_gpus", "gauge", "GPUs of the node: held (whole or a part) or free; in maintenance; unhealthy; "
+                                    "busy for a reset.", counts)
 
     pending = status["pending_releases"]
     out.family("bcd_kubernetes_releases_pending", "gauge", "Kubernetes releases waiting for their pods to end.",

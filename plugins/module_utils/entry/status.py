@@ -18,6 +18,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import bus
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition, stale_edits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import damaged_condition, summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities, node_runtimes
@@ -69,9 +70,12 @@ def gpu_status(inventory, holds, domains=(), releases=None):
     return entries
 
 
-def _with_service(gpus, holds, releases, domains, state):
-    """Each GPU entry with ``maintenance`` (its reason, or None) and ``busy`` (what ``gpu_busy`` says)."""
+def _with_service(gpus, holds, releases, domains, state, inventory):
+    """Each GPU entry with ``maintenance`` (its reason, or None), ``busy`` (what ``gpu_busy`` says) and
+    ``health`` (what makes it unhealthy, ``domain/health.py``; empty when nothing does)."""
     for entry in gpus:
+        gpu = inventory.gpu(entry["uuid"])
+        entry["health"] = list(gpu.health) if gpu is not None else []
         claims = claims_on(entry["uuid"], holds, releases, domains, state.ledger.vfio, state.maintenance)
         record = state.maintenance.get(entry["uuid"])
         entry["maintenance"] = record["reason"] if record else None
@@ -119,12 +123,22 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
     stale = stale_condition(vendor)
     if stale is not None:
         conditions.append(stale)
+    holders = {}
+    for hold in holds:
+        for atom in hold.atoms:
+            holders.setdefault(atom.gpu_uuid, [])
+            if hold.allocation_id not in holders[atom.gpu_uuid]:
+                holders[atom.gpu_uuid].append(hold.allocation_id)
+    sick = unhealthy_condition(inventory, holders)
+    if sick is not None:
+        conditions.append(sick)
     return {
         "holds": [dict(summary_of(hold), missing_devices=[atom.id for atom in hold.atoms
                                                           if resolve_atom(atom, inventory)[0] is None],
                        stale_edits=hold_staleness(hold, probe))
                   for hold in holds],
-        "gpus": _with_service(gpu_status(inventory, holds, domains, releases), holds, releases, domains, state),
+        "gpus": _with_service(gpu_status(inventory, holds, domains, releases), holds, releases, domains, state,
+                              inventory),
         "inventory_source": inventory.source,
         "capabilities": capabilities(host, inventory),
         "conditions": conditions,
@@ -176,7 +190,12 @@ def status_table(status):
         if not gpu["present"]:
             index += " (missing)"
         reset = "wait" if gpu.get("busy") else "ok"
-        service = "maintenance: %s" % gpu["maintenance"] if gpu.get("maintenance") else "-"
+        service = []
+        if gpu.get("health"):
+            service.append("unhealthy")
+        if gpu.get("maintenance"):
+            service.append("maintenance: %s" % gpu["maintenance"])
+        service = ", ".join(service) or "-"
         rows.append((index, short_uuid(gpu["uuid"]), holder, reset, service, ", ".join(parts) or "-"))
     widths = [max(len(row[column]) for row in rows) for column in range(5)]
     lead = sum(widths) + 2 * 5

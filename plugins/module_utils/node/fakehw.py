@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import problems
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
     Gpu,
@@ -268,10 +269,11 @@ def _gpu_uuid(value, where, required=True):
 
 _TOP_FIELDS = ("node_id", "boot_id", "gpus", "domains", "kubelet", "runtimes", "driver")
 _DRIVER_FIELDS = ("version", "device_nodes", "files")
+_HEALTH_FIELDS = ("retired_pages_pending", "row_remap_failure", "xids")
 MAX_DRIVER_PATHS = 4096
 _NODE_PATH_RE = re.compile(r"^/[^\x00-\x1f\x7f]{0,4095}$")
 _DEVICE_NUMBER_RE = re.compile(r"^([0-9]{1,9}):([0-9]{1,9})$")
-_GPU_FIELDS = ("uuid", "index", "minor", "numa_node", "pci_bus_id", "name", "mig")
+_GPU_FIELDS = ("uuid", "index", "minor", "numa_node", "pci_bus_id", "name", "mig", "health")
 _MIG_FIELDS = ("gi", "ci", "uuid")
 _DOMAIN_FIELDS = ("instance_id", "state", "memory_bytes", "hugepages", "gpus")
 _KUBELET_FIELDS = ("reachable", "pods")
@@ -333,6 +335,13 @@ def fakehw_from_data(data, source="fakehw file"):
             pairs[(gi, ci)] = mwhere
             claim(muuid, mwhere + ".uuid")
             mig.append(MigInstance(gi=gi, ci=ci, uuid=muuid))
+        health = item.get("health")
+        if health is None:
+            health = {}
+        _mapping(health, where + ".health", _HEALTH_FIELDS)
+        xids = []
+        for k, xid in enumerate(_list(health.get("xids"), where + ".health.xids")[:64]):
+            xids.append(_int(xid, "%s.health.xids[%d]" % (where, k), required=True))
         pci = _text(item.get("pci_bus_id"), where + ".pci_bus_id")
         if pci is not None:
             normal = normalize_pci_address(pci)
@@ -348,6 +357,9 @@ def fakehw_from_data(data, source="fakehw file"):
                 pci_bus_id=pci,
                 name=_text(item.get("name"), where + ".name"),
                 mig=tuple(mig),
+                health=problems(_bool(health.get("retired_pages_pending"), where + ".health.retired_pages_pending", False),
+                                _bool(health.get("row_remap_failure"), where + ".health.row_remap_failure", False),
+                                xids),
             )
         )
 

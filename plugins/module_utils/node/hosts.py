@@ -222,7 +222,9 @@ class RealHost(Host):
         return _kubelet().RealKubeSide(self.root)
 
     def _read_inventory(self):
-        return _inventory().read_real_inventory(run_command=self.runner)
+        inventory = _inventory()
+        return inventory.with_kernel_health(inventory.read_real_inventory(run_command=self.runner),
+                                            inventory.read_kernel_xids(self.root))
 
     def cdi_runtimes(self):
         from ansible_collections.bcd.devices.plugins.module_utils.node.runtimes import detect_runtimes  # pylint: disable=import-outside-toplevel

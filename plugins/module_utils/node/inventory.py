@@ -34,6 +34,8 @@ it is testable without a GPU. The standard library only; no Ansible.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import os
 import re
 import shutil
@@ -42,6 +44,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import MAX_LOG_BYTES, bus_of, problems, xids_from_log
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (  # noqa: F401 (re-exported)
     Domain,
     Gpu,
@@ -50,6 +53,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
     format_pci_address,
     normalize_pci_address,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, join_root
 
 try:
     import pynvml as _pynvml  # the nvidia-ml-py package
@@ -619,6 +623,7 @@ def read_nvml_inventory(nvml, sysfs_root="/"):
                     pci_bus_id=pci,
                     name=_nvml_text(name) if name is not None else None,
                     mig=_nvml_mig(nvml, handle, uuid),
+                    health=_nvml_health(nvml, handle),
                 )
             )
         return Inventory(gpus=gpus, source="nvml")
@@ -629,6 +634,62 @@ def read_nvml_inventory(nvml, sysfs_root="/"):
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _nvml_health(nvml, handle):
+    # type: (object, object) -> tuple
+    """Pending page retirement and row remapping state (``domain/health.py``); a GPU or driver that does not
+    support a query contributes nothing."""
+    pending = _nvml_optional(getattr(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", None), handle)
+    enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+    rows = _nvml_optional(getattr(nvml, "nvmlDeviceGetRemappedRows", None), handle)
+    try:
+        remap_pending, remap_failed = bool(rows[2]), bool(rows[3])  # (corrRows, uncRows, isPending, failureOccurred)
+    except (TypeError, IndexError, KeyError):
+        remap_pending = remap_failed = False
+    return problems(retired_pages_pending=pending == enabled and pending is not None, row_remap_failure=remap_failed,
+                    row_remap_pending=remap_pending)
+
+
+def read_kernel_xids(root="/", max_bytes=MAX_LOG_BYTES):
+    # type: (str, int) -> dict
+    """``{bus id: [xid, ...]}`` of the reset and reboot classes from this boot's kernel log
+    (``/dev/kmsg`` under ``root``, read without blocking, at most ``max_bytes``); empty when it cannot
+    be read (only root may read it on most nodes)."""
+    try:
+        fd = os.open(join_root(root, "/dev/kmsg"), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, FsError):
+        return {}
+    chunks, size = [], 0
+    try:
+        while size < max_bytes:
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:  # the end of the ring buffer
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # a record was overwritten while reading: go on
+                    continue
+                break
+            if not record:
+                break
+            chunks.append(record)
+            size += len(record)
+    finally:
+        os.close(fd)
+    return xids_from_log(b"".join(chunks).decode("utf-8", "replace"))
+
+
+def with_kernel_health(inventory, xids):
+    # type: (Inventory, dict) -> Inventory
+    """``inventory`` with each GPU's XIDs (by PCI bus id) added to its health."""
+    if not xids:
+        return inventory
+    gpus = []
+    for gpu in inventory.gpus:
+        found = xids.get(bus_of(gpu.pci_bus_id) or "")
+        gpus.append(dataclasses.replace(gpu, health=gpu.health + problems(xids=found)) if found else gpu)
+    return dataclasses.replace(inventory, gpus=gpus)
 
 
 def _nvml_mig(nvml, handle, parent_uuid):

@@ -226,16 +226,16 @@ def _junk(rng, depth=0):
     choices = [None, True, 0, -1, 10 ** 40, 1.5, float("inf"), "", "auto", "podman", "5.4.2", "v", "\x00" * 3,
                "é" * 50, b"5.4.2", ("name", "version"), {1, 2}, object()]
     if depth < 3:
-        choices += [[_junk(rng, depth + 1) for _ in range(rng.randint(0, 9))],
+        choices += [[_junk(rng, depth + 1) for _unused in range(rng.randint(0, 9))],
                     {rng.choice(["name", "version", "x", 1, None]): _junk(rng, depth + 1)
-                     for _ in range(rng.randint(0, 3))},
+                     for _unused in range(rng.randint(0, 3))},
                     {"name": _junk(rng, depth + 1), "version": _junk(rng, depth + 1)}]
     return rng.choice(choices)
 
 
 def test_random_junk_is_only_ever_a_value_error():
     rng = random.Random(20261203)
-    for _ in range(3000):
+    for _round in range(3000):
         value = _junk(rng)
         try:
             result = cdi_runtimes.parse_runtimes_option(value)

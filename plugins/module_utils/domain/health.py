@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GPU health: a GPU that has faulted is not handed out.
+
+A GPU is unhealthy when the driver says its memory needs a reset to be trusted again, or
+that it faulted in a way only a reset or a reboot clears:
+
+* NVML: retired pages pending (``nvmlDeviceGetRetiredPagesPendingStatus``: a page is marked
+  for retirement, which takes effect at the next reset), a row remapping failure
+  (``nvmlDeviceGetRemappedRows``: ``failureOccurred``; the GPU ran out of spare rows) or a
+  remapping pending (``isPending``: it takes effect at the next reset);
+* XIDs of the reset or reboot classes, from the kernel log (``NVRM: Xid (PCI:<bus>): <xid>, …``)
+  of this boot. Which ones, from NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors, its
+  "Resolution Bucket (Immediate Action)" of ``RESET_GPU`` or ``RESTART_BM``, and the dynamic
+  page retirement guide for 48 and 64): ``XID_CLASSES`` below, each with why.
+
+A new hold on an unhealthy GPU, or on a part of it, is refused with ``device-missing`` and
+``GPU-… is unhealthy: <what>``: the control plane re-places it without a new reason in its
+contract. Kept holds are not released (that is the control plane's call); the node condition
+``GPUUnhealthy`` names them. XIDs are those of the kernel's ring buffer, so this boot's: a GPU
+that was reset since stays unhealthy until the node reboots or the ring buffer has rotated
+them out (see docs/troubleshooting.md, ``GPUUnhealthy``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List
+
+# xid -> what it means, for the ones only a GPU reset or a reboot clears.
+XID_CLASSES = {
+    48: "double-bit ECC error (reset the GPU)",
+    64: "a page or row could not be retired or remapped (reset the GPU)",
+    74: "NVLink error (reset the GPU)",
+    79: "GPU has fallen off the bus (reboot the node)",
+    94: "contained ECC error (reset the GPU)",
+    95: "uncontained ECC error (reset the GPU)",
+    119: "GSP RPC timeout (reset the GPU)",
+    120: "GSP error (reset the GPU)",
+    140: "unrecovered ECC error (reset the GPU)",
+    154: "the driver asks for a GPU reset or a reboot (recovery action changed)",
+}
+
+MAX_LOG_BYTES = 4 * 1024 * 1024  # of the kernel log looked at
+_XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): ([0-9]{1,4})\b")
+
+
+def xids_from_log(text):
+    """``{"0000:3b:00": [xid, ...]}`` (bus ids lower-case, without the function) of the reset and
+    reboot classes, in the order logged, each once, from kernel log text (dmesg, /dev/kmsg records)."""
+    found = {}  # type: Dict[str, List[int]]
+    for match in _XID_RE.finditer((text or "")[-MAX_LOG_BYTES:]):
+        xid = int(match.group(2))
+        if xid in XID_CLASSES:
+            seen = found.setdefault(match.group(1).lower(), [])
+            if xid not in seen:
+                seen.append(xid)
+    return found
+
+
+def bus_of(pci_bus_id):
+    """``0000:3b:00`` of ``0000:3b:00.0`` (what the kernel log names), or None."""
+    if not pci_bus_id:
+        return None
+    return pci_bus_id.lower().split(".", 1)[0]
+
+
+def problems(retired_pages_pending=False, row_remap_failure=False, xids=(), row_remap_pending=False):
+    """What makes a GPU unhealthy, as short texts; empty when nothing does."""
+    out = []
+    if retired_pages_pending:
+        out.append("retired pages pending (reset the GPU)")
+    if row_remap_failure:
+        out.append("row remapping failed (the GPU has no spare rows left)")
+    elif row_remap_pending:
+        out.append("row remapping pending (reset the GPU)")
+    for xid in xids:
+        if xid in XID_CLASSES:
+            out.append("Xid %d: %s" % (xid, XID_CLASSES[xid]))
+    return tuple(out)
+
+
+def unhealthy_message(uuid, health):
+    return "%s is unhealthy: %s" % (uuid, "; ".join(health))
+
+
+def unhealthy_condition(inventory, holders):
+    """The condition ``GPUUnhealthy`` when any GPU is unhealthy: each with what, and the kept holds on it
+    (``holders``: ``{gpu uuid: [allocation, ...]}``). None when every GPU is healthy."""
+    sick = [gpu for gpu in inventory.gpus if gpu.health]
+    if not sick:
+        return None
+    parts = []
+    for gpu in sick:
+        held = holders.get(gpu.uuid) or []
+        parts.append("%s%s" % (unhealthy_message(gpu.uuid, gpu.health),
+                               " (kept holds: %s)" % ", ".join(held) if held else ""))
+    return {
+        "type": "GPUUnhealthy",
+        "status": "True",
+        "reason": "GPUFaulted",
+        "message": "; ".join(parts) + "; new holds on them are refused (device-missing), kept ones stay",
+    }
