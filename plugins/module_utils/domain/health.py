@@ -18,13 +18,18 @@ that it faulted in a way only a reset or a reboot clears:
 A new hold on an unhealthy GPU, or on a part of it, is refused with ``device-missing`` and
 ``GPU-… is unhealthy: <what>``: the control plane re-places it without a new reason in its
 contract. Kept holds are not released (that is the control plane's call); the node condition
-``GPUUnhealthy`` names them. XIDs are those of the kernel's ring buffer, so this boot's: a GPU
-that was reset since stays unhealthy until the node reboots or the ring buffer has rotated
-them out (see docs/troubleshooting.md, ``GPUUnhealthy``).
+``GPUUnhealthy`` names them.
+
+XIDs count since the GPU's last reset, as far as the node can know it: the kernel's ring
+buffer holds this boot's, and taking a GPU out of maintenance (``bcd.devices.maintenance``
+``state: absent``, after the reset and its checks) records the time, in the state directory's
+``health.json``; an XID logged before it no longer counts. NVML's state is the GPU's own and
+clears with the reset itself.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Dict, List
 
@@ -43,19 +48,23 @@ XID_CLASSES = {
 }
 
 MAX_LOG_BYTES = 4 * 1024 * 1024  # of the kernel log looked at
+HEALTH_NAME = "health.json"  # {GPU UUID: when faults logged before stopped counting}
 _XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): ([0-9]{1,4})\b")
+_KMSG_RE = re.compile(r"^[0-9]+,[0-9]+,([0-9]+),[^;]*;")  # /dev/kmsg: priority,seq,usec since boot,flags;text
 
 
-def xids_from_log(text):
-    """``{"0000:3b:00": [xid, ...]}`` (bus ids lower-case, without the function) of the reset and
-    reboot classes, in the order logged, each once, from kernel log text (dmesg, /dev/kmsg records)."""
-    found = {}  # type: Dict[str, List[int]]
-    for match in _XID_RE.finditer((text or "")[-MAX_LOG_BYTES:]):
-        xid = int(match.group(2))
-        if xid in XID_CLASSES:
-            seen = found.setdefault(match.group(1).lower(), [])
-            if xid not in seen:
-                seen.append(xid)
+def xids_from_log(text, boot_time=None):
+    """``{"0000:3b:00": [(xid, when), ...]}`` (bus ids lower-case, without the function) of the reset
+    and reboot classes, in the order logged, from kernel log text (dmesg lines, or /dev/kmsg records,
+    whose time since boot ``boot_time`` turns into seconds since the epoch; else ``when`` is None)."""
+    found = {}  # type: Dict[str, List[tuple]]
+    for line in (text or "")[-MAX_LOG_BYTES:].splitlines():
+        match = _XID_RE.search(line)
+        if not match or int(match.group(2)) not in XID_CLASSES:
+            continue
+        stamp = _KMSG_RE.match(line)
+        when = boot_time + int(stamp.group(1)) / 1e6 if stamp and boot_time is not None else None
+        found.setdefault(match.group(1).lower(), []).append((int(match.group(2)), when))
     return found
 
 
@@ -81,20 +90,45 @@ def problems(retired_pages_pending=False, row_remap_failure=False, xids=(), row_
     return tuple(out)
 
 
+def gpu_health(gpu, cleared=None):
+    """What makes ``gpu`` unhealthy now: the driver's own state (``gpu.health``), and its XIDs logged after
+    ``cleared`` (``{uuid: when}``: when it last left maintenance; an XID of unknown time counts until then)."""
+    since = (cleared or {}).get(gpu.uuid)
+    xids = []
+    for xid, when in getattr(gpu, "xids", ()):
+        if (since is None or (when is not None and when > since)) and xid not in xids:
+            xids.append(xid)
+    return tuple(gpu.health) + problems(xids=xids)
+
+
+def parse_cleared(content):
+    """``{uuid: when}`` from ``health.json``'s bytes; anything else is no record (it only ever lets
+    faults count again: the unprivileged account that can write it can only make GPUs unhealthy)."""
+    try:
+        data = json.loads(content[:256 * 1024].decode("utf-8")) if content else {}
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return dict((uuid, when) for uuid, when in data.items()
+                if isinstance(uuid, str) and isinstance(when, (int, float)) and not isinstance(when, bool))
+
+
 def unhealthy_message(uuid, health):
     return "%s is unhealthy: %s" % (uuid, "; ".join(health))
 
 
-def unhealthy_condition(inventory, holders):
+def unhealthy_condition(inventory, holders, cleared=None):
     """The condition ``GPUUnhealthy`` when any GPU is unhealthy: each with what, and the kept holds on it
     (``holders``: ``{gpu uuid: [allocation, ...]}``). None when every GPU is healthy."""
-    sick = [gpu for gpu in inventory.gpus if gpu.health]
+    sick = [(gpu, gpu_health(gpu, cleared)) for gpu in inventory.gpus]
+    sick = [(gpu, health) for gpu, health in sick if health]
     if not sick:
         return None
     parts = []
-    for gpu in sick:
+    for gpu, health in sick:
         held = holders.get(gpu.uuid) or []
-        parts.append("%s%s" % (unhealthy_message(gpu.uuid, gpu.health),
+        parts.append("%s%s" % (unhealthy_message(gpu.uuid, health),
                                " (kept holds: %s)" % ", ".join(held) if held else ""))
     return {
         "type": "GPUUnhealthy",

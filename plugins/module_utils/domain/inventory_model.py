@@ -34,7 +34,8 @@ class Gpu:
     pci_bus_id: Optional[str] = None
     name: Optional[str] = None
     mig: tuple = ()  # of MigInstance
-    health: tuple = ()  # what makes it unhealthy (domain/health.py); empty when nothing does
+    health: tuple = ()  # what the driver's own state says is wrong (domain/health.py); empty when nothing
+    xids: tuple = ()  # (xid, when) of the reset and reboot classes logged for it (domain/health.gpu_health)
 
     def mig_instance(self, gi, ci):
         for inst in self.mig:

@@ -87,7 +87,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
-from ansible_collections.bcd.devices.plugins.module_utils.domain.health import unhealthy_condition, unhealthy_message
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
@@ -139,6 +139,7 @@ class Observed:
     damaged_specs: List[str] = field(default_factory=list)  # node paths of damaged specs set aside earlier
     runtimes: List = field(default_factory=list)  # cdi_runtimes.Runtime: the node's container runtimes
     maintenance: Dict[str, dict] = field(default_factory=dict)  # GPU UUID -> {reason, since}: out of service
+    health_cleared: Dict[str, float] = field(default_factory=dict)  # GPU UUID -> when it left maintenance
 
 
 @dataclass
@@ -385,7 +386,7 @@ def _claim_everything(state):
         for atom in state.live[allocation_id].atoms:
             if allocation_id not in holders.setdefault(atom.gpu_uuid, []):
                 holders[atom.gpu_uuid].append(allocation_id)
-    sick = unhealthy_condition(observed.inventory, holders)
+    sick = unhealthy_condition(observed.inventory, holders, observed.health_cleared)
     if sick is not None:
         state.plan.conditions.append(sick)
     state.plan.pending_releases = pending_summary(state.pending.values(), observed.now, state.holders)
@@ -676,7 +677,8 @@ def _check_new(state, assignment):
     sick = []
     for atom in atoms:
         gpu = observed.inventory.gpu(atom.gpu_uuid)
-        message = unhealthy_message(atom.gpu_uuid, gpu.health) if gpu is not None and gpu.health else None
+        health = gpu_health(gpu, observed.health_cleared) if gpu is not None else ()
+        message = unhealthy_message(atom.gpu_uuid, health) if health else None
         if message and message not in sick:
             sick.append(message)
     if sick:

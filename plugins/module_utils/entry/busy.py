@@ -74,9 +74,10 @@ def set_maintenance(host, gpus, present, reason=None, state_dir=DEFAULT_STATE_DI
                      for allocation_id, (path, content) in host.hold_files().items()]
             _known(host, uuids, holds)
         before = state.maintenance
-        after, changed = change(before, uuids, present, reason, time.time())
+        now = time.time()
+        after, changed = change(before, uuids, present, reason, now)
         if changed and not check_mode:
-            state.save_maintenance(after)
+            state.save_maintenance(after, [] if present else changed, now)
     return bool(changed), listing(before), listing(after)
 
 

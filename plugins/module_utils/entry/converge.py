@@ -87,7 +87,7 @@ def node_runtimes(host, option="auto"):
 
 
 def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_STATE_DIR, runtimes=None,
-            maintenance=None):
+            maintenance=None, health_cleared=None):
     """Read everything a plan needs from the host, once: host memory only when a new hold needs
     admission, the kube side only when a Kubernetes release needs it."""
     releases = releases if releases is not None else Releases()
@@ -134,6 +134,7 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
         damaged_specs=host.damaged_specs(),
         runtimes=list(runtimes if runtimes is not None else host.cdi_runtimes()[0]),
         maintenance=dict(maintenance or {}),
+        health_cleared=dict(health_cleared or {}),
     )
 
 
@@ -173,7 +174,7 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
         previous = ledger.observed_generation
         now = time.time()
         observed = observe(host, ledger, parsed.assignments, state.releases, now, state_dir, runtimes,
-                           state.maintenance)
+                           state.maintenance, state.health_cleared)
         plan = plan_pass(generation, parsed, observed, instances)
         warnings = _observation_warnings(observed) + runtime_warnings + plan.warnings
         errors = list(plan.errors)

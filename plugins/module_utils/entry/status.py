@@ -18,7 +18,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import bus
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition, stale_edits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES
-from ansible_collections.bcd.devices.plugins.module_utils.domain.health import unhealthy_condition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import damaged_condition, summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities, node_runtimes
@@ -75,7 +75,7 @@ def _with_service(gpus, holds, releases, domains, state, inventory):
     ``health`` (what makes it unhealthy, ``domain/health.py``; empty when nothing does)."""
     for entry in gpus:
         gpu = inventory.gpu(entry["uuid"])
-        entry["health"] = list(gpu.health) if gpu is not None else []
+        entry["health"] = list(gpu_health(gpu, state.health_cleared)) if gpu is not None else []
         claims = claims_on(entry["uuid"], holds, releases, domains, state.ledger.vfio, state.maintenance)
         record = state.maintenance.get(entry["uuid"])
         entry["maintenance"] = record["reason"] if record else None
@@ -129,7 +129,7 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
             holders.setdefault(atom.gpu_uuid, [])
             if hold.allocation_id not in holders[atom.gpu_uuid]:
                 holders[atom.gpu_uuid].append(hold.allocation_id)
-    sick = unhealthy_condition(inventory, holders)
+    sick = unhealthy_condition(inventory, holders, state.health_cleared)
     if sick is not None:
         conditions.append(sick)
     return {

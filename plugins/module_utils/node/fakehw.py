@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
-from ansible_collections.bcd.devices.plugins.module_utils.domain.health import problems
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import XID_CLASSES, problems
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
     Gpu,
@@ -358,8 +358,8 @@ def fakehw_from_data(data, source="fakehw file"):
                 name=_text(item.get("name"), where + ".name"),
                 mig=tuple(mig),
                 health=problems(_bool(health.get("retired_pages_pending"), where + ".health.retired_pages_pending", False),
-                                _bool(health.get("row_remap_failure"), where + ".health.row_remap_failure", False),
-                                xids),
+                                _bool(health.get("row_remap_failure"), where + ".health.row_remap_failure", False)),
+                xids=tuple((xid, None) for xid in xids if xid in XID_CLASSES),
             )
         )
 

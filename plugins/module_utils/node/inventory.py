@@ -40,6 +40,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -651,9 +652,19 @@ def _nvml_health(nvml, handle):
                     row_remap_pending=remap_pending)
 
 
+def boot_time(root="/"):
+    # type: (str) -> Optional[float]
+    """When the node booted (seconds since the epoch), from /proc/uptime under ``root``; None unknown."""
+    try:
+        with open(join_root(root, "/proc/uptime"), "rb") as handle:
+            return time.time() - float(handle.read(64).split()[0])
+    except (OSError, FsError, ValueError, IndexError):
+        return None
+
+
 def read_kernel_xids(root="/", max_bytes=MAX_LOG_BYTES):
     # type: (str, int) -> dict
-    """``{bus id: [xid, ...]}`` of the reset and reboot classes from this boot's kernel log
+    """``{bus id: [(xid, when), ...]}`` of the reset and reboot classes from this boot's kernel log
     (``/dev/kmsg`` under ``root``, read without blocking, at most ``max_bytes``); empty when it cannot
     be read (only root may read it on most nodes)."""
     try:
@@ -677,18 +688,18 @@ def read_kernel_xids(root="/", max_bytes=MAX_LOG_BYTES):
             size += len(record)
     finally:
         os.close(fd)
-    return xids_from_log(b"".join(chunks).decode("utf-8", "replace"))
+    return xids_from_log(b"".join(chunks).decode("utf-8", "replace"), boot_time(root))
 
 
 def with_kernel_health(inventory, xids):
     # type: (Inventory, dict) -> Inventory
-    """``inventory`` with each GPU's XIDs (by PCI bus id) added to its health."""
+    """``inventory`` with each GPU's XIDs (found by PCI bus id)."""
     if not xids:
         return inventory
     gpus = []
     for gpu in inventory.gpus:
         found = xids.get(bus_of(gpu.pci_bus_id) or "")
-        gpus.append(dataclasses.replace(gpu, health=gpu.health + problems(xids=found)) if found else gpu)
+        gpus.append(dataclasses.replace(gpu, xids=gpu.xids + tuple(found)) if found else gpu)
     return dataclasses.replace(inventory, gpus=gpus)
 
 

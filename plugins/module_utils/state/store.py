@@ -44,6 +44,7 @@ import stat
 import time
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import HEALTH_NAME, parse_cleared
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAINTENANCE_NAME, parse_maintenance, render_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, read_bytes, write_atomic
@@ -119,6 +120,7 @@ class NodeState(object):
         self._queued = []  # [(event, limits)] reported, not yet journaled
         self.maintenance = {}  # GPU UUID -> {reason, since}: GPUs out of service (domain/maintenance.py)
         self.maintenance_problem = None
+        self.health_cleared = {}  # GPU UUID -> when it last left maintenance (domain/health.gpu_health)
 
     # -- root acts as the owner ------------------------------------------------------
     @contextlib.contextmanager
@@ -204,6 +206,7 @@ class NodeState(object):
         self.releases = load_releases(self.path)
         self.maintenance, self.maintenance_problem = parse_maintenance(
             read_bytes(self._file(MAINTENANCE_NAME)), "%s/%s" % (self.node_path, MAINTENANCE_NAME))
+        self.health_cleared = parse_cleared(read_bytes(self._file(HEALTH_NAME)))
         self.ledger = parse_ledger(read_bytes(self._file(LEDGER_NAME)), "%s/%s" % (self.node_path, LEDGER_NAME))
         replayed = [event for event in sorted(self.journal.unacked(), key=lambda e: e.get("seq") or 0)
                     if (event.get("seq") or 0) > self.ledger.journal_seq]
@@ -360,8 +363,14 @@ class NodeState(object):
 
     # -- maintenance -------------------------------------------------------------------
     @_as_owner
-    def save_maintenance(self, records):
-        """Record the GPUs in maintenance (under the pass lock)."""
+    def save_maintenance(self, records, back_in_service=(), now=None):
+        """Record the GPUs in maintenance (under the pass lock); the GPUs ``back_in_service`` were reset and
+        checked, so the faults logged for them before ``now`` stop counting (``health.json``)."""
+        if back_in_service:
+            cleared = dict(self.health_cleared)
+            cleared.update((uuid, now) for uuid in back_in_service)
+            self._write(HEALTH_NAME, (json.dumps(cleared, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+            self.health_cleared = cleared
         self._write(MAINTENANCE_NAME, render_maintenance(records))
         self.maintenance = records
 

@@ -8,14 +8,16 @@ the real host's readers (NVML through a fake module, the kernel log from a file)
 from __future__ import annotations
 
 import copy
+import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.health import XID_CLASSES, xids_from_log
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import XID_CLASSES, gpu_health, xids_from_log
 from ansible_collections.bcd.devices.plugins.module_utils.node import inventory as real
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_cli import cli
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_busy_and_maintenance import service
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import info
 
 # Kernel log lines as the driver prints them (the Xid 79 one from NVIDIA/open-gpu-kernel-modules#1151,
@@ -81,7 +83,10 @@ def test_the_fakehw_health_entry_is_checked_like_network_input(capsys, node):
 # -- the real host's readers -----------------------------------------------------------------------
 
 def test_xids_of_the_reset_and_reboot_classes_are_read_from_the_kernel_log_by_bus():
-    assert xids_from_log(KERNEL_LOG) == {"0000:3b:00": [79], "0000:5e:00": [94]}  # 63 is no fault: not counted
+    # 63 is no fault: not counted; kmsg records carry their time since boot
+    assert xids_from_log(KERNEL_LOG, boot_time=1000.0) == {
+        "0000:3b:00": [(79, 1005.0001)], "0000:5e:00": [(94, 1006.0001), (94, 1006.0002)]}
+    assert xids_from_log("[ 12.5] NVRM: Xid (PCI:0000:3b:00): 48, x") == {"0000:3b:00": [(48, None)]}  # dmesg
     assert set(XID_CLASSES) >= {48, 79, 94, 95}
     assert xids_from_log("NVRM: Xid (PCI:0000:3b:00): 99999, x") == {}
 
@@ -89,15 +94,38 @@ def test_xids_of_the_reset_and_reboot_classes_are_read_from_the_kernel_log_by_bu
 def test_the_kernel_log_is_read_from_kmsg_under_root_and_mapped_to_gpus_by_pci_address(tmp_path):
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "kmsg").write_text(KERNEL_LOG)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "uptime").write_text("3600.00 7000.00\n")  # booted an hour ago
     xids = real.read_kernel_xids(str(tmp_path))
     inventory = real.Inventory(gpus=[real.Gpu(uuid=GPU_A, index=0, pci_bus_id="0000:3b:00.0"),
                                      real.Gpu(uuid=GPU_B, index=1, pci_bus_id="0000:5e:00.0"),
                                      real.Gpu(uuid=GPU_C, index=2, pci_bus_id="0000:86:00.0")], source="nvml")
     checked = real.with_kernel_health(inventory, xids)
-    assert [gpu.health for gpu in checked.gpus] == [
+    assert [gpu_health(gpu) for gpu in checked.gpus] == [
         ("Xid 79: GPU has fallen off the bus (reboot the node)",),
         ("Xid 94: contained ECC error (reset the GPU)",), ()]
+    # GPU_B left maintenance (reset and checked) after its Xid was logged: it no longer counts
+    logged = checked.gpus[1].xids[0][1]
+    assert abs(logged - (time.time() - 3600 + 6)) < 60
+    assert gpu_health(checked.gpus[1], {GPU_B: logged + 1}) == ()
+    assert gpu_health(checked.gpus[0], {GPU_B: logged + 1}) != ()
     assert real.read_kernel_xids(str(tmp_path / "nowhere")) == {}
+
+
+def test_taking_a_gpu_out_of_maintenance_after_its_reset_lets_it_take_holds_again(capsys, node):
+    node.set_hardware(gpus=sick(DEFAULT_GPUS, 2, xids=[95]))
+    refused = run(capsys, node, generation=1, devices=[hold("a1", GPU_C)])
+    what = "Xid 95: uncontained ECC error (reset the GPU)"
+    assert fails(refused) == [("a1", "device-missing", "%s is unhealthy: %s" % (GPU_C, what))]
+    service(capsys, node, gpus=[GPU_C], reason="reset after Xid 95")
+    service(capsys, node, gpus=[GPU_C], state="absent")  # reset and checked: back in service
+    assert info(capsys, node)["gpus"][2]["health"] == []
+    again = run(capsys, node, generation=2, devices=[hold("a1", GPU_C)])
+    assert fails(again) == [] and [c["type"] for c in again["conditions"]] == []
+    # the driver's own state is not cleared by the operator: a pending retirement still counts
+    node.set_hardware(gpus=sick(DEFAULT_GPUS, 2, xids=[95], retired_pages_pending=True))
+    still = run(capsys, node, generation=3, devices=[hold("a1", GPU_C), hold("a2", GPU_C + "/s0")])
+    assert [f[:2] for f in fails(still)] == [("a2", "device-missing")]
 
 
 class FakeNvml(object):
