@@ -102,8 +102,8 @@ def gpu_health(gpu, cleared=None):
 
 
 def parse_cleared(content):
-    """``{uuid: when}`` from ``health.json``'s bytes; anything else is no record (it only ever lets
-    faults count again: the unprivileged account that can write it can only make GPUs unhealthy)."""
+    """``{uuid: when}`` from ``health.json``'s bytes; anything else is no record. The pass account owns
+    the state directory and could forge it; it decides which holds are bound anyway (docs/security.md)."""
     try:
         data = json.loads(content[:256 * 1024].decode("utf-8")) if content else {}
     except (ValueError, UnicodeDecodeError, RecursionError):
