@@ -7,8 +7,9 @@ from __future__ import annotations
 
 
 class ModuleDocFragment(object):
-    """``bcd.devices.node`` (root, fakehw, state_dir), ``bcd.devices.node.helper`` (helper_socket) and
-    ``bcd.devices.node.runtimes`` (cdi_runtimes)."""
+    """``bcd.devices.node`` (root, fakehw, state_dir), ``bcd.devices.node.helper`` (helper_socket),
+    ``bcd.devices.node.runtimes`` (cdi_runtimes), ``bcd.devices.node.lock`` (lock_timeout) and
+    ``bcd.devices.node.read_only`` (the attributes of a module that writes nothing)."""
 
     DOCUMENTATION = r"""
 options:
@@ -57,4 +58,25 @@ options:
       - The timers' passes on the node use what the last run was given.
     type: raw
     default: auto
+"""
+
+    LOCK = r"""
+options:
+  lock_timeout:
+    description: Seconds to wait for another pass on the same node (the pass lock under O(state_dir)) to finish.
+    type: float
+    default: 120
+"""
+
+    READ_ONLY = r"""
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Writes nothing, so there is nothing to show.
+  idempotent:
+    support: full
+    description: Reads only.
 """

@@ -23,26 +23,14 @@ author:
   - bcd.devices contributors (!UNKNOWN)
 extends_documentation_fragment:
   - bcd.devices.node
+  - bcd.devices.node.lock
+  - bcd.devices.node.read_only
 options:
   gpus:
     description: UUIDs of the GPUs to check (C(GPU-...)); each must be a GPU of the node.
     type: list
     elements: str
     required: true
-  lock_timeout:
-    description: Seconds to wait for a converging pass on the node to finish.
-    type: float
-    default: 120
-attributes:
-  check_mode:
-    support: full
-    description: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Writes nothing, so there is nothing to show.
-  idempotent:
-    support: full
-    description: Reads only.
 seealso:
   - module: bcd.devices.maintenance
   - module: bcd.devices.holds_info
@@ -106,14 +94,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, host_from_params
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
 
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(
-        NODE_OPTIONS,
+        NODE_OPTIONS, LOCK_OPTIONS,
         gpus=dict(type="list", elements="str", required=True),
-        lock_timeout=dict(type="float", default=120),
     ), supports_check_mode=True)
     params = module.params
     try:

@@ -92,14 +92,11 @@ options:
         shown as warnings, and the task succeeds with RV(section.state=FAILED).
     type: bool
     default: false
-  lock_timeout:
-    description: Seconds to wait for another pass on the same node to finish.
-    type: float
-    default: 120
 extends_documentation_fragment:
   - bcd.devices.node
   - bcd.devices.node.helper
   - bcd.devices.node.runtimes
+  - bcd.devices.node.lock
 attributes:
   check_mode:
     support: full
@@ -384,6 +381,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import B
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
     HELPER_OPTIONS,
+    LOCK_OPTIONS,
     NODE_OPTIONS,
     RUNTIME_OPTIONS,
     argument_spec,
@@ -394,7 +392,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import HA
 
 def module_argument_spec():
     return argument_spec(
-        NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS,
+        NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS,
         generation=dict(type="int", required=True),
         # The assignments are checked by the converger, which refuses a bad one with
         # invalid-assignment instead of failing the whole task: so no suboptions here.
@@ -404,7 +402,6 @@ def module_argument_spec():
             gpus=dict(type="list", elements="str", default=[]),
         )),
         fail_on_refusal=dict(type="bool", default=False),
-        lock_timeout=dict(type="float", default=120),
     )
 
 

@@ -23,16 +23,7 @@ extends_documentation_fragment:
   - bcd.devices.node
   - bcd.devices.node.helper
   - bcd.devices.node.runtimes
-attributes:
-  check_mode:
-    support: full
-    description: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Writes nothing, so there is nothing to show.
-  idempotent:
-    support: full
-    description: Reads only.
+  - bcd.devices.node.read_only
 seealso:
   - module: bcd.devices.holds
   - module: bcd.devices.events

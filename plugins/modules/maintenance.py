@@ -22,6 +22,7 @@ author:
   - bcd.devices contributors (!UNKNOWN)
 extends_documentation_fragment:
   - bcd.devices.node
+  - bcd.devices.node.lock
 options:
   gpus:
     description: UUIDs of the GPUs (C(GPU-...)); to put one in maintenance it must be a GPU of the node.
@@ -38,10 +39,6 @@ options:
       - Why, as the refusal of a new hold names it. Required with O(state=present); a GPU already in
         maintenance takes the new reason and keeps its start time.
     type: str
-  lock_timeout:
-    description: Seconds to wait for a converging pass on the node to finish.
-    type: float
-    default: 120
 attributes:
   check_mode:
     support: full
@@ -95,7 +92,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import set_maintenance
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, host_from_params
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
 
 
 def _diff_text(records):
@@ -104,11 +101,10 @@ def _diff_text(records):
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(
-        NODE_OPTIONS,
+        NODE_OPTIONS, LOCK_OPTIONS,
         gpus=dict(type="list", elements="str", required=True),
         state=dict(type="str", choices=["present", "absent"], default="present"),
         reason=dict(type="str"),
-        lock_timeout=dict(type="float", default=120),
     ), required_if=[("state", "present", ("reason",))], supports_check_mode=True)
     params = module.params
     try:

@@ -17,6 +17,9 @@ NODE_OPTIONS = dict(
 HELPER_OPTIONS = dict(
     helper_socket=dict(type="path"),
 )
+LOCK_OPTIONS = dict(
+    lock_timeout=dict(type="float", default=120),
+)
 RUNTIME_OPTIONS = dict(
     cdi_runtimes=dict(type="raw", default="auto"),
 )
