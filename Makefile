@@ -34,8 +34,8 @@ ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
 	@echo "make lint      target-Python check of modules and module_utils, ansible-lint"
-	@echo "make units     pytest on tests/unit (PYTEST_ARGS=... to pass options)"
-	@echo "make sanity    ansible-test sanity on a copy in .build/sanity (SANITY_ARGS=...)"
+	@echo "make units     pytest on tests/unit under ansible-core 2.19 and 2.16 (PYTEST_ARGS=..., CORES=...)"
+	@echo "make sanity    ansible-test sanity under ansible-core 2.16 to 2.19, on copies in .build/sanity (SANITY_ARGS=..., CORES=...)"
 	@echo "make molecule  every Molecule scenario"
 	@echo "make demo      hack/demo.sh: the fakehw demo"
 	@echo "make e2e       hack/e2e.sh: podman 5 and the CDI library consume converged specs (root)"
@@ -67,15 +67,31 @@ lint: $(STAMP) | $(LINK)
 	$(BIN)/python hack/check_target_python.py --no-ansible plugins/module_utils plugins/modules
 	$(ANSIBLE_ENV) ansible-lint --offline
 
+# The ansible-core versions meta/runtime.yml allows. 2.19 is .venv's; each older one has
+# its own venv, .build/venvs/ansible-core-<version> (hack/tool_venv.sh, pins in
+# requirements/tools/), made on first use. make units runs under the newest and the
+# oldest, make sanity under every one: CORES=2.19 (or UNITS_CORES=, SANITY_CORES=) narrows.
+CORES ?= 2.19 2.18 2.17 2.16
+UNITS_CORES ?= $(filter 2.19 2.16,$(CORES))
+SANITY_CORES ?= $(CORES)
+
 # Two workers (pytest-xdist); PYTEST_ARGS=... replaces that, e.g. PYTEST_ARGS="-q tests/unit/x.py".
 PYTEST_ARGS ?= -n 2
 units: $(STAMP) | $(LINK)
-	@rc=0; $(BIN)/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
-	if ((rc == 5)); then echo "units: pytest collected no test under tests/unit" >&2; fi; \
-	exit $$rc
+	@for core in $(UNITS_CORES); do \
+	  case $$core in 2.19) bin=$(BIN) ;; *) bin=$$(BUILD=$(BUILD) bash hack/tool_venv.sh ansible-core-$$core) ;; esac; \
+	  echo "units: ansible-core $$("$$bin/python" -c 'import ansible; print(ansible.__version__)')"; \
+	  rc=0; "$$bin/python" -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	  if ((rc == 5)); then echo "units: pytest collected no test under tests/unit" >&2; fi; \
+	  if ((rc)); then echo "units: failed under ansible-core $$core" >&2; exit $$rc; fi; \
+	done
 
 sanity: $(STAMP)
-	VENV=$(VENV) BUILD=$(BUILD) bash hack/sanity.sh $(SANITY_ARGS)
+	@for core in $(SANITY_CORES); do \
+	  echo "sanity: ansible-core $$core"; \
+	  VENV=$(VENV) BUILD=$(BUILD) bash hack/sanity.sh --core $$core $(SANITY_ARGS) || { \
+	    echo "sanity: failed under ansible-core $$core" >&2; exit 1; }; \
+	done
 
 molecule: $(STAMP) | $(LINK)
 	VENV=$(VENV) BUILD=$(BUILD) bash hack/molecule.sh $(MOLECULE_ARGS)

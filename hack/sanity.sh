@@ -2,7 +2,13 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 #
-# Run `ansible-test sanity` on a real copy of the collection.
+# Run `ansible-test sanity` on a real copy of the collection, under one ansible-core.
+#
+#   bash hack/sanity.sh [--core 2.16|2.17|2.18|2.19] [ANSIBLE-TEST ARGS...]
+#
+# 2.19 (the default) is .venv's ansible-core; an older one comes from its own venv,
+# .build/venvs/ansible-core-<version> (hack/tool_venv.sh, pins in requirements/tools/).
+# `make sanity` runs every version meta/runtime.yml allows, one after the other.
 #
 # ansible-test wants the collection at .../ansible_collections/bcd/devices and refuses a
 # symlink, so this copies what git would ship (tracked files plus untracked files that
@@ -17,9 +23,20 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
-venv=$(cd "${VENV:-.venv}" && pwd)
 build=${BUILD:-$repo/.build}
-dest=$build/sanity/ansible_collections/bcd/devices
+core=2.19
+if [[ ${1:-} == --core ]]; then
+  core=${2:?--core needs a version}
+  shift 2
+fi
+case $core in
+  2.19) venv=$(cd "${VENV:-.venv}" && pwd) ;;
+  2.16 | 2.17 | 2.18) venv=$(BUILD=$build bash hack/tool_venv.sh "ansible-core-$core") && venv=${venv%/bin} ;;
+  *) echo "sanity: ansible-core $core is not one this collection supports (2.16 to 2.19)" >&2; exit 2 ;;
+esac
+have=$("$venv/bin/python" -c 'import ansible; print(".".join(ansible.__version__.split(".")[:2]))')
+[[ $have == "$core" ]] || { echo "sanity: $venv has ansible-core $have, not $core" >&2; exit 2; }
+dest=$build/sanity/$core/ansible_collections/bcd/devices
 home=$build/home
 
 git rev-parse --is-inside-work-tree >/dev/null 2>&1 || {
@@ -50,5 +67,5 @@ cp hack/get_pip_stand_in.py "$cache/get_pip_${pip_version//./_}.py"
 
 cd "$dest"
 export HOME=$home PATH=$venv/bin:$PATH
-echo "sanity: $(git ls-files --others --exclude-standard | wc -l) files copied to $dest"
+echo "sanity: ansible-core $("$venv/bin/python" -c 'import ansible; print(ansible.__version__)'), $(git ls-files --others --exclude-standard | wc -l) files copied to $dest"
 exec ansible-test sanity --python 3.11 --color no "$@"

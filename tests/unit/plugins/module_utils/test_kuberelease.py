@@ -19,7 +19,7 @@ import time
 import types
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_collections.bcd.devices.tests.unit.module_args import patch_module_args
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli, converge as _converge
 from ansible_collections.bcd.devices.plugins.module_utils.state import store as _store

@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from ansible_collections.bcd.devices.tests.unit.module_args import patch_module_args
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, NodeKey, verify_report
 from ansible_collections.bcd.devices.plugins.modules import events as events_module

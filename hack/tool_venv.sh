@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Creates, once, a separate virtual environment for a tool whose pins cannot share
+# .venv (another ansible-core, galaxy-importer's own ansible-lint, ...), and prints its
+# bin directory.
+#
+#   bash hack/tool_venv.sh NAME      e.g. BIN=$(bash hack/tool_venv.sh ansible-core-2.16)
+#
+# The environment is .build/venvs/NAME, built from requirements/tools/NAME.txt (every
+# package pinned exactly, transitive ones included). It is rebuilt only when that file
+# changes: the file's hash is kept in .build/venvs/NAME/.installed. pip reads its index
+# from the machine's own configuration (pip.conf, PIP_INDEX_URL), as for .venv.
+#
+# Environment: PYTHON (default python3.11), BUILD (default <repo>/.build).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+name=${1:?usage: hack/tool_venv.sh NAME}
+[[ $name =~ ^[A-Za-z0-9._-]+$ ]] || { echo "tool_venv: bad name '$name'" >&2; exit 2; }
+req=$repo/requirements/tools/$name.txt
+[[ -f $req ]] || { echo "tool_venv: $req does not exist" >&2; exit 2; }
+dest=${BUILD:-$repo/.build}/venvs/$name
+python=${PYTHON:-$(command -v python3.11 || echo /usr/bin/python3.11)}
+want=$(sha256sum "$req" | cut -c1-16)
+
+if [[ -x $dest/bin/python && -f $dest/.installed && $(<"$dest/.installed") == "$want" ]]; then
+  echo "$dest/bin"
+  exit 0
+fi
+echo "tool_venv: creating $dest from ${req#"$repo"/}" >&2
+rm -rf "$dest"
+"$python" -m venv "$dest"
+"$dest/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$req" >&2
+echo "$want" >"$dest/.installed"
+echo "$dest/bin"
