@@ -390,6 +390,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY
 
 
+# What an Ansible user does about a refusal, after the spec's own message.
+ANSIBLE_FIX = {
+    "node-unprivileged": "; with Ansible: add become: true to the task or play, or set helper_socket to the root "
+                         "helper's socket (the role bcd.devices.bcd_holds runs one)",
+}
+
+
 def module_argument_spec():
     return argument_spec(
         NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS,
@@ -423,7 +430,8 @@ def main():
     for warning in result.warnings:
         module.warn(warning)
     for failure in result.plan.failures:
-        module.warn("%s refused (%s): %s" % (failure.allocation_id, failure.reason, failure.message))
+        module.warn("%s refused (%s): %s%s" % (failure.allocation_id, failure.reason, failure.message,
+                                               ANSIBLE_FIX.get(failure.reason, "")))
     if result.retry:
         module.fail_json(msg="the pass could not finish and will be retried: %s" % result.section["message"],
                          **output)

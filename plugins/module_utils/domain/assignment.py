@@ -12,6 +12,7 @@ a slice.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
@@ -43,6 +44,10 @@ BINDING_KUBERNETES = "BINDING_KUBERNETES"
 
 LIMIT_LISTS = ("cpus", "mems")
 LIMIT_NUMBERS = ("cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi")
+# The fields of a DeviceAssignment and of its devices (the spec page's table): any other key is a typo
+# or a field bcd does not know, and is refused rather than silently read as absent.
+ASSIGNMENT_FIELDS = ("allocation_id", "reservation_id", "binding", "devices", "limits", "env")
+DEVICE_FIELDS = ("id", "device_class")
 
 # Keys bcd itself writes into the env file and the CDI spec; an assignment's
 # own env lines may not shadow them.
@@ -187,15 +192,28 @@ def parse_cpulist(value):
     return numbers
 
 
+def check_fields(raw, known, where):
+    """Refuse a key of the mapping ``raw`` that is not in ``known``: ``<where>.<key>: unknown field``,
+    with the nearest known field when one is close (a typo), else the known ones."""
+    unknown = sorted((key for key in raw if key not in known), key=str)
+    if not unknown:
+        return
+    key = unknown[0]
+    shown = key if isinstance(key, str) and len(key) <= 64 and key.isprintable() else _show(key)
+    prefix = "%s.%s" % (where, shown) if where else shown
+    nearest = difflib.get_close_matches(key, known, n=1, cutoff=0.6) if isinstance(key, str) and len(key) <= 64 else []
+    if nearest:
+        raise InvalidAssignment("%s: unknown field; did you mean %s?" % (prefix, nearest[0]))
+    raise InvalidAssignment("%s: unknown field (known: %s)" % (prefix, ", ".join(known)))
+
+
 def parse_limits(raw):
     """Checked ``Limits`` from raw input (None when they book nothing); ``InvalidAssignment`` names the field."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise InvalidAssignment("limits: must be a mapping")
-    unknown = sorted(str(key) for key in raw if key not in LIMIT_LISTS + LIMIT_NUMBERS)
-    if unknown:
-        raise InvalidAssignment("limits.%s: unknown field" % unknown[0])
+    check_fields(raw, LIMIT_LISTS + LIMIT_NUMBERS, "limits")
     values = {"cpus": check_cpulist(raw.get("cpus") or None, "limits.cpus"),
               "mems": check_nodelist(raw.get("mems") or None, "limits.mems")}
     for name in LIMIT_NUMBERS:
@@ -245,6 +263,7 @@ def _devices(raw):
         where = "devices[%d]" % index
         if not isinstance(item, dict):
             raise InvalidAssignment("%s: must be a mapping with id and device_class" % where)
+        check_fields(item, DEVICE_FIELDS, where)
         device_id = _text(item.get("id"), where + ".id", required=True)
         device_class = _text(item.get("device_class"), where + ".device_class") or "gpu"
         refs.append(DeviceRef(id=device_id, device_class=device_class))
@@ -255,6 +274,7 @@ def parse_assignment(raw, index=0):
     """Check one raw assignment; raise ``InvalidAssignment`` naming the field."""
     if not isinstance(raw, dict):
         raise InvalidAssignment("devices[%d]: an assignment must be a mapping" % index)
+    check_fields(raw, ASSIGNMENT_FIELDS, "")
     allocation_id = raw.get("allocation_id")
     if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
         raise InvalidAssignment("allocation_id: %s does not match %s" % (_show(allocation_id), ALLOCATION_ID_RE.pattern))

@@ -165,8 +165,13 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
         raise PassError(str(exc))
     runtimes, runtime_warnings = node_runtimes(host, cdi_runtimes)
     state = NodeState(host.path(state_dir), state_dir)
-    with state.lock(lock_timeout, create=not check_mode):
-        state.load(write=not check_mode)
+    # Without root, a helper or a state directory of its own (become forgotten on a node the role
+    # never set up), a real pass can record nothing: it is check mode's pass, which refuses every new
+    # hold just the same, and says so instead of failing on the first write. Check mode says the same.
+    unrecorded = None if host.privileged else state.unwritable()
+    writes = not check_mode and unrecorded is None
+    with state.lock(lock_timeout, create=writes):
+        state.load(write=writes)
         ledger = state.ledger
         if ledger.observed_generation is not None and generation < ledger.observed_generation:
             raise PassError("generation %d is older than the observed generation %d; refusing to go back"
@@ -179,7 +184,10 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
         warnings = _observation_warnings(observed) + runtime_warnings + plan.warnings
         errors = list(plan.errors)
         changed = bool(plan.changes)
-        if not check_mode:
+        if unrecorded:
+            changed = False
+            warnings.append("%s: this pass wrote nothing and journaled no event" % unrecorded)
+        if writes:
             done, apply_errors = apply_plan(plan, host.writer, state)
             changed = bool(done)
             errors.extend(apply_errors)

@@ -188,6 +188,22 @@ class NodeState(object):
         write_atomic(self._file(name), content, STATE_FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
 
     # -- a pass ----------------------------------------------------------------------
+    def unwritable(self):
+        """Why this process cannot keep the state directory, or None: it is not writable, or it is
+        missing and its nearest existing parent is not (a pass without root on a node the role never
+        set up). Only asked of a process without root, for which the permission bits are the truth."""
+        path = self.path
+        while not os.path.lexists(path):
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
+        if os.path.isdir(path) and not os.path.islink(path) and os.access(path, os.W_OK | os.X_OK):
+            return None
+        if path == self.path:
+            return "state_dir %s is not writable by uid %d" % (self.node_path, os.geteuid())
+        return "state_dir %s does not exist and uid %d cannot create it" % (self.node_path, os.geteuid())
+
     @contextlib.contextmanager
     def lock(self, timeout=120.0, create=True, shared=False):
         """The pass lock; ``create=False`` (check mode, listing) creates nothing; ``shared`` for readers."""

@@ -222,7 +222,10 @@ def test_a_limit_string_beyond_int64_is_refused():
 
 
 @pytest.mark.parametrize("limits, message", [
-    ({"gpus": 1}, "limits.gpus: unknown field"),
+    ({"gpus": 1}, "limits.gpus: unknown field; did you mean cpus?"),
+    ({"memory": 1 << 30}, "limits.memory: unknown field; did you mean memory_bytes?"),
+    ({"ExecStart": "/bin/sh"},
+     "limits.ExecStart: unknown field (known: cpus, mems, cpu_millis, memory_bytes, hugepages_2mi, hugepages_1gi)"),
     ([1], "limits: must be a mapping"),
     ("cpus=0", "limits: must be a mapping"),
 ])
@@ -324,3 +327,24 @@ def test_a_number_beyond_int64_is_refused(field):
 def test_at_most_256_env_lines():
     assert len(parse_assignment(entry(env=["K%d=v" % n for n in range(256)])).env) == 256
     assert refusal_of(entry(env=["K%d=v" % n for n in range(257)])).message == "env: more than 256 lines"
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"reservaton_id": "rsv_1"}, "reservaton_id: unknown field; did you mean reservation_id?"),
+    ({"bindng": "BINDING_HOLD"}, "bindng: unknown field; did you mean binding?"),
+    ({"node": "n1"}, "node: unknown field (known: allocation_id, reservation_id, binding, devices, limits, env)"),
+    ({7: "x"}, "7: unknown field (known: allocation_id, reservation_id, binding, devices, limits, env)"),
+    ({"devices": [{"id": "GPU-5f1c2a90-0000-4000-8000-000000000001", "device_clas": "gpu.mig"}]},
+     "devices[0].device_clas: unknown field; did you mean device_class?"),
+    ({"devices": [{"id": "GPU-5f1c2a90-0000-4000-8000-000000000001"}, {"uuid": "GPU-1"}]},
+     "devices[1].uuid: unknown field; did you mean id?"),
+    ({"x\n" * 40: 1}, "%s...: unknown field (known: allocation_id, reservation_id, binding, devices, limits, env)"
+     % repr("x\n" * 40)[:87]),  # a hostile key is shown escaped and cut short
+])
+def test_an_unknown_key_is_refused_with_the_nearest_field(extra, message):
+    """A typo in an assignment or a device is never read as an absent field (an empty reservation id, a
+    device class that reads as gpu): the assignment is refused, naming the key and what was meant."""
+    raw = entry()
+    raw.update(extra)
+    refusal = refusal_of(raw)
+    assert (refusal.reason, refusal.message) == ("invalid-assignment", message)

@@ -12,13 +12,13 @@ import sys
 
 import pytest
 from ansible.module_utils.common import warnings as ansible_warnings
-from ansible.module_utils.testing import patch_module_args
+from ansible_collections.bcd.devices.tests.unit.module_args import patch_module_args
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.modules import holds
 
-from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, open_to_all
 
 GPU_GONE = "GPU-5f1c2a90-0000-4000-8000-0000000000ff"
 NODE_UNPRIVILEGED = ("bcd node runs without root and without [helper]: it cannot write /etc/cdi or create hold "
@@ -266,3 +266,95 @@ def test_a_hostile_cpulist_is_refused_alone_and_the_others_bind(capsys, node):
     assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
         ("a1", "invalid-assignment", "limits.mems: NUMA node 30000000 is beyond 1023, the most any host has")]
     assert [h["allocation_id"] for h in result["holds"]] == ["a2"]
+
+
+def run_as(uid, capsys, node, check=False, **args):
+    """``run`` in a forked child that has dropped root for ``uid``: a real unprivileged process (the
+    permission bits hold for it), which needs no interpreter another account could start."""
+    # The interpreter may lie where the other account cannot read (pyenv under /root): what the child
+    # imports late is imported now.
+    import encodings.utf_8_sig  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop root for good, run the module, send its result, never return
+        code = 0
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            result = run(capsys, node, check=check, **args)
+            os.write(write_end, json.dumps(result).encode("utf-8"))
+        except BaseException as exc:  # pylint: disable=broad-except  # reported to the parent, which fails
+            import traceback  # pylint: disable=import-outside-toplevel
+            os.write(write_end, json.dumps({"child_error": traceback.format_exc()}).encode("utf-8"))
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks = []
+    while True:
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    result = json.loads(b"".join(chunks).decode("utf-8"))
+    assert "child_error" not in result, result
+    return result
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop it in a child")
+def test_without_become_the_real_run_refuses_as_check_mode_said(capsys, node):
+    """Forgetting become on a node the role never set up: no helper, and no state directory this
+    account may create. Check mode and the real run give the same refusals, the real run writes nothing
+    and does not fail, and the warning tells an Ansible user what to do."""
+    open_to_all(node.root)
+    os.makedirs(node.path("/var/lib"), mode=0o755)  # root's, as on a real node: /var/lib/bcd cannot be made
+    before = node_tree(node.base)
+    devices = [hold("a1", GPU_A), hold("a2", GPU_B + "/s1")]
+    planned = run_as(65534, capsys, node, check=True, generation=1, devices=devices)
+    done = run_as(65534, capsys, node, generation=1, devices=devices)
+    for result in (planned, done):
+        assert "failed" not in result, result.get("msg")
+        assert result["changed"] is False
+        assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+            ("a1", "node-unprivileged", NODE_UNPRIVILEGED), ("a2", "node-unprivileged", NODE_UNPRIVILEGED)]
+        assert result["events"] == []
+        texts = warnings(result)
+        assert ("a1 refused (node-unprivileged): " + NODE_UNPRIVILEGED
+                + "; with Ansible: add become: true to the task or play, or set helper_socket to the root "
+                  "helper's socket (the role bcd.devices.bcd_holds runs one)") in texts
+        assert ("state_dir /var/lib/bcd does not exist and uid 65534 cannot create it: this pass wrote nothing "
+                "and journaled no event") in texts
+    assert planned["plan"] == done["plan"] and planned["holds"] == done["holds"]
+    assert node_tree(node.base) == before
+
+
+def node_tree(base):
+    """Every path under ``base`` with its content (files) or None (directories)."""
+    tree = {}
+    for directory, names, files in os.walk(base):
+        for name in names:
+            tree[os.path.join(directory, name)] = None
+        for name in files:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as handle:
+                tree[path] = handle.read()
+    return tree
+
+
+def test_a_typo_in_an_assignment_is_refused_and_the_others_are_bound(capsys, node):
+    typo = hold("a1", GPU_A)
+    typo["reservaton_id"] = typo.pop("reservation_id")
+    mig = hold("a2", GPU_B)
+    mig["devices"] = [{"id": GPU_B, "device_clas": "gpu.mig"}]
+    result = run(capsys, node, generation=1, devices=[typo, mig, hold("a3", GPU_C)])
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a1", "invalid-assignment", "reservaton_id: unknown field; did you mean reservation_id?"),
+        ("a2", "invalid-assignment", "devices[0].device_clas: unknown field; did you mean device_class?")]
+    assert "a1 refused (invalid-assignment): reservaton_id: unknown field; did you mean reservation_id?" \
+        in warnings(result)
+    assert not node.exists("/etc/cdi/bcd-a1.json") and not node.exists("/etc/cdi/bcd-a2.json")
+    assert node.exists("/etc/cdi/bcd-a3.json")
