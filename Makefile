@@ -103,7 +103,7 @@ bench: $(STAMP) | $(LINK)
 # ANSIBLE_COLLECTIONS_PATH set as for the other Ansible tools.
 demo: $(STAMP) | $(LINK)
 	@if [[ ! -f hack/demo.sh ]]; then echo "demo: hack/demo.sh is missing" >&2; exit 1; fi
-	$(ANSIBLE_ENV) VENV=$(VENV) BUILD=$(BUILD) bash hack/demo.sh
+	$(ANSIBLE_ENV) VENV=$(VENV) BUILD=$(BUILD) bash hack/demo.sh $(DEMO_ARGS)
 
 e2e: $(STAMP) | $(LINK)
 	bash hack/e2e.sh $(E2E_ARGS)

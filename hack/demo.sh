@@ -2,7 +2,7 @@
 # make demo: build a fakehw GPU node in a temporary directory and run demo/playbook.yml against it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(mktemp -d /tmp/bcd-demo.XXXXXX)
+root=$(mktemp -d "${TMPDIR:-/tmp}/bcd-demo.XXXXXX")
 .venv/bin/python hack/fakehw_node.py --root "$root/node-a" --node-id node-a --gpus 4 --mig-gpu 1 \
   --domain inst_7:3 --compact >/dev/null
 echo "== A fakehw node in $root/node-a: 4 GPUs, GPU 1 split into two MIG instances,"
@@ -20,3 +20,6 @@ demo_nodes:
 INVENTORY
 .venv/bin/ansible-playbook -i "$root/inventory.yml" demo/playbook.yml "$@"
 echo "== The node's files are in $root/node-a (etc/cdi, run/bcd/allocations, var/lib/bcd)"
+if [[ " $* " != *" --diff "* ]]; then
+  echo "== make demo DEMO_ARGS=--diff shows every file each task writes, in full, after its plan"
+fi

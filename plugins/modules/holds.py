@@ -429,9 +429,8 @@ def main():
         output["diff"] = result.plan.diffs()
     for warning in result.warnings:
         module.warn(warning)
-    for failure in result.plan.failures:
-        module.warn("%s refused (%s): %s%s" % (failure.allocation_id, failure.reason, failure.message,
-                                               ANSIBLE_FIX.get(failure.reason, "")))
+    for failure, text in zip(result.plan.failures, result.refusal_texts()):
+        module.warn(text + ANSIBLE_FIX.get(failure.reason, ""))
     if result.retry:
         module.fail_json(msg="the pass could not finish and will be retried: %s" % result.section["message"],
                          **output)

@@ -84,6 +84,19 @@ gpus:
   returned: always
   type: list
   elements: dict
+table:
+  description:
+    - The table C(bcd-holds status) prints, one line per element, for a person to read (a debug task shows it
+      as is) - one row per GPU (index, short UUID, who holds it whole, whether a reset must wait, maintenance,
+      its MIG instances and held slots, free ones marked V(free)), then pending releases, conditions and
+      capabilities. Code should read RV(gpus) instead.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "GPU  UUID                  HELD BY      RESET  SERVICE  MIG INSTANCES AND SLOTS"
+    - "0    GPU-5f1c2a90…000001  alloc_train  wait   -        -"
+    - "1    GPU-5f1c2a90…000002  -            wait   -        gi1/ci0 alloc_notebook, gi2/ci0 free"
 inventory_source:
   description: Where the GPUs came from (V(nvml), V(nvidia-smi), V(fakehw) or V(none)).
   returned: always
@@ -137,7 +150,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
     argument_spec,
     host_from_params,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
+from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
 
 
 def main():
@@ -149,6 +162,7 @@ def main():
         module.fail_json(msg=str(exc))
     for warning in status.pop("warnings"):
         module.warn(warning)
+    status["table"] = status_table(status).splitlines()
     module.exit_json(changed=False, **status)
 
 

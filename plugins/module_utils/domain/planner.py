@@ -178,9 +178,10 @@ class Plan:
         return "\n".join(lines)
 
     def diffs(self):
-        """Ansible ``--diff`` output: every file (and slice) each action changes, then the plan as text."""
-        entries = [entry for action in self.actions for entry in action.diffs()]
-        entries.append({"prepared": "plan:\n" + "\n".join("  " + line for line in self.text().splitlines()) + "\n"})
+        """Ansible ``--diff`` output: the plan as text first (what a reader scans), then every file (and
+        slice) each action changes, in full."""
+        entries = [{"prepared": "plan:\n" + "\n".join("  " + line for line in self.text().splitlines()) + "\n"}]
+        entries.extend(entry for action in self.actions for entry in action.diffs())
         return entries
 
 

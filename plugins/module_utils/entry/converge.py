@@ -19,6 +19,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.hints import refusal_hint
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, grows, limits_from_record, plan_pass
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
@@ -42,6 +44,13 @@ class PassResult:
     warnings: List[str] = field(default_factory=list)
     capabilities: List[str] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
+    inventory: Inventory = field(default_factory=Inventory)
+
+    def refusal_texts(self):
+        """One line per refusal for a person: ``<allocation> refused (<reason>): <message><hint>``."""
+        return ["%s refused (%s): %s%s" % (f.allocation_id, f.reason, f.message,
+                                           refusal_hint(f.reason, f.message, self.inventory))
+                for f in self.plan.failures]
 
     @property
     def retry(self):
@@ -210,7 +219,8 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
             warnings.append(state.maintenance_problem)
     section = section_of(generation, plan, errors, previous)
     return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,
-                      capabilities=capabilities(host, observed.inventory), errors=errors)
+                      capabilities=capabilities(host, observed.inventory), errors=errors,
+                      inventory=observed.inventory)
 
 
 def _observation_warnings(observed):

@@ -167,6 +167,14 @@ def test_converge_json_is_the_modules_result(capsys, node):
     assert "ERROR: refused: bad: device class nic.vf cannot be held" in err
 
 
+def test_a_failed_section_says_how_much_of_the_pass_stands(capsys, node):
+    spec = write_spec(node, 3, [hold("a1", GPU_B), hold("a2", GPU_C), hold("bad", "nic-0", "nic.vf")])
+    code, out, _err = cli(capsys, node, "converge", "--spec", spec)
+    assert code == EX_OK
+    assert out.splitlines()[-1] == ("section: FAILED at generation 3 (observed 3): 2 held, 1 refused: "
+                                    "bad: device class nic.vf cannot be held")
+
+
 def test_converge_without_stored_input_does_nothing(capsys, node):
     code, out, _err = cli(capsys, node, "converge", "--stored")
     assert code == EX_OK

@@ -116,6 +116,7 @@ def test_diff_shows_each_files_before_and_after_and_the_plan(capsys, node):
     assert json.loads(files["/etc/cdi/bcd-a2.json"]["after"])["devices"][0]["name"] == GPU_B
     assert files["/run/bcd/allocations/a2.env"]["after"].endswith("TEAM=x\n")
     (prepared,) = [d["prepared"] for d in diffs if "prepared" in d]
+    assert diffs[0] == {"prepared": prepared}  # the plan comes first, the files after it
     assert "release a1" in prepared and "bind a2" in prepared
     assert prepared.index("release a1") < prepared.index("bind a2")
     # check mode: the diff described changes that were not made
@@ -358,3 +359,25 @@ def test_a_typo_in_an_assignment_is_refused_and_the_others_are_bound(capsys, nod
         in warnings(result)
     assert not node.exists("/etc/cdi/bcd-a1.json") and not node.exists("/etc/cdi/bcd-a2.json")
     assert node.exists("/etc/cdi/bcd-a3.json")
+
+
+def test_a_bad_id_or_class_keeps_the_spec_message_and_the_warning_says_what_the_node_has(capsys, node):
+    """The refusals keep the spec's exact messages; the task's warnings add the GPUs the node has
+    (index and UUID), the GPU's MIG instances, or the device classes a hold may name."""
+    gpus = "this node has GPU 0 %s, GPU 1 %s, GPU 2 %s" % (GPU_A, GPU_B, GPU_C)
+    devices = [hold("a1", "nvidia0"), hold("a2", GPU_A), hold("a3", GPU_A + "/gi3/ci0"), hold("a4", GPU_C)]
+    devices[2]["devices"][0]["device_class"] = "gpu.mig"
+    devices[3]["devices"][0]["device_class"] = "GPU"
+    result = run(capsys, node, generation=1, devices=devices)
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a1", "device-missing", "nvidia0 not present"),
+        ("a3", "device-missing", "%s has no MIG instance gi3/ci0" % GPU_A),
+        ("a4", "unsupported-device", "device class GPU cannot be held")]
+    texts = warnings(result)
+    assert "a1 refused (device-missing): nvidia0 not present; " + gpus in texts
+    assert "a3 refused (device-missing): %s has no MIG instance gi3/ci0; %s has gi1/ci0, gi2/ci0" % (GPU_A, GPU_A) \
+        in texts
+    assert ("a4 refused (unsupported-device): device class GPU cannot be held; a device_class is one of gpu, "
+            "gpu.mig, gpu.slot (empty reads as gpu)") in texts
+    assert [e["body"]["message"] for e in result["events"] if e["type"] == "AllocationFailed"] == [
+        "nvidia0 not present", "%s has no MIG instance gi3/ci0" % GPU_A, "device class GPU cannot be held"]

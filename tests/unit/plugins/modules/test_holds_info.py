@@ -12,6 +12,7 @@ import os
 import pytest
 from ansible_collections.bcd.devices.tests.unit.module_args import patch_module_args
 
+from ansible_collections.bcd.devices.plugins.module_utils.entry.status import status_table
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
 from ansible_collections.bcd.devices.plugins.modules import holds, holds_info
 
@@ -156,3 +157,18 @@ def test_a_bad_fakehw_file_fails_with_a_clear_message(capsys, node, content, wor
     result = info(capsys, node)
     assert result["failed"] is True
     assert words in result["msg"]
+
+
+def test_the_table_is_what_bcd_holds_status_prints_one_line_per_element(capsys, node):
+    converge(capsys, node, 1, [hold("alloc_train", GPU_B), hold("alloc_nb", GPU_A + "/gi1/ci0", "gpu.mig")])
+    result = info(capsys, node)
+    table = result["table"]
+    assert table[0].split() == ["GPU", "UUID", "HELD", "BY", "RESET", "SERVICE", "MIG", "INSTANCES", "AND", "SLOTS"]
+    rows = dict((line.split()[0], line.split()) for line in table[1:4])
+    assert rows["0"][1] == "GPU-5f1c2a90…000001" and rows["0"][2] == "-"
+    assert " ".join(rows["0"][5:]) == "gi1/ci0 alloc_nb, gi2/ci0 free"  # the free part is shown as free
+    assert rows["1"][1:3] == ["GPU-5f1c2a90…000002", "alloc_train"]
+    assert rows["2"][2] == "-"
+    assert all(len(line) <= 100 for line in table)
+    status = dict((key, value) for key, value in result.items() if not key.startswith("_") and key != "table")
+    assert table == status_table(status).splitlines()

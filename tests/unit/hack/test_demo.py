@@ -1,0 +1,53 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""make demo as a new user sees it: it passes, it is short enough to read, the plan and the per-GPU
+table come before any file content, and --diff brings the full files back on request."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+VENV_BIN = REPO / ".venv" / "bin"
+
+pytestmark = pytest.mark.skipif(not (VENV_BIN / "ansible-playbook").exists(), reason="make demo runs from .venv")
+
+
+def demo(tmp_path, *args):
+    env = dict(os.environ, PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")), TMPDIR=str(tmp_path),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".build"),
+               ANSIBLE_HOME=str(tmp_path / "ansible-home"))
+    done = subprocess.run(["bash", "hack/demo.sh"] + list(args), cwd=str(REPO), env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_demo_reads_as_a_story_with_a_table_before_and_after_generation_2(tmp_path):
+    out = demo(tmp_path)
+    lines = out.splitlines()
+    assert len(lines) < 150
+    assert not any(line.startswith(("+++ ", "--- before")) for line in lines)  # no file content without --diff
+    assert '"generation 1: 3 bound, 1 refused (the section reads FAILED: something was refused, the rest is in place)",' \
+        in out
+    assert "the same plan as check mode showed in step 1: yes" in out
+    assert "3 signatures good, one per bind (1 refusal not signed" in out
+    tables = [i for i, line in enumerate(lines) if '"GPU  UUID ' in line]
+    assert len(tables) == 2  # before and after generation 2
+    before, after = ([line.strip().strip('",') for line in lines[i:i + 5]] for i in tables)
+    assert before[1].split()[:3] == ["0", "GPU-5f1c2a90…000001", "alloc_train"]
+    assert after[1].split()[:3] == ["0", "GPU-5f1c2a90…000001", "alloc_eval"]
+    assert before[2].endswith("gi1/ci0 alloc_notebook, gi2/ci0 free") and after[2].endswith("gi1/ci0 free, gi2/ci0 free")
+    assert "make demo DEMO_ARGS=--diff" in out
+
+
+def test_the_demo_with_diff_shows_the_plan_first_then_every_file(tmp_path):
+    out = demo(tmp_path, "--diff")
+    first_task = out.split("TASK [1. The plan for generation 1", 1)[1].split("TASK [", 1)[0]
+    assert first_task.index("plan:") < first_task.index("+++ after: /etc/cdi/bcd-alloc_train.json")
+    assert "+++ after: /run/bcd/allocations/alloc_infer.env" in first_task
