@@ -27,7 +27,7 @@
 #
 # Needs root, .venv (make venv) and, on a cold cache, the Debian mirror. Environment:
 #   E2E_CACHE          the cache (default .cache/e2e; git ignores .cache/)
-#   E2E_DEBIAN_MIRROR  default http://deb.debian.org/debian
+#   E2E_DEBIAN_MIRROR  default: the Debian archive this machine's apt sources name
 #   E2E_REBUILD=1      rebuild the rootfs and the checker even when cached
 #   E2E_KEEP=1         keep the scratch directory (its path is printed)
 set -euo pipefail

@@ -19,17 +19,69 @@
 #   rootfs_extract TARBALL DIR            unpacks a tarball into DIR (created, must be empty)
 #   in_chroot DIR CMD...                  runs CMD chrooted in DIR in a private mount
 #                                         namespace with /proc, /sys and /dev (for apt, go)
+#   debian_mirror                         prints the Debian archive debootstrap uses:
+#                                         E2E_DEBIAN_MIRROR, else the one this machine's
+#                                         apt sources name; fails when there is none
 #
 # The podman rootfs of this suite is `rootfs_tarball trixie-podman trixie "podman ..."`;
 # a systemd rootfs for systemd-nspawn is
 # `rootfs_tarball bookworm-systemd bookworm "systemd systemd-sysv …"` (the full list is in hack/e2e.sh).
 #
-# Environment: E2E_CACHE (default <repo>/.cache/e2e), E2E_DEBIAN_MIRROR (default
-# http://deb.debian.org/debian), E2E_REBUILD=1 to rebuild even when cached.
+# Environment: E2E_CACHE (default <repo>/.cache/e2e), E2E_DEBIAN_MIRROR (default: the
+# Debian archive in this machine's apt sources; no registry host is written here),
+# E2E_APT_DIR (default /etc/apt, where those sources are read), E2E_REBUILD=1 to rebuild
+# even when cached.
 
 RECIPE_EPOCH=1
 
 e2e_log() { printf '== e2e: %s\n' "$*" >&2; }
+
+debian_mirror() {
+  if [[ -n ${E2E_DEBIAN_MIRROR:-} ]]; then
+    printf '%s\n' "$E2E_DEBIAN_MIRROR"
+    return 0
+  fi
+  local apt=${E2E_APT_DIR:-/etc/apt} found
+  # The first archive (not security, not a file: or cdrom: source) of a "deb" entry: deb822
+  # stanzas in sources.list.d/*.sources first, as Debian 12 writes them, then the one-line
+  # sources.list and sources.list.d/*.list.
+  local deb822=() lines=() file
+  for file in "$apt"/sources.list.d/*.sources; do [[ -f $file ]] && deb822+=("$file"); done
+  for file in "$apt"/sources.list "$apt"/sources.list.d/*.list; do [[ -f $file ]] && lines+=("$file"); done
+  found=$(
+    if ((${#deb822[@]})); then
+      awk '
+        function pick() {
+          if (types ~ /(^|[ \t])deb([ \t]|$)/ && enabled != "no")
+            for (i = 1; i <= nuris; i++) if (usable(uris[i])) { print uris[i]; exit }
+          types = ""; enabled = ""; nuris = 0
+        }
+        function usable(uri) { return uri ~ /^https?:\/\// && uri !~ /security/ }
+        FNR == 1 && NR > 1 { pick() }
+        /^[ \t]*#/ { next }
+        /^[ \t]*$/ { pick(); next }
+        tolower($1) == "types:" { types = substr($0, index($0, ":") + 1) }
+        tolower($1) == "enabled:" { enabled = tolower($2) }
+        tolower($1) == "uris:" { for (i = 2; i <= NF; i++) uris[++nuris] = $i }
+        END { pick() }
+      ' "${deb822[@]}"
+    fi
+    if ((${#lines[@]})); then
+      awk '
+        /^[ \t]*deb[ \t]/ {
+          sub(/^[ \t]*deb[ \t]+/, ""); sub(/^\[[^]]*\][ \t]*/, "")
+          if ($1 ~ /^https?:\/\// && $1 !~ /security/) { print $1; exit }
+        }
+      ' "${lines[@]}"
+    fi
+  )
+  found=${found%%$'\n'*}
+  if [[ -z $found ]]; then
+    e2e_log "no Debian archive in $apt/sources.list or $apt/sources.list.d: set E2E_DEBIAN_MIRROR to one"
+    return 1
+  fi
+  printf '%s\n' "${found%/}"
+}
 
 in_chroot() {
   local dir=$1
@@ -48,7 +100,7 @@ in_chroot() {
 
 rootfs_tarball() {
   local name=$1 suite=$2 packages=$3
-  local cache=${E2E_CACHE:?}/rootfs mirror=${E2E_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+  local cache=${E2E_CACHE:?}/rootfs mirror
   local recipe key tarball
   recipe=$(printf 'epoch %s\nsuite %s\nvariant minbase\npackages %s\n' "$RECIPE_EPOCH" "$suite" "$packages")
   key=$(printf '%s\n' "$recipe" | sha256sum | cut -c1-12)
@@ -58,6 +110,7 @@ rootfs_tarball() {
   if [[ -s $tarball && ${E2E_REBUILD:-0} != 1 ]]; then
     return 0
   fi
+  mirror=$(debian_mirror)
   mkdir -p "$cache"
   e2e_log "building rootfs $name ($suite: $packages) from $mirror; cached as $tarball"
   # A plain command (not under if, ||, or $(...)) so that errexit holds inside it.
