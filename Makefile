@@ -33,7 +33,7 @@ ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE
 
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
-	@echo "make lint      target-Python check of modules and module_utils, ansible-lint"
+	@echo "make lint      target-Python check, ruff and mypy of plugins, ansible-lint"
 	@echo "make units     pytest on tests/unit under ansible-core 2.19 and 2.16 (PYTEST_ARGS=..., CORES=...)"
 	@echo "make sanity    ansible-test sanity under ansible-core 2.16 to 2.19, on copies in .build/sanity (SANITY_ARGS=..., CORES=...)"
 	@echo "make molecule  every Molecule scenario"
@@ -65,6 +65,8 @@ $(LINK):
 
 lint: $(STAMP) | $(LINK)
 	$(BIN)/python hack/check_target_python.py --no-ansible plugins/module_utils plugins/modules
+	$(BIN)/ruff check --no-cache plugins
+	cd $(BUILD) && $(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(BUILD)/mypy-cache
 	$(ANSIBLE_ENV) ansible-lint --offline
 
 # The ansible-core versions meta/runtime.yml allows. 2.19 is .venv's; each older one has

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 
-class ModuleDocFragment(object):
+class ModuleDocFragment:
     """``bcd.devices.node`` (root, fakehw, state_dir), ``bcd.devices.node.helper`` (helper_socket),
     ``bcd.devices.node.runtimes`` (cdi_runtimes), ``bcd.devices.node.lock`` (lock_timeout) and
     ``bcd.devices.node.read_only`` (the attributes of a module that writes nothing)."""

@@ -70,10 +70,12 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
-    HAS_CRYPTOGRAPHY,
     CRYPTOGRAPHY_IMPORT_ERROR,
+    HAS_CRYPTOGRAPHY,
     EventsError,
     decode_public_key,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     verify_report as _verify_report,
 )
 
@@ -91,7 +93,7 @@ def verify_report(event, public_key):
     return _verify_report(event, public_key)
 
 
-class FilterModule(object):
+class FilterModule:
     """bcd.devices event filters."""
 
     def filters(self):

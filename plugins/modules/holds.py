@@ -389,7 +389,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
 )
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY
 
-
 # What an Ansible user does about a refusal, after the spec's own message.
 ANSIBLE_FIX = {
     "node-unprivileged": "; with Ansible: add become: true to the task or play, or set helper_socket to the root "

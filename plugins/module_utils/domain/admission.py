@@ -66,7 +66,7 @@ def _nodes_of(limits, memory, size):
     return sorted(known)
 
 
-class Admission(object):
+class Admission:
     """The host's memory ledger for one pass: what is committed, and what each new hold takes."""
 
     def __init__(self, memory, domains=()):

@@ -49,7 +49,7 @@ class AtomRefused(BcdError):
     """An atom that cannot be held: ``reason`` is the failure reason."""
 
     def __init__(self, reason, message):
-        super(AtomRefused, self).__init__(message)
+        super().__init__(message)
         self.reason = reason
         self.message = message
 

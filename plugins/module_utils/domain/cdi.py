@@ -33,9 +33,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     CLASS_MIG,
     Atom,
+    AtomRefused,
     atom_from_id,
     visible_devices,
-    AtomRefused,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import ceiling
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import (
@@ -78,7 +78,7 @@ class RenderRefused(RenderError):
     """A hold this node cannot honour as asked: refused with ``reason`` (a failure reason of the spec page)."""
 
     def __init__(self, reason, message):
-        super(RenderRefused, self).__init__(message)
+        super().__init__(message)
         self.reason = reason
 
 

@@ -130,7 +130,7 @@ class _Unloadable(Exception):
     """Why no runtime loads a file (an ERROR), or ``level`` WARN when it could not be checked."""
 
     def __init__(self, why, level=ERROR):
-        super(_Unloadable, self).__init__(why)
+        super().__init__(why)
         self.why = why
         self.level = level
 
@@ -153,6 +153,8 @@ def _no_constant(name):
 def _parse(spec_file):
     # type: (SpecFile) -> Any
     """The parsed content, JSON first (strictly) and then YAML through ``cdi_vendor``; raises ``_Unloadable``."""
+    if spec_file.content is None:
+        raise _Unloadable("was not read")
     try:
         text = spec_file.content.decode("utf-8-sig")
     except UnicodeDecodeError:

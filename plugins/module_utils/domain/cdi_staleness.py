@@ -76,7 +76,7 @@ def generated_for(spec):
     return versions.most_common(1)[0][0] if versions else None
 
 
-class _Budget(object):
+class _Budget:
     def __init__(self):
         self.left = MAX_PATHS
 

@@ -160,7 +160,7 @@ def _requirements(spec):
             if _as_dict(mount).get("type"):
                 found.append(("0.4.0", "%s.mounts[%d].type" % (path, idx)))
 
-    for idx, device in enumerate(_as_list(spec.get("devices"))):
+    for device in _as_list(spec.get("devices")):
         name = _as_dict(device).get("name")
         if isinstance(name, str) and name[:1].isdigit() and name[:1].isascii():
             found.append(("0.5.0", "device name %r starts with a digit" % name))
@@ -224,7 +224,7 @@ def requirements_above(spec, version):
 # --- validation -------------------------------------------------------------
 
 
-class _Checker(object):
+class _Checker:
     """Collects problems; each check names the JSON path it looked at."""
 
     def __init__(self, version_key_or_none):

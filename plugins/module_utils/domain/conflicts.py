@@ -25,7 +25,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CL
 UNREADABLE_RELEASES = "(pending Kubernetes releases that could not be read)"
 
 
-class Claims(object):
+class Claims:
     """Every claim on the node's GPUs, by allocation (or VM instance)."""
 
     def __init__(self):

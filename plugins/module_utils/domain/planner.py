@@ -78,8 +78,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     RenderRefused,
     cdi_spec_path,
     damaged_spec_path,
-    env_file_path,
     env_atoms,
+    env_file_path,
     render_hold,
     render_key,
     render_record,
@@ -239,7 +239,7 @@ def _slice_apply(assignment, current=None):
                       settings_of(current) if current is not None else None, limits_record(assignment.limits))
 
 
-class PassState(object):
+class PassState:
     """What one planning pass has decided so far: the holds that stay, what is claimed and committed,
     the Kubernetes releases still pending, and the refusals to report."""
 

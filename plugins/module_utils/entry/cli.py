@@ -27,8 +27,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import B
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import BusyError, busy_check, busy_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import run_checks
-from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
+from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState, StateError, nodespec_from_data
@@ -163,7 +163,7 @@ def cmd_converge(args):
     if args.json:
         out(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:
-        out(("plan (check mode, nothing written):" if args.check else "plan:"))
+        out("plan (check mode, nothing written):" if args.check else "plan:")
         lines = [action.text for action in result.plan.actions] or ["nothing to do"]
         out("\n".join("  " + line for line in lines))
         # FAILED is the API's word for "something was refused": the counts say how much of the pass stands

@@ -245,7 +245,7 @@ def peer_credentials(connection):
     return struct.unpack("3i", data)
 
 
-class Policy(object):
+class Policy:
     """Who may talk to the helper: root, the allowed users, members of the allowed groups."""
 
     def __init__(self, users=(), groups=()):

@@ -39,7 +39,7 @@ def _label(value):
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-class _Text(object):
+class _Text:
     def __init__(self):
         self.lines = []
 

@@ -17,7 +17,7 @@ import fcntl
 import os
 import secrets
 import time
-from typing import Optional
+from typing import List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
 
@@ -253,7 +253,7 @@ class PassLock:
         self.blocking = blocking
         self.create = create
         self.dir_mode = dir_mode
-        self._fds = []
+        self._fds = []  # type: List[int]
 
     def _open_targets(self):
         o_dir = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -279,7 +279,7 @@ class PassLock:
         except FileNotFoundError:
             pass
 
-    def acquire(self) -> "PassLock":
+    def acquire(self) -> PassLock:
         if self._fds:
             raise RuntimeError("PassLock is not reentrant")
         deadline = time.monotonic() + max(0.0, float(self.timeout))
@@ -316,7 +316,7 @@ class PassLock:
     def held(self) -> bool:
         return bool(self._fds)
 
-    def __enter__(self) -> "PassLock":
+    def __enter__(self) -> PassLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

@@ -22,7 +22,7 @@ class HelperError(RetryableError):
     """The helper refused an operation or could not be reached; retryable."""
 
 
-class HelperClient(object):
+class HelperClient:
     """The unprivileged end: one request per connection, a deadline on each."""
 
     def __init__(self, socket_path, timeout=IO_TIMEOUT):

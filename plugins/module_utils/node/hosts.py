@@ -206,7 +206,7 @@ class RealHost(Host):
     """A real GPU node: NVML or ``nvidia-smi``, and libvirt when ``virsh`` exists."""
 
     def __init__(self, root="/", writer=None, runner=None):
-        super(RealHost, self).__init__(root, writer)
+        super().__init__(root, writer)
         if runner is None:
             runner = _inventory().default_run_command
         self.runner = runner
@@ -242,7 +242,7 @@ class FakeHwHost(Host):
     fakehw = True
 
     def __init__(self, root, fakehw_path, writer=None):
-        super(FakeHwHost, self).__init__(root, writer)
+        super().__init__(root, writer)
         self.fakehw_path = fakehw_path
         self.hw = load_fakehw(fakehw_path)
         self.slices = RecordSlices(self)
@@ -266,7 +266,7 @@ class FakeHwHost(Host):
         return tuple(number) if number is not None else None
 
     def file_exists(self, node_path):
-        return node_path in self.hw.driver.files or super(FakeHwHost, self).file_exists(node_path)
+        return node_path in self.hw.driver.files or super().file_exists(node_path)
 
     def driver_version(self):
         return self.hw.driver.version
@@ -279,10 +279,10 @@ class FakeHwHost(Host):
         return [domain for domain in self.hw.domains if domain.state in ACTIVE_DOMAIN_STATES], None
 
     def boot_id(self):
-        return super(FakeHwHost, self).boot_id() or self.hw.boot_id or ""
+        return super().boot_id() or self.hw.boot_id or ""
 
     def node_id(self):
-        return self.hw.node_id or super(FakeHwHost, self).node_id()
+        return self.hw.node_id or super().node_id()
 
 
 # The readers of a real node and the kubelet are imported when a pass first needs them: a module run

@@ -43,7 +43,7 @@ import subprocess
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import MAX_LOG_BYTES, bus_of, problems, xids_from_log
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (  # noqa: F401 (re-exported)
@@ -93,8 +93,7 @@ def default_run_command(argv):
         proc = subprocess.run(
             list(argv),
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             timeout=COMMAND_TIMEOUT_S,
             check=False,
             env=dict(os.environ, LC_ALL="C"),  # messages are matched in English
@@ -167,9 +166,9 @@ def pci_address_from_libvirt(domain, bus, slot, function):
         _libvirt_number(slot),
         _libvirt_number(function),
     ]
-    if any(p is None or p < 0 for p in parts):
-        return None
     d, b, s, f = parts
+    if d is None or b is None or s is None or f is None or min(d, b, s, f) < 0:
+        return None
     if d > 0xFFFFFFFF or b > 0xFF or s > 0x1F or f > 0x7:
         return None
     return format_pci_address(d, b, s, f)
@@ -184,7 +183,7 @@ def read_numa_node(pci_bus_id, sysfs_root="/"):
         return None
     path = os.path.join(sysfs_root, "sys", "bus", "pci", "devices", address, "numa_node")
     try:
-        with open(path, "r") as handle:
+        with open(path) as handle:
             value = int(handle.read(64).strip())
     except (OSError, ValueError):
         return None
@@ -284,7 +283,7 @@ def parse_nvidia_smi_list(text):
 
 def _to_gpu(listed, mig, minor=None, pci_bus_id=None, numa_node=None):
     # type: (ListedGpu, List[MigInstance], Optional[int], Optional[str], Optional[int]) -> Gpu
-    unique = {}
+    unique = {}  # type: Dict[Tuple[int, int], MigInstance]
     for inst in mig:
         unique.setdefault((inst.gi, inst.ci), inst)
     return Gpu(
@@ -586,7 +585,7 @@ def _nvml_error_text(exc):
 
 
 def read_nvml_inventory(nvml, sysfs_root="/"):
-    # type: (object, str) -> Inventory
+    # type: (Any, str) -> Inventory
     """The inventory from NVML. ``nvml`` is the ``pynvml`` module (or a fake
     with the same functions). Never raises.
 
@@ -638,7 +637,7 @@ def read_nvml_inventory(nvml, sysfs_root="/"):
 
 
 def _nvml_health(nvml, handle):
-    # type: (object, object) -> tuple
+    # type: (Any, object) -> tuple
     """Pending page retirement and row remapping state (``domain/health.py``); a GPU or driver that does not
     support a query contributes nothing."""
     pending = _nvml_optional(getattr(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", None), handle)
@@ -704,7 +703,7 @@ def with_kernel_health(inventory, xids):
 
 
 def _nvml_mig(nvml, handle, parent_uuid):
-    # type: (object, object, str) -> tuple
+    # type: (Any, object, str) -> tuple
     mode = _nvml_optional(getattr(nvml, "nvmlDeviceGetMigMode", None), handle)
     enabled = getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
     try:
@@ -716,7 +715,7 @@ def _nvml_mig(nvml, handle, parent_uuid):
     slots = _nvml_optional(getattr(nvml, "nvmlDeviceGetMaxMigDeviceCount", None), handle)
     if not isinstance(slots, int) or slots <= 0:
         return ()
-    found = {}
+    found = {}  # type: Dict[Tuple[int, int], MigInstance]
     for slot in range(min(slots, 64)):
         try:
             mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)

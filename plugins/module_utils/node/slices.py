@@ -31,7 +31,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes, remove_file, write_atomic
 
 
-class RecordSlices(object):
+class RecordSlices:
     """A fakehw host's slices: one JSON record per slice under ``<root>/run/bcd/slices``.
     A test simulates a running workload by setting ``populated`` to true."""
 
@@ -81,7 +81,7 @@ class RecordSlices(object):
         remove_file(self._path(name))
 
 
-class SystemdSlices(object):
+class SystemdSlices:
     """Slices on a real systemd with cgroup v2: ``systemctl start``, ``set-property --runtime``, ``stop``,
     and the ``hugetlb`` files systemd has no property for."""
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import check_vendor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import (
     NVIDIA_KIND,
     SPEC_DIRS,
@@ -34,7 +35,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor impo
     build_vendor_spec,
     parse_spec_text,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import check_vendor
 
 
 def _candidate_files(root, spec_dir, warnings):
@@ -117,14 +117,14 @@ def load_vendor_spec(root="/", probe=None):
             except RecursionError:
                 warnings.append("cannot use CDI spec %s: it is nested too deeply" % node_path)
         if usable and chosen is not None:
-            chosen.shadowed.extend(spec.path for spec, _data in usable)
+            chosen.shadowed.extend(spec.path for spec, _data in usable if spec.path)
         elif usable:
             chosen, chosen_data = usable[0]
             if len(usable) > 1:
                 warnings.append(
                     "several NVIDIA CDI specs in %s (%s); using %s. Runtimes drop a device "
                     "that two files of one directory define: keep one spec"
-                    % (spec_dir, ", ".join(s.path for s, _data in usable), chosen.path)
+                    % (spec_dir, ", ".join(s.path or "?" for s, _data in usable), chosen.path)
                 )
     if chosen is None:
         return VendorSpec(warnings=warnings)

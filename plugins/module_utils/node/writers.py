@@ -41,7 +41,7 @@ def node_file_path(kind, allocation_id):
     return NODE_FILE_KINDS[kind](allocation_id)
 
 
-class DirectWriter(object):
+class DirectWriter:
     """Root's work done by this process, on ``host``'s own files and slice backend."""
 
     def __init__(self, host):
@@ -74,7 +74,7 @@ class DirectWriter(object):
         return host.direct_kube_side()
 
 
-class HelperWriter(object):
+class HelperWriter:
     """Root's work sent to the root helper (``node.helper_client.HelperClient``)."""
 
     privileged = True

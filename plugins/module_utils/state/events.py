@@ -174,7 +174,7 @@ class NodeKey:
         self.path = path
 
     @classmethod
-    def load(cls, path: str) -> "NodeKey":
+    def load(cls, path: str) -> NodeKey:
         """Read an existing key; ``NodeKeyMissing`` when absent, ``EventsError`` when unusable."""
         _require_cryptography()
         try:
@@ -198,7 +198,7 @@ class NodeKey:
         return cls(key, path)
 
     @classmethod
-    def load_or_create(cls, path: str) -> "NodeKey":
+    def load_or_create(cls, path: str) -> NodeKey:
         """Load the key, creating it (atomically, 0600) on first use; a corrupt file is an error."""
         _require_cryptography()
         if not os.path.lexists(path):
@@ -401,6 +401,8 @@ class Journal:
             seq += 1
             event = {"seq": seq, "type": event_type, "body": body}  # type: Dict[str, Any]
             if event_type in ATTESTED_TYPES:
+                if key is None:  # _checked_body refused this already; kept for the type checker
+                    raise NodeKeyMissing("%s needs the node key to be signed" % event_type)
                 event["purpose"] = PURPOSE
                 event["signature"] = key.sign(body)
             lines.append(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")

@@ -106,7 +106,7 @@ def _as_owner(method):
     return run
 
 
-class NodeState(object):
+class NodeState:
     """The state directory of one node: ``path`` is its real path, ``node_path`` the one messages name."""
 
     def __init__(self, path, node_path=DEFAULT_STATE_DIR):
