@@ -33,14 +33,14 @@ ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE
 
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
-	@echo "make lint      target-Python check, ruff and mypy of plugins, ansible-lint"
+	@echo "make lint      target-Python check, ruff and mypy of plugins, ansible-lint, no checkout path in docs, shellcheck"
 	@echo "make units     pytest on tests/unit under ansible-core 2.19 and 2.16 (PYTEST_ARGS=..., CORES=...)"
 	@echo "make sanity    ansible-test sanity under ansible-core 2.16 to 2.19, on copies in .build/sanity (SANITY_ARGS=..., CORES=...)"
 	@echo "make molecule  every Molecule scenario"
 	@echo "make demo      hack/demo.sh: the fakehw demo"
 	@echo "make e2e       hack/e2e.sh: podman 5 and the CDI library consume converged specs (root)"
 	@echo "make bench     hack/bench.py: pass times next to Ansible's and the disk's floor, as ratios (BENCH_ARGS=...)"
-	@echo "make test      venv, lint, units, sanity, molecule; stops at the first failure"
+	@echo "make test      venv, lint, units, sanity, molecule, e2e (what .ci/run runs); stops at the first failure"
 	@echo "make clean     remove .build and test output; make distclean also removes .venv"
 
 venv: $(STAMP)
@@ -68,6 +68,9 @@ lint: $(STAMP) | $(LINK)
 	$(BIN)/ruff check --no-cache plugins
 	cd $(BUILD) && $(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(BUILD)/mypy-cache
 	$(ANSIBLE_ENV) ansible-lint --offline
+	VENV=$(VENV) BUILD=$(BUILD) bash hack/galaxy_checks.sh
+	$(BIN)/python hack/check_docs.py
+	bash hack/shellcheck.sh
 
 # The ansible-core versions meta/runtime.yml allows. 2.19 is .venv's; each older one has
 # its own venv, .build/venvs/ansible-core-<version> (hack/tool_venv.sh, pins in
