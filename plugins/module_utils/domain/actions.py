@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import ClassVar, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional, Set, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_text
@@ -153,7 +153,7 @@ class Action(abc.ABC):
     event: Optional[dict] = None  # {"type": ..., "body": {...}}, journaled by apply
     device_ids: List[str] = field(default_factory=list)
     generation: Optional[int] = None
-    slice: Optional[object] = None  # SliceApply or SliceStop
+    slice: Optional[Union[SliceApply, SliceStop]] = None
     limits: Optional[dict] = None  # the limits the ledger records with the hold
 
     @property
@@ -175,7 +175,7 @@ class Action(abc.ABC):
 
     def to_dict(self):
         """The step as the module returns it in ``plan``."""
-        data = {"action": self.kind, "allocation_id": self.allocation_id, "text": self.text}
+        data = {"action": self.kind, "allocation_id": self.allocation_id, "text": self.text}  # type: Dict[str, Any]
         if self.slice is not None:
             data["slice"] = self.slice.to_dict()
         if self.device_ids:
@@ -292,6 +292,8 @@ class CreateSlice(Action):
     kind = "create-slice"
 
     def apply(self, writer, state):
+        if self.slice is None:  # the planner gives every create-slice its slice
+            raise AssertionError("create-slice without a slice")
         self.slice.run(writer)
         state.set_hold_limits(self.allocation_id, self.limits)
 
@@ -308,6 +310,8 @@ class StopSlice(Action):
     kind = "stop-slice"
 
     def apply(self, writer, state):
+        if self.slice is None:  # the planner gives every stop-slice its slice
+            raise AssertionError("stop-slice without a slice")
         self.slice.run(writer)
 
 
@@ -401,7 +405,9 @@ def apply_plan(plan, writer, state):
     retryable error per action that failed. A failure holds up that allocation's later actions in
     this pass (a hold whose env file could not be written is not reported bound); the other
     allocations' go on."""
-    done, errors, failed = [], [], set()
+    done = []  # type: List[Action]
+    errors = []  # type: List[str]
+    failed = set()  # type: Set[str]
     releases = [action.recorded_release() for action in plan.actions if action.changes]
     try:
         state.begin_releases([release for release in releases if release is not None])

@@ -78,7 +78,7 @@ class Admission:
             own = 0 if domain.hugepages else domain.memory_bytes
             self.committed += own + domain.memory_bytes // 32 + 256 * MIB
         self.outstanding = dict((size, 0) for size, _a, _k in PAGE_SIZES)  # pages bound holds may still take
-        self.node_outstanding = dict((size, {}) for size, _a, _k in PAGE_SIZES)
+        self.node_outstanding = dict((size, {}) for size, _a, _k in PAGE_SIZES)  # type: Dict[str, Dict[int, int]]
 
     def count(self, limits, current=None):
         """Book a bound (or just admitted) hold's limits; ``current`` is its slice's ``hugetlb.<size>.current``."""

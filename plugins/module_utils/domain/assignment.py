@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 
@@ -182,7 +182,7 @@ def check_nodelist(value, where):
 
 def parse_cpulist(value):
     """The set of numbers a checked cpulist names."""
-    numbers = set()
+    numbers = set()  # type: Set[int]
     for part in value.split(","):
         if "-" in part:
             low, high = part.split("-")
@@ -346,7 +346,7 @@ def parse_assignments(raw_list):
         raise InvalidAssignment("devices: must be a list of assignments")
     if len(raw_list or []) > MAX_LISTED:
         raise InvalidAssignment("devices: %d assignments; at most %d are read (%d honoured)"
-                                % (len(raw_list), MAX_LISTED, MAX_ASSIGNMENTS))
+                                % (len(raw_list or []), MAX_LISTED, MAX_ASSIGNMENTS))
     parsed = ParsedInput()
     keys = []
     for index, raw in enumerate(raw_list or []):

@@ -27,7 +27,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
@@ -182,7 +182,7 @@ def render_spec(hold, vendor=None, notes=None, runtimes=()):
         })
 
     env = common_env(hold)
-    common = {}
+    common = {}  # type: Dict[str, Any]
     if not hold.kubernetes:
         env.append("NVIDIA_VISIBLE_DEVICES=%s" % ",".join(visible_devices(hold.atoms)))
         if use_vendor is not None:
@@ -216,7 +216,7 @@ def _within(hold, spec, required, wanted, runtimes):
     """``wanted``, lowered to what every runtime on the node loads; refused when even ``required``
     (what the content needs) is more than the oldest runtime loads."""
     oldest = ceiling(runtimes)
-    if oldest is None:
+    if oldest is None or oldest.max_cdi_version is None:  # ceiling's runtime always has one
         return wanted
     limit = oldest.max_cdi_version
     if version_key(required) > version_key(limit):
@@ -371,17 +371,19 @@ def read_hold(allocation_id, path, content):
     except ValueError as exc:
         hold.problem = "cannot parse %s: %s" % (path, exc)
         return hold
-    annotations = spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {}
+    annotations = spec.get("annotations")
+    if not isinstance(annotations, dict):
+        annotations = {}
     hold.reservation_id = str(annotations.get(ANN_RESERVATION, ""))
     try:
-        hold.generation = int(annotations.get(ANN_GENERATION))
+        hold.generation = int(annotations.get(ANN_GENERATION, ""))  # absent: ValueError, as for a non-number
     except (TypeError, ValueError):
         hold.generation = None
     hold.kubernetes = annotations.get(ANN_BINDING) == "kubernetes"
     parent = annotations.get(ANN_CGROUP_PARENT)
     hold.cgroup_parent = parent if isinstance(parent, str) and parent else None
-    devices = spec.get("devices") if isinstance(spec.get("devices"), list) else []
-    for device in devices:
+    devices = spec.get("devices")
+    for device in devices if isinstance(devices, list) else []:
         device_annotations = device.get("annotations") if isinstance(device, dict) else None
         device_id = device_annotations.get(ANN_DEVICE_ID) if isinstance(device_annotations, dict) else None
         if not isinstance(device_id, str) or not device_id:

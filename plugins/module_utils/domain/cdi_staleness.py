@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import re
 from collections import Counter
-from typing import List
+from typing import Any, Dict, List, Optional, Tuple
 
 MAX_PATHS = 4096  # paths looked at per spec; a spec naming more is judged on the first ones
 MAX_REPORTED = 8  # differences spelled out in one message; the rest are counted
@@ -51,7 +51,7 @@ def driver_version_from_proc(text):
 
 def _edits_of(spec):
     """``(where, edits)`` for the spec-level edits and each device's, skipping malformed parts."""
-    out = []
+    out = []  # type: List[Tuple[str, Optional[str], Dict[str, Any]]]
     if not isinstance(spec, dict):
         return out
     if isinstance(spec.get("containerEdits"), dict):
@@ -65,7 +65,7 @@ def _edits_of(spec):
 
 def generated_for(spec):
     """The driver version a spec's driver-versioned library mounts carry (the most common one), or None."""
-    versions = Counter()
+    versions = Counter()  # type: Counter[str]
     for _where, _name, edits in _edits_of(spec):
         mounts = edits.get("mounts")
         for mount in mounts if isinstance(mounts, list) else []:

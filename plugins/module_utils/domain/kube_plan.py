@@ -14,7 +14,10 @@ pod holds any more reported. Called by ``planner.plan_pass``; ``state`` is its
 
 from __future__ import annotations
 
+from typing import List
+
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
+    Action,
     ClearMarker,
     DropRelease,
     QuarantineReleases,
@@ -101,7 +104,8 @@ def _held_by(holders):
 def plan_kubernetes_releases(state):
     """Kubernetes releases pending from earlier passes: set an unreadable file aside, clear the marker
     once the kube side allows, drop releases the spec takes back, report those no pod holds."""
-    observed, actions = state.observed, []
+    observed = state.observed
+    actions: List[Action] = []
     releases = observed.releases
     if releases.unreadable is not None:
         actions.append(QuarantineReleases("", "set %s/releasing.json aside (%s) and claim every GPU until the "

@@ -88,7 +88,7 @@ def pods_holding(view, device_ids, inventory):
     """Who still holds any of the devices (``None`` means the kube side could not be asked: held)."""
     if view is None or view.error is not None:
         return None
-    holders = []
+    holders = []  # type: List[str]
     for name in sorted(device_names(device_ids, inventory)):
         if name in view.held:
             holders.extend(view.holders(name) or [name])

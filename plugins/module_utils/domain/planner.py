@@ -32,9 +32,10 @@ executes exactly it. ``plan_pass`` runs the phases of a pass in this order
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple, Type
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
+    Action,
     ApplySlice,
     Bind,
     CreateSlice,
@@ -46,6 +47,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
     Release,
     ReportBound,
     Rerender,
+    RewriteFile,
     SliceApply,
     SliceStop,
     SpecAside,
@@ -189,11 +191,11 @@ def vfio_claims(instances, observed):
     """GPUs VMs have or are to have: the instance specs, the running domains, and
     what still-running domains had at the last pass (a GPU dropped from a running
     VM's spec stays the VM's until its next start)."""
-    claims = {}
+    claims = {}  # type: Dict[str, str]
     for instance in instances or []:
         for gpu in instance.get("gpus") or []:
             claims.setdefault(gpu, instance.get("instance_id") or "?")
-    now = {}
+    now = {}  # type: Dict[str, str]
     for domain in observed.domains:
         for gpu in domain.gpus:
             now.setdefault(gpu, domain.instance_id)
@@ -382,7 +384,7 @@ def _claim_everything(state):
     stale = stale_condition(observed.vendor)
     if stale is not None:
         state.plan.conditions.append(stale)
-    holders = {}
+    holders = {}  # type: Dict[str, List[str]]
     for allocation_id in sorted(state.live):
         for atom in state.live[allocation_id].atoms:
             if allocation_id not in holders.setdefault(atom.gpu_uuid, []):
@@ -504,9 +506,12 @@ def _admit_growth(state, assignment, hold):
             state.memory_warned = True
         return assignment
     new = assignment.limits
-    growth = Limits(mems=new.mems, **dict(
-        (name, max(0, (getattr(new, name) or 0) - (getattr(recorded, name, None) or 0)) or None)
-        for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi")))
+
+    def grown(name):
+        return max(0, (getattr(new, name) or 0) - (getattr(recorded, name, None) or 0)) or None
+
+    growth = Limits(mems=new.mems, memory_bytes=grown("memory_bytes"), hugepages_2mi=grown("hugepages_2mi"),
+                    hugepages_1gi=grown("hugepages_1gi"))
     try:
         admission.check(growth)
     except Exhausted as exc:
@@ -556,7 +561,7 @@ def _keep_files(state, assignment, hold, atoms, env_only=False):
             plan.warnings.extend(record.get("notes") or [])
             plan.renders[allocation_id] = record
             return []
-    notes = []
+    notes = []  # type: List[str]
     try:
         spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps, notes,
                                 observed.runtimes)
@@ -569,7 +574,7 @@ def _keep_files(state, assignment, hold, atoms, env_only=False):
     if not env_only:
         plan.warnings.extend(notes)
         plan.renders[allocation_id] = render_record(key, spec, env, notes)
-    changes = []
+    changes: List[Tuple[Type[RewriteFile], FileChange, str]] = []
     request = hold_request(assignment, bound_generation, observed.runtimes)
     if spec != hold.content and not env_only:
         why = "its reservation id changed" if hold.reservation_id != assignment.reservation_id \
@@ -613,7 +618,7 @@ def _bind_new(state):
             if allocation_id in state.damaged:  # its spec still goes aside, and what was bound is released
                 actions.append(_release_damaged(state, state.damaged[allocation_id], "refused"))
             continue
-        notes = []
+        notes = []  # type: List[str]
         try:
             spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, notes,
                                     observed.runtimes)
@@ -640,7 +645,7 @@ def _bind_new(state):
                  FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request)]
         text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
                                           body["cdi_spec_path"], body["env_file"])
-        kind = Bind
+        kind: Type[Action] = Bind
         damaged = state.damaged.get(allocation_id)
         if damaged is not None:
             # written again from its assignment: no AllocationBound when the node already reported it
@@ -658,8 +663,9 @@ def _bind_new(state):
         action = kind(allocation_id, text, files, event, [atom.id for atom in atoms], generation,
                       limits=limits_record(assignment.limits))
         if cgroup_parent is not None:
-            action.slice = _slice_apply(assignment, observed.slices.get(cgroup_parent))
-            action.text += ", in %s" % action.slice.describe()
+            slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent))
+            action.slice = slice_apply
+            action.text += ", in %s" % slice_apply.describe()
             state.sliced.add(cgroup_parent)
         actions.append(action)
         plan.holds.append(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
@@ -704,7 +710,8 @@ def _check_new(state, assignment):
 def _leftover_slices(state):
     """Slices whose hold is neither wanted nor released in this pass: stopped again once empty,
     so a slice whose workload outlived its release goes when that workload exits."""
-    observed, actions = state.observed, []
+    observed = state.observed
+    actions: List[Action] = []
     for name in sorted(observed.slices):
         if name in state.sliced or name in state.released_slices:
             continue

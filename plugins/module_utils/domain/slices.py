@@ -77,7 +77,7 @@ def cpu_quota(cpu_millis):
 
 def slice_properties(limits):
     """The ``systemctl set-property`` properties of a hold's limits, in a fixed order; absent limits set nothing."""
-    properties = {}
+    properties = {}  # type: Dict[str, str]
     if limits is None:
         return properties
     if limits.cpus:
@@ -94,7 +94,7 @@ def slice_properties(limits):
 
 def hugetlb_max(limits):
     """``{"2MB": bytes, "1GB": bytes}`` for the huge page sizes the limits book."""
-    result = {}
+    result = {}  # type: Dict[str, int]
     if limits is None:
         return result
     for size, attribute, page in HUGE_SIZES:

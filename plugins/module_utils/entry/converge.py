@@ -22,7 +22,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import B
 from ansible_collections.bcd.devices.plugins.module_utils.domain.hints import refusal_hint
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
-from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, grows, limits_from_record, plan_pass
+from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, Plan, grows, limits_from_record, plan_pass
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
@@ -37,7 +37,7 @@ class PassError(BcdError):
 
 @dataclass
 class PassResult:
-    plan: object
+    plan: Plan
     section: dict
     changed: bool = False
     events: List[dict] = field(default_factory=list)

@@ -25,6 +25,7 @@ node_exporter's textfile collector (a ``.prom`` file). Every name starts ``bcd_`
 from __future__ import annotations
 
 import os
+from typing import Dict, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic
@@ -76,7 +77,7 @@ def node_metrics(host, state_dir=DEFAULT_STATE_DIR):
     last = state.last_pass()
     out = _Text()
 
-    holds = {}
+    holds = {}  # type: Dict[Tuple[str, str], int]
     for hold in status["holds"]:
         key = (hold["binding"], "devices_missing" if hold["missing_devices"] else "bound")
         holds[key] = holds.get(key, 0) + 1
@@ -99,7 +100,7 @@ def node_metrics(host, state_dir=DEFAULT_STATE_DIR):
     out.family("bcd_kubernetes_release_oldest_age_seconds", "gauge", "Age of the oldest pending Kubernetes release.",
                [({}, max([p.get("age_seconds") or 0 for p in pending] or [0]))])
 
-    reasons = {}
+    reasons = {}  # type: Dict[str, int]
     for record in ledger.failures.values():
         if isinstance(record.get("reason"), str):
             reasons[record["reason"]] = reasons.get(record["reason"], 0) + 1

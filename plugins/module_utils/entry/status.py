@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Dict, List, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of, resolve_atom
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import Atom, atoms_of, resolve_atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition, stale_edits
@@ -31,7 +32,8 @@ def gpu_status(inventory, holds, domains=(), releases=None):
     release show as ``<allocation> (release pending)``; while the releases file is unreadable, every
     GPU not otherwise held shows as claimed by those releases."""
     vms = dict((gpu, domain.instance_id) for domain in domains for gpu in domain.gpus)
-    whole, parts = {}, {}
+    whole = {}  # type: Dict[str, str]
+    parts: Dict[str, List[Tuple[Atom, str]]] = {}
     owners = [(hold.allocation_id, hold.atoms) for hold in holds]
     for release in (releases.pending.values() if releases is not None else ()):
         owners.append(("%s (release pending)" % release.allocation_id, atoms_of(release.device_ids)))
@@ -47,7 +49,8 @@ def gpu_status(inventory, holds, domains=(), releases=None):
     entries = []
     for gpu in inventory.gpus:
         held_parts = parts.pop(gpu.uuid, [])
-        mig_owner = dict(((atom.gi, atom.ci), owner) for atom, owner in held_parts if atom.gi is not None)
+        mig_owner = dict(((atom.gi, atom.ci), owner) for atom, owner in held_parts
+                         if atom.gi is not None and atom.ci is not None)  # a MIG atom has both
         mig = [{"gi": inst.gi, "ci": inst.ci, "uuid": inst.uuid, "id": "%s/gi%d/ci%d" % (gpu.uuid, inst.gi, inst.ci),
                 "held_by": mig_owner.pop((inst.gi, inst.ci), None)} for inst in gpu.mig]
         entries.append({
@@ -123,7 +126,7 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
     stale = stale_condition(vendor)
     if stale is not None:
         conditions.append(stale)
-    holders = {}
+    holders = {}  # type: Dict[str, List[str]]
     for hold in holds:
         for atom in hold.atoms:
             holders.setdefault(atom.gpu_uuid, [])
@@ -190,12 +193,12 @@ def status_table(status):
         if not gpu["present"]:
             index += " (missing)"
         reset = "wait" if gpu.get("busy") else "ok"
-        service = []
+        service_parts = []
         if gpu.get("health"):
-            service.append("unhealthy")
+            service_parts.append("unhealthy")
         if gpu.get("maintenance"):
-            service.append("maintenance: %s" % gpu["maintenance"])
-        service = ", ".join(service) or "-"
+            service_parts.append("maintenance: %s" % gpu["maintenance"])
+        service = ", ".join(service_parts) or "-"
         rows.append((index, short_uuid(gpu["uuid"]), holder, reset, service, ", ".join(parts) or "-"))
     widths = [max(len(row[column]) for row in rows) for column in range(5)]
     lead = sum(widths) + 2 * 5

@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import stat
+from typing import Dict, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import DAMAGED_FILE_RE, SPEC_DIR, SPEC_FILE_RE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import (
@@ -40,6 +41,7 @@ class Host(abc.ABC):
     """What a pass may ask of a node. Subclasses provide the hardware side."""
 
     fakehw = False
+    slices: Union[SystemdSlices, RecordSlices]  # each subclass sets its own in __init__
 
     def __init__(self, root="/", writer=None):
         self.root = os.path.abspath(root or "/")
@@ -67,7 +69,7 @@ class Host(abc.ABC):
     # -- holds -----------------------------------------------------------------
     def hold_files(self):
         """``{allocation_id: (node_path, bytes)}`` of every ``/etc/cdi/bcd-*.json``."""
-        found = {}
+        found = {}  # type: Dict[str, Tuple[str, bytes]]
         directory = self.path(SPEC_DIR)
         try:
             names = sorted(os.listdir(directory))
@@ -205,6 +207,8 @@ class Host(abc.ABC):
 class RealHost(Host):
     """A real GPU node: NVML or ``nvidia-smi``, and libvirt when ``virsh`` exists."""
 
+    slices: SystemdSlices
+
     def __init__(self, root="/", writer=None, runner=None):
         super().__init__(root, writer)
         if runner is None:
@@ -261,15 +265,22 @@ class FakeHwHost(Host):
         nothing is checked (a test tree has no /dev)."""
         return self if self.hw.driver is not None else None
 
+    def _driver(self):
+        """The fakehw file's ``driver``: the checks below run only when ``driver_probe`` found one."""
+        driver = self.hw.driver
+        if driver is None:
+            raise AssertionError("the fakehw driver is read before it is used")
+        return driver
+
     def device_number(self, node_path):
-        number = self.hw.driver.device_nodes.get(node_path)
+        number = self._driver().device_nodes.get(node_path)
         return tuple(number) if number is not None else None
 
     def file_exists(self, node_path):
-        return node_path in self.hw.driver.files or super().file_exists(node_path)
+        return node_path in self._driver().files or super().file_exists(node_path)
 
     def driver_version(self):
-        return self.hw.driver.version
+        return self._driver().version
 
     def cdi_runtimes(self):
         return list(self.hw.runtimes), []

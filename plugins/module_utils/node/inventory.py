@@ -43,10 +43,10 @@ import subprocess
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import MAX_LOG_BYTES, bus_of, problems, xids_from_log
-from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (  # noqa: F401 (re-exported)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (  # also re-exported: the tests reach them through this module
     Domain,
     Gpu,
     Inventory,
@@ -65,7 +65,8 @@ except Exception:  # ImportError, or a broken install: nvidia-smi is asked inste
     HAS_PYNVML = False
 
 
-RunCommand = Callable[[Sequence[str]], Tuple[int, str, str]]
+# An injected runner may return bytes (AnsibleModule.run_command with encoding=None): _run decodes them.
+RunCommand = Callable[[Sequence[str]], Tuple[int, Union[str, bytes], Union[str, bytes]]]
 Which = Callable[[str], Optional[str]]
 
 COMMAND_TIMEOUT_S = 60

@@ -31,6 +31,7 @@ import signal
 import stat
 import subprocess
 import time
+from typing import List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import (
     runtime,
@@ -58,7 +59,7 @@ def resolve_in_root(root, node_path):
     never climbs above it. Raises OSError (ENOENT, ELOOP, ...) like a path walk would."""
     base = os.path.abspath(root)
     parts = [p for p in node_path.split("/") if p]
-    resolved = []  # components under base, each an existing non-link (but the last may not exist)
+    resolved = []  # type: List[str]  # components under base, each an existing non-link (but the last may not exist)
     links = 0
     while parts:
         part = parts.pop(0)
@@ -106,16 +107,19 @@ def run_version(argv, timeout):
     process (and its session) is killed at ``timeout`` (``subprocess.TimeoutExpired``)."""
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=dict(ENV), cwd="/", close_fds=True, start_new_session=True)
+    stdout = proc.stdout
+    if stdout is None:  # stdout=PIPE: for the type checker
+        raise AssertionError("a piped stdout is never None")
     chunks, size, deadline = [], 0, time.monotonic() + timeout
     try:
         while size < MAX_OUTPUT:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise subprocess.TimeoutExpired(argv, timeout)
-            ready, _w, _x = select.select([proc.stdout], [], [], left)
+            ready, _w, _x = select.select([stdout], [], [], left)
             if not ready:
                 continue
-            chunk = os.read(proc.stdout.fileno(), MAX_OUTPUT - size)
+            chunk = os.read(stdout.fileno(), MAX_OUTPUT - size)
             if not chunk:
                 break
             chunks.append(chunk)
@@ -125,7 +129,7 @@ def run_version(argv, timeout):
         if proc.poll() is None:
             _kill_group(proc)
             proc.wait()
-        proc.stdout.close()
+        stdout.close()
     return rc, b"".join(chunks).decode("utf-8", "replace")
 
 

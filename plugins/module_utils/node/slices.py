@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Dict
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     CGROUP_ROOT,
@@ -113,8 +114,8 @@ class SystemdSlices:
             return None
         events = read_bytes(os.path.join(directory, "cgroup.events")) or b""
         populated = b"populated 0" not in events
-        current = {}
-        limits = {}
+        current = {}  # type: Dict[str, int]
+        limits = {}  # type: Dict[str, int]
         for size, _attribute, _page in HUGE_SIZES:
             for target, filename in ((current, "hugetlb.%s.current" % size), (limits, "hugetlb.%s.max" % size)):
                 value = (read_bytes(os.path.join(directory, filename)) or b"").strip()

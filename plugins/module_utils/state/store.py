@@ -240,7 +240,8 @@ class NodeState:
         release was settled (its ``AllocationReleased`` is out)."""
         record_event(self.ledger, event, limits)
         body = event.get("body") or {}
-        pending = self.releases.pending.get(body.get("allocation_id"))
+        allocation_id = body.get("allocation_id")
+        pending = self.releases.pending.get(allocation_id) if allocation_id is not None else None
         if event.get("type") == ALLOCATION_RELEASED and pending is not None \
                 and pending.generation == body.get("generation"):
             del self.releases.pending[pending.allocation_id]
