@@ -12,7 +12,8 @@
 # tree), and ANSIBLE_COLLECTIONS_PATH finds bcd.devices through .build/ansible_collections,
 # which links to this checkout. Extra arguments go to `molecule test`.
 #
-# Environment: VENV (default .venv), BUILD (default .build).
+# Environment: VENV (default .venv), BUILD (default .build). The scenarios read
+# BCD_MOLECULE_TMP (set here: run them through this script, not with molecule alone).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,8 +40,37 @@ echo "molecule: scenarios: ${scenarios[*]}"
 home=$build/molecule-home
 rm -rf "$home"
 mkdir -p "$home"
+
+# The scenarios' fakehw nodes (and the delivery gateway's files) go under one fresh directory
+# per run, BCD_MOLECULE_TMP/<scenario>/..., removed when this script exits, whether the
+# scenarios passed, failed or were interrupted: two runs never share a node and nothing stays
+# in /tmp. 0755: the bcd account's passes (role, unprivileged) must reach their node.
+# molecule runs as a child this script waits for, so that a TERM or INT sent to the script
+# alone is passed on to it and the directory still goes once it has stopped.
+run_dir=$(mktemp -d "${TMPDIR:-/tmp}/bcd-molecule.XXXXXX")
+chmod 0755 "$run_dir"
+child=
+# shellcheck disable=SC2317  # run by the INT and TERM traps
+stop() {
+  if [[ -n $child ]]; then
+    kill -"$1" "$child" 2>/dev/null || true
+    wait "$child" 2>/dev/null || true
+  fi
+  exit "$2"
+}
+trap 'rm -rf "$run_dir"' EXIT
+trap 'stop INT 130' INT
+trap 'stop TERM 143' TERM
+export BCD_MOLECULE_TMP=$run_dir
+
 export MOLECULE_GLOB ANSIBLE_HOME=$home ANSIBLE_COLLECTIONS_PATH=$build PATH=$venv/bin:$PATH
 if [[ " $* " == *" -s "* || " $* " == *" --scenario-name "* ]]; then
-  exec molecule test "$@"  # one scenario: MOLECULE_ARGS="-s role"
+  molecule test "$@" <&0 &  # one scenario: MOLECULE_ARGS="-s role"
+else
+  molecule test --all "$@" <&0 &
 fi
-exec molecule test --all "$@"
+child=$!
+rc=0
+wait "$child" || rc=$?
+child=
+exit "$rc"

@@ -34,6 +34,13 @@ case $core in
   2.16 | 2.17 | 2.18) venv=$(BUILD=$build bash hack/tool_venv.sh "ansible-core-$core") && venv=${venv%/bin} ;;
   *) echo "sanity: ansible-core $core is not one this collection supports (2.16 to 2.19)" >&2; exit 2 ;;
 esac
+# ansible-test's shellcheck test only warns, and passes, without shellcheck: here it is required
+# whenever that test is to run (every test, or --test shellcheck).
+if [[ " $* " != *" --test "* || " $* " == *" shellcheck "* ]] && ! command -v shellcheck >/dev/null 2>&1; then
+  echo "sanity: shellcheck is not installed, so ansible-test would skip its shellcheck test. Install it" \
+    "(Debian, Ubuntu: sudo apt-get install shellcheck; .ci/run installs it when run as root)" >&2
+  exit 2
+fi
 have=$("$venv/bin/python" -c 'import ansible; print(".".join(ansible.__version__.split(".")[:2]))')
 [[ $have == "$core" ]] || { echo "sanity: $venv has ansible-core $have, not $core" >&2; exit 2; }
 dest=$build/sanity/$core/ansible_collections/bcd/devices

@@ -4,11 +4,14 @@
 
 import base64
 import json
+import os
 
 import pytest
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-ROOTS = {"node-a": "/tmp/bcd-molecule/node-a", "node-b": "/tmp/bcd-molecule/node-b"}
+# This run's directory for the scenario (hack/molecule.sh makes it, and removes it on exit).
+BASE = os.path.join(os.environ["BCD_MOLECULE_TMP"], "default")
+ROOTS = {"node-a": BASE + "/node-a", "node-b": BASE + "/node-b"}
 
 
 def gpu(node_number, index):

@@ -12,8 +12,10 @@ except ImportError:  # the collection through ANSIBLE_COLLECTIONS_PATH (hack/mol
     sys.path[:0] = [p for p in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) if p]
     from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
 
-GATEWAY = "/tmp/bcd-molecule-delivery/gateway"
-ROOTS = {"node-a": "/tmp/bcd-molecule-delivery/node-a", "node-b": "/tmp/bcd-molecule-delivery/node-b"}
+# This run's directory for the scenario (hack/molecule.sh makes it, and removes it on exit).
+BASE = os.path.join(os.environ["BCD_MOLECULE_TMP"], "delivery")
+GATEWAY = BASE + "/gateway"
+ROOTS = {"node-a": BASE + "/node-a", "node-b": BASE + "/node-b"}
 
 
 def lines(host, path):

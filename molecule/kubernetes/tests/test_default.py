@@ -5,8 +5,11 @@ holds that took the released and the quarantined GPUs, the releases file set asi
 journal of the whole scenario."""
 
 import json
+import os
 
-ROOT = "/tmp/bcd-molecule-kubernetes/node-k"
+# This run's directory for the scenario (hack/molecule.sh makes it, and removes it on exit).
+BASE = os.path.join(os.environ["BCD_MOLECULE_TMP"], "kubernetes")
+ROOT = BASE + "/node-k"
 STATE = ROOT + "/var/lib/bcd"
 
 

@@ -11,7 +11,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "shared"))  # snapshot.py, shared by scenarios
 from snapshot import snapshot  # noqa: E402
 
-ROOT = "/tmp/bcd-molecule-reset/node-x"
+# This run's directory for the scenario (hack/molecule.sh makes it, and removes it on exit).
+BASE = os.path.join(os.environ["BCD_MOLECULE_TMP"], "reset")
+ROOT = BASE + "/node-x"
 GPU = "GPU-5f1c2a90-000b-4000-8000-000000000001"
 
 

@@ -15,7 +15,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "shared"))  # snapshot.py, shared by scenarios
 from snapshot import snapshot  # noqa: E402
 
-ROOT = "/tmp/bcd-molecule-role/node-r"
+# This run's directory for the scenario (hack/molecule.sh makes it, and removes it on exit).
+BASE = os.path.join(os.environ["BCD_MOLECULE_TMP"], "role")
+ROOT = BASE + "/node-r"
 FAKEHW = ROOT + "/fakehw.yml"
 BIN = "/usr/local/bin/bcd-holds"
 LIB = "/usr/local/lib/bcd-holds/ansible_collections/bcd/devices/plugins/module_utils"

@@ -4,8 +4,11 @@
 slice, the Kubernetes hold without one, and the journal of the whole scenario."""
 
 import json
+import os
 
-ROOT = "/tmp/bcd-molecule-slices/node-s"
+# This run's directory for the scenario (hack/molecule.sh makes it, and removes it on exit).
+BASE = os.path.join(os.environ["BCD_MOLECULE_TMP"], "slices")
+ROOT = BASE + "/node-s"
 SLICE = "bcd-alloc-s_plain.slice"
 GIB = 1 << 30
 

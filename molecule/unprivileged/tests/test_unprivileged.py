@@ -11,7 +11,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "shared"))  # snapshot.py, shared by scenarios
 from snapshot import quote, snapshot  # noqa: E402
 
-ROOT = "/tmp/bcd-molecule-unprivileged/node-u"
+# This run's directory for the scenario (hack/molecule.sh makes it, and removes it on exit).
+BASE = os.path.join(os.environ["BCD_MOLECULE_TMP"], "unprivileged")
+ROOT = BASE + "/node-u"
 SOCKET = ROOT + "/run/bcd/helper.sock"
 GPU = "GPU-5f1c2a90-0008-4000-8000-000000000001"  # the node's first GPU (prepare.yml)
 
@@ -83,7 +85,7 @@ def test_the_helper_socket_is_for_bcd_only(host, node):
 
 
 def test_the_helper_refuses_what_it_must_not_do_and_keeps_serving(host):
-    before = snapshot(host, "/tmp/bcd-molecule-unprivileged")
+    before = snapshot(host, BASE)
     hold = {"allocation_id": "u_x", "reservation_id": "r", "generation": 1, "binding": "BINDING_HOLD",
             "devices": [{"id": GPU, "device_class": "gpu"}], "limits": None, "env": []}
     replies = ask(host, "bcd",
@@ -104,7 +106,7 @@ def test_the_helper_refuses_what_it_must_not_do_and_keeps_serving(host):
     assert "NVIDIA_VISIBLE_DEVICES is set by bcd" in replies[4]["error"]
     assert "does not match" in replies[5]["error"] and "1024" in replies[6]["error"]
     assert replies[7]["error"].startswith("malformed request")
-    after = snapshot(host, "/tmp/bcd-molecule-unprivileged")
+    after = snapshot(host, BASE)
     changed = sorted(path for path in set(before) | set(after)
                      if before.get(path) != after.get(path) and not path.endswith("/helper.log"))
     assert changed == []
