@@ -10,7 +10,7 @@ name: verify_report
 short_description: Check that a node event is an untampered attested report
 version_added: 0.1.0
 author:
-  - bcd.devices contributors (!UNKNOWN)
+  - bcd.devices developers (@bcd-devices)
 description:
   - Returns V(true) only when the input is an V(AllocationBound) or V(AllocationReleased) event
     with purpose V(attested-report) whose C(signature) is a valid Ed25519 signature, by the given

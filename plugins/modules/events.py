@@ -24,7 +24,7 @@ description:
   - The pass lock under O(state_dir) is held while the journal is read and rewritten, so this
     never interleaves with a converging pass.
 author:
-  - bcd.devices contributors (!UNKNOWN)
+  - bcd.devices developers (@bcd-devices)
 extends_documentation_fragment:
   - bcd.devices.node
 options:
@@ -80,9 +80,9 @@ EXAMPLES = r"""
     ack_through: "{{ journal.events | map(attribute='seq') | max }}"
   when: journal.events | length > 0
 
-- name: Events of a test host kept in a directory
+- name: Events of a fakehw test host kept in a directory (hack/fakehw_node.py --root /tmp/node-a)
   bcd.devices.events:
-    root: /srv/fakehosts/node-a
+    root: /tmp/node-a
     state_dir: /var/lib/bcd
 """
 
@@ -97,6 +97,68 @@ events:
   returned: always
   type: list
   elements: dict
+  contains:
+    seq:
+      description: The event's sequence number; it grows by one per event and is never reused.
+      type: int
+    type:
+      description: V(AllocationBound), V(AllocationReleased) or V(AllocationFailed).
+      type: str
+    body:
+      description: What the event reports, as M(bcd.devices.holds) returns it (docs/events.md).
+      type: dict
+      contains:
+        node_id:
+          description: The node that journaled the event.
+          type: str
+        allocation_id:
+          description: The allocation the event is about.
+          type: str
+        generation:
+          description: The generation of the pass that journaled it.
+          type: int
+        boot_id:
+          description: The node's boot the hold was bound or released in.
+          type: str
+          returned: for AllocationBound and AllocationReleased
+        device_ids:
+          description: The atoms bound or released.
+          type: list
+          elements: str
+          returned: for AllocationBound and AllocationReleased
+        cdi_devices:
+          description: The fully qualified CDI device names of the hold.
+          type: list
+          elements: str
+          returned: for AllocationBound
+        cdi_spec_path:
+          description: The hold's CDI spec.
+          type: str
+          returned: for AllocationBound
+        env_file:
+          description: The hold's env file.
+          type: str
+          returned: for AllocationBound
+        cgroup_parent:
+          description: The hold's slice.
+          type: str
+          returned: for AllocationBound of a hold with a slice
+        reason:
+          description: Why the allocation was refused (V(overlap), V(device-missing), ...).
+          type: str
+          returned: for AllocationFailed
+        message:
+          description: Why, in one line.
+          type: str
+          returned: for AllocationFailed
+    purpose:
+      description: V(attested-report).
+      type: str
+      returned: for AllocationBound and AllocationReleased
+    signature:
+      description: Base64 Ed25519 signature by the node key; check it with P(bcd.devices.verify_report#filter).
+      type: str
+      returned: for AllocationBound and AllocationReleased
   sample:
     - seq: 7
       type: AllocationBound

@@ -20,7 +20,7 @@ description:
   - The same as C(bcd-holds busy GPU-...) on the node (exit 0 free, 3 busy, 2 bad input).
   - Writes nothing, ever.
 author:
-  - bcd.devices contributors (!UNKNOWN)
+  - bcd.devices developers (@bcd-devices)
 extends_documentation_fragment:
   - bcd.devices.node
   - bcd.devices.node.lock
@@ -81,6 +81,32 @@ gpus:
           C(instance_id) for a VM, C(reason) for maintenance.
       type: list
       elements: dict
+      contains:
+        kind:
+          description: >-
+            V(hold), V(hold-unreadable) (a hold spec that cannot be read back), V(release) (a pending
+            Kubernetes release), V(releases-unreadable), V(vm) or V(maintenance); all but V(maintenance) make
+            the GPU busy.
+          type: str
+        text:
+          description: The claim in words, for a person.
+          type: str
+        allocation_id:
+          description: The allocation holding or releasing the GPU.
+          type: str
+          returned: for V(hold), V(hold-unreadable) and V(release)
+        device_id:
+          description: The atom claimed (the GPU, one of its MIG instances or slots).
+          type: str
+          returned: for V(hold) and V(release)
+        instance_id:
+          description: The VM the GPU is passed through to.
+          type: str
+          returned: for V(vm)
+        reason:
+          description: Why the GPU is in maintenance.
+          type: str
+          returned: for V(maintenance)
   sample:
     - uuid: GPU-5f1c2a90-0000-4000-8000-000000000001
       busy: true

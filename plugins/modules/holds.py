@@ -32,10 +32,11 @@ description:
   - The existing holds are read back from C(/etc/cdi/bcd-*.json) on every run, never remembered.
   - Two runs never interleave on one node; a lock under O(state_dir) keeps them apart.
 author:
-  - bcd.devices contributors (!UNKNOWN)
+  - bcd.devices developers (@bcd-devices)
 requirements:
-  - C(cryptography) on the node, to sign events.
-  - C(PyYAML) on the node to read a YAML vendor spec or fakehw file.
+  - C(cryptography) on the node (signs events)
+  - C(PyYAML) on the node (reads a YAML vendor spec or fakehw file)
+  - C(grpcio) and C(protobuf) 3.20 or later on a Kubernetes node (asks the kubelet which pods hold devices)
 options:
   generation:
     description:
@@ -173,6 +174,7 @@ EXAMPLES = r"""
     generation: 43
     devices: []
 
+# hack/fakehw_node.py --root /tmp/node-a makes the node; its GPU 0 is GPU-5f1c2a90-0001-4000-8000-000000000001
 - name: Converge a fakehw host (a directory and a hardware file, no GPU needed)
   bcd.devices.holds:
     generation: 1
@@ -181,7 +183,7 @@ EXAMPLES = r"""
     devices:
       - allocation_id: alloc_demo
         binding: BINDING_HOLD
-        devices: [{id: GPU-5f1c2a90-0000-4000-8000-000000000001}]
+        devices: [{id: GPU-5f1c2a90-0001-4000-8000-000000000001}]
 """
 
 RETURN = r"""
@@ -234,6 +236,51 @@ plan:
         C({op: remove, name}) to stop an empty one.
       type: dict
       returned: when the action creates, sets or stops a slice
+      contains:
+        op:
+          description: V(apply) (create the slice or set its limits again) or V(remove) (stop an empty one).
+          type: str
+        name:
+          description: The slice unit, C(bcd-alloc-<allocation>.slice).
+          type: str
+        properties:
+          description: The C(systemctl set-property) settings the hold's limits make; a limit not set sets none.
+          type: dict
+          returned: for V(apply)
+          contains:
+            AllowedCPUs:
+              description: The assignment's C(limits.cpus).
+              type: str
+              returned: when the limits set it
+            AllowedMemoryNodes:
+              description: The assignment's C(limits.mems).
+              type: str
+              returned: when the limits set it
+            CPUQuota:
+              description: The assignment's C(limits.cpu_millis) as whole percents of one CPU, rounded up (V(124%)).
+              type: str
+              returned: when the limits set it
+            MemoryMax:
+              description: The assignment's C(limits.memory_bytes), in bytes.
+              type: str
+              returned: when the limits set it
+            MemoryHigh:
+              description: Nine tenths of C(MemoryMax), in bytes.
+              type: str
+              returned: when the limits set it
+        hugetlb_max:
+          description: The huge page limits, in bytes.
+          type: dict
+          returned: for V(apply)
+          contains:
+            2MB:
+              description: The 2 MiB huge pages the limits book, in bytes.
+              type: int
+              returned: when the limits book them
+            1GB:
+              description: The 1 GiB huge pages the limits book, in bytes.
+              type: int
+              returned: when the limits book them
   sample:
     - action: bind
       allocation_id: alloc_01jz8k2v
@@ -301,6 +348,50 @@ events:
         a bind also C(cdi_devices), C(cdi_spec_path), C(env_file) and C(cgroup_parent) for a sliced hold;
         a refusal C(reason) and C(message).
       type: dict
+      contains:
+        node_id:
+          description: The node that journaled the event.
+          type: str
+        allocation_id:
+          description: The allocation the event is about.
+          type: str
+        generation:
+          description: The generation of the pass that journaled it.
+          type: int
+        boot_id:
+          description: The node's boot the hold was bound or released in.
+          type: str
+          returned: for AllocationBound and AllocationReleased
+        device_ids:
+          description: The atoms bound or released.
+          type: list
+          elements: str
+          returned: for AllocationBound and AllocationReleased
+        cdi_devices:
+          description: The fully qualified CDI device names of the hold.
+          type: list
+          elements: str
+          returned: for AllocationBound
+        cdi_spec_path:
+          description: The hold's CDI spec.
+          type: str
+          returned: for AllocationBound
+        env_file:
+          description: The hold's env file.
+          type: str
+          returned: for AllocationBound
+        cgroup_parent:
+          description: The hold's slice.
+          type: str
+          returned: for AllocationBound of a hold with a slice
+        reason:
+          description: The refusal's reason, as in RV(failures[].reason).
+          type: str
+          returned: for AllocationFailed
+        message:
+          description: Why, in one line.
+          type: str
+          returned: for AllocationFailed
     purpose:
       description: V(attested-report), on attested events (binds and releases).
       type: str
@@ -354,6 +445,23 @@ conditions:
   returned: always
   type: list
   elements: dict
+  contains:
+    type:
+      description: >-
+        V(KubernetesReleaseStuck), V(KubernetesReleasesUnreadable), V(HoldSpecDamaged) (damaged hold specs set
+        aside), V(VendorSpecStale) (NVIDIA's CDI spec does not match the node) or V(GPUUnhealthy).
+      type: str
+    status:
+      description: V(True) while the condition holds; a condition that no longer holds is not returned.
+      type: str
+    reason:
+      description: >-
+        One word for why - V(PodsHoldDevices), V(ReleasesFileUnreadable), V(SpecUnreadable),
+        V(NodeDiffersFromSpec) or V(GPUFaulted).
+      type: str
+    message:
+      description: What is wrong and what to do, in one line.
+      type: str
 pending_releases:
   description:
     - Kubernetes releases still waiting for pods to let go of their devices, with their age and C(held_by)
@@ -363,6 +471,27 @@ pending_releases:
   returned: always
   type: list
   elements: dict
+  contains:
+    allocation_id:
+      description: The Kubernetes allocation being released.
+      type: str
+    device_ids:
+      description: The atoms still claimed for it.
+      type: list
+      elements: str
+    generation:
+      description: The generation the release was started at.
+      type: int
+    age_seconds:
+      description: How long the release has waited, in seconds.
+      type: int
+    taken_back:
+      description: Whether these are old devices of an allocation the spec wants again.
+      type: bool
+    held_by:
+      description: The pods and processes that hold the devices, or null when the kubelet cannot be asked.
+      type: list
+      elements: str
   sample:
     - {allocation_id: alloc_k8s, device_ids: [GPU-5f1c2a90-0000-4000-8000-000000000003], generation: 43,
        age_seconds: 42, taken_back: false, held_by: [default/train-0 (main)]}

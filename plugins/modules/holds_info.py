@@ -18,7 +18,7 @@ description:
     on the controller with P(bcd.devices.verify_report#filter).
   - Writes nothing, ever.
 author:
-  - bcd.devices contributors (!UNKNOWN)
+  - bcd.devices developers (@bcd-devices)
 extends_documentation_fragment:
   - bcd.devices.node
   - bcd.devices.node.helper
@@ -61,6 +61,45 @@ holds:
   returned: always
   type: list
   elements: dict
+  contains:
+    allocation_id:
+      description: The allocation.
+      type: str
+    reservation_id:
+      description: Its reservation.
+      type: str
+    generation:
+      description: The generation the hold was bound at.
+      type: int
+    binding:
+      description: V(BINDING_HOLD) or V(BINDING_KUBERNETES).
+      type: str
+    device_ids:
+      description: Its atoms.
+      type: list
+      elements: str
+    cdi_devices:
+      description: The fully qualified CDI device names, C(bcd.dev/gpu=<atom id with / as _>).
+      type: list
+      elements: str
+    cdi_spec_path:
+      description: Its CDI spec.
+      type: str
+    env_file:
+      description: Its env file.
+      type: str
+    cgroup_parent:
+      description: The hold's slice, for a plain hold with limits.
+      type: str
+      returned: when the hold has a slice
+    missing_devices:
+      description: Its atoms the inventory lacks now.
+      type: list
+      elements: str
+    stale_edits:
+      description: What its spec names that the node does not have now, one line each.
+      type: list
+      elements: str
   sample:
     - allocation_id: alloc_01jz8k2v
       reservation_id: rsv_01jz8k1q
@@ -84,6 +123,79 @@ gpus:
   returned: always
   type: list
   elements: dict
+  contains:
+    index:
+      description: The GPU's index; null for a GPU the inventory no longer lists.
+      type: int
+    uuid:
+      description: The GPU.
+      type: str
+    present:
+      description: Whether the inventory lists the GPU (false for one only holds name).
+      type: bool
+    held_by:
+      description: >-
+        The allocation holding the GPU whole (C(<allocation> (release pending)) for a pending Kubernetes
+        release), or null.
+      type: str
+    passed_through_to:
+      description: The VM that has the GPU through VFIO, or null.
+      type: str
+    mig:
+      description: Its MIG instances.
+      type: list
+      elements: dict
+      contains:
+        gi:
+          description: The GPU instance id.
+          type: int
+        ci:
+          description: The compute instance id.
+          type: int
+        uuid:
+          description: The MIG instance's UUID.
+          type: str
+        id:
+          description: The atom id, C(<GPU uuid>/gi<N>/ci<N>).
+          type: str
+        held_by:
+          description: The allocation holding it, or null when free.
+          type: str
+    slots:
+      description: Its held slots.
+      type: list
+      elements: dict
+      contains:
+        id:
+          description: The atom id.
+          type: str
+        slot:
+          description: The slot number.
+          type: int
+        held_by:
+          description: The allocation holding it.
+          type: str
+    missing_parts:
+      description: Held MIG instances that no longer exist.
+      type: list
+      elements: dict
+      contains:
+        id:
+          description: The atom id.
+          type: str
+        held_by:
+          description: The allocation holding it.
+          type: str
+    health:
+      description: What makes the GPU unhealthy, one line each; empty when nothing does.
+      type: list
+      elements: str
+    maintenance:
+      description: The reason the GPU is out of service, or null.
+      type: str
+    busy:
+      description: Whether anything but maintenance claims it.
+      type: bool
 table:
   description:
     - The table C(bcd-holds status) prints, one line per element, for a person to read (a debug task shows it
@@ -115,6 +227,23 @@ conditions:
   returned: always
   type: list
   elements: dict
+  contains:
+    type:
+      description: >-
+        V(KubernetesReleaseStuck), V(KubernetesReleasesUnreadable), V(HoldSpecDamaged), V(VendorSpecStale) or
+        V(GPUUnhealthy).
+      type: str
+    status:
+      description: V(True) while the condition holds; a condition that no longer holds is not returned.
+      type: str
+    reason:
+      description: >-
+        One word for why - V(PodsHoldDevices), V(ReleasesFileUnreadable), V(SpecUnreadable),
+        V(NodeDiffersFromSpec) or V(GPUFaulted).
+      type: str
+    message:
+      description: What is wrong and what to do, in one line.
+      type: str
 pending_releases:
   description:
     - Kubernetes releases still waiting for pods, each with C(allocation_id), C(device_ids), C(generation),
@@ -122,6 +251,23 @@ pending_releases:
   returned: always
   type: list
   elements: dict
+  contains:
+    allocation_id:
+      description: The Kubernetes allocation being released.
+      type: str
+    device_ids:
+      description: The atoms still claimed for it.
+      type: list
+      elements: str
+    generation:
+      description: The generation the release was started at.
+      type: int
+    age_seconds:
+      description: How long the release has waited, in seconds.
+      type: int
+    taken_back:
+      description: Whether these are old devices of an allocation the spec wants again.
+      type: bool
 runtimes:
   description:
     - The node's container runtimes that load CDI specs (found, or as O(cdi_runtimes) names them), each with
@@ -130,6 +276,16 @@ runtimes:
   returned: always
   type: list
   elements: dict
+  contains:
+    name:
+      description: V(containerd), V(docker), V(podman) or V(cri-o).
+      type: str
+    version:
+      description: Its version.
+      type: str
+    max_cdi_version:
+      description: The newest C(cdiVersion) it loads, or null.
+      type: str
   sample:
     - name: podman
       version: 5.4.2

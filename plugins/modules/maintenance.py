@@ -19,7 +19,7 @@ description:
   - Recorded in the node's state directory (C(<state_dir>/maintenance.json)) under the pass lock, so the
     node's timers honour it between runs. M(bcd.devices.holds_info) and C(bcd-holds status) show it.
 author:
-  - bcd.devices contributors (!UNKNOWN)
+  - bcd.devices developers (@bcd-devices)
 extends_documentation_fragment:
   - bcd.devices.node
   - bcd.devices.node.lock
