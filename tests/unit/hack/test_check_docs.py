@@ -57,16 +57,16 @@ def test_a_clean_tree_passes_and_every_kind_of_file_is_read(tmp_path):
 
 
 @pytest.mark.parametrize("rel, line", [
-    ("docs/user-guide.md", "    ansible_python_interpreter: /work/main/.venv/bin/python"),
+    ("docs/user-guide.md", "    ansible_python_interpreter: /work/bcd/.venv/bin/python"),
     ("docs/kubernetes.md", "$ /work/other/.venv/bin/ansible-playbook pass.yml"),
     ("docs/slices-and-admission.md", 'ansible_python_interpreter: "/home/alice/src/bcd/.venv/bin/python"'),
     ("README.md", "PATH=/Users/bob/bcd/.venv/bin:$PATH"),
     ("roles/bcd_holds/README.md", "see /root/bcd-devices/docs/node.md"),
     ("molecule/role/molecule.yml", "bcd_root: /tmp/ci/molecule/node-r"),
     ("molecule/shared/snapshot.py", "ROOT = '/tmp/ci'"),
-    ("plugins/filter/verify_report.py", "    PYTHONPATH=/work/main/.build python"),
+    ("plugins/filter/verify_report.py", "    PYTHONPATH=/work/bcd/.build python"),
     ("plugins/doc_fragments/node.py", "      - (/home/ci/checkout/hack/fakehw_node.py makes one)"),
-    ("docs/examples/README.md", "$ /work/main/.venv/bin/python docs/examples/gateway.py"),
+    ("docs/examples/README.md", "$ /work/bcd/.venv/bin/python docs/examples/gateway.py"),
 ])
 def test_a_common_checkout_place_fails(tmp_path, rel, line, capsys):
     root = make_tree(tmp_path / "repo", dict(CLEAN, **{rel: "fine\n" + line + "\n"}))
@@ -101,8 +101,8 @@ def test_a_path_that_only_contains_the_checkouts_path_or_a_common_place_is_not_f
 
 def test_files_outside_the_checked_places_are_not_read(tmp_path):
     root = make_tree(tmp_path / "repo", dict(CLEAN, **{
-        "hack/e2e.sh": "cd /work/main\n",
+        "hack/e2e.sh": "cd /work/bcd\n",
         "plugins/module_utils/node/hosts.py": "X = '/home/alice/'\n",
-        "tests/unit/test_x.py": "X = '/work/main'\n",
+        "tests/unit/test_x.py": "X = '/work/bcd'\n",
     }))
     assert check_docs.check(str(root)) == []

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.skipif(not (VENV_BIN / "ansible-playbook").exists(), re
 def demo(tmp_path, *args):
     env = dict(os.environ, PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")), TMPDIR=str(tmp_path),
                ANSIBLE_NOCOLOR="1", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".build"),
-               ANSIBLE_HOME=str(tmp_path / "ansible-home"))
+               ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_REMOTE_TMP=str(tmp_path / "remote-tmp"),
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"))
     done = subprocess.run(["bash", "hack/demo.sh"] + list(args), cwd=str(REPO), env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
