@@ -10,9 +10,9 @@
 #
 # 1. Installs the host tools it lacks (debootstrap, zstd, the ssh client) with apt-get.
 # 2. Gets the Debian trixie rootfs (podman 5, runc, busybox-static, Go and Debian's CDI
-#    Go library) and the Debian bookworm rootfs (systemd, systemd-nspawn, sshd, python3
-#    with cryptography and PyYAML) from .cache/e2e/rootfs, building and caching each on
-#    the first run.
+#    Go library) and a systemd rootfs (systemd, systemd-nspawn, sshd, python3 with
+#    cryptography and PyYAML) for each of Debian bookworm and trixie, from
+#    .cache/e2e/rootfs, building and caching each on the first run.
 # 3. Gets tests/e2e/cdicheck, a checker built on that CDI library, from .cache/e2e/bin,
 #    building it in the rootfs when its source changed.
 # 4. In a private mount namespace, unpacks the rootfs on a tmpfs and runs tests/e2e
@@ -20,14 +20,15 @@
 #    under .cache/e2e/work) are converged through ansible-playbook, then podman, chrooted
 #    in the rootfs, and the checker consume the specs. Nothing is mounted on the host,
 #    and the scratch directory is removed.
-#    The systemd part (tests/e2e/test_systemd_slices.py) boots the bookworm rootfs with
-#    its own systemd-nspawn (tests/e2e/lib/in_systemd_node.sh, in a further private mount
-#    namespace) and converges it with the role bcd.devices.bcd_holds over ssh on a
+#    The systemd part (tests/e2e/test_systemd_slices.py) boots each systemd rootfs in
+#    turn with its own systemd-nspawn (tests/e2e/lib/in_systemd_node.sh, in a further
+#    private mount namespace) and converges it with the role bcd.devices.bcd_holds over ssh on a
 #    loopback port; the container is powered off when the suite ends.
 #
 # Needs root, .venv (make venv) and, on a cold cache, the Debian mirror. Environment:
 #   E2E_CACHE          the cache (default .cache/e2e; git ignores .cache/)
 #   E2E_DEBIAN_MIRROR  default: the Debian archive this machine's apt sources name
+#   E2E_SYSTEMD_RELEASES  the Debian releases the systemd part boots (default "bookworm trixie")
 #   E2E_REBUILD=1      rebuild the rootfs and the checker even when cached
 #   E2E_KEEP=1         keep the scratch directory (its path is printed)
 set -euo pipefail
@@ -82,14 +83,21 @@ rootfs_tarball trixie-podman trixie \
 rootfs_time="$((SECONDS - t))s ($( ((ROOTFS_BUILT)) && echo built || echo cached))"
 tarball=$ROOTFS_TARBALL
 
-# The systemd node of tests/e2e/test_systemd_slices.py: systemd-container gives the
-# systemd-nspawn that boots it (nothing is installed on the machine), openssh-server the
-# role's connection, python3-apt the role's package task.
-t=$SECONDS
-rootfs_tarball bookworm-systemd bookworm \
-  "systemd systemd-sysv systemd-container dbus python3 python3-apt python3-cryptography python3-yaml openssh-server"
-systemd_rootfs_time="$((SECONDS - t))s ($( ((ROOTFS_BUILT)) && echo built || echo cached))"
-export BCD_E2E_SYSTEMD_TARBALL=$ROOTFS_TARBALL
+# The systemd nodes of tests/e2e/test_systemd_slices.py, one per Debian release in
+# E2E_SYSTEMD_RELEASES: systemd-container gives the systemd-nspawn that boots it (nothing
+# is installed on the machine), openssh-server the role's connection, python3-apt the
+# role's package task. The package names are the same in bookworm and trixie.
+systemd_packages="systemd systemd-sysv systemd-container dbus python3 python3-apt python3-cryptography python3-yaml openssh-server"
+systemd_tarballs=() systemd_rootfs_times=()
+for release in ${E2E_SYSTEMD_RELEASES:-bookworm trixie}; do
+  [[ $release =~ ^[a-z]+$ ]] || die "E2E_SYSTEMD_RELEASES: $release is not a Debian release name"
+  t=$SECONDS
+  rootfs_tarball "$release-systemd" "$release" "$systemd_packages"
+  systemd_rootfs_times+=("$release $((SECONDS - t))s ($( ((ROOTFS_BUILT)) && echo built || echo cached))")
+  systemd_tarballs+=("$release=$ROOTFS_TARBALL")
+done
+# "bookworm=/path trixie=/path": tests/e2e/systemd/bcd_systemd.py boots one node per entry.
+export BCD_E2E_SYSTEMD_TARBALLS="${systemd_tarballs[*]}"
 
 work=$(mktemp -d "$E2E_CACHE/work/run.XXXXXX")
 # shellcheck disable=SC2317  # run by the EXIT trap
@@ -146,7 +154,8 @@ in_rootfs bash -euo pipefail -c '
 ' run-suite "$work/rootfs" "$work" "$checker" "$@" || status=$?
 suite_time="$((SECONDS - t))s"
 
-e2e_log "rootfs $rootfs_time, systemd rootfs $systemd_rootfs_time, checker $checker_time," \
+systemd_rootfs_time=$(printf '%s, ' "${systemd_rootfs_times[@]}")
+e2e_log "rootfs $rootfs_time, systemd rootfs ${systemd_rootfs_time%, }, checker $checker_time," \
   "suite (unpack and boot included) $suite_time;" \
   "total $((SECONDS - started))s"
 if ((status)); then

@@ -3,9 +3,11 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A real systemd manages the hold slices.
 
-A Debian bookworm root filesystem boots under systemd-nspawn with the cgroup v2
-hierarchy (tests/e2e/systemd/bcd_systemd.py, tests/e2e/lib/in_systemd_node.sh). The
-role ``bcd.devices.bcd_holds`` converges it over ssh, as an operator would: the bcd
+A Debian root filesystem boots under systemd-nspawn with the cgroup v2 hierarchy
+(tests/e2e/systemd/bcd_systemd.py, tests/e2e/lib/in_systemd_node.sh), once per release
+the role claims (bookworm with systemd 252, trixie with systemd 257; hack/e2e.sh's
+``E2E_SYSTEMD_RELEASES``): every test below runs on each, against a node booted for that
+release alone. The role ``bcd.devices.bcd_holds`` converges it over ssh, as an operator would: the bcd
 account, the node command, the root helper, the units and the timers, and a pass that
 binds a hold with limits (``s_sliced``) and one without (``s_plain``). Then, asking
 systemd itself (``systemctl show``, the journal, the cgroup files):
@@ -38,8 +40,12 @@ import bcd_systemd  # noqa: E402  pylint: disable=wrong-import-position,import-e
 from bcd_systemd import GPUS, cgroup_dir, parse_cgroup_events, timer_setting  # noqa: E402  pylint: disable=import-error
 
 pytestmark = pytest.mark.skipif(
-    not (bcd_systemd.TARBALL and bcd_systemd.WORK and os.path.isfile(bcd_systemd.TARBALL)),
+    not (bcd_systemd.TARBALLS and bcd_systemd.WORK and all(map(os.path.isfile, bcd_systemd.TARBALLS.values()))),
     reason="the systemd part of the end-to-end suite: run it with `bash hack/e2e.sh` (or `make e2e`)")
+# One node per release, each booted once for all the tests (a module-scoped parameter:
+# pytest runs every test on bookworm, then every test on trixie). Outside hack/e2e.sh the
+# one placeholder is skipped above.
+RELEASES = list(bcd_systemd.TARBALLS) or ["(none)"]
 
 SLICED = "s_sliced"
 PLAIN = "s_plain"
@@ -69,24 +75,33 @@ def plain_hold():
 
 
 class SummaryPlugin(object):
-    """What ran, in the terminal summary (registered by the node fixture)."""
+    """What ran on each node, in the terminal summary, in the order the nodes booted."""
 
-    def __init__(self, node):
-        self.node = node
+    def __init__(self):
+        self.nodes = []
 
     def pytest_terminal_summary(self, terminalreporter):
-        terminalreporter.section("bcd.devices e2e: systemd part")
-        for name, version in self.node.versions.items():
-            terminalreporter.write_line("%-34s %s" % (name, version))
-        terminalreporter.write_line("%-34s %.1f s (unpack, boot to multi-user, sshd)" % (
-            "container boot", self.node.boot_seconds))
+        for node in self.nodes:  # pylint: disable=redefined-outer-name
+            terminalreporter.section("bcd.devices e2e: systemd part, %s" % node.release)
+            for name, version in node.versions.items():
+                terminalreporter.write_line("%-34s %s" % (name, version))
+            terminalreporter.write_line("%-34s %.1f s (unpack, boot to multi-user, sshd)" % (
+                "container boot", node.boot_seconds))
 
 
-@pytest.fixture(scope="module")
-def node(pytestconfig):
-    """The booted systemd node (bookworm under systemd-nspawn)."""
-    booted = bcd_systemd.SystemdNode(bcd_systemd.TARBALL, bcd_systemd.WORK)
-    pytestconfig.pluginmanager.register(SummaryPlugin(booted), "bcd-e2e-systemd-summary")
+SUMMARY_PLUGIN = "bcd-e2e-systemd-summary"
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def node(request, pytestconfig):
+    """The booted systemd node of one Debian release (under systemd-nspawn); powered off after its tests."""
+    release = request.param
+    booted = bcd_systemd.SystemdNode(release, bcd_systemd.TARBALLS[release], bcd_systemd.WORK)
+    summary = pytestconfig.pluginmanager.get_plugin(SUMMARY_PLUGIN)
+    if summary is None:
+        summary = SummaryPlugin()
+        pytestconfig.pluginmanager.register(summary, SUMMARY_PLUGIN)
+    summary.nodes.append(booted)
     try:
         booted.boot()
         yield booted
@@ -142,6 +157,8 @@ def run_timer_pass(node):  # pylint: disable=redefined-outer-name
 def test_the_container_runs_systemd_on_cgroup_v2(node):  # pylint: disable=redefined-outer-name
     """The ground the rest stands on: what bcd.devices checks before it makes a slice."""
     with node.explained():
+        # The tree booted is the release this parameter names.
+        assert node.os_release().get("VERSION_CODENAME") == node.release, node.os_release()
         assert node.nsenter("cat", "/proc/1/comm").stdout.strip() == "systemd"
         assert node.nsenter("stat", "-f", "-c", "%T", "/sys/fs/cgroup").stdout.strip() == "cgroup2fs"
         assert node.exists("/sys/fs/cgroup/cgroup.controllers")

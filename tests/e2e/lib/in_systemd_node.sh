@@ -2,7 +2,8 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 #
-# Boot the cached bookworm rootfs as a container whose PID 1 is a real systemd.
+# Boot a cached systemd rootfs (Debian bookworm or trixie) as a container whose PID 1 is
+# a real systemd.
 #
 #   unshare -m --propagation private -- bash tests/e2e/lib/in_systemd_node.sh TARBALL DIR OVERLAY
 #

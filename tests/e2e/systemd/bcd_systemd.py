@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A node whose PID 1 is a real systemd, for tests/e2e/test_systemd_slices.py.
 
-The cached Debian bookworm rootfs (systemd, dbus, sshd, python3 with cryptography and
-PyYAML; hack/e2e.sh builds it and names it in ``BCD_E2E_SYSTEMD_TARBALL``) is booted
+A cached Debian rootfs (systemd, dbus, sshd, python3 with cryptography and PyYAML), one
+per release: hack/e2e.sh builds them and names them in ``BCD_E2E_SYSTEMD_TARBALLS``
+(``bookworm=PATH trixie=PATH``, see ``systemd_tarballs``). Each is booted
 with systemd-nspawn by tests/e2e/lib/in_systemd_node.sh, in a private mount namespace
 of its own, with the cgroup v2 (unified) hierarchy. The node is then driven the way an
 operator drives one:
@@ -38,7 +39,20 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-TARBALL = os.environ.get("BCD_E2E_SYSTEMD_TARBALL", "")
+
+
+def systemd_tarballs(value):
+    """``{release: tarball}`` out of ``BCD_E2E_SYSTEMD_TARBALLS`` (``bookworm=PATH trixie=PATH``), in order."""
+    tarballs = {}  # type: Dict[str, str]
+    for entry in value.split():
+        release, sep, path = entry.partition("=")
+        if not sep or not release or not path:
+            raise ValueError("BCD_E2E_SYSTEMD_TARBALLS: %r is not RELEASE=PATH" % entry)
+        tarballs[release] = path
+    return tarballs
+
+
+TARBALLS = systemd_tarballs(os.environ.get("BCD_E2E_SYSTEMD_TARBALLS", ""))
 WORK = os.environ.get("BCD_E2E_WORK", "")
 BOOT_SCRIPT = os.path.join(REPO, "tests", "e2e", "lib", "in_systemd_node.sh")
 PLAYBOOK = os.path.join(HERE, "site.yml")
@@ -109,9 +123,10 @@ class NodeError(AssertionError):
 class SystemdNode(object):
     """The booted container; see the module docstring."""
 
-    def __init__(self, tarball, work):
+    def __init__(self, release, tarball, work):
+        self.release = release
         self.tarball = tarball
-        self.dir = os.path.join(work, "systemd-node")
+        self.dir = os.path.join(work, "systemd-node-" + release)
         self.overlay = os.path.join(self.dir, "overlay")
         self.key = os.path.join(self.dir, "id_ed25519")
         self.console = os.path.join(self.dir, "console.log")
@@ -273,6 +288,15 @@ class SystemdNode(object):
         out = self.nsenter("stat", "-c", "%n\t%U:%G %a", *paths).stdout
         return dict(line.split("\t", 1) for line in out.splitlines())
 
+    def os_release(self):
+        """The container's /etc/os-release (``VERSION_CODENAME``: bookworm, trixie) as a dict."""
+        values = {}
+        for line in (self.read("/etc/os-release") or "").splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                values[key] = value.strip('"')
+        return values
+
     def uid_of(self, user):
         return int(self.nsenter("id", "-u", user).stdout.strip())
 
@@ -376,6 +400,7 @@ class SystemdNode(object):
                 manifest[parts[0]] = parts[1]
         systemd = self.nsenter("systemctl", "--version", check=False).stdout.splitlines()
         self.versions = {
+            "Debian (node)": self.os_release().get("PRETTY_NAME", "?"),
             "systemd (container PID 1)": systemd[0] if systemd else "?",
             "systemd-nspawn": manifest.get("systemd-container", "?"),
             "python3 (node)": manifest.get("python3", "?"),
@@ -402,5 +427,5 @@ def timer_setting(value, name):
     return None
 
 
-__all__ = ["SystemdNode", "NodeError", "GPUS", "UNITS", "TARBALL", "WORK", "cgroup_dir", "parse_cgroup_events",
+__all__ = ["SystemdNode", "NodeError", "GPUS", "UNITS", "TARBALLS", "WORK", "systemd_tarballs", "cgroup_dir", "parse_cgroup_events",
            "timer_setting"]
