@@ -29,9 +29,11 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from typing import Dict
 
@@ -39,6 +41,22 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+
+# A Unix socket's path may be at most 107 bytes (sun_path is 108 with its NUL). ssh's
+# ControlMaster socket is Ansible's 10-character hash plus ssh's own 17-character
+# temporary suffix in ANSIBLE_SSH_CONTROL_PATH_DIR; under the scratch directory that is
+# as long as the checkout's path is deep, and a CI checkout six characters deeper than
+# ours once made it 108. So the sockets go in a short directory of their own in /tmp.
+SUN_PATH_MAX = 107
+CONTROL_SOCKET_NAME = len("bcc504b2d8.nKJD8VULuWJZK7kl")
+
+
+def control_path_dir():
+    """A new, private, short directory for ssh's control sockets (see SUN_PATH_MAX)."""
+    path = tempfile.mkdtemp(prefix="bcd-ssh.", dir="/tmp")
+    if len(path) + 1 + CONTROL_SOCKET_NAME > SUN_PATH_MAX:
+        raise NodeError("%s is too long a directory for ssh's control sockets" % path)
+    return path
 
 
 def systemd_tarballs(value):
@@ -136,10 +154,12 @@ class SystemdNode(object):
         self.last_playbook = ""  # the output of the last ansible-playbook run, for failures
         self.versions = {}  # type: Dict[str, str]
         self.boot_seconds = 0.0
+        self.control_dir = ""  # ssh's control sockets, made at boot (see control_path_dir)
 
     # -- boot and shut down ---------------------------------------------------------
     def prepare_overlay(self):
         os.makedirs(self.dir, exist_ok=True)
+        self.control_dir = control_path_dir()
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bcd-e2e", "-f", self.key],
                        check=True, capture_output=True)
         with open(self.key + ".pub") as handle:
@@ -229,14 +249,17 @@ class SystemdNode(object):
             self.port, self.journal(["ssh.service"])))
 
     def shutdown(self):
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()  # nspawn asks the container's systemd to power off
         try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.terminate()  # nspawn asks the container's systemd to power off
+                try:
+                    self.proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=30)
+        finally:
+            if self.control_dir:  # the ssh masters end with the container's sshd
+                shutil.rmtree(self.control_dir, ignore_errors=True)
 
     def console_tail(self, lines=40):
         try:
@@ -380,7 +403,7 @@ class SystemdNode(object):
         home = os.path.join(self.dir, "ansible-home")
         env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build"), ANSIBLE_HOME=home,
                    ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_PIPELINING="1",
-                   ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(home, "cp"), ANSIBLE_STDOUT_CALLBACK="default",
+                   ANSIBLE_SSH_CONTROL_PATH_DIR=self.control_dir, ANSIBLE_STDOUT_CALLBACK="default",
                    ANSIBLE_HOST_KEY_CHECKING="0")
         proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", inventory, PLAYBOOK, "-e", "@" + extra], env=env,
                               capture_output=True, text=True, check=False, timeout=600)
