@@ -105,7 +105,7 @@ events:
       description: V(AllocationBound), V(AllocationReleased) or V(AllocationFailed).
       type: str
     body:
-      description: What the event reports, as M(bcd.devices.holds) returns it (docs/events.md).
+      description: What the event reports; its fields by event type are below and in docs/events.md.
       type: dict
       contains:
         node_id:
@@ -152,7 +152,7 @@ events:
           type: str
           returned: for AllocationFailed
     purpose:
-      description: V(attested-report).
+      description: V(attested-report), on attested events (binds and releases).
       type: str
       returned: for AllocationBound and AllocationReleased
     signature:

@@ -343,10 +343,7 @@ events:
       description: V(AllocationBound), V(AllocationReleased) or V(AllocationFailed).
       type: str
     body:
-      description: >-
-        C(node_id), C(allocation_id), C(generation); a bind or release also C(boot_id) and C(device_ids);
-        a bind also C(cdi_devices), C(cdi_spec_path), C(env_file) and C(cgroup_parent) for a sliced hold;
-        a refusal C(reason) and C(message).
+      description: What the event reports; its fields by event type are below and in docs/events.md.
       type: dict
       contains:
         node_id:
@@ -385,7 +382,7 @@ events:
           type: str
           returned: for AllocationBound of a hold with a slice
         reason:
-          description: The refusal's reason, as in RV(failures[].reason).
+          description: Why the allocation was refused (V(overlap), V(device-missing), ...).
           type: str
           returned: for AllocationFailed
         message:

@@ -230,8 +230,8 @@ conditions:
   contains:
     type:
       description: >-
-        V(KubernetesReleaseStuck), V(KubernetesReleasesUnreadable), V(HoldSpecDamaged), V(VendorSpecStale) or
-        V(GPUUnhealthy).
+        V(KubernetesReleaseStuck), V(KubernetesReleasesUnreadable), V(HoldSpecDamaged) (damaged hold specs set
+        aside), V(VendorSpecStale) (NVIDIA's CDI spec does not match the node) or V(GPUUnhealthy).
       type: str
     status:
       description: V(True) while the condition holds; a condition that no longer holds is not returned.

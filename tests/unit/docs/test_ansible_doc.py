@@ -12,6 +12,8 @@ here), it checks that:
 * no requirement ends with a full stop (``ansible-doc`` joins them with ``, ``: ``events.,``);
 * every complex return value (a dict, or a list of dicts) lists its fields (``contains``), each
   with a description and a type, down to the last level;
+* a return value two modules both return (``holds`` and ``holds_info``, ``holds`` and ``events``)
+  has the same fields in both, described alike, but for the listed one-sided ones;
 * README.md and docs/README.md give an ``ansible-doc`` command for each, and every
   ``$ ansible-doc ...`` command they give succeeds and prints the plugin's or role's page.
 """
@@ -196,3 +198,59 @@ def test_readme_command_works(args, tmp_path):
     requirements = re.search(r"^REQUIREMENTS:(.*?)(?:\n\n|\Z)", done.stdout, re.M | re.S)
     if requirements:
         assert ".," not in " ".join(requirements.group(1).split()), requirements.group(0)
+
+
+# Return values that two modules both return, documented in each (a RETURN block is a literal
+# that ansible-doc reads without running the module, and doc fragments cannot hold RETURN).
+# Their fields must agree (name, description, type, elements, returned, at every level), so
+# that a field added to one and not the other, or a changed type, fails here. The fields
+# only one side has are listed with why.
+SHARED_RETURNS = [
+    ("bcd.devices.holds", "bcd.devices.holds_info", "holds"),
+    ("bcd.devices.holds", "bcd.devices.holds_info", "conditions"),
+    ("bcd.devices.holds", "bcd.devices.holds_info", "pending_releases"),
+    ("bcd.devices.holds", "bcd.devices.holds_info", "capabilities"),
+    ("bcd.devices.holds", "bcd.devices.events", "events"),
+]
+ONE_SIDED_FIELDS = {
+    # holds_info reads holds back from disk and says what the node lacks now; a pass binds
+    # only what the node has, so holds returns neither
+    ("bcd.devices.holds_info", "holds.missing_devices"),
+    ("bcd.devices.holds_info", "holds.stale_edits"),
+    # who keeps a Kubernetes release waiting is asked of the kubelet during a pass; holds_info
+    # does not ask it
+    ("bcd.devices.holds", "pending_releases.held_by"),
+}
+
+
+def field_differences(first, second, names, path):
+    for key in sorted(set(first) | set(second)):
+        where = path + key
+        if key not in first or key not in second:
+            owner = names[0] if key in first else names[1]
+            if (owner, where) not in ONE_SIDED_FIELDS:
+                yield "%s is documented only by %s" % (where, owner)
+            continue
+        for attr in ("description", "type", "elements", "returned"):
+            if first[key].get(attr) != second[key].get(attr):
+                yield "%s: %s differs: %r (%s) against %r (%s)" % (
+                    where, attr, first[key].get(attr), names[0], second[key].get(attr), names[1])
+        yield from field_differences(first[key].get("contains") or {}, second[key].get("contains") or {},
+                                     names, where + ".")
+
+
+@pytest.mark.parametrize("first,second,key", SHARED_RETURNS, ids=lambda value: value.split(".")[-1])
+def test_a_return_value_two_modules_share_is_documented_alike(docs, first, second, key):
+    returns = docs["module"]
+    one, other = returns[first]["return"][key], returns[second]["return"][key]
+    assert (one.get("type"), one.get("elements")) == (other.get("type"), other.get("elements")), key
+    problems = list(field_differences(one.get("contains") or {}, other.get("contains") or {}, (first, second),
+                                      key + "."))
+    assert not problems, "\n".join(problems)
+
+
+def test_the_one_sided_fields_exist():
+    """An entry of ONE_SIDED_FIELDS that names no documented field is stale, and would hide nothing."""
+    for module, field in ONE_SIDED_FIELDS:
+        source = (REPO / "plugins" / "modules" / (module.split(".")[-1] + ".py")).read_text(encoding="utf-8")
+        assert "\n    %s:\n" % field.split(".")[-1] in source, (module, field)
