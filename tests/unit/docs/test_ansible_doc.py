@@ -239,7 +239,7 @@ def field_differences(first, second, names, path):
                                      names, where + ".")
 
 
-@pytest.mark.parametrize("first,second,key", SHARED_RETURNS, ids=lambda value: value.split(".")[-1])
+@pytest.mark.parametrize("first,second,key", SHARED_RETURNS, ids=lambda value: value.rsplit(".", maxsplit=1)[-1])
 def test_a_return_value_two_modules_share_is_documented_alike(docs, first, second, key):
     returns = docs["module"]
     one, other = returns[first]["return"][key], returns[second]["return"][key]
@@ -252,5 +252,5 @@ def test_a_return_value_two_modules_share_is_documented_alike(docs, first, secon
 def test_the_one_sided_fields_exist():
     """An entry of ONE_SIDED_FIELDS that names no documented field is stale, and would hide nothing."""
     for module, field in ONE_SIDED_FIELDS:
-        source = (REPO / "plugins" / "modules" / (module.split(".")[-1] + ".py")).read_text(encoding="utf-8")
-        assert "\n    %s:\n" % field.split(".")[-1] in source, (module, field)
+        source = (REPO / "plugins" / "modules" / (module.rsplit(".", maxsplit=1)[-1] + ".py")).read_text(encoding="utf-8")
+        assert "\n    %s:\n" % field.rsplit(".", maxsplit=1)[-1] in source, (module, field)
