@@ -13,16 +13,33 @@ No bytes cross the helper's socket: ``HelperWriter`` sends what a file is
 rendered from (the hold's checked assignment and generation) and what a slice
 is built from (its limits), and root renders and builds them itself
 (docs/security.md).
+
+What root keeps in ``/etc/cdi`` is bounded (docs/security.md, "Quotas on what
+root creates"): ``count_node_files`` counts a kind's files for the helper's quota,
+with a bounded scan, and every set-aside keeps at most ``ASIDE_PER_HOLD`` damaged
+copies of an allocation and ``ASIDE_TOTAL`` in all, the oldest removed.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import stat
+from typing import Dict, List, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID_RE
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import cdi_spec_path, damaged_spec_path, env_file_path
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID, ALLOCATION_ID_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
+    DAMAGED_FILE_RE,
+    ENV_DIR,
+    SPEC_DIR,
+    SPEC_FILE_RE,
+    cdi_spec_path,
+    damaged_spec_path,
+    env_file_path,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, rename_aside, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
 
 # The node files a pass writes, by kind: the root helper accepts exactly these.
 NODE_FILE_KINDS = {
@@ -30,6 +47,137 @@ NODE_FILE_KINDS = {
     "allocation-env": env_file_path,
 }
 NODE_FILE_MODE = 0o644
+# Where each kind's files live and the names they have there (temporaries and damaged copies do not match).
+NODE_FILE_NAMES = {
+    "cdi": (SPEC_DIR, SPEC_FILE_RE),
+    "allocation-env": (ENV_DIR, re.compile(r"^(%s)\.env$" % ALLOCATION_ID)),
+}
+# Damaged specs set aside are kept for someone to read, but not without end: at most this many per
+# allocation (the newest), and this many in /etc/cdi in all (the newest, whichever allocation's).
+ASIDE_PER_HOLD = 3
+ASIDE_TOTAL = 64
+# Entries of a directory looked at when counting or pruning: a scan costs at most this much, whatever
+# is in the directory (a node's own holds and copies are far fewer).
+SCAN_LIMIT = 16384
+_ASIDE_MARK = ".json.damaged-"
+
+
+class TooManyEntries(RetryableError):
+    """A directory with more entries than a bounded scan looks at."""
+
+
+def _open_directory(local):
+    """A descriptor of the directory ``local`` (never through a link), or None when it is missing."""
+    try:
+        return os.open(local, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+                       | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+
+
+def _names(fd, scan_limit):
+    """The first ``scan_limit`` entry names of the directory open as ``fd``, in the order it lists them."""
+    names = []  # type: List[str]
+    with os.scandir(fd) as listing:
+        for entry in listing:
+            if len(names) >= scan_limit:
+                break
+            names.append(entry.name)
+    return names
+
+
+def count_node_files(local, pattern, enough, scan_limit=SCAN_LIMIT):
+    """How many names in the directory ``local`` match ``pattern``, counted up to ``enough`` (a quota
+    needs no more). Names only: nothing is opened or followed. ``TooManyEntries`` when ``scan_limit``
+    entries are looked at before ``enough`` are found."""
+    fd = _open_directory(local)
+    if fd is None:
+        return 0
+    count, seen = 0, 0
+    try:
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                if pattern.fullmatch(entry.name):
+                    count += 1
+                    if count >= enough:
+                        break
+                seen += 1
+                if seen >= scan_limit:
+                    raise TooManyEntries("%s has more than %d entries; not counted further" % (local, scan_limit))
+    finally:
+        os.close(fd)
+    return count
+
+
+def _aside_key(name):
+    """``(UTC time, number, allocation id, name)`` of a damaged copy's name (``-2``, ``-3``… after the
+    first of one second), sorting oldest first; None for any other name."""
+    match = DAMAGED_FILE_RE.fullmatch(name)
+    if match is None:
+        return None
+    rest = name[len("bcd-") + len(match.group(1)) + len(_ASIDE_MARK):]  # <YYYYmmddTHHMMSSZ>[-<n>]
+    return (rest[:16], int(rest[17:]) if len(rest) > 16 else 1, match.group(1), name)
+
+
+def _doomed(keys, per_hold, total):
+    """The names past the newest ``per_hold`` of each allocation, then past the newest ``total`` of all."""
+    keys = sorted(keys)
+    doomed = set()  # type: Set[str]
+    by_hold = {}  # type: Dict[str, List[Tuple[str, int, str, str]]]
+    for key in keys:
+        by_hold.setdefault(key[2], []).append(key)
+    for mine in by_hold.values():
+        doomed.update(key[3] for key in mine[:max(0, len(mine) - per_hold)])
+    kept = [key for key in keys if key[3] not in doomed]
+    doomed.update(key[3] for key in kept[:max(0, len(kept) - total)])
+    return doomed
+
+
+def set_aside(local_dir, allocation_id, now, per_hold=ASIDE_PER_HOLD, total=ASIDE_TOTAL, scan_limit=SCAN_LIMIT):
+    """Rename ``bcd-<id>.json`` in ``local_dir`` (the real /etc/cdi) aside as
+    ``bcd-<id>.json.damaged-<UTC time>``, numbered past every copy of that second (``-2``, ``-3``…) so that
+    names sort in the order they were made, then prune: only names of that exact pattern, each a regular
+    file owned by this process's uid (never a link, never followed), the oldest beyond ``per_hold`` of
+    one allocation and beyond ``total`` in all (of the first ``scan_limit`` entries: a directory past that
+    is pruned as far as it was seen, and never keeps a spec from being set aside). Returns the name given,
+    or None when there was no spec."""
+    spec = os.path.basename(cdi_spec_path(allocation_id))
+    fd = _open_directory(local_dir)
+    if fd is None:
+        return None
+    try:
+        try:
+            os.stat(spec, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        base = os.path.basename(damaged_spec_path(allocation_id, now))
+        keys = [key for key in (_aside_key(name) for name in _names(fd, scan_limit)) if key]
+        taken = [key[1] for key in keys if key[3] == base or key[3].startswith(base + "-")]
+        number = max(taken) + 1 if taken else 1
+        while True:
+            target = base if number == 1 else "%s-%d" % (base, number)
+            try:
+                os.stat(target, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                break
+            number += 1
+        os.rename(spec, target, src_dir_fd=fd, dst_dir_fd=fd)
+        keys.append(_aside_key(target))
+        uid = os.geteuid()
+        for name in sorted(_doomed(keys, per_hold, total)):
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode) and info.st_uid == uid:
+                    os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass  # some filesystems refuse fsync on a directory; the renames are done anyway
+    finally:
+        os.close(fd)
+    return target
 
 
 def node_file_path(kind, allocation_id):
@@ -59,9 +207,14 @@ class DirectWriter:
         remove_file(self.host.path(node_file_path(kind, allocation_id)))
 
     def set_aside_spec(self, allocation_id, now):
-        """A damaged spec renamed aside in /etc/cdi, never deleted."""
-        rename_aside(self.host.path(node_file_path("cdi", allocation_id)),
-                     self.host.path(damaged_spec_path(allocation_id, now)))
+        """A damaged spec renamed aside in /etc/cdi; the oldest copies beyond the bounds are removed."""
+        node_file_path("cdi", allocation_id)  # a checked id
+        return set_aside(self.host.path(SPEC_DIR), allocation_id, now)
+
+    def count_node_files(self, kind, enough):
+        """How many files of ``kind`` the node has, counted up to ``enough`` (``TooManyEntries``)."""
+        directory, pattern = NODE_FILE_NAMES[kind]
+        return count_node_files(self.host.path(directory), pattern, enough)
 
     def apply_slice(self, op):
         """Create a slice or set its limits (an ``actions.SliceApply``)."""
