@@ -15,7 +15,8 @@ writes itself (docs/security.md):
   env file, rendered by root from its own inventory and vendor spec;
 * ``{"op": "hold.remove", "kind": …, "allocation_id": …}``;
 * ``{"op": "hold.set_aside", "allocation_id": …}``: a damaged spec renamed aside
-  in ``/etc/cdi`` (``bcd-<id>.json.damaged-<UTC time>``), never deleted;
+  in ``/etc/cdi`` (``bcd-<id>.json.damaged-<UTC time>``), the oldest copies beyond
+  ``writers.ASIDE_PER_HOLD`` per allocation and ``writers.ASIDE_TOTAL`` in all removed;
 * ``{"op": "slice.apply", "allocation_id": …, "limits": {…}}``: the slice's
   properties built by root from the limits, never below what its workload uses;
 * ``{"op": "slice.stop", "allocation_id": …}``: only once the slice is empty;
@@ -26,6 +27,12 @@ Every path is built from root's own ``--root``, a kind and a checked allocation 
 Only the allowed peers are served (``SO_PEERCRED``), at most ``MAX_CONNECTIONS`` at
 once, each within ``REQUEST_DEADLINE`` seconds and ``MAX_REQUEST`` bytes; whatever a
 peer sends gets an answer, and nothing a peer does stops the helper.
+
+What root creates is bounded (docs/security.md, "Quotas on what root creates"): a
+fresh hold spec or env file only while the node has fewer than ``MAX_HOLD_FILES`` of
+its kind, and each peer other than root may ask for ``RATED_OPS`` at most
+``RATE_PER_SECOND`` a second after a burst of ``RATE_BURST`` (``RateLimit``); both
+refusals name their numbers, and a pass retries them like any failed write.
 ``node.helper_client.HelperClient`` is the other end.
 """
 
@@ -47,6 +54,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     ALLOCATION_ID_RE,
     BINDING_HOLD,
     BINDING_KUBERNETES,
+    MAX_ASSIGNMENTS,
     InvalidAssignment,
     parse_hold_request,
     parse_limits,
@@ -64,7 +72,12 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
-from ansible_collections.bcd.devices.plugins.module_utils.node.writers import NODE_FILE_KINDS
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
+    NODE_FILE_KINDS,
+    NODE_FILE_NAMES,
+    TooManyEntries,
+    node_file_path,
+)
 
 MAX_REQUEST = 64 * 1024  # one request line: data only, no file content
 MAX_DEPTH = 16  # nesting of a request's JSON
@@ -80,12 +93,37 @@ OPS = {
     "slice.stop": ("allocation_id",),
     "kube.look": (),
 }
+# Quotas on what root creates (docs/security.md). A node may have at most MAX_ASSIGNMENTS holds: a pass
+# honours no more entries of a devices section than that and releases what is no longer wanted before it
+# binds, so no pass ever leaves more specs in /etc/cdi, or env files, than that. The node's atoms bound
+# it no tighter: a slot is bookkeeping (any s<N> of a listed GPU is held), so one GPU has as many atoms as
+# holds ask for. Overwriting a hold's file is always allowed; a fresh one past the quota is refused.
+MAX_HOLD_FILES = MAX_ASSIGNMENTS
+# The operations that create or change what root keeps (files in /etc/cdi and /run, slices), limited per
+# peer uid by a token bucket. The burst is a whole pass of the most holds there are, each set aside,
+# written (spec and env file) and given a slice: four requests a hold, so no pass is limited into failing;
+# the rate refills a whole burst in about four minutes. Removing and stopping are never limited: they
+# only shrink what root keeps. Root is not limited: it can write /etc/cdi without the helper.
+RATED_OPS = ("hold.write", "hold.set_aside", "slice.apply")
+RATE_BURST = 4 * MAX_ASSIGNMENTS
+RATE_PER_SECOND = 16.0
+RATE_PEERS = 4096  # buckets kept; beyond it, those of peers that have waited long enough to be full go
+RATE_LOG_EVERY = 60.0  # seconds: a limited peer is logged once in this long, not once a refusal
+_CREATING = threading.Lock()  # one counted creation at a time: two fresh holds never both take the last place
 _ACCEPT_RETRY = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED, errno.EINTR,
                  errno.EPROTO, errno.EPERM)
 
 
 class Refused(BcdError):
     """A request the helper will not carry out; the message goes back to the peer."""
+
+
+class RateLimited(Refused):
+    """A peer past its rate; ``first`` for the first refusal in ``RATE_LOG_EVERY`` seconds (the helper logs it)."""
+
+    def __init__(self, message, first=False):
+        super().__init__(message)
+        self.first = first
 
 
 class HelperSetupError(BcdError):
@@ -158,8 +196,10 @@ def handle_request(host, request):
         _write_hold(host, _kind(request.get("kind")), request.get("hold"))
     elif op == "hold.remove":
         host.writer.remove_node_file(_kind(request.get("kind")), _allocation_id(request.get("allocation_id")))
-    elif op == "hold.set_aside":  # a damaged spec: renamed aside in /etc/cdi by root's clock, never deleted
-        host.writer.set_aside_spec(_allocation_id(request.get("allocation_id")), time.time())
+    elif op == "hold.set_aside":  # a damaged spec: renamed aside in /etc/cdi by root's clock, oldest copies pruned
+        allocation_id = _allocation_id(request.get("allocation_id"))
+        with _CREATING:
+            host.writer.set_aside_spec(allocation_id, time.time())
     elif op == "slice.apply":
         _apply_slice(host, _allocation_id(request.get("allocation_id")), request.get("limits"))
     else:
@@ -189,7 +229,27 @@ def _write_hold(host, kind, data):
                                 runtimes=runtimes)
     except (InvalidAssignment, AtomRefused, RenderError) as exc:
         raise Refused(str(exc))
-    host.writer.write_node_file(kind, assignment.allocation_id, spec if kind == "cdi" else env)
+    with _CREATING:
+        _check_quota(host, kind, assignment.allocation_id)
+        host.writer.write_node_file(kind, assignment.allocation_id, spec if kind == "cdi" else env)
+
+
+def _check_quota(host, kind, allocation_id):
+    """A hold's file may always be written again; a fresh one only while the node has fewer than
+    ``MAX_HOLD_FILES`` of its kind (counted by name, a bounded scan)."""
+    path = node_file_path(kind, allocation_id)
+    if os.path.lexists(host.path(path)):
+        return
+    directory, _pattern = NODE_FILE_NAMES[kind]
+    what = "hold specs" if kind == "cdi" else "env files"
+    try:
+        count = host.writer.count_node_files(kind, MAX_HOLD_FILES)
+    except TooManyEntries as exc:
+        raise Refused("quota: cannot count the %s in %s (%s); %s is not created" % (what, directory, exc, path))
+    if count >= MAX_HOLD_FILES:
+        raise Refused("quota: %s already holds %d %s, the most a node may have (a pass honours at most %d "
+                      "holds); %s is not created until one is removed" % (directory, count, what, MAX_ASSIGNMENTS,
+                                                                           path))
 
 
 def _atoms_on_disk(host, assignment, missing):
@@ -237,6 +297,55 @@ def _stop_slice(host, allocation_id):
     if current.populated:
         raise Refused("%s still runs a workload; it is stopped once empty" % name)
     host.writer.stop_slice(name)
+
+
+class RateLimit:
+    """A token bucket per peer uid for ``RATED_OPS``: ``burst`` requests at once, then ``rate`` a second.
+    A refused request costs nothing; the uids in ``exempt`` (root) are never limited."""
+
+    def __init__(self, rate=RATE_PER_SECOND, burst=RATE_BURST, exempt=(0,), clock=time.monotonic):
+        self.rate, self.burst, self.exempt, self.clock = float(rate), float(burst), frozenset(exempt), clock
+        self._buckets = {}  # uid -> (tokens, when)
+        self._logged = {}  # uid -> when its last logged refusal was
+        self._lock = threading.Lock()
+
+    def take(self, uid):
+        """None when ``uid`` may go on (one token taken), else the seconds until it may."""
+        return self._take(uid)[0]
+
+    def _take(self, uid):
+        """``(wait, first)``: ``wait`` as ``take`` gives it; ``first`` for the first refusal of ``uid`` in
+        ``RATE_LOG_EVERY`` seconds."""
+        if uid in self.exempt:
+            return None, False
+        with self._lock:
+            now = self.clock()
+            tokens, then = self._buckets.get(uid, (self.burst, now))
+            tokens = min(self.burst, tokens + max(0.0, now - then) * self.rate)
+            if tokens < 1.0:
+                self._buckets[uid] = (tokens, now)
+                first = now - self._logged.get(uid, now - RATE_LOG_EVERY) >= RATE_LOG_EVERY
+                if first:
+                    self._logged[uid] = now
+                return (1.0 - tokens) / self.rate, first
+            self._buckets[uid] = (tokens - 1.0, now)
+            if len(self._buckets) > RATE_PEERS:
+                full = [key for key, (left, when) in self._buckets.items()
+                        if left + (now - when) * self.rate >= self.burst]
+                for key in full:
+                    del self._buckets[key]
+                    self._logged.pop(key, None)
+            return None, False
+
+    def check(self, uid, request):
+        """Raise ``Refused`` when ``request`` is one of ``RATED_OPS`` and ``uid`` has used its share."""
+        if not isinstance(request, dict) or request.get("op") not in RATED_OPS:
+            return
+        wait, first = self._take(uid)
+        if wait is not None:
+            raise RateLimited("rate limited: uid %d asked for more than %d of %s at once, or more than %g a "
+                              "second; try again in %.2fs" % (uid, self.burst, ", ".join(RATED_OPS), self.rate, wait),
+                              first)
 
 
 def peer_credentials(connection):
@@ -294,8 +403,9 @@ def _hang_up(connection):
         pass
 
 
-def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLINE):
-    """Answer one peer's one request, within ``deadline`` seconds of its connecting; never raises."""
+def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLINE, limiter=None):
+    """Answer one peer's one request, within ``deadline`` seconds of its connecting; never raises.
+    ``limiter`` (a ``RateLimit``, shared by the connections of one helper) limits what it creates."""
     with connection:
         end = time.monotonic() + deadline
         try:
@@ -331,16 +441,18 @@ def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLI
         line = buffer.split(b"\n", 1)[0]
         if line.strip():
             connection.settimeout(max(0.1, end - time.monotonic()))
-            _answer(host, connection, line, uid, log)
+            _answer(host, connection, line, uid, log, limiter)
 
 
-def _answer(host, connection, line, uid, log):
+def _answer(host, connection, line, uid, log, limiter=None):
     try:
         request = json.loads(line.decode("utf-8"))
         if _depth(request) > MAX_DEPTH:
             raise Refused("a request nests deeper than %d levels" % MAX_DEPTH)
         if _has_nul(request):
             raise Refused("a request must not contain NUL characters")
+        if limiter is not None:
+            limiter.check(uid, request)
         extra = handle_request(host, request)
     except (ValueError, UnicodeDecodeError) as exc:
         _reply(connection, False, "malformed request: %s" % exc)
@@ -348,6 +460,8 @@ def _answer(host, connection, line, uid, log):
         _reply(connection, False, "a request nests deeper than %d levels" % MAX_DEPTH)
     except Refused as exc:
         _reply(connection, False, str(exc))
+        if log and getattr(exc, "first", False):  # a limited peer once a minute, not once a refusal
+            log("uid %d: %s" % (uid, exc))
     except (BcdError, OSError) as exc:
         _reply(connection, False, "failed: %s" % exc)
     except Exception as exc:  # a bug must cost one reply, never the helper: say so, and log it
@@ -420,10 +534,12 @@ def _busy(connection, max_connections):
         _reply(connection, False, "busy: %d requests are being served; try again" % max_connections)
 
 
-def serve(host, server, policy, log=None, stop=None, deadline=REQUEST_DEADLINE, max_connections=MAX_CONNECTIONS):
+def serve(host, server, policy, log=None, stop=None, deadline=REQUEST_DEADLINE, max_connections=MAX_CONNECTIONS,
+          limiter=None):
     """Accept peers until ``stop`` (a threading.Event) is set, each in its own thread, at most
-    ``max_connections`` at once. Running out of file descriptors or memory pauses accepting; it never
-    stops the helper."""
+    ``max_connections`` at once, each peer's creations limited by ``limiter`` (a ``RateLimit`` by
+    default). Running out of file descriptors or memory pauses accepting; it never stops the helper."""
+    limiter = limiter if limiter is not None else RateLimit()
     server.settimeout(0.5)
     slots = threading.BoundedSemaphore(max_connections)
     pressed = False
@@ -447,7 +563,8 @@ def serve(host, server, policy, log=None, stop=None, deadline=REQUEST_DEADLINE, 
             _busy(connection, max_connections)
             continue
         try:
-            thread = threading.Thread(target=_serve_one, args=(host, connection, policy, log, deadline, slots))
+            thread = threading.Thread(target=_serve_one, args=(host, connection, policy, log, deadline, slots,
+                                                               limiter))
             thread.daemon = True
             thread.start()
         except RuntimeError:  # no thread to be had: tell the peer, free the slot
@@ -455,8 +572,8 @@ def serve(host, server, policy, log=None, stop=None, deadline=REQUEST_DEADLINE, 
             _busy(connection, max_connections)
 
 
-def _serve_one(host, connection, policy, log, deadline, slots):
+def _serve_one(host, connection, policy, log, deadline, slots, limiter=None):
     try:
-        serve_connection(host, connection, policy, log, deadline)
+        serve_connection(host, connection, policy, log, deadline, limiter)
     finally:
         slots.release()
