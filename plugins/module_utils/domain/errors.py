@@ -21,6 +21,17 @@ class RetryableError(BcdError):
     """A write or a call that failed now; the hold stays unreported and the next pass tries again."""
 
 
+class StateFileError(BcdError):
+    """A file in the state directory that root will not use (``node/state_files.py``): not a regular
+    file, not owned as expected, over its size cap, or content past the bounds of ``domain/bounded_json``.
+    ``where`` names the file (a node path), ``problem`` what is wrong; ``str()`` is both, on one line."""
+
+    def __init__(self, where, problem):
+        super().__init__("%s: %s" % (where, problem))
+        self.where = where
+        self.problem = problem
+
+
 def type_name(value):
     """How a message names the type of a value from YAML or JSON input: ``null``, ``a list``, ..."""
     if value is None:

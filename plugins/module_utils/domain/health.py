@@ -29,9 +29,10 @@ clears with the reset itself.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Dict, List
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
 
 # xid -> what it means, for the ones only a GPU reset or a reboot clears.
 XID_CLASSES = {
@@ -49,6 +50,7 @@ XID_CLASSES = {
 
 MAX_LOG_BYTES = 4 * 1024 * 1024  # of the kernel log looked at
 HEALTH_NAME = "health.json"  # {GPU UUID: when faults logged before stopped counting}
+MAX_CLEARED_BYTES = 256 * 1024  # of health.json (node/state_files.py refuses a larger one)
 _XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): ([0-9]{1,4})\b")
 _KMSG_RE = re.compile(r"^[0-9]+,[0-9]+,([0-9]+),[^;]*;")  # /dev/kmsg: priority,seq,usec since boot,flags;text
 
@@ -101,12 +103,15 @@ def gpu_health(gpu, cleared=None):
     return tuple(gpu.health) + problems(xids=xids)
 
 
-def parse_cleared(content):
+def parse_cleared(content, where=HEALTH_NAME):
     """``{uuid: when}`` from ``health.json``'s bytes; anything else is no record. The pass account owns
-    the state directory and could forge it; it decides which holds are bound anyway (docs/security.md)."""
+    the state directory and could forge it; it decides which holds are bound anyway (docs/security.md).
+    Content past the bounded parser's limits is ``StateFileError`` naming ``where``."""
+    if content is not None and len(content) > MAX_CLEARED_BYTES:
+        return {}
     try:
-        data = json.loads(content[:256 * 1024].decode("utf-8")) if content else {}
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        data = bounded_json.loads(content, where) if content else {}
+    except ValueError:
         return {}
     if not isinstance(data, dict):
         return {}

@@ -19,6 +19,8 @@ import json
 import re
 from typing import Dict, List, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+
 MAINTENANCE_NAME = "maintenance.json"
 MAX_GPUS = 256
 MAX_REASON = 256
@@ -55,14 +57,15 @@ def check_reason(reason):
 def parse_maintenance(content, where):
     """``(records, problem)`` from the file's bytes (None: no file). A file that cannot be read gives no
     records and a problem to warn about: it is the unprivileged account's to write, so nothing in it
-    is trusted beyond these checks."""
+    is trusted beyond these checks. Content past the bounded parser's limits (``domain/bounded_json``)
+    is ``StateFileError``, as for every state file."""
     if content is None:
         return {}, None
     if len(content) > MAX_FILE_BYTES:
         return {}, "%s is over %d bytes; ignored" % (where, MAX_FILE_BYTES)
     try:
-        data = json.loads(content.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        data = bounded_json.loads(content, where)
+    except ValueError as exc:
         return {}, "%s is unreadable (%s); no GPU counts as in maintenance" % (where, exc)
     if not isinstance(data, dict):
         return {}, "%s is not a mapping; no GPU counts as in maintenance" % where

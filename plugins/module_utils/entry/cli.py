@@ -9,8 +9,10 @@ module's ``list_and_acknowledge``. The systemd timers call ``converge
 --stored``; the root helper is ``helper``.
 
 Exit codes: 0 done (a ``FAILED`` section is a terminal answer, not an error of
-the command), 1 a check failed (``doctor``), 2 bad usage or the pass could not
-run, 75 the pass must be retried (``PROGRESSING``).
+the command), 1 a check failed (``doctor``), 2 bad usage, the pass could not
+run, or a state file root will not use (``StateFileError``: one line naming the
+file and what is wrong; ``doctor`` reports it as a failed check, 1), 3 a GPU is
+busy (``busy``), 75 the pass must be retried (``PROGRESSING``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import os
 import sys
 import threading
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import Refuse
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import BusyError, busy_check, busy_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import run_checks
@@ -31,9 +34,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Po
 from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
-from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState, StateError, nodespec_from_data
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NODESPEC_NAME, NodeState, nodespec_from_data
 
 EX_OK, EX_CHECK, EX_ERROR, EX_BUSY, EX_RETRY = 0, 1, 2, 3, 75
+MAX_SPEC_BYTES = FILE_CAPS[NODESPEC_NAME]  # a spec is stored as the timers' input: the same cap
 DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"
 
 
@@ -108,10 +113,15 @@ def _state(host, args):
     return NodeState(host.path(args.state_dir), args.state_dir)
 
 
-def _stored_runtimes(host, args):
-    """``cdi_runtimes`` as the timers' passes use it: what the stored input names, else ``auto``."""
+def _stored_runtimes(host, args, strict=True):
+    """``cdi_runtimes`` as the timers' passes use it: what the stored input names, else ``auto``. A stored
+    input root will not use is an error (``strict``), or left to the caller's own check of it."""
     try:
         stored = _state(host, args).load_nodespec()
+    except StateFileError:
+        if strict:
+            raise
+        return "auto"
     except (BcdError, OSError):
         return "auto"
     option = stored[3] if stored is not None else "auto"
@@ -140,13 +150,16 @@ def cmd_converge(args):
     else:
         try:
             with open(args.spec, "rb") as handle:
-                data = json.loads(handle.read().decode("utf-8"))
+                content = handle.read(MAX_SPEC_BYTES + 1)
+            if len(content) > MAX_SPEC_BYTES:
+                raise ValueError("longer than %d bytes" % MAX_SPEC_BYTES)
+            data = bounded_json.loads(content, args.spec)
         except (OSError, ValueError) as exc:
             log("ERROR", "cannot read the spec %s: %s" % (args.spec, exc))
             return EX_ERROR
         try:
             generation, devices, instances, cdi_runtimes = nodespec_from_data(data, args.spec)
-        except StateError as exc:
+        except StateFileError as exc:
             log("ERROR", "cannot read the spec %s" % exc)
             return EX_ERROR
     result = run_pass(host, generation, devices, instances, state_dir=args.state_dir, check_mode=args.check,
@@ -187,7 +200,8 @@ def cmd_status(args):
 
 def cmd_doctor(args):
     host = _host(args)
-    checks = run_checks(host, args.state_dir, args.helper_socket, node_runtimes(host, _stored_runtimes(host, args)))
+    checks = run_checks(host, args.state_dir, args.helper_socket,
+                        node_runtimes(host, _stored_runtimes(host, args, strict=False)))
     if args.json:
         out(json.dumps(checks, indent=2, sort_keys=True))
     else:

@@ -182,8 +182,10 @@ def check_state(host, state_dir):
     try:
         ledger = state.load(write=False).ledger
         pending = len(state.unacked())
+        for read in (state.load_nodespec, state.last_pass, state.public_key):  # the other files root reads
+            read()
     except (BcdError, OSError) as exc:
-        return _check("state", ERROR, "the event journal cannot be read: %s" % exc)
+        return _check("state", ERROR, "a state file cannot be used: %s" % exc)
     problems = state.warnings()
     if problems:
         return _check("state", WARN, "; ".join(problems))

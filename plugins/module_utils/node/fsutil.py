@@ -7,7 +7,9 @@ Every write here is crash-safe (temporary file, fsync, rename, fsync of the
 directory) and sets the file mode itself, whatever the umask.  Temporary names
 never end in ``.json`` or ``.yaml``: container runtimes load every such file in
 ``/etc/cdi``, dotfiles included.  ``PassLock`` keeps two passes from
-interleaving on one node; in check mode it locks without creating anything.
+interleaving on one node; in check mode it locks without creating anything. Its lock file
+is opened as every state file is, by ``node/state_files.py`` (no link followed, a FIFO never
+waited on, a regular file owned as expected), and its timeout holds whatever lies there.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from typing import List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
 
 DEFAULT_DIR_MODE = 0o755
 LOCK_NAME = "lock"
@@ -222,7 +225,8 @@ def rename_aside(path: str, aside: str) -> Optional[str]:
 
 
 def read_bytes(path: str) -> Optional[bytes]:
-    """The content of ``path``, or None when it does not exist (a parent that is a file included)."""
+    """The content of ``path``, or None when it does not exist (a parent that is a file included).
+    For root's and the host's files; a state file is read by ``node/state_files.py`` alone."""
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -245,10 +249,12 @@ class PassLock:
     """
 
     def __init__(self, state_dir: str, timeout: float = 120.0, blocking: bool = True,
-                 create: bool = True, dir_mode: int = 0o700, shared: bool = False):
+                 create: bool = True, dir_mode: int = 0o700, shared: bool = False,
+                 node_path: Optional[str] = None):
         self.state_dir = os.path.abspath(state_dir)
+        self.files = StateFiles(self.state_dir, node_path)
         self.mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-        self.path = os.path.join(self.state_dir, LOCK_NAME)
+        self.path = self.files.where(LOCK_NAME)
         self.timeout = timeout
         self.blocking = blocking
         self.create = create
@@ -256,28 +262,18 @@ class PassLock:
         self._fds = []  # type: List[int]
 
     def _open_targets(self):
-        o_dir = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
         if self.create:
             ensure_dir(self.state_dir, self.dir_mode)
-            self._fds.append(os.open(self.state_dir, o_dir))
-            existed = os.path.exists(self.path)
-            owner = owner_for(self.path, True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            directory = self.files.open_directory()
+            if directory is not None:  # None only when removed this instant: the lock file's open says so
+                self._fds.append(directory)
+            self._fds.append(self.files.open(LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600))
+            return
+        fd = self.files.open(LOCK_NAME)
+        if fd is None:
+            fd = self.files.open_directory()  # check mode: the directory, when there is one
+        if fd is not None:
             self._fds.append(fd)
-            if not existed:
-                if owner is not None:
-                    os.fchown(fd, owner[0], owner[1])
-                os.fchmod(fd, 0o600)
-            return
-        try:
-            self._fds.append(os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
-            return
-        except FileNotFoundError:
-            pass
-        try:
-            self._fds.append(os.open(self.state_dir, o_dir))
-        except FileNotFoundError:
-            pass
 
     def acquire(self) -> PassLock:
         if self._fds:

@@ -18,7 +18,10 @@ Files (all 0600, the state directory 0700):
   always know the last seq);
 - ``node.key``: the node's private key, PEM (PKCS8, unencrypted).
 
-The journal does not lock: ``state.store.NodeState`` holds the pass lock around it.
+The journal does not lock: ``state.store.NodeState`` holds the pass lock around it. Every one of
+these files is opened by the bounded reader (``node/state_files.py``): the journal whole, at
+most 64 MiB, each line bounded JSON (a line past the bounds refuses the journal, a line that
+is merely not an event is kept and skipped); ``events.seq`` at most 64 bytes; the key 16 KiB.
 """
 
 from __future__ import annotations
@@ -30,15 +33,10 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError, type_name
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
-    create_exclusive,
-    ensure_dir,
-    fsync_dir,
-    owner_for,
-    read_bytes,
-    write_atomic,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError, StateFileError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import create_exclusive, ensure_dir, fsync_dir, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, StateFiles, read_file
 
 # Whether 'cryptography' is there, known without importing it: a pass that signs nothing (a no-op)
 # never pays for the import; _crypto() imports it on first use.
@@ -77,6 +75,7 @@ SEQ_NAME = "events.seq"
 KEY_NAME = "node.key"
 FILE_MODE = 0o600
 STATE_DIR_MODE = 0o700
+MAX_SEQ = (1 << 63) - 1  # int64, as the control plane carries it
 
 # Body fields that only a bind carries.  The signature covers the body, not
 # the event type, so a bind must never be passable as a release or back:
@@ -177,10 +176,7 @@ class NodeKey:
     def load(cls, path: str) -> NodeKey:
         """Read an existing key; ``NodeKeyMissing`` when absent, ``EventsError`` when unusable."""
         _require_cryptography()
-        try:
-            data = read_bytes(path)
-        except OSError as exc:
-            raise EventsError("cannot read the node key %s: %s" % (path, exc.strerror or exc))
+        data = read_file(path, FILE_CAPS[KEY_NAME])
         if data is None:
             raise NodeKeyMissing("the node key %s does not exist yet" % path)
         try:
@@ -219,11 +215,16 @@ class NodeKey:
                 return cls(key, path)
             # someone else created it in the meantime: theirs is the identity
         node_key = cls.load(path)
-        try:
-            if os.stat(path).st_mode & 0o777 != FILE_MODE:
-                os.chmod(path, FILE_MODE)
-        except OSError:
-            pass
+        directory, name = os.path.split(os.path.abspath(path))
+        fd = StateFiles(directory).open(name)
+        if fd is not None:
+            try:
+                if os.fstat(fd).st_mode & 0o777 != FILE_MODE:
+                    os.fchmod(fd, FILE_MODE)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
         return node_key
 
     def public_key_raw(self) -> bytes:
@@ -246,10 +247,9 @@ def _normalise_body(body: Any) -> Dict[str, Any]:
         raise EventsError("an event body must be a mapping, got %s" % type_name(body))
     try:
         text = json.dumps(body, ensure_ascii=False, allow_nan=False)
-        text.encode("utf-8")
-    except (TypeError, ValueError) as exc:
+        return bounded_json.loads(text.encode("utf-8"), "an event body")
+    except (TypeError, ValueError, StateFileError) as exc:
         raise EventsError("an event body must be plain JSON data: %s" % exc)
-    return json.loads(text)
 
 
 def _valid_event(obj: Any) -> bool:
@@ -280,10 +280,12 @@ class Journal:
     (a torn last line, an unreadable line); such lines are skipped, never fatal.
     """
 
-    def __init__(self, state_dir: str):
+    def __init__(self, state_dir: str, node_path: Optional[str] = None):
         self.state_dir = os.path.abspath(state_dir)
+        self.files = StateFiles(self.state_dir, node_path)
         self.path = os.path.join(self.state_dir, JOURNAL_NAME)
         self.seq_path = os.path.join(self.state_dir, SEQ_NAME)
+        self.where, self.seq_where = self.files.where(JOURNAL_NAME), self.files.where(SEQ_NAME)
         self.warnings = []  # type: List[str]
 
     # -- reading ---------------------------------------------------------
@@ -294,10 +296,7 @@ class Journal:
 
     def _read(self) -> _Parsed:
         p = _Parsed()
-        try:
-            data = read_bytes(self.path)
-        except OSError as exc:
-            raise EventsError("cannot read the event journal %s: %s" % (self.path, exc.strerror or exc))
+        data = self.files.read(JOURNAL_NAME)
         if data is None:
             return p
         p.size = len(data)
@@ -309,18 +308,18 @@ class Journal:
             offset += len(line) + 1
             if not line.strip():
                 continue
-            event = self._parse_line(line)
+            event = self._parse_line(line, "%s line %d" % (self.where, number))
             if event is None:
                 self._warn(
                     "%s line %d is not a readable event and is ignored (kept in the file for inspection)"
-                    % (self.path, number))
+                    % (self.where, number))
                 p.kept_lines.append(line)
                 p.line_seqs.append(None)
                 continue
             self._add(p, event, line)
         if tail:
             p.tail_offset = offset
-            event = self._parse_line(tail)
+            event = self._parse_line(tail, "%s line %d" % (self.where, len(lines) + 1))
             if event is not None:
                 # the whole event is there, only its newline is missing: keep it
                 p.tail_is_event = True
@@ -328,41 +327,39 @@ class Journal:
             else:
                 self._warn(
                     "%s ends in an incomplete line (a crash while journaling); it is ignored and "
-                    "dropped at the next write" % self.path)
+                    "dropped at the next write" % self.where)
         return p
 
     @staticmethod
-    def _parse_line(line: bytes) -> Optional[Dict[str, Any]]:
+    def _parse_line(line: bytes, where: str) -> Optional[Dict[str, Any]]:
+        """The event on ``line``; None when it is not one, ``StateFileError`` past the parser's bounds."""
         try:
-            obj = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+            obj = bounded_json.loads(line, where)
+        except ValueError:
             return None
         return obj if _valid_event(obj) else None
 
     def _add(self, p: _Parsed, event: Dict[str, Any], line: bytes) -> None:
         if event["seq"] <= p.max_seq:
-            self._warn("%s: event seq %d follows seq %d (out of order)" % (self.path, event["seq"], p.max_seq))
+            self._warn("%s: event seq %d follows seq %d (out of order)" % (self.where, event["seq"], p.max_seq))
         p.max_seq = max(p.max_seq, event["seq"])
         p.events.append(event)
         p.kept_lines.append(line)
         p.line_seqs.append(event["seq"])
 
     def _stored_seq(self) -> int:
-        try:
-            data = read_bytes(self.seq_path)
-        except OSError as exc:
-            raise EventsError("cannot read %s: %s" % (self.seq_path, exc.strerror or exc))
+        data = self.files.read(SEQ_NAME)
         if data is None:
             return 0
         try:
             value = int(data.decode("ascii").strip())
-            if value < 0:
+            if not 0 <= value <= MAX_SEQ:
                 raise ValueError(value)
         except (UnicodeDecodeError, ValueError):
             raise EventsError(
-                "%s does not hold a sequence number, so the next event's seq is unknown; write the "
+                "%s does not hold a sequence number (0 to 2^63-1), so the next event's seq is unknown; write the "
                 "highest seq this node has reported (e.g. the last one the control plane saw) into it"
-                % self.seq_path)
+                % self.seq_where)
         return value
 
     def unacked(self) -> List[Dict[str, Any]]:
@@ -396,7 +393,7 @@ class Journal:
         self._ensure_state_dir()
         parsed = self._read()
         seq = max(self._stored_seq(), parsed.max_seq)
-        lines = []
+        lines, events = [], []
         for event_type, body, key in prepared:
             seq += 1
             event = {"seq": seq, "type": event_type, "body": body}  # type: Dict[str, Any]
@@ -406,8 +403,9 @@ class Journal:
                 event["purpose"] = PURPOSE
                 event["signature"] = key.sign(body)
             lines.append(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
+            events.append(event)  # plain JSON data already (the body is normalised): as it reads back
         self._append_line(parsed, b"".join(lines))
-        return [json.loads(line.decode("utf-8")) for line in lines]
+        return events
 
     @staticmethod
     def _checked_body(event_type: str, body: Dict[str, Any], key: Optional[NodeKey]) -> Dict[str, Any]:
@@ -425,16 +423,10 @@ class Journal:
         return body
 
     def _append_line(self, parsed: _Parsed, line: bytes) -> None:
-        existed = os.path.exists(self.path)
-        owner = owner_for(self.path, True)
-        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        existed = self.files.exists(JOURNAL_NAME)
         try:
-            fd = os.open(self.path, flags, FILE_MODE)
+            fd = self.files.open(JOURNAL_NAME, os.O_WRONLY | os.O_CREAT, FILE_MODE)  # a new one: mode and owner set
             try:
-                if not existed:
-                    if owner is not None:
-                        os.fchown(fd, owner[0], owner[1])
-                    os.fchmod(fd, FILE_MODE)
                 if parsed.tail_offset < parsed.size:
                     if parsed.tail_is_event:
                         line = b"\n" + line  # finish the complete event that lacked its newline

@@ -35,18 +35,24 @@ the host:
     the section state of the last pass (the retry timer runs a pass only
     while it is ``PROGRESSING``).
 
-This file is the format; ``state.store.NodeState`` reads and writes it.
+This file is the format; ``state.store.NodeState`` reads and writes it, through the bounded
+reader (``node/state_files.py``: at most 32 MiB, JSON within ``domain/bounded_json``'s bounds).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Dict, Optional
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
 
 LEDGER_NAME = "ledger.json"
 # ledger.json of 0.1.0 called the unfinished plain releases "releasing"; read it, write the new name.
 _LEGACY_UNFINISHED = "releasing"
+_ALLOCATION_ID_RE = re.compile(ALLOCATION_ID)
 
 
 @dataclass
@@ -89,6 +95,22 @@ def _int_or_none(value):
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _allocation_records(value):
+    """Bound or unfinished-release records, under allocation ids (they name files and slices), whose
+    ``generation`` is an integer and ``device_ids`` strings where they have them; the rest is dropped
+    (reported or released again, never lost: the account writes this file)."""
+    records = {}
+    for allocation_id, record in _dict_of(value, dict).items():
+        device_ids = record.get("device_ids", [])
+        generation = record.get("generation")
+        if not _ALLOCATION_ID_RE.fullmatch(allocation_id) or not isinstance(device_ids, list) \
+                or not all(isinstance(device, str) for device in device_ids) \
+                or (generation is not None and _int_or_none(generation) is None):
+            continue
+        records[allocation_id] = record
+    return records
+
+
 def _failures(value):
     """Refusal records; 0.1.0 kept the generation alone (then a refusal is not replayed, only not
     reported twice)."""
@@ -124,19 +146,20 @@ def _renders(value):
 
 def parse_ledger(content, where):
     """The ledger in ``content`` (None: no file yet, an empty ledger); a damaged one is empty with
-    ``problem`` set, so reports may repeat but nothing is lost."""
+    ``problem`` set, so reports may repeat but nothing is lost. Content past the bounded parser's
+    limits is no damage a crash leaves: ``StateFileError``."""
     if content is None:
         return Ledger()
     try:
-        data = json.loads(content.decode("utf-8"))
+        data = bounded_json.loads(content, where)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
     except ValueError as exc:
         return Ledger(problem="%s is unreadable (%s); reports may repeat" % (where, exc))
     unfinished = data.get("unfinished_releases", data.get(_LEGACY_UNFINISHED))
     return Ledger(
-        bound=_dict_of(data.get("bound"), dict),
-        unfinished_releases=_dict_of(unfinished, dict),
+        bound=_allocation_records(data.get("bound")),
+        unfinished_releases=_allocation_records(unfinished),
         failures=_failures(data.get("failures")),
         vfio=_dict_of(data.get("vfio"), str),
         renders=_renders(data.get("renders")),

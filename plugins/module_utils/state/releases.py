@@ -8,7 +8,9 @@ released to its device ids, generation and the UTC time the release began. An
 unreadable file is never deleted: it is renamed aside
 (``releasing.json.unreadable-<UTC timestamp>``) and the marker
 ``releasing.unreadable`` is written, so every GPU stays claimed until the kube side
-is known (docs/kubernetes.md). Only ``state.store.NodeState`` calls these.
+is known (docs/kubernetes.md). Only ``state.store.NodeState`` calls these; both files are
+read through the bounded reader (``node/state_files.py``: 16 MiB; the marker is never opened,
+only looked up).
 """
 
 from __future__ import annotations
@@ -16,15 +18,22 @@ from __future__ import annotations
 import calendar
 import json
 import os
+import re
 import time
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
     MARKER_NAME,
     RELEASES_NAME,
     PendingRelease,
     Releases,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes, remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
+
+_ALLOCATION_ID_RE = re.compile(ALLOCATION_ID)
+MAX_ASIDE = 64  # releasing.json.unreadable-<stamp>-<n> tried per second, at most
 
 
 def _since(text):
@@ -34,14 +43,16 @@ def _since(text):
         raise ValueError("since %r is not a UTC time such as 2026-12-02T09:00:00Z" % (text,))
 
 
-def parse_releases(content):
-    """``{allocation_id: PendingRelease}``; raises ``ValueError`` on anything malformed."""
-    data = json.loads(content.decode("utf-8"))
+def parse_releases(content, where=RELEASES_NAME):
+    """``{allocation_id: PendingRelease}``; raises ``ValueError`` on anything malformed, ``StateFileError``
+    past the bounded parser's limits."""
+    data = bounded_json.loads(content, where)
     if not isinstance(data, dict) or not isinstance(data.get("releases"), dict):
         raise ValueError('not an object with "releases"')
     pending = {}
     for allocation_id, record in data["releases"].items():
-        if not isinstance(record, dict) or not isinstance(record.get("device_ids"), list) \
+        if not _ALLOCATION_ID_RE.fullmatch(allocation_id) or not isinstance(record, dict) \
+                or not isinstance(record.get("device_ids"), list) \
                 or not all(isinstance(d, str) for d in record["device_ids"]) \
                 or isinstance(record.get("generation"), bool) or not isinstance(record.get("generation"), int):
             raise ValueError("release %r is malformed" % allocation_id)
@@ -50,14 +61,15 @@ def parse_releases(content):
     return pending
 
 
-def load_releases(state_path):
-    releases = Releases(marker=os.path.exists(os.path.join(state_path, MARKER_NAME)))
-    content = read_bytes(os.path.join(state_path, RELEASES_NAME))
+def load_releases(files):
+    """The pending releases of the state directory ``files`` (a ``StateFiles``)."""
+    releases = Releases(marker=files.exists(MARKER_NAME))
+    content = files.read(RELEASES_NAME)
     if content is None:
         return releases
     try:
-        releases.pending = parse_releases(content)
-    except (ValueError, UnicodeDecodeError) as exc:
+        releases.pending = parse_releases(content, files.where(RELEASES_NAME))
+    except ValueError as exc:
         releases.unreadable = str(exc)
     return releases
 
@@ -81,10 +93,13 @@ def quarantine(state_path, now):
     path = os.path.join(state_path, RELEASES_NAME)
     aside = "%s.unreadable-%s" % (path, stamp)
     number = 1
-    while os.path.exists(aside):  # never replace an earlier one set aside in the same second
+    while os.path.lexists(aside):  # never replace an earlier one set aside in the same second
         number += 1
+        if number > MAX_ASIDE:
+            raise StateFileError(aside, "%d copies of %s set aside in one second; refusing to try more"
+                                 % (MAX_ASIDE, RELEASES_NAME))
         aside = "%s.unreadable-%s-%d" % (path, stamp, number)
-    if os.path.exists(path):
+    if os.path.lexists(path):
         os.rename(path, aside)
     write_atomic(os.path.join(state_path, MARKER_NAME), ("%s\n" % os.path.basename(aside)).encode(), 0o600, 0o700,
                  owner_from_dir=True)

@@ -31,7 +31,12 @@ the same way the catch-up settles it, and saves them once. Whatever else changes
 the state flushes first, so the files always say things in the order they
 happened; a crash before a flush loses only reports the next pass makes again
 (a hold on disk never journaled bound, a release recorded and not reported).
-Nothing else opens these files.
+
+Nothing else opens these files, and this class opens them only through the bounded reader,
+``node/state_files.py`` (``self.files``): no link followed, no FIFO waited on, a regular
+file owned by the directory's owner or root, a size cap per file, JSON within
+``domain/bounded_json``'s bounds. A file past any of these is a ``StateFileError`` naming it,
+which every command reports on one line (``docs/node.md``).
 """
 
 from __future__ import annotations
@@ -43,11 +48,13 @@ import os
 import stat
 import time
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import HEALTH_NAME, parse_cleared
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAINTENANCE_NAME, parse_maintenance, render_maintenance
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, read_bytes, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     ALLOCATION_RELEASED,
     ATTESTED_TYPES,
@@ -75,24 +82,54 @@ STATE_FILE_MODE = 0o600
 STATE_DIR_MODE = 0o700
 
 
-class StateError(BcdError):
-    """A state file that cannot be used (an unreadable stored input)."""
+StateError = StateFileError  # the name 0.2.0 gave it
+_INSTANCE_KEYS = ("instance_id", "gpus")
+
+
+def _instances(value, where):
+    """The VM instances of an input, as the holds module's options take them: mappings of an
+    ``instance_id`` (text) and ``gpus`` (a list of text), nothing else."""
+    instances = [] if value is None else value
+    if not isinstance(instances, list):
+        raise StateFileError(where, "instances must be a list, not %s" % type_name(instances))
+    checked = []
+    for index, instance in enumerate(instances):
+        name = "instances[%d]" % index
+        if not isinstance(instance, dict):
+            raise StateFileError(where, "%s must be a mapping with instance_id and gpus, not %s"
+                                 % (name, type_name(instance)))
+        unknown = sorted(repr(str(key)[:40]) for key in instance if key not in _INSTANCE_KEYS)
+        if unknown:
+            raise StateFileError(where, "%s: unknown key %s" % (name, ", ".join(unknown[:4])))
+        instance_id, gpus = instance.get("instance_id"), instance.get("gpus")
+        gpus = [] if gpus is None else gpus
+        if not isinstance(instance_id, str):
+            raise StateFileError(where, "%s.instance_id must be text, not %s" % (name, type_name(instance_id)))
+        if not isinstance(gpus, list):
+            raise StateFileError(where, "%s.gpus must be a list of GPU ids, not %s" % (name, type_name(gpus)))
+        for position, gpu in enumerate(gpus):
+            if not isinstance(gpu, str):
+                raise StateFileError(where, "%s.gpus[%d] must be a GPU id (text), not %s"
+                                     % (name, position, type_name(gpu)))
+        checked.append({"instance_id": instance_id, "gpus": list(gpus)})
+    return checked
 
 
 def nodespec_from_data(data, where):
     """``(generation, devices, instances, cdi_runtimes)`` from a ``{generation, devices, instances,
     cdi_runtimes}`` mapping, as the timers' stored input and ``bcd-holds converge --spec`` carry it
-    (``cdi_runtimes`` is ``auto`` when absent, and checked by the pass); ``StateError`` naming ``where``."""
+    (``cdi_runtimes`` is ``auto`` when absent, and checked by the pass; the devices by the pass, one by
+    one); ``StateFileError`` naming ``where``."""
     if not isinstance(data, dict):
-        raise StateError("%s: must be a mapping with generation and devices, not %s" % (where, type_name(data)))
+        raise StateFileError(where, "must be a mapping with generation and devices, not %s" % type_name(data))
     generation, devices = data.get("generation"), data.get("devices")
     if isinstance(generation, bool) or not isinstance(generation, int):
-        raise StateError("%s: generation must be an integer, not %s" % (where, type_name(generation)))
+        raise StateFileError(where, "generation must be an integer, not %s" % type_name(generation))
+    if not -MAX_INTEGER - 1 <= generation <= MAX_INTEGER:
+        raise StateFileError(where, "generation must be a 64-bit integer")
     if not isinstance(devices, list):
-        raise StateError("%s: devices must be a list, not %s" % (where, type_name(devices)))
-    instances = data.get("instances") or []
-    if not isinstance(instances, list):
-        raise StateError("%s: instances must be a list, not %s" % (where, type_name(instances)))
+        raise StateFileError(where, "devices must be a list, not %s" % type_name(devices))
+    instances = _instances(data.get("instances"), where)
     cdi_runtimes = data.get("cdi_runtimes")
     return generation, devices, instances, "auto" if cdi_runtimes is None else cdi_runtimes
 
@@ -112,7 +149,9 @@ class NodeState:
     def __init__(self, path, node_path=DEFAULT_STATE_DIR):
         self.path = path
         self.node_path = node_path
-        self.journal = Journal(path)
+        self.files = StateFiles(path, node_path)
+        self.journal = Journal(path, node_path)
+        self._adopted = False
         self.ledger = Ledger()
         self.releases = Releases()
         self._key = None
@@ -135,13 +174,15 @@ class NodeState:
             yield  # a pass that creates the directory creates it as root's
             return
         if stat.S_ISLNK(info.st_mode):
-            raise StateError("state_dir %s is a symbolic link; refusing to follow it" % self.node_path)
+            raise StateFileError(self.node_path, "the state directory is a symbolic link; refusing to follow it")
         if not stat.S_ISDIR(info.st_mode):
-            raise StateError("state_dir %s is not a directory" % self.node_path)
+            raise StateFileError(self.node_path, "the state directory is not a directory")
         if info.st_uid == 0:
             yield
             return
-        self._adopt(info)
+        if not self._adopted:
+            self.files.adopt()
+            self._adopted = True
         groups, egid = os.getgroups(), os.getegid()
         os.setgroups([info.st_gid])
         os.setegid(info.st_gid)
@@ -155,33 +196,16 @@ class NodeState:
             os.setegid(egid)
             os.setgroups(groups)
 
-    def _adopt(self, info):
-        """Hand root-owned regular files with one link to the directory's owner, by file descriptor."""
-        nofollow = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC
-        directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            opened = os.fstat(directory)
-            if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
-                raise StateError("state_dir %s changed while it was checked" % self.node_path)
-            for name in os.listdir(directory):
-                entry = os.stat(name, dir_fd=directory, follow_symlinks=False)
-                if not stat.S_ISREG(entry.st_mode) or entry.st_uid != 0 or entry.st_nlink != 1:
-                    continue
-                try:
-                    handle = os.open(name, nofollow, dir_fd=directory)
-                except OSError:
-                    continue  # replaced by a link meanwhile: left alone
-                try:
-                    found = os.fstat(handle)
-                    if stat.S_ISREG(found.st_mode) and found.st_uid == 0 and found.st_nlink == 1:
-                        os.fchown(handle, info.st_uid, info.st_gid)
-                finally:
-                    os.close(handle)
-        finally:
-            os.close(directory)
-
     def _file(self, name):
         return os.path.join(self.path, name)
+
+    def _stored(self, name):
+        """What ``name`` holds, to compare before replacing it: a file the reader refuses compares
+        unequal, and is replaced (by a rename, which never opens it)."""
+        try:
+            return self.files.read(name)
+        except StateFileError:
+            return None
 
     def _write(self, name, content):
         """State files take the state directory's owner, so root's passes and the bcd account's share them."""
@@ -207,7 +231,7 @@ class NodeState:
     @contextlib.contextmanager
     def lock(self, timeout=120.0, create=True, shared=False):
         """The pass lock; ``create=False`` (check mode, listing) creates nothing; ``shared`` for readers."""
-        pass_lock = PassLock(self.path, timeout=timeout, create=create, shared=shared)
+        pass_lock = PassLock(self.path, timeout=timeout, create=create, shared=shared, node_path=self.node_path)
         with self.as_owner():
             pass_lock.acquire()
         try:
@@ -219,11 +243,12 @@ class NodeState:
     def load(self, write=True):
         """Read the ledger and the pending releases, and catch them up with the journal: every event
         journaled after the ledger's ``journal_seq`` is settled now (saved unless ``write`` is false)."""
-        self.releases = load_releases(self.path)
+        files = self.files
+        self.releases = load_releases(files)
         self.maintenance, self.maintenance_problem = parse_maintenance(
-            read_bytes(self._file(MAINTENANCE_NAME)), "%s/%s" % (self.node_path, MAINTENANCE_NAME))
-        self.health_cleared = parse_cleared(read_bytes(self._file(HEALTH_NAME)))
-        self.ledger = parse_ledger(read_bytes(self._file(LEDGER_NAME)), "%s/%s" % (self.node_path, LEDGER_NAME))
+            files.read(MAINTENANCE_NAME), files.where(MAINTENANCE_NAME))
+        self.health_cleared = parse_cleared(files.read(HEALTH_NAME), files.where(HEALTH_NAME))
+        self.ledger = parse_ledger(files.read(LEDGER_NAME), files.where(LEDGER_NAME))
         replayed = [event for event in sorted(self.journal.unacked(), key=lambda e: e.get("seq") or 0)
                     if (event.get("seq") or 0) > self.ledger.journal_seq]
         releases_changed = False
@@ -252,7 +277,7 @@ class NodeState:
     def save_ledger(self):
         """Write the ledger when it changed (a pass that changes nothing rewrites nothing)."""
         content = self.ledger.to_json()
-        if read_bytes(self._file(LEDGER_NAME)) != content:
+        if self._stored(LEDGER_NAME) != content:
             self._write(LEDGER_NAME, content)
 
     @_as_owner
@@ -367,10 +392,9 @@ class NodeState:
     def last_pass(self):
         """``{generation, state, started, finished, duration_seconds}`` of the last real pass, or None
         (none yet, or a file that is not that: the unprivileged account writes this directory)."""
-        content = read_bytes(self._file(LAST_PASS_NAME))
         try:
-            data = json.loads(content[:4096].decode("utf-8")) if content else None
-        except (ValueError, UnicodeDecodeError):
+            data = self.files.read_json(LAST_PASS_NAME)
+        except ValueError:
             return None
         if not isinstance(data, dict) or not isinstance(data.get("state"), str) or not all(
                 isinstance(data.get(key), (int, float)) and not isinstance(data.get(key), bool)
@@ -399,27 +423,27 @@ class NodeState:
         if cdi_runtimes != "auto":
             data["cdi_runtimes"] = cdi_runtimes
         content = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-        if read_bytes(self._file(NODESPEC_NAME)) != content:
+        if self._stored(NODESPEC_NAME) != content:
             self._write(NODESPEC_NAME, content)
 
     @_as_owner
     def load_nodespec(self):
         """The stored input as ``(generation, devices, instances, cdi_runtimes)``, or None when there is none."""
-        content = read_bytes(self._file(NODESPEC_NAME))
+        content = self.files.read(NODESPEC_NAME)
         if content is None:
             return None
-        where = "%s/%s" % (self.node_path, NODESPEC_NAME)
+        where = self.files.where(NODESPEC_NAME)
         try:
-            data = json.loads(content.decode("utf-8"))
+            data = self.files.loads(content, NODESPEC_NAME)
         except ValueError as exc:
-            raise StateError("%s is unreadable: %s" % (where, exc))
+            raise StateFileError(where, "is unreadable: %s" % exc)
         return nodespec_from_data(data, where)
 
     # -- reading without a pass --------------------------------------------------------
     @_as_owner
     def public_key(self):
         """The node's public key (base64), or None before the first attested event created it."""
-        if not os.path.exists(self._file(KEY_NAME)):
+        if not self.files.exists(KEY_NAME):
             return None
         try:
             return NodeKey.load(self._file(KEY_NAME)).public_key_b64()

@@ -1,0 +1,291 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one bounded reader of the state directory: every file root opens there, another account can write.
+
+On the role's nodes ``/var/lib/bcd`` belongs to the unprivileged ``bcd`` account, so whatever
+root finds there may have been planted: a FIFO (an ``open`` that never returns), a link to
+``/dev/zero`` (a read that never ends), a file of gigabytes, JSON nested a million levels deep.
+``StateFiles`` is the only code that opens these files (a test holds every other module to
+that), and it opens each one the same way:
+
+* relative to a descriptor of the state directory, itself opened with ``O_NOFOLLOW``;
+* with ``O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY``: a link is refused (``ELOOP``),
+  and opening a FIFO returns at once;
+* then ``fstat`` on the descriptor: a regular file, owned by the state directory's owner or by
+  root (a root-owned file with more than one link, in a directory root does not own, is a hard
+  link to something of root's and is refused);
+* read to at most its cap, below (a file over it is refused, not truncated);
+* JSON through ``domain/bounded_json`` (at most 64 levels, integers of at most 40 digits).
+
+Each refusal is a ``StateFileError`` naming the file (its node path) and what is wrong; every
+command turns it into one line and a documented exit code (``docs/node.md``). A file that is
+simply absent reads as ``None``.
+
+========================  ========  ===============================================
+file                      cap       read by
+========================  ========  ===============================================
+``lock``                  never     opened for ``flock`` only (``fsutil.PassLock``)
+                          read
+``ledger.json``           32 MiB    ``state/ledger.py``
+``releasing.json``        16 MiB    ``state/releases.py``
+``releasing.unreadable``  never     its existence (``lstat``) is all that counts
+                          read
+``nodespec.json``         32 MiB    the stored input (``state/store.py``)
+``last-pass.json``        4 KiB     ``bcd-holds metrics``
+``events.jsonl``          64 MiB    the journal (``state/events.py``), whole: its
+                                    acknowledgement rewrites it
+``events.seq``            64 B      the journal's high-water mark
+``node.key``              16 KiB    the node key, PEM (119 bytes for Ed25519)
+``maintenance.json``      256 KiB   ``domain/maintenance.py``
+``health.json``           256 KiB   ``domain/health.py``
+========================  ========  ===============================================
+
+Nothing lists the state directory: root looks only at these names (``adopt``), so a directory of
+200 000 planted files costs a pass nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import Any, Dict, Optional
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import HEALTH_NAME, MAX_CLEARED_BYTES
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import MARKER_NAME, RELEASES_NAME
+from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAINTENANCE_NAME
+from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAX_FILE_BYTES as MAINTENANCE_CAP
+
+KIB, MIB = 1024, 1024 * 1024
+NEVER_READ = -1
+# Every file root opens in the state directory, and the most of it read. The names are the state
+# layer's (``LEDGER_NAME``, ``JOURNAL_NAME``, ...; a test holds them equal).
+FILE_CAPS = {
+    "lock": NEVER_READ,
+    "ledger.json": 32 * MIB,
+    RELEASES_NAME: 16 * MIB,
+    MARKER_NAME: NEVER_READ,
+    "nodespec.json": 32 * MIB,
+    "last-pass.json": 4 * KIB,
+    "events.jsonl": 64 * MIB,
+    "events.seq": 64,
+    "node.key": 16 * KIB,
+    MAINTENANCE_NAME: MAINTENANCE_CAP,
+    HEALTH_NAME: MAX_CLEARED_BYTES,
+}  # type: Dict[str, int]
+OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_MODE = 0o600
+# what opening something that is not a regular file may answer: a FIFO without a reader, a socket, a directory
+_WRONG_KIND = (errno.ENXIO, errno.EISDIR, errno.ENODEV, errno.EOPNOTSUPP, errno.ETXTBSY)
+_CHUNK = 1024 * 1024
+
+
+def _kind(mode):
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _size(count):
+    for unit, name in ((MIB, "MiB"), (KIB, "KiB")):
+        if count >= unit and count % unit == 0:
+            return "%d %s" % (count // unit, name)
+    return "%d bytes" % count
+
+
+class StateFiles:
+    """The files of the state directory ``path`` (``node_path``: how messages name it)."""
+
+    def __init__(self, path, node_path=None):
+        self.path = os.path.abspath(path)
+        self.node_path = (node_path or self.path).rstrip("/") or "/"
+
+    def where(self, name):
+        """The node path of ``name``, as messages give it."""
+        return "%s/%s" % (self.node_path.rstrip("/"), name)
+
+    # -- the directory ----------------------------------------------------------------
+    def _directory(self):
+        """``(fd, fstat)`` of the state directory, or None when it does not exist."""
+        try:
+            fd = os.open(self.path, DIR_FLAGS)
+        except OSError as exc:
+            if isinstance(exc, (FileNotFoundError, NotADirectoryError)) and not os.path.lexists(self.path):
+                return None  # no directory (or a file where a parent should be): nothing is stored
+            if os.path.islink(self.path):
+                raise StateFileError(self.node_path, "the state directory is a symbolic link; refusing to follow it")
+            if isinstance(exc, NotADirectoryError):
+                raise StateFileError(self.node_path, "the state directory is not a directory")
+            raise OSError(exc.errno, exc.strerror, self.node_path)
+        return fd, os.fstat(fd)
+
+    def open_directory(self):
+        """A descriptor of the state directory (``O_NOFOLLOW``), or None when it does not exist."""
+        opened = self._directory()
+        return None if opened is None else opened[0]
+
+    def exists(self, name):
+        """Whether ``name`` is there, whatever it is (``lstat``; nothing is opened or followed)."""
+        try:
+            os.lstat(os.path.join(self.path, name))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, self.where(name))
+        return True
+
+    # -- opening ----------------------------------------------------------------------
+    def open(self, name, flags=os.O_RDONLY, mode=FILE_MODE):
+        """A descriptor of ``name`` opened with ``flags`` (plus ``OPEN_FLAGS``), checked to be a regular file
+        owned as expected; None when it (or the directory) does not exist and ``flags`` do not create it.
+        A file it creates (``O_CREAT``) gets ``mode`` and, when root creates it, the directory's owner."""
+        if name not in FILE_CAPS:
+            raise ValueError("%s is not a state file" % name)
+        where = self.where(name)
+        opened = self._directory()
+        if opened is None:
+            if flags & os.O_CREAT:
+                raise StateFileError(self.node_path, "the state directory does not exist")
+            return None
+        directory, directory_info = opened
+        try:
+            created = False
+            try:
+                if flags & os.O_CREAT:
+                    try:
+                        fd = os.open(name, (flags | os.O_EXCL | OPEN_FLAGS), mode, dir_fd=directory)
+                        created = True
+                    except FileExistsError:
+                        fd = os.open(name, (flags & ~os.O_CREAT) | OPEN_FLAGS, mode, dir_fd=directory)
+                else:
+                    fd = os.open(name, flags | OPEN_FLAGS, mode, dir_fd=directory)
+            except FileNotFoundError:
+                if flags & os.O_CREAT:
+                    raise StateFileError(where, "vanished while it was opened; try again")
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise StateFileError(where, "is a symbolic link; root does not follow links in the state directory")
+                if exc.errno in _WRONG_KIND:
+                    raise StateFileError(where, "cannot be opened as a file (%s); refused" % (exc.strerror or exc))
+                raise OSError(exc.errno, exc.strerror, where)  # trouble, not a refusal: a pass may retry
+            try:
+                if created:
+                    self._own(fd, directory_info, mode)
+                self._check(fd, where, directory_info)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+        finally:
+            os.close(directory)
+
+    @staticmethod
+    def _own(fd, directory_info, mode):
+        """A file root just created takes the directory's owner (the account's passes must replace it)."""
+        if os.geteuid() == 0 and (directory_info.st_uid, directory_info.st_gid) != (0, 0):
+            os.fchown(fd, directory_info.st_uid, directory_info.st_gid)
+        os.fchmod(fd, mode)
+
+    @staticmethod
+    def _check(fd, where, directory_info):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StateFileError(where, "is %s, not a regular file; refused" % _kind(info.st_mode))
+        owner = directory_info.st_uid
+        if info.st_uid not in (owner, 0):
+            raise StateFileError(where, "belongs to uid %d, neither the state directory's owner (uid %d) nor root; "
+                                        "refused" % (info.st_uid, owner))
+        if info.st_uid == 0 and owner != 0 and info.st_nlink > 1:
+            raise StateFileError(where, "is root's and has %d links, in a directory uid %d owns: a hard link to "
+                                        "another file of root's; refused" % (info.st_nlink, owner))
+        return info
+
+    # -- reading ----------------------------------------------------------------------
+    def read(self, name, cap=None):
+        """The bytes of ``name`` (None when absent): at most its cap, else ``StateFileError``."""
+        limit = FILE_CAPS.get(name, NEVER_READ) if cap is None else cap
+        if limit == NEVER_READ:
+            raise ValueError("%s is not read" % name)
+        fd = self.open(name)
+        if fd is None:
+            return None
+        try:
+            return self._bounded(fd, self.where(name), limit)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _bounded(fd, where, limit):
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise StateFileError(where, "is %d bytes, over its cap of %s; refused" % (size, _size(limit)))
+        chunks, left = [], limit + 1
+        try:
+            while left > 0:
+                chunk = os.read(fd, min(left, _CHUNK))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, where)
+        if left <= 0:
+            raise StateFileError(where, "grew past its cap of %s while it was read; refused" % _size(limit))
+        return b"".join(chunks)
+
+    def read_json(self, name, cap=None):
+        # type: (str, Optional[int]) -> Any
+        """The JSON value of ``name``, None when absent; ``ValueError`` when it is not JSON (each file
+        has its own answer to that), ``StateFileError`` past a bound."""
+        content = self.read(name, cap)
+        if content is None:
+            return None
+        return bounded_json.loads(content, self.where(name))
+
+    def loads(self, content, name):
+        """``content`` of ``name`` (or a line of it: ``name`` may say which) as bounded JSON."""
+        return bounded_json.loads(content, self.where(name))
+
+    # -- root's leftovers -------------------------------------------------------------
+    def adopt(self):
+        """Hand the state files root owns (regular, one link: left by a root-mode install) to the directory's
+        owner, by descriptor. Only the names above are looked at: the directory is never listed."""
+        opened = self._directory()
+        if opened is None:
+            return
+        directory, directory_info = opened
+        try:
+            if directory_info.st_uid == 0:
+                return
+            for name in sorted(FILE_CAPS):
+                try:
+                    entry = os.stat(name, dir_fd=directory, follow_symlinks=False)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(entry.st_mode) or entry.st_uid != 0 or entry.st_nlink != 1:
+                    continue
+                try:
+                    handle = os.open(name, os.O_RDONLY | OPEN_FLAGS, dir_fd=directory)
+                except OSError:
+                    continue  # replaced by a link meanwhile: left alone
+                try:
+                    found = os.fstat(handle)
+                    if stat.S_ISREG(found.st_mode) and found.st_uid == 0 and found.st_nlink == 1:
+                        os.fchown(handle, directory_info.st_uid, directory_info.st_gid)
+                finally:
+                    os.close(handle)
+        finally:
+            os.close(directory)
+
+
+def read_file(path, cap, node_path=None):
+    """``StateFiles(dirname).read(basename, cap)``: a state file given by its path (the node key's)."""
+    directory, name = os.path.split(os.path.abspath(path))
+    return StateFiles(directory, os.path.dirname(node_path) if node_path else None).read(name, cap)
