@@ -9,7 +9,11 @@
   (Python's parser recurses once a level and ends in ``RecursionError``);
 * integers of at most ``MAX_INT_DIGITS`` digits (Python turns a 10 000-digit integer into an
   ``int`` in quadratic time, or refuses it past ``sys.set_int_max_str_digits``, by version);
-* other numbers of at most ``MAX_FLOAT_CHARS`` characters.
+* other numbers of at most ``MAX_FLOAT_CHARS`` characters;
+* at most ``MAX_ITEMS`` arrays, objects and values in all (counted as their brackets and
+  commas), so that what a file may cost in parsing time and memory is bounded by more than
+  its size (32 MiB of ``[[],[],...]`` would be 450 MB of lists). ``check_items`` applies the
+  same bound to text parsed piecewise (the journal, a line at a time).
 
 Past a bound it raises ``StateFileError`` naming ``where``: such content was not written by
 bcd.devices, so it is refused, never half-read. Content that is merely not JSON (a syntax
@@ -28,34 +32,55 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import S
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 40
 MAX_FLOAT_CHARS = 64
+MAX_ITEMS = 1 << 20  # 1 048 576, about 100 MB and a second of parsing; a state file holds far fewer
 
 # A JSON string, escapes included (unrolled: linear, no backtracking); what is left is structure.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
-_EMPTY_PAIR = re.compile(rb"\[\]|\{\}")
+_ONE_KIND = bytes.maketrans(b"{}", b"[]")  # depth does not care which bracket
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b"[]{},")
 
 
 class _OverBound(Exception):
     """Raised by the parser's hooks; ``loads`` turns it into a ``StateFileError``."""
 
 
+def _skeleton(content):
+    # type: (bytes) -> bytes
+    """The structure of the JSON text ``content``: its brackets (all as ``[]``) and commas, strings left out."""
+    return _STRING.sub(b"", content).translate(_ONE_KIND, _NOT_STRUCTURE)
+
+
+def _deeper(brackets, limit):
+    # type: (bytes, int) -> bool
+    """Each round removes every empty pair: the rounds it takes to empty balanced brackets are their
+    depth. ``limit`` rounds at most, each a C-speed ``replace``. Brackets that never pair up (torn or
+    broken text: closers, then openers) count as deep only when more than ``limit`` stay open;
+    otherwise the parser says what is wrong, never recursing past twice ``limit``."""
+    for _round in range(limit):
+        if b"[]" not in brackets:
+            return brackets.count(b"[") > limit
+        brackets = brackets.replace(b"[]", b"")
+    return b"[]" in brackets or brackets.count(b"[") > limit
+
+
+def _items(skeleton):
+    return len(skeleton) - skeleton.count(b"]")
+
+
+def check_items(content, where):
+    # type: (bytes, str) -> None
+    """``StateFileError`` when the JSON text ``content`` (one document or many) holds more than
+    ``MAX_ITEMS`` arrays, objects and values."""
+    items = _items(_skeleton(content))
+    if items > MAX_ITEMS:
+        raise StateFileError(where, "holds %d arrays, objects and values; at most %d are read; refused"
+                             % (items, MAX_ITEMS))
+
+
 def nests_deeper(content, limit=MAX_DEPTH):
     # type: (bytes, int) -> bool
-    """Whether the JSON text ``content`` nests deeper than ``limit`` levels (strings ignored).
-
-    The brackets alone are kept, then each round removes every empty pair: the rounds it takes
-    to empty them are the nesting depth. Work is linear per round, ``limit`` rounds at most. Brackets
-    that never pair up (torn or hand-broken text) count as deep only when there are more than ``limit``
-    of them; otherwise the parser says what is wrong."""
-    skeleton = _STRING.sub(b"", content).translate(None, _NOT_BRACKET)
-    for _round in range(limit):
-        if not skeleton:
-            return False
-        shorter = _EMPTY_PAIR.sub(b"", skeleton)
-        if len(shorter) == len(skeleton):
-            return len(skeleton) > limit
-        skeleton = shorter
-    return bool(skeleton)
+    """Whether the JSON text ``content`` nests deeper than ``limit`` levels (strings ignored)."""
+    return _deeper(_skeleton(content).replace(b",", b""), limit)
 
 
 def _int(text):
@@ -79,7 +104,12 @@ def loads(content, where, max_depth=MAX_DEPTH):
     when it is not JSON."""
     if isinstance(content, str):
         content = content.encode("utf-8")
-    if nests_deeper(content, max_depth):
+    skeleton = _skeleton(content)
+    items = _items(skeleton)
+    if items > MAX_ITEMS:
+        raise StateFileError(where, "holds %d arrays, objects and values; at most %d are read; refused"
+                             % (items, MAX_ITEMS))
+    if _deeper(skeleton.replace(b",", b""), max_depth):
         raise StateFileError(where, "nests deeper than %d levels; refused" % max_depth)
     text = content.decode("utf-8")
     try:

@@ -16,7 +16,8 @@ that), and it opens each one the same way:
   root (a root-owned file with more than one link, in a directory root does not own, is a hard
   link to something of root's and is refused);
 * read to at most its cap, below (a file over it is refused, not truncated);
-* JSON through ``domain/bounded_json`` (at most 64 levels, integers of at most 40 digits).
+* JSON through ``domain/bounded_json`` (at most 64 levels, integers of at most 40 digits,
+  1 048 576 arrays, objects and values per file: the journal's lines together).
 
 Each refusal is a ``StateFileError`` naming the file (its node path) and what is wrong; every
 command turns it into one line and a documented exit code (``docs/node.md``). A file that is
@@ -33,7 +34,7 @@ file                      cap       read by
                           read
 ``nodespec.json``         32 MiB    the stored input (``state/store.py``)
 ``last-pass.json``        4 KiB     ``bcd-holds metrics``
-``events.jsonl``          64 MiB    the journal (``state/events.py``), whole: its
+``events.jsonl``          16 MiB    the journal (``state/events.py``), whole: its
                                     acknowledgement rewrites it
 ``events.seq``            64 B      the journal's high-water mark
 ``node.key``              16 KiB    the node key, PEM (119 bytes for Ed25519)
@@ -70,7 +71,7 @@ FILE_CAPS = {
     MARKER_NAME: NEVER_READ,
     "nodespec.json": 32 * MIB,
     "last-pass.json": 4 * KIB,
-    "events.jsonl": 64 * MIB,
+    "events.jsonl": 16 * MIB,
     "events.seq": 64,
     "node.key": 16 * KIB,
     MAINTENANCE_NAME: MAINTENANCE_CAP,

@@ -20,8 +20,9 @@ Files (all 0600, the state directory 0700):
 
 The journal does not lock: ``state.store.NodeState`` holds the pass lock around it. Every one of
 these files is opened by the bounded reader (``node/state_files.py``): the journal whole, at
-most 64 MiB, each line bounded JSON (a line past the bounds refuses the journal, a line that
-is merely not an event is kept and skipped); ``events.seq`` at most 64 bytes; the key 16 KiB.
+most 16 MiB and ``bounded_json.MAX_ITEMS`` values in all, each line bounded JSON (a line past
+the bounds refuses the journal, a line that is merely not an event is kept and skipped);
+``events.seq`` at most 64 bytes; the key 16 KiB.
 """
 
 from __future__ import annotations
@@ -299,6 +300,7 @@ class Journal:
         data = self.files.read(JOURNAL_NAME)
         if data is None:
             return p
+        bounded_json.check_items(data, self.where)
         p.size = len(data)
         p.tail_offset = len(data)
         lines = data.split(b"\n")

@@ -116,6 +116,19 @@ def test_long_numbers_are_refused():
         bounded_json.loads(b"1e" + b"9" * 100, "f")
 
 
+def test_more_items_than_the_bound_are_refused_before_parsing():
+    many = b"[" + b"1," * bounded_json.MAX_ITEMS + b"1]"
+    chains = (b"[" * 64 + b"]" * 64) * (32 * 1024 * 1024 // 128)  # 32 MiB at the depth limit
+    for content in (many, chains, b"[" + b"[]," * bounded_json.MAX_ITEMS + b"[]]"):
+        started = time.monotonic()
+        with pytest.raises(StateFileError, match="arrays, objects and values; at most 1048576 are read"):
+            bounded_json.loads(content, "f")
+        assert time.monotonic() - started < 2
+    assert len(bounded_json.loads(b"[" + b"1," * (bounded_json.MAX_ITEMS - 2) + b"1]", "f")) == bounded_json.MAX_ITEMS - 1
+    with pytest.raises(StateFileError, match="^journal: holds"):
+        bounded_json.check_items(b'{"seq": 1, "a": 2}\n' * (bounded_json.MAX_ITEMS // 2 + 1), "journal")
+
+
 def test_bounded_json_is_linear_on_a_large_legitimate_file():
     """A ledger of 20 000 bound holds (about 4 MiB) parses in well under a second."""
     record = b'"a%d": {"generation": 1234567890123, "device_ids": ["GPU-5f1c2a90-0000-4000-8000-000000000001/gi1/ci0"], ' \
