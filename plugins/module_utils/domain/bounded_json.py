@@ -9,7 +9,7 @@
   (Python's parser recurses once a level and ends in ``RecursionError``);
 * integers of at most ``MAX_INT_DIGITS`` digits (Python turns a 10 000-digit integer into an
   ``int`` in quadratic time, or refuses it past ``sys.set_int_max_str_digits``, by version);
-* other numbers of at most ``MAX_FLOAT_CHARS`` characters;
+* other numbers of at most ``MAX_FLOAT_CHARS`` characters, within a float's range;
 * at most ``MAX_ITEMS`` arrays, objects and values in all (counted as their brackets and
   commas), so that what a file may cost in parsing time and memory is bounded by more than
   its size (32 MiB of ``[[],[],...]`` would be 450 MB of lists). ``check_items`` applies the
@@ -32,6 +32,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import S
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 40
 MAX_FLOAT_CHARS = 64
+_INF = float("inf")
 MAX_ITEMS = 1 << 20  # 1 048 576, about 100 MB and a second of parsing; a state file holds far fewer
 
 # A JSON string, escapes included (unrolled: linear, no backtracking); what is left is structure.
@@ -92,7 +93,10 @@ def _int(text):
 def _float(text):
     if len(text) > MAX_FLOAT_CHARS:
         raise _OverBound("holds a number of %d characters; at most %d are read" % (len(text), MAX_FLOAT_CHARS))
-    return float(text)
+    value = float(text)
+    if value in (_INF, -_INF):
+        raise _OverBound("holds %s, a number out of a float's range" % text)
+    return value
 
 
 def _constant(name):

@@ -114,6 +114,9 @@ def test_long_numbers_are_refused():
         bounded_json.loads(b"0." + b"1" * 100, "f")
     with pytest.raises(StateFileError, match="a number of"):
         bounded_json.loads(b"1e" + b"9" * 100, "f")
+    for text in (b"1e999", b"-1e999"):
+        with pytest.raises(StateFileError, match="out of a float's range"):
+            bounded_json.loads(text, "f")
 
 
 def test_more_items_than_the_bound_are_refused_before_parsing():
