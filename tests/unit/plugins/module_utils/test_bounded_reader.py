@@ -234,20 +234,26 @@ def test_a_state_directory_that_is_a_link_or_a_file_is_refused(tmp_path, state):
         StateFiles(str(tmp_path / "plain")).read("ledger.json")
 
 
-def test_a_refusal_is_a_bcd_error_and_io_trouble_stays_an_os_error(state):
+def test_a_refusal_is_a_bcd_error_naming_the_file():
     assert issubclass(StateFileError, BcdError)
     error = StateFileError("/var/lib/bcd/ledger.json", "is a FIFO")
-    assert (str(error), error.where, error.problem) == ("/var/lib/bcd/ledger.json: is a FIFO",
-                                                         "/var/lib/bcd/ledger.json", "is a FIFO")
+    assert (str(error), error.where, error.problem) == (
+        "/var/lib/bcd/ledger.json: is a FIFO", "/var/lib/bcd/ledger.json", "is a FIFO")
 
 
 def test_created_files_get_the_mode_asked(state):
-    os.umask(0o022)
-    fd = StateFiles(str(state)).open("events.jsonl", os.O_WRONLY | os.O_CREAT, 0o600)
+    umask = os.umask(0o077)
+    try:
+        fd = StateFiles(str(state)).open("events.jsonl", os.O_WRONLY | os.O_CREAT, 0o640)
+    finally:
+        os.umask(umask)
     os.close(fd)
-    assert stat.S_IMODE(os.stat(state / "events.jsonl").st_mode) == 0o600
-    flags = fcntl.fcntl(StateFiles(str(state)).open("events.jsonl"), fcntl.F_GETFD)
-    assert flags & fcntl.FD_CLOEXEC
+    assert stat.S_IMODE(os.stat(state / "events.jsonl").st_mode) == 0o640  # whatever the umask
+    fd = StateFiles(str(state)).open("events.jsonl")
+    try:
+        assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.skipif(not ROOT, reason="needs root to own files as another uid")

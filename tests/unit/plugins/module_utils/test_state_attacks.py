@@ -376,4 +376,3 @@ def test_a_lock_and_journal_root_creates_belong_to_the_account(world):
     for name in ("lock", "events.jsonl"):
         info = os.lstat(world.path(name))
         assert (info.st_uid, info.st_mode & 0o7777) == (world.attacker.uid, 0o600), name
-
