@@ -256,30 +256,36 @@ class StateFiles:
 
     # -- root's leftovers -------------------------------------------------------------
     def adopt(self):
-        """Hand the state files root owns (regular, one link: left by a root-mode install) to the directory's
-        owner, by descriptor. Only the names above are looked at: the directory is never listed."""
+        """As root: hand each state file to the directory's owner, by descriptor, when the passes' account
+        changed. Root's leftovers of a root-mode install (regular, one link) go to the account that now
+        owns the directory; the account's files, once the directory is root's again (the helper turned
+        off), go to root: the account can no longer reach them, and the reader takes no third owner.
+        Only the names above are looked at: the directory is never listed."""
+        if os.geteuid() != 0:
+            return
         opened = self._directory()
         if opened is None:
             return
         directory, directory_info = opened
+        owner = directory_info.st_uid
+
+        private = not directory_info.st_mode & 0o022  # no one but its owner adds files there
+
+        def adoptable(info):
+            return stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid != owner and (
+                info.st_uid == 0 or (owner == 0 and private))
+
         try:
-            if directory_info.st_uid == 0:
-                return
             for name in sorted(FILE_CAPS):
                 try:
-                    entry = os.stat(name, dir_fd=directory, follow_symlinks=False)
-                except OSError:
-                    continue
-                if not stat.S_ISREG(entry.st_mode) or entry.st_uid != 0 or entry.st_nlink != 1:
-                    continue
-                try:
+                    if not adoptable(os.stat(name, dir_fd=directory, follow_symlinks=False)):
+                        continue
                     handle = os.open(name, os.O_RDONLY | OPEN_FLAGS, dir_fd=directory)
                 except OSError:
-                    continue  # replaced by a link meanwhile: left alone
+                    continue  # gone, or replaced by a link meanwhile: left alone
                 try:
-                    found = os.fstat(handle)
-                    if stat.S_ISREG(found.st_mode) and found.st_uid == 0 and found.st_nlink == 1:
-                        os.fchown(handle, directory_info.st_uid, directory_info.st_gid)
+                    if adoptable(os.fstat(handle)):
+                        os.fchown(handle, owner, directory_info.st_gid)
                 finally:
                     os.close(handle)
         finally:

@@ -20,7 +20,9 @@ process is root and the directory belongs to another account (the ``bcd``
 account of the role's deployment), every state operation runs with that
 account's uid, gid and group list, so a link it planted there leads nowhere
 root can reach. Regular single-link files root left there (from a root-mode
-install) are first handed to the owner by file descriptor; links never are.
+install) are first handed to the owner by file descriptor; links never are. When
+the directory is root's again (the helper turned off), the account's files are
+handed to root the same way (``StateFiles.adopt``).
 
 A pass opens the state (``load``), which brings the ledger and the pending
 releases up to the journal: a pass that died between journaling an event and
@@ -177,12 +179,12 @@ class NodeState:
             raise StateFileError(self.node_path, "the state directory is a symbolic link; refusing to follow it")
         if not stat.S_ISDIR(info.st_mode):
             raise StateFileError(self.node_path, "the state directory is not a directory")
-        if info.st_uid == 0:
-            yield
-            return
         if not self._adopted:
             self.files.adopt()
             self._adopted = True
+        if info.st_uid == 0:
+            yield
+            return
         groups, egid = os.getgroups(), os.getegid()
         os.setgroups([info.st_gid])
         os.setegid(info.st_gid)

@@ -297,6 +297,21 @@ def test_adoption_looks_only_at_the_state_file_names(state, monkeypatch):
     assert os.stat(state / "other").st_uid == 0
 
 
+@pytest.mark.skipif(not ROOT, reason="needs root to leave another account's files")
+def test_the_accounts_files_go_to_root_when_the_directory_is_roots_again(state):
+    """The helper turned off: the role hands the state directory back to root; the account's files follow."""
+    (state / "ledger.json").write_text('{"journal_seq": 3}')
+    os.chown(state / "ledger.json", 4242, 4242)
+    node = NodeState(str(state), "/var/lib/bcd")
+    with node.lock(5):
+        assert node.load(write=False).ledger.journal_seq == 3
+    assert os.stat(state / "ledger.json").st_uid == 0
+    os.chown(state / "ledger.json", 4242, 4242)
+    os.chmod(state, 0o777)  # others may add files: none is taken over
+    with pytest.raises(StateFileError, match="belongs to uid 4242"):
+        NodeState(str(state), "/var/lib/bcd").load(write=False)
+
+
 # -- the lock ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("create", [True, False])
