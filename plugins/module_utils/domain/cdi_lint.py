@@ -49,6 +49,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     SPEC_PREFIX,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import validate_spec
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 
 WARN, ERROR = "WARN", "ERROR"
 MAX_FILES = 4096
@@ -74,8 +75,7 @@ def directory_priority(directory):
 def _printable(text):
     # type: (Any) -> str
     """``text`` on one line: control characters, undecodable bytes of a file name and the like escaped."""
-    text = text if isinstance(text, str) else str(text)
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    return printable(text)
 
 
 def _short(text):
