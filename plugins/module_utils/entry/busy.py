@@ -22,6 +22,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance imp
     check_reason,
     listing,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
 
@@ -82,10 +83,12 @@ def set_maintenance(host, gpus, present, reason=None, state_dir=DEFAULT_STATE_DI
 
 
 def busy_lines(entries):
-    """What ``bcd-holds busy`` prints: one line per GPU."""
+    """What ``bcd-holds busy`` prints: one line per GPU. A claim's text names what the state directory, a
+    hold spec or the VMs say (an allocation id, a path, a reason): each is escaped (``domain/text.py``), so
+    nothing in it can redraw the line, and a busy GPU is never shown free."""
     lines = []
     for entry in entries:
-        texts = [claim["text"] for claim in entry["claimed_by"]]
+        texts = [printable(claim["text"]) for claim in entry["claimed_by"]]
         state = "busy" if entry["busy"] else "free"
-        lines.append("%s: %s%s" % (entry["uuid"], state, (": " + "; ".join(texts)) if texts else ""))
+        lines.append("%s: %s%s" % (printable(entry["uuid"]), state, (": " + "; ".join(texts)) if texts else ""))
     return lines

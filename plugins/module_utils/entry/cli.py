@@ -27,9 +27,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import Refuse
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable, printable_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import BusyError, busy_check, busy_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import run_checks
+from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import doctor_lines, run_checks
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
@@ -43,15 +44,18 @@ DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"
 
 
 def out(text):
-    """A line on stdout (module_utils code may not call print)."""
-    sys.stdout.write(text + "\n")
+    """Lines on stdout (module_utils code may not call print). The renderers escape what they show; each
+    line is escaped here again (``domain/text.py``: a no-op on escaped text), so nothing that reaches a
+    terminal through bcd-holds is terminal control, whatever a renderer missed."""
+    sys.stdout.write(printable_lines(text) + "\n")
 
 
 def log(level, message):
-    """A line on stderr; under systemd (JOURNAL_STREAM set) with the syslog priority prefix journald reads."""
+    """A line on stderr; under systemd (JOURNAL_STREAM set) with the syslog priority prefix journald reads.
+    The message is escaped to one line: it may quote a state file, a spec or a peer's request."""
     priority = {"ERROR": 3, "WARNING": 4, "INFO": 6}[level]
     prefix = "<%d>" % priority if os.environ.get("JOURNAL_STREAM") else ""
-    sys.stderr.write("%s%s: %s\n" % (prefix, level, message))
+    sys.stderr.write("%s%s: %s\n" % (prefix, level, printable(message)))
 
 
 def _common(parser):
@@ -177,14 +181,15 @@ def cmd_converge(args):
         out(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:
         out("plan (check mode, nothing written):" if args.check else "plan:")
-        lines = [action.text for action in result.plan.actions] or ["nothing to do"]
+        # an action's text may name a pod or a file: escaped to one line each (a newline in it is no new line)
+        lines = [printable(action.text) for action in result.plan.actions] or ["nothing to do"]
         out("\n".join("  " + line for line in lines))
         # FAILED is the API's word for "something was refused": the counts say how much of the pass stands
         counts = ("%d held, %d refused: " % (len(result.plan.holds), len(result.plan.failures))
                   if section["state"] == FAILED else "")
         out("section: %s at generation %s (observed %s)%s" % (
             section["state"], section["generation"], section["observed_generation"],
-            ": " + counts + section["message"] if section["message"] else ""))
+            ": " + counts + printable(section["message"]) if section["message"] else ""))
     return EX_RETRY if section["state"] == PROGRESSING else EX_OK
 
 
@@ -205,8 +210,8 @@ def cmd_doctor(args):
     if args.json:
         out(json.dumps(checks, indent=2, sort_keys=True))
     else:
-        for check in checks:
-            out("%-7s %-14s %s" % (check["level"], check["name"], check["message"]))
+        for line in doctor_lines(checks):
+            out(line)
     return EX_CHECK if any(check["level"] != "OK" for check in checks) else EX_OK
 
 
@@ -244,7 +249,8 @@ def cmd_events(args):
     if args.ack_through is not None:
         log("INFO", "acknowledged %d events" % acknowledged)
     for event in events:
-        out(json.dumps(event, sort_keys=True))
+        # ensure_ascii (json's default): every control, format and non-ASCII character is a \u escape
+        out(json.dumps(event, sort_keys=True, ensure_ascii=True))
     return EX_OK
 
 

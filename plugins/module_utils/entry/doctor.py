@@ -23,6 +23,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import summary
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import version_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.node.cdi_files import read_spec_dirs
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
 from ansible_collections.bcd.devices.plugins.module_utils.node.runtimes import cdi_enabled
@@ -210,3 +211,11 @@ def run_checks(host, state_dir=DEFAULT_STATE_DIR, helper_socket=None, runtimes=N
         check_slices(host),
         check_state(host, state_dir),
     ]
+
+
+def doctor_lines(checks):
+    """What ``bcd-holds doctor`` prints: one line per check, its level, name and message. A message quotes
+    what the node has (spec files and their annotations, runtimes' versions, state files, hold ids):
+    escaped (``domain/text.py``), one line each, never terminal control."""
+    return ["%-7s %-14s %s" % (printable(check["level"]), printable(check["name"]), printable(check["message"]))
+            for check in checks]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
@@ -37,7 +38,8 @@ CONDITION_TYPES = ("KubernetesReleaseStuck", "KubernetesReleasesUnreadable", "Ho
 
 
 def _label(value):
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    # escaped first (``domain/text.py``: a reason from the ledger is the account's), then as the format asks
+    return printable(value).replace("\\", "\\\\").replace('"', '\\"')
 
 
 class _Text:

@@ -22,6 +22,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts impor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import damaged_condition, summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities, node_runtimes
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
@@ -153,6 +154,18 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
 
 
 WIDTH = 100  # a terminal's width the table keeps to
+# The most characters a cell shows, escaped (``domain/text.py``): an allocation id (80) with " (release
+# pending)"; a maintenance reason's start. Text from the state directory, the specs' annotations or the
+# kubelet may be anything, and escaped it grows (``\u202e`` is six characters for one); cut, it keeps the
+# columns where they are. The lines after the table are escaped whole; ``--json`` has every value as it is.
+HOLDER_CELL = 100
+SERVICE_CELL = 48
+PART_CELL = 100  # one MIG instance or slot and its holder, in the last column
+
+
+def _cell(value, limit=None):
+    """A cell of the table: escaped, so that nothing in it moves the cursor or reorders the line."""
+    return printable(value, limit)
 
 
 def _wrapped(head, parts, lead):
@@ -177,19 +190,21 @@ def short_uuid(uuid):
 
 def status_table(status):
     """``bcd-holds status``: one line per GPU (index, short UUID, who holds it whole, whether a reset must
-    wait, maintenance, its MIG instances and slots, wrapped to ``WIDTH``), then releases and conditions."""
+    wait, maintenance, its MIG instances and slots, wrapped to ``WIDTH``), then releases and conditions.
+    Every value is escaped into its cell (``_cell``): the table is data, never terminal control."""
     rows = [("GPU", "UUID", "HELD BY", "RESET", "SERVICE", "MIG INSTANCES AND SLOTS")]
     for gpu in status["gpus"]:
         if gpu["held_by"]:
             holder = gpu["held_by"]
         elif gpu.get("passed_through_to"):
-            holder = "VM " + gpu["passed_through_to"]
+            holder = "VM %s" % gpu["passed_through_to"]
         else:
             holder = "-"
-        parts = ["gi%d/ci%d %s" % (m["gi"], m["ci"], m["held_by"] or "free") for m in gpu["mig"]]
-        parts.extend("s%s %s" % (slot["slot"], slot["held_by"]) for slot in gpu["slots"])
-        parts.extend("%s %s (gone)" % (part["id"].split("/", 1)[-1], part["held_by"]) for part in gpu["missing_parts"])
-        index = "-" if gpu["index"] is None else str(gpu["index"])
+        parts = [_cell("gi%d/ci%d %s" % (m["gi"], m["ci"], m["held_by"] or "free"), PART_CELL) for m in gpu["mig"]]
+        parts.extend(_cell("s%s %s" % (slot["slot"], slot["held_by"]), PART_CELL) for slot in gpu["slots"])
+        parts.extend(_cell("%s %s (gone)" % (part["id"].split("/", 1)[-1], part["held_by"]), PART_CELL)
+                     for part in gpu["missing_parts"])
+        index = "-" if gpu["index"] is None else _cell(gpu["index"], 12)
         if not gpu["present"]:
             index += " (missing)"
         reset = "wait" if gpu.get("busy") else "ok"
@@ -198,8 +213,9 @@ def status_table(status):
             service_parts.append("unhealthy")
         if gpu.get("maintenance"):
             service_parts.append("maintenance: %s" % gpu["maintenance"])
-        service = ", ".join(service_parts) or "-"
-        rows.append((index, short_uuid(gpu["uuid"]), holder, reset, service, ", ".join(parts) or "-"))
+        service = _cell(", ".join(service_parts) or "-", SERVICE_CELL)
+        rows.append((index, short_uuid(_cell(gpu["uuid"])), _cell(holder, HOLDER_CELL), reset, service,
+                     ", ".join(parts) or "-"))
     widths = [max(len(row[column]) for row in rows) for column in range(5)]
     lead = sum(widths) + 2 * 5
     lines = []
@@ -207,12 +223,13 @@ def status_table(status):
         head = "  ".join("%-*s" % (widths[column], row[column]) for column in range(5)) + "  "
         lines.extend(_wrapped(head, row[5], lead))
     if not status["gpus"]:
-        lines.append("no GPUs (inventory: %s)" % status["inventory_source"])
+        lines.append("no GPUs (inventory: %s)" % _cell(status["inventory_source"]))
     pending = status.get("pending_releases") or []
     lines.append("pending Kubernetes releases: %s" % (", ".join(
-        "%s (%ss)" % (p["allocation_id"], p.get("age_seconds", "?")) for p in pending) or "none"))
+        _cell("%s (%ss)" % (p["allocation_id"], p.get("age_seconds", "?"))) for p in pending) or "none"))
     conditions = status.get("conditions") or []
-    lines.append("conditions: %s" % ("; ".join("%s (%s): %s" % (c["type"], c["reason"], c.get("message", ""))
-                                               for c in conditions) or "none"))
-    lines.append("capabilities: %s" % (", ".join(status["capabilities"]) or "none"))
+    lines.append("conditions: %s" % ("; ".join(
+        _cell("%s (%s): %s" % (c["type"], c["reason"], c.get("message", ""))) for c in conditions)
+        or "none"))
+    lines.append("capabilities: %s" % (", ".join(_cell(name) for name in status["capabilities"]) or "none"))
     return "\n".join(lines)
