@@ -191,6 +191,7 @@ acknowledged:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, host_from_params, state_of
 
 LOCK_TIMEOUT = 120.0
@@ -204,11 +205,11 @@ def main():
         events, acknowledged = state.list_and_acknowledge(module.params["ack_through"], module.check_mode,
                                                           LOCK_TIMEOUT)
     except BcdError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=printable(exc))
     except OSError as exc:
-        module.fail_json(msg="cannot use the state directory %s: %s" % (module.params["state_dir"], exc))
+        module.fail_json(msg=printable("cannot use the state directory %s: %s" % (module.params["state_dir"], exc)))
     for warning in state.warnings():
-        module.warn(warning)
+        module.warn(printable(warning))
     module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
 
 

@@ -119,6 +119,7 @@ gpus:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
 
@@ -132,7 +133,7 @@ def main():
     try:
         entries = busy_check(host_from_params(params), params["gpus"], params["state_dir"], params["lock_timeout"])
     except (BcdError, OSError) as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=printable(exc))
     module.exit_json(changed=False, gpus=entries)
 
 

@@ -504,6 +504,7 @@ capabilities:
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable, printable_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
     HELPER_OPTIONS,
@@ -537,6 +538,12 @@ def module_argument_spec():
     )
 
 
+def shown_diff(entry):
+    """A ``--diff`` entry as Ansible prints it to a terminal: each text escaped line by line (the bytes of a
+    spec already in /etc/cdi, a pod's name in the plan), its newlines kept (``domain/text.py``)."""
+    return dict((key, printable_lines(value) if isinstance(value, str) else value) for key, value in entry.items())
+
+
 def main():
     module = AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True)
     params = module.params
@@ -548,19 +555,19 @@ def main():
                           state_dir=params["state_dir"], check_mode=module.check_mode,
                           lock_timeout=params["lock_timeout"], cdi_runtimes=params["cdi_runtimes"])
     except (BcdError, OSError) as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=printable(exc))
     output = result.to_dict()
     if module._diff:
-        output["diff"] = result.plan.diffs()
+        output["diff"] = [shown_diff(entry) for entry in result.plan.diffs()]
     for warning in result.warnings:
-        module.warn(warning)
+        module.warn(printable(warning))
     for failure, text in zip(result.plan.failures, result.refusal_texts()):
-        module.warn(text + ANSIBLE_FIX.get(failure.reason, ""))
+        module.warn(printable(text + ANSIBLE_FIX.get(failure.reason, "")))
     if result.retry:
-        module.fail_json(msg="the pass could not finish and will be retried: %s" % result.section["message"],
+        module.fail_json(msg="the pass could not finish and will be retried: %s" % printable(result.section["message"]),
                          **output)
     if params["fail_on_refusal"] and result.plan.failures:
-        module.fail_json(msg="assignments refused: %s" % result.section["message"], **output)
+        module.fail_json(msg="assignments refused: %s" % printable(result.section["message"]), **output)
     module.exit_json(**output)
 
 

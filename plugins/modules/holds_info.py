@@ -299,6 +299,7 @@ node_public_key:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
     HELPER_OPTIONS,
     NODE_OPTIONS,
@@ -315,9 +316,9 @@ def main():
     try:
         status = node_status(host_from_params(module.params), module.params["state_dir"], module.params["cdi_runtimes"])
     except (BcdError, OSError) as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=printable(exc))
     for warning in status.pop("warnings"):
-        module.warn(warning)
+        module.warn(printable(warning))
     status["table"] = status_table(status).splitlines()
     module.exit_json(changed=False, **status)
 

@@ -91,12 +91,14 @@ maintenance:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import set_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
 
 
 def _diff_text(records):
-    return "".join("%s: %s\n" % (record["uuid"], record["reason"]) for record in records)
+    # a reason may come from maintenance.json (the account's to write): escaped, one line per record
+    return "".join("%s: %s\n" % (printable(record["uuid"]), printable(record["reason"])) for record in records)
 
 
 def main():
@@ -112,7 +114,7 @@ def main():
             host_from_params(params), params["gpus"], params["state"] == "present", params["reason"],
             params["state_dir"], module.check_mode, params["lock_timeout"])
     except (BcdError, OSError) as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=printable(exc))
     result = {"changed": changed, "maintenance": after}
     if module._diff:
         path = "%s/maintenance.json" % params["state_dir"]
