@@ -193,6 +193,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, host_from_params, state_of
+from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 
 LOCK_TIMEOUT = 120.0
 
@@ -200,6 +201,7 @@ LOCK_TIMEOUT = 120.0
 def main():
     module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, ack_through=dict(type="int")),
                            supports_check_mode=True)
+    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:
         state = state_of(host_from_params(module.params), module.params)
         events, acknowledged = state.list_and_acknowledge(module.params["ack_through"], module.check_mode,

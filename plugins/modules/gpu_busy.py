@@ -122,6 +122,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import B
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
+from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 
 
 def main():
@@ -129,6 +130,7 @@ def main():
         NODE_OPTIONS, LOCK_OPTIONS,
         gpus=dict(type="list", elements="str", required=True),
     ), supports_check_mode=True)
+    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     params = module.params
     try:
         entries = busy_check(host_from_params(params), params["gpus"], params["state_dir"], params["lock_timeout"])

@@ -514,6 +514,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
     argument_spec,
     host_from_params,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY
 
 # What an Ansible user does about a refusal, after the spec's own message.
@@ -546,6 +547,7 @@ def shown_diff(entry):
 
 def main():
     module = AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True)
+    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     params = module.params
     if not HAS_CRYPTOGRAPHY:
         module.fail_json(msg=missing_required_lib("cryptography"))

@@ -308,11 +308,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
     host_from_params,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
+from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS),
                            supports_check_mode=True)
+    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:
         status = node_status(host_from_params(module.params), module.params["state_dir"], module.params["cdi_runtimes"])
     except (BcdError, OSError) as exc:

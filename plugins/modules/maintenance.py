@@ -94,6 +94,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import B
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import set_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
+from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 
 
 def _diff_text(records):
@@ -108,6 +109,7 @@ def main():
         state=dict(type="str", choices=["present", "absent"], default="present"),
         reason=dict(type="str"),
     ), required_if=[("state", "present", ("reason",))], supports_check_mode=True)
+    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     params = module.params
     try:
         changed, before, after = set_maintenance(

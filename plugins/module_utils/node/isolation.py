@@ -1,0 +1,142 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Is this root Python isolated from other accounts? The modules' check under ``become``.
+
+``bcd-holds`` starts its Python with ``-I`` (the role's launcher): no user site, no
+``PYTHON*`` variables, no current directory on ``sys.path``. A module runs in the Python
+AnsiballZ starts, with flags this collection does not choose, so each module's ``main`` asks
+``isolation_problems()`` first when it runs as root and refuses to go on (``fail_json``)
+when any of these holds:
+
+* a variable that makes the interpreter load or run other files is set (not empty):
+  ``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONSTARTUP``, ``PYTHONUSERBASE``, ``PYTHONINSPECT``,
+  ``PYTHONEXECUTABLE``, ``PYTHONPLATLIBDIR``, ``PYTHONBREAKPOINT``, ``PYTHONWARNINGS`` (a
+  warning category names a module to import);
+* the user site is on (``site.ENABLE_USER_SITE``) and the user base directory
+  (``~/.local`` unless ``PYTHONUSERBASE``) exists somewhere an account other than root owns,
+  or may write, one of its directories;
+* an entry of ``sys.path`` (the stdlib, the site-packages, AnsiballZ's payload zip) is, or
+  lies under, a file or directory another account owns or may write: owned by a uid other
+  than 0, or group- or other-writable (a world-writable directory with the sticky bit, such
+  as ``/tmp``, counts as root's when what lies in it is root's). The empty entry (the
+  current directory) is refused outright.
+
+What a normal run looks like and passes: ``sudo`` (or ``su``) resets the environment and sets
+``HOME`` to root's; AnsiballZ removes the current and the script's directory from
+``sys.path`` and puts first its payload zip, written by root in a 0700 directory of its own
+under ``$TMPDIR`` (``/tmp``); every other entry is the system Python's, root's.
+
+What it cannot do: code that ran while the interpreter started (a ``.pth`` file in a user
+site, a ``PYTHONSTARTUP``) ran before this check. The check makes such a run stop before
+root writes anything, and names the cause; it does not undo what that code did. Keeping the
+account's home from being a directory it owns (the role sets ``/nonexistent``) is what keeps
+its files out of root's interpreter in the first place.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+from typing import List, Optional
+
+# Variables that make the interpreter load or run something other than its own files.
+STEERING_VARIABLES = (
+    "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT",
+    "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONBREAKPOINT", "PYTHONWARNINGS",
+)
+
+
+def _others_may_change(path, child_is_roots=True):
+    # type: (str, bool) -> Optional[str]
+    """Why an account other than root could change what lies at ``path``; None if none can."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_uid != 0:
+        return "%s is owned by uid %d" % (path, st.st_uid)
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+        if not (sticky and child_is_roots):
+            return "%s is writable by its group or by others (mode %04o)" % (path, stat.S_IMODE(st.st_mode))
+    return None
+
+
+def path_problem(entry):
+    # type: (str) -> Optional[str]
+    """Why another account could change what is imported through ``entry``; None if none can.
+
+    ``entry`` and each of its parents up to ``/`` are checked (a missing part from the nearest
+    one that exists): owned by root and not writable by group or others, except a sticky
+    world-writable directory (``/tmp``) whose child on the way is root's."""
+    if entry in ("", "."):
+        return "the current directory is on sys.path"
+    path = os.path.realpath(entry)
+    while not os.path.lexists(path) and path != os.path.dirname(path):
+        path = os.path.dirname(path)
+    child_is_roots = True
+    while True:
+        problem = _others_may_change(path, child_is_roots)
+        if problem:
+            return problem
+        try:
+            child_is_roots = os.stat(path).st_uid == 0
+        except OSError:
+            child_is_roots = False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
+def _user_base():
+    # type: () -> Optional[str]
+    try:
+        import site
+        if not site.ENABLE_USER_SITE:
+            return None
+        return site.getuserbase()
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
+def isolation_problems(environ=None, path=None, user_base=None):
+    # type: (Optional[dict], Optional[List[str]], Optional[str]) -> List[str]
+    """Every reason this interpreter is not isolated from other accounts (empty: it is).
+
+    The arguments replace ``os.environ``, ``sys.path`` and the user base (``site``) for tests."""
+    environ = os.environ if environ is None else environ
+    path = sys.path if path is None else path
+    problems = []  # type: List[str]
+    for name in STEERING_VARIABLES:
+        if environ.get(name):
+            problems.append("%s is set" % name)
+    base = _user_base() if user_base is None else user_base
+    if base and os.path.lexists(base):
+        problem = path_problem(base)
+        if problem:
+            problems.append("the user site is on and its base %s can be changed by another account: %s"
+                            % (base, problem))
+    seen = set()
+    for entry in path:
+        if entry in seen:
+            continue
+        seen.add(entry)
+        problem = path_problem(entry)
+        if problem:
+            problems.append("sys.path entry %r can be changed by another account: %s" % (entry, problem))
+    return problems
+
+
+def refuse_unless_isolated(module):
+    """Fail ``module`` (``fail_json``) when it runs as root in a Python other accounts can steer."""
+    if os.geteuid() != 0:
+        return
+    problems = isolation_problems()
+    if problems:
+        module.fail_json(msg="refusing to run as root in a Python another account can steer: %s "
+                             "(run it with become's clean environment, from root's Python; docs/security.md, "
+                             "'Root processes are isolated from the account')" % "; ".join(problems))
