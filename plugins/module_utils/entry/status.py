@@ -159,7 +159,7 @@ WIDTH = 100  # a terminal's width the table keeps to
 # kubelet may be anything, and escaped it grows (``\u202e`` is six characters for one); cut, it keeps the
 # columns where they are. The lines after the table are escaped whole; ``--json`` has every value as it is.
 HOLDER_CELL = 100
-SERVICE_CELL = 48
+SERVICE_CELL = 32  # with a short holder the first five columns stay within 75, and the table within WIDTH
 PART_CELL = 100  # one MIG instance or slot and its holder, in the last column
 
 
