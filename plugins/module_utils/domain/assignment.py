@@ -17,12 +17,16 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Set, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy import (
+    ENV_KEY_RE,
+    check_env_key,
+    check_env_value,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 
 # An allocation id names files and a slice: the one pattern every such name is built from.
 ALLOCATION_ID = r"[A-Za-z0-9_]{1,80}"
 ALLOCATION_ID_RE = re.compile(r"^%s$" % ALLOCATION_ID)
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 CPULIST_MAX = 1024
 DECIMAL_RE = re.compile(r"^[0-9]{1,20}$")  # int64's decimal string, bounded before int() reads it
@@ -37,6 +41,22 @@ MAX_ASSIGNMENTS = 1024  # honoured per pass: a devices section is one node's, an
 # Entries beyond MAX_ASSIGNMENTS are refused one by one (so the section still reports and the rest
 # converge); a list longer than this is not a node's section at all and fails the task, read no further.
 MAX_LISTED = 2 * MAX_ASSIGNMENTS
+MAX_DEVICES = 1024  # atoms of one assignment
+# Bounds on the whole section, so that the largest one a pass accepts costs it at most about a second
+# and 100 MB (hack/bench.py measures it: `make bench`, "worst accepted"). Each bound alone would allow
+# 1024 assignments of 1024 atoms, which cost 0.2.0 96 s and 1.55 GB a pass, every pass of the timers.
+# - Atoms: at most 4096 in the section (a pass's cost grows with the atoms it plans; 32 768 took 127 MB).
+#   A node has at most about 16 GPUs, each a whole GPU, up to 7 MIG instances or a few dozen slots:
+#   4096 is 256 atoms for each of 16 GPUs. An assignment whose devices would take the section past
+#   it is refused (invalid-assignment, saying so), and the ones after it are still read.
+# - Bytes: at most 4 MiB, counted by a walk of the raw section before anything else reads it, as an
+#   upper bound of its JSON as the stored input writes it (indented; see section_size). A real node's
+#   section is a few KiB; 1024 assignments of 4 atoms and a 3.5 KiB env line each are 4 MiB. A larger
+#   section fails the pass, and is read no further. Both stay far under what the state files' reader
+#   takes back (node/state_files.py: 32 MiB and 1 048 576 values for nodespec.json).
+MAX_ATOMS = 4096
+MAX_SECTION_BYTES = 4 * 1024 * 1024
+MAX_SECTION_DEPTH = 16  # a section nests 5 levels (devices[].devices[].id)
 
 BINDING_HOLD = "BINDING_HOLD"
 BINDING_UNSPECIFIED = "BINDING_UNSPECIFIED"
@@ -49,10 +69,7 @@ LIMIT_NUMBERS = ("cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi")
 ASSIGNMENT_FIELDS = ("allocation_id", "reservation_id", "binding", "devices", "limits", "env")
 DEVICE_FIELDS = ("id", "device_class")
 
-# Keys bcd itself writes into the env file and the CDI spec; an assignment's
-# own env lines may not shadow them.
-RESERVED_ENV_KEYS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY")
-RESERVED_ENV_PREFIX = "BCD_"
+# Which env keys a hold may set, and which values: domain/env_policy.py (docs/security.md, "The env policy").
 
 
 class InvalidAssignment(BcdError):
@@ -224,30 +241,45 @@ def parse_limits(raw):
     return None if limits.is_empty() else limits
 
 
-def _env(raw):
-    if raw is None:
-        return ()
+def _env_pairs(raw):
+    """``(where, key, value)`` of each env entry: a list of ``KEY=VALUE`` strings, or a mapping."""
     if isinstance(raw, dict):
-        raw = ["%s=%s" % (key, value) for key, value in raw.items()]
-    if not isinstance(raw, list):
-        raise InvalidAssignment("env: must be a list of KEY=VALUE strings")
-    if len(raw) > MAX_ENV_LINES:
-        raise InvalidAssignment("env: more than %d lines" % MAX_ENV_LINES)
-    lines = []
+        for index, (key, value) in enumerate(raw.items()):
+            where = "env[%d]" % index
+            if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+                raise InvalidAssignment("%s: key %s does not match %s" % (where, _show(key), ENV_KEY_RE.pattern))
+            if not isinstance(value, str):
+                raise InvalidAssignment("%s: the value of %s must be a string, not %s" % (where, key, type_name(value)))
+            yield where, key, value
+        return
     for index, line in enumerate(raw):
         where = "env[%d]" % index
         if not isinstance(line, str):
             raise InvalidAssignment("%s: must be a KEY=VALUE string" % where)
-        if "\n" in line or "\r" in line or "\0" in line:
-            raise InvalidAssignment("%s: contains a newline or NUL" % where)
-        if len(line) > 4096:
-            raise InvalidAssignment("%s: longer than 4096 characters" % where)
-        key, sep, _value = line.partition("=")
+        key, sep, value = line.partition("=")
         if not sep or not ENV_KEY_RE.fullmatch(key):
-            raise InvalidAssignment("%s: must be KEY=VALUE with KEY matching %s" % (where, ENV_KEY_RE.pattern))
-        if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV_KEYS:
-            raise InvalidAssignment("%s: %s is set by bcd and cannot be overridden" % (where, key))
-        lines.append(line)
+            raise InvalidAssignment("%s: %s is not KEY=VALUE with KEY matching %s"
+                                    % (where, _show(line), ENV_KEY_RE.pattern))
+        yield where, key, value
+
+
+def _env(raw):
+    """The env lines, each checked by the env policy (``domain/env_policy.py``): a key it allows, a
+    value that is one line of text."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, dict)):
+        raise InvalidAssignment("env: must be a list of KEY=VALUE strings")
+    if len(raw) > MAX_ENV_LINES:
+        raise InvalidAssignment("env: more than %d lines" % MAX_ENV_LINES)
+    lines = []
+    for where, key, value in _env_pairs(raw):
+        if len(key) + 1 + len(value) > 4096:
+            raise InvalidAssignment("%s: longer than 4096 characters" % where)
+        why = check_env_key(key) or check_env_value(key, value)
+        if why:
+            raise InvalidAssignment("%s: %s" % (where, why))
+        lines.append("%s=%s" % (key, value))
     return tuple(lines)
 
 
@@ -256,8 +288,8 @@ def _devices(raw):
         raise InvalidAssignment("devices: must be a list of {id, device_class}")
     if not raw:
         raise InvalidAssignment("devices: at least one device is required")
-    if len(raw) > 1024:
-        raise InvalidAssignment("devices: more than 1024 devices")
+    if len(raw) > MAX_DEVICES:
+        raise InvalidAssignment("devices: more than %d devices" % MAX_DEVICES)
     refs = []
     for index, item in enumerate(raw):
         where = "devices[%d]" % index
@@ -332,6 +364,57 @@ def _show(value):
     return text if len(text) <= 90 else text[:87] + "..."
 
 
+def _text_size(text):
+    """An upper bound of ``text``'s length in JSON: ``json.dumps`` escapes a quote or backslash in two
+    characters, anything else outside printable ASCII in at most 12 (a surrogate pair of ``\\uXXXX``)."""
+    if text.isascii() and text.isprintable():
+        return len(text) + text.count('"') + text.count("\\")
+    return 12 * len(text)
+
+
+def section_size(raw, limit=MAX_SECTION_BYTES, depth_limit=MAX_SECTION_DEPTH):
+    """An upper bound of the bytes of ``raw`` as the stored input writes it (JSON indented by 2),
+    walked without recursion and stopped as soon as it passes ``limit``; ``InvalidAssignment`` then,
+    or when ``raw`` nests deeper than ``depth_limit``. Every value, key and bracket counts 10 bytes
+    and its indentation besides, so a section within ``limit`` has fewer than ``limit / 10`` values."""
+    total = 0
+    stack = [(raw, 0)]
+    while stack:
+        value, depth = stack.pop()
+        total += 10 + 2 * depth
+        if isinstance(value, str):
+            total += len(value) if len(value) > limit else _text_size(value)
+        elif isinstance(value, bool) or value is None:
+            total += 5
+        elif isinstance(value, int):
+            total += value.bit_length() // 3 + 2
+        elif isinstance(value, (list, tuple, dict)):
+            if depth >= depth_limit:
+                raise InvalidAssignment("devices: nested deeper than %d levels; the section is not read"
+                                        % depth_limit)
+            if total + len(value) * (10 + 2 * depth) > limit:  # what its items cost at least: refused unwalked
+                total = limit + 1
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    total += 10 + 2 * depth + (_text_size(key) if isinstance(key, str) else 24)
+                    stack.append((item, depth + 1))
+            else:
+                stack.extend((item, depth + 1) for item in value)
+        else:  # a float, or what YAML may make of a scalar
+            total += 32
+        if total > limit:
+            raise InvalidAssignment("devices: the section is larger than %d bytes (%d MiB as JSON), the most a "
+                                    "pass reads; it is not read (docs/security.md, \"Hostile numbers are cheap\")"
+                                    % (limit, limit // (1024 * 1024)))
+    return total
+
+
+def _atoms_listed(raw):
+    """How many atoms a raw entry lists (0 when it lists none in a list: it is refused for that)."""
+    devices = raw.get("devices") if isinstance(raw, dict) else None
+    return len(devices) if isinstance(devices, list) else 0
+
+
 def parse_assignments(raw_list):
     """Split the raw ``devices`` section into assignments and refusals.
 
@@ -347,7 +430,9 @@ def parse_assignments(raw_list):
     if len(raw_list or []) > MAX_LISTED:
         raise InvalidAssignment("devices: %d assignments; at most %d are read (%d honoured)"
                                 % (len(raw_list or []), MAX_LISTED, MAX_ASSIGNMENTS))
+    section_size(raw_list or [])
     parsed = ParsedInput()
+    atoms = 0
     keys = []
     for index, raw in enumerate(raw_list or []):
         raw_id = raw.get("allocation_id") if isinstance(raw, dict) else None
@@ -364,7 +449,13 @@ def parse_assignments(raw_list):
             if index >= MAX_ASSIGNMENTS:
                 raise InvalidAssignment("devices[%d]: beyond the %d assignments a pass honours"
                                         % (index, MAX_ASSIGNMENTS))
+            listed = _atoms_listed(raw)
+            if atoms + listed > MAX_ATOMS and listed <= MAX_DEVICES:
+                raise InvalidAssignment("devices: %d atoms would take the section to %d, past the %d atoms a pass "
+                                        "honours (%d taken by the assignments before it)"
+                                        % (listed, atoms + listed, MAX_ATOMS, atoms))
             parsed.assignments.append(parse_assignment(raw, index))
+            atoms += listed
         except InvalidAssignment as exc:
             parsed.refusals.append(Refusal(key, "invalid-assignment", str(exc)))
             if ALLOCATION_ID_RE.fullmatch(key):

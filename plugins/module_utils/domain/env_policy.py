@@ -1,0 +1,151 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The env policy: which ``KEY=VALUE`` lines a hold's ``env`` may carry (docs/security.md, "The env policy").
+
+A hold's env lines are data for the workload: they end in the env file (``/run/bcd/allocations``) and
+in the CDI spec's ``containerEdits.env``, which root-run launchers, container runtimes and their
+hooks read before the workload's own code runs. So a key that changes *what a program loads or
+runs* (a search path, a preload, a shell's startup file, an interpreter's options), that steers
+the GPU stack or systemd's service protocol, or that is bcd's own, is refused, whatever its value.
+A workload that needs one sets it itself, in its image or its script, where it binds no one else.
+
+``POLICY`` below is the whole policy, one entry per name or family, each with its reason. Keys
+match case-sensitively (Linux's environment is), so the lower-case spellings programs read are
+listed where they matter. ``check_env_key`` and ``check_env_value`` are what ``domain/assignment.py``
+calls, for the module's input and the root helper's ``hold.write`` alike.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import namedtuple
+
+# A key: a C identifier of at most 128 characters. Everything that reads env files and every shell
+# agrees on these; anything else (``A-B``, ``BASH_FUNC_f%%``, a space, a dot) means different things
+# to different readers.
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+# What a refusal says after the key; each family below names one of these.
+LOADS = "changes what programs load or run"
+SHELL = "steers the shell that reads it"
+GPU = "steers the GPU driver or the container toolkit"
+RESOLVER = "steers how programs resolve host names"
+SERVICE = "is what systemd hands a service"
+FILES = "places the files programs create"
+BCD = "is set by bcd and cannot be overridden"
+
+Rule = namedtuple("Rule", "key prefix says why")
+
+
+def _rules(says, prefix, why, *keys):
+    return tuple(Rule(key, prefix, says, why) for key in keys)
+
+
+POLICY = (
+    # -- bcd's own lines (the env file's first lines and the CDI spec's env) ------------------------
+    _rules(BCD, True, "bcd writes BCD_ALLOCATION_ID, BCD_RESERVATION_ID and BCD_CGROUP_PARENT itself; "
+           "a launcher picks the slice from BCD_CGROUP_PARENT", "BCD_")
+    + _rules(BCD, False, "bcd writes them: the devices of the hold and the MPS server of its slots",
+             "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY")
+    # -- the dynamic loader and the C library ------------------------------------------------------
+    + _rules(LOADS, True, "ld.so reads LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT and the rest: a library of "
+             "the line's choosing runs inside every program started", "LD_")
+    + _rules(LOADS, False, "glibc's tunables (a root exploit in 2023, CVE-2023-4911), malloc's debugging "
+             "hooks, iconv modules, locale and message catalogues: each makes the C library read or "
+             "load a file of the line's choosing", "GLIBC_TUNABLES", "GCONV_PATH", "LOCPATH", "NLSPATH")
+    + _rules(LOADS, True, "malloc's debugging and tracing (MALLOC_CHECK_, MALLOC_TRACE writes a file)",
+             "MALLOC_")
+    + _rules(LOADS, False, "OpenSSL loads engines and providers named by its configuration",
+             "OPENSSL_CONF", "OPENSSL_MODULES", "OPENSSL_ENGINES")
+    # -- where commands are found and what a shell runs on start ------------------------------------
+    + _rules(LOADS, False, "which program a command name runs, and which startup files, site "
+             "packages and configuration programs read from the home directory",
+             "PATH", "HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "SHELL")
+    + _rules(SHELL, False, "a shell runs BASH_ENV and ENV before its script, PROMPT_COMMAND and PS4 "
+             "(with xtrace) are run, SHELLOPTS and BASHOPTS turn on options (xtrace, functions "
+             "imported), IFS and CDPATH change how a script's own words and cd read, FPATH and ZDOTDIR "
+             "load functions and startup files", "ENV", "IFS", "CDPATH", "SHELLOPTS", "BASHOPTS", "PS4",
+             "PROMPT_COMMAND", "FPATH", "ZDOTDIR")
+    + _rules(SHELL, True, "bash's own variables (BASH_ENV, BASH_XTRACEFD, BASH_COMPAT, BASH_LOADABLES_PATH)",
+             "BASH_")
+    # -- interpreters and their options -------------------------------------------------------------
+    + _rules(LOADS, True, "PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, PYTHONUSERBASE and the rest load code "
+             "or change which interpreter runs", "PYTHON")
+    + _rules(LOADS, True, "PERL5LIB and PERL5OPT (-M loads a module), PERL5DB", "PERL5")
+    + _rules(LOADS, False, "the older spelling of PERL5LIB", "PERLLIB")
+    + _rules(LOADS, True, "RUBYOPT (-r loads a file), RUBYLIB; gems from GEM_PATH and GEM_HOME",
+             "RUBY", "GEM_")
+    + _rules(LOADS, False, "node's --require and --import, and its module path",
+             "NODE_OPTIONS", "NODE_PATH")
+    + _rules(LOADS, False, "every JVM reads these as command-line options (-javaagent: loads code), "
+             "and its class path", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH")
+    + _rules(LOADS, True, "LUA_INIT runs code; LUA_PATH and LUA_CPATH load modules", "LUA_")
+    + _rules(LOADS, True, "TCLLIBPATH and TCL_LIBRARY load Tcl code", "TCL")
+    # -- the GPU stack --------------------------------------------------------------------------------
+    + _rules(GPU, True, "the NVIDIA container toolkit's hooks run as root and read NVIDIA_* (which "
+             "devices and driver capabilities a container gets, NVIDIA_REQUIRE_* checks)", "NVIDIA_")
+    + _rules(GPU, True, "the CUDA driver reads CUDA_* (CUDA_INJECTION64_PATH loads a library, "
+             "CUDA_VISIBLE_DEVICES renumbers the hold's devices)", "CUDA_")
+    + _rules(LOADS, False, "NCCL loads a plugin library named by these",
+             "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN")
+    # -- name resolution --------------------------------------------------------------------------------
+    + _rules(RESOLVER, False, "the resolver reads HOSTALIASES and RESOLV_HOST_CONF as files, and "
+             "LOCALDOMAIN and RES_OPTIONS change every lookup", "HOSTALIASES", "RESOLV_HOST_CONF",
+             "LOCALDOMAIN", "RES_OPTIONS")
+    # -- systemd's service protocol -------------------------------------------------------------------
+    + _rules(SERVICE, True, "systemd's tools read SYSTEMD_* (SYSTEMD_PAGER runs a program); LISTEN_* "
+             "hands a program sockets, WATCHDOG_* its watchdog", "SYSTEMD_", "LISTEN_", "WATCHDOG_")
+    + _rules(SERVICE, False, "a program believes these came from systemd: where to report readiness and "
+             "its main PID, where its credentials lie, its invocation and journal stream",
+             "NOTIFY_SOCKET", "CREDENTIALS_DIRECTORY", "INVOCATION_ID", "JOURNAL_STREAM", "MAINPID",
+             "MANAGERPID")
+    # -- temporary files ----------------------------------------------------------------------------
+    + _rules(FILES, False, "a directory another account can write, as every program's temporary "
+             "directory, is the classic link race", "TMPDIR", "TMP", "TEMP")
+)
+
+_EXACT = dict((rule.key, rule) for rule in POLICY if not rule.prefix)
+_PREFIXES = tuple(rule for rule in POLICY if rule.prefix)
+
+DOC = 'docs/security.md, "The env policy"'
+
+
+def rule_for(key):
+    """The rule that refuses ``key``, or None when the policy allows it."""
+    rule = _EXACT.get(key)
+    if rule is not None:
+        return rule
+    for rule in _PREFIXES:
+        if key.startswith(rule.key):
+            return rule
+    return None
+
+
+def check_env_key(key):
+    """None when a hold's env may set ``key`` (a string matching ``ENV_KEY_RE``), else why not: the
+    key and what it does, for a message that starts ``env[N]: ``."""
+    rule = rule_for(key)
+    if rule is None:
+        return None
+    if rule.says == BCD:
+        return "%s %s" % (key, BCD)
+    return "%s %s; a hold's env may not set it (%s)" % (key, rule.says, DOC)
+
+
+# Control characters: C0, DEL, C1, and the line and paragraph separators; with them, everything
+# ``str.splitlines()`` splits on (\x0b \x0c \x1c-\x1e \x85 are among C0 and C1).
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMES = {0x00: "NUL", 0x0a: "a newline", 0x0d: "a carriage return", 0x09: "a tab", 0x1b: "ESC",
+          0x85: "a C1 newline", 0x2028: "a line separator", 0x2029: "a paragraph separator"}
+
+
+def check_env_value(key, value):
+    """None when ``value`` is one line of text, else why not (for ``env[N]: ``)."""
+    found = _CONTROL_RE.search(value)
+    if found is None:
+        return None
+    code = ord(found.group())
+    name = _NAMES.get(code, "a control character")
+    return ("the value of %s holds U+%04X (%s) at character %d; a value is one line without control "
+            "characters (%s)" % (key, code, name, found.start(), DOC))
