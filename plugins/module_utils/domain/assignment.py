@@ -248,9 +248,10 @@ def _env_pairs(raw):
             where = "env[%d]" % index
             if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
                 raise InvalidAssignment("%s: key %s does not match %s" % (where, _show(key), ENV_KEY_RE.pattern))
-            if not isinstance(value, str):
-                raise InvalidAssignment("%s: the value of %s must be a string, not %s" % (where, key, type_name(value)))
-            yield where, key, value
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):  # YAML reads THREADS: 4 as a number
+                raise InvalidAssignment("%s: the value of %s must be a string or a number, not %s"
+                                        % (where, key, type_name(value)))
+            yield where, key, str(value)
         return
     for index, line in enumerate(raw):
         where = "env[%d]" % index

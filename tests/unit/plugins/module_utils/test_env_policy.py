@@ -1,0 +1,178 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The env policy (docs/security.md, "The env policy"): keys that change what programs load or run
+are refused by name, values are one line without control characters, and the module and the root
+helper apply the one check (``domain/assignment.py`` and ``domain/env_policy.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain import assignment, env_policy
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy import POLICY, check_env_key
+from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_entry
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import (  # noqa: F401 (fixtures)
+    base,
+    helper,
+    hold as helper_hold,
+)
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run
+
+DOC = '(docs/security.md, "The env policy")'
+# What the issue names at least, and what docs/security.md adds, each as a key the policy must refuse.
+REFUSED = ["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "IFS", "CDPATH",
+           "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PERL5LIB", "PERL5OPT", "RUBYOPT", "RUBYLIB",
+           "NODE_OPTIONS", "NODE_PATH", "GCONV_PATH", "LOCPATH", "NLSPATH", "NVIDIA_DRIVER_CAPABILITIES",
+           "NVIDIA_REQUIRE_CUDA", "CUDA_INJECTION64_PATH", "CUDA_VISIBLE_DEVICES", "BCD_ANYTHING",
+           "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "GLIBC_TUNABLES", "MALLOC_CHECK_", "MALLOC_TRACE",
+           "HOSTALIASES", "RESOLV_HOST_CONF", "LOCALDOMAIN", "RES_OPTIONS", "JAVA_TOOL_OPTIONS",
+           "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH", "LUA_INIT", "LUA_PATH", "TCLLIBPATH", "PERLLIB",
+           "SYSTEMD_PAGER", "LISTEN_FDS", "LISTEN_PID", "NOTIFY_SOCKET", "CREDENTIALS_DIRECTORY", "TMPDIR",
+           "HOME", "OPENSSL_CONF", "NCCL_NET_PLUGIN", "ZDOTDIR", "BASH_XTRACEFD"]
+ALLOWED = ["TEAM", "OMP_NUM_THREADS", "NCCL_DEBUG", "HTTPS_PROXY", "LANG", "LC_ALL", "TZ", "ld_preload",
+           "path", "_", "A" * 128, "WANDB_PROJECT", "HF_HOME"]
+RESERVED = ["BCD_ALLOCATION_ID", "BCD_RESERVATION_ID", "BCD_CGROUP_PARENT", "NVIDIA_VISIBLE_DEVICES",
+            "CUDA_MPS_PIPE_DIRECTORY"]
+
+
+def entry(**fields):
+    data = {"allocation_id": "alloc_1", "reservation_id": "rsv_1", "binding": "BINDING_HOLD",
+            "devices": [{"id": GPU_A, "device_class": "gpu"}]}
+    data.update(fields)
+    return data
+
+
+def refusal(env):
+    parsed = parse_assignments([entry(env=env)])
+    assert parsed.assignments == [] and len(parsed.refusals) == 1
+    assert parsed.refusals[0].reason == "invalid-assignment"
+    return parsed.refusals[0].message
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", REFUSED)
+def test_a_key_that_steers_what_runs_is_refused_naming_it(key):
+    message = refusal(["GOOD=1", "%s=/tmp/evil" % key])
+    assert message.startswith("env[1]: %s " % key)
+    if not key.startswith("BCD_"):
+        assert message.endswith("; a hold's env may not set it %s" % DOC)
+
+
+def test_the_issues_example_reads_as_given():
+    assert refusal(["LD_PRELOAD="]) == ("env[0]: LD_PRELOAD changes what programs load or run; a hold's env "
+                                        "may not set it %s" % DOC)
+
+
+@pytest.mark.parametrize("key", RESERVED)
+def test_bcds_own_keys_keep_their_message(key):
+    assert refusal(["%s=x" % key]) == "env[0]: %s is set by bcd and cannot be overridden" % key
+
+
+@pytest.mark.parametrize("key", ALLOWED)
+def test_a_key_outside_the_policy_is_kept(key):
+    parsed = parse_assignments([entry(env=["%s=v 1" % key])])
+    assert parsed.refusals == []
+    assert parsed.assignments[0].env == ("%s=v 1" % key,)
+
+
+def test_every_rule_refuses_what_it_names_and_says_why():
+    for rule in POLICY:
+        key = rule.key + ("X" if rule.prefix else "")
+        assert check_env_key(key) is not None, key
+        assert rule.why and rule.says and env_policy.rule_for(key) is not None
+
+
+@pytest.mark.parametrize("key, shown", [
+    ("A" * 129, "'" + "A" * 86 + "..."),
+    ("1A", "'1A=x'"),
+    ("A-B", "'A-B=x'"),
+    ("BASH_FUNC_f%%", "'BASH_FUNC_f%%=x'"),
+    ("\x1b[2J\x1b[H", "'\\x1b[2J\\x1b[H=x'"),
+    ("A\u2028B", "'A\\u2028B=x'"),
+])
+def test_a_key_outside_the_pattern_is_refused_shown_escaped_and_cut(key, shown):
+    message = refusal(["%s=x" % key])
+    assert message.startswith("env[0]: %s" % shown)
+    assert "^[A-Za-z_][A-Za-z0-9_]{0,127}$" in message
+    assert message.isprintable() and len(message) < 200
+
+
+def test_a_mapping_is_checked_key_by_key():
+    assert refusal({"A=B": "c"}).startswith("env[0]: key 'A=B' does not match ")
+    assert refusal({"A": [1]}) == "env[0]: the value of A must be a string or a number, not a list"
+    assert parse_assignments([entry(env={"THREADS": 4})]).assignments[0].env == ("THREADS=4",)
+    assert refusal({"OK": "1", "LD_PRELOAD": "/x.so"}).startswith("env[1]: LD_PRELOAD changes")
+
+
+# -- values -----------------------------------------------------------------------------------
+
+SPLITTERS = [chr(code) for code in range(0x3000) if len(("a%sb" % chr(code)).splitlines()) > 1]
+
+
+def test_what_splitlines_splits_on_is_all_among_the_refused():
+    assert set(SPLITTERS) >= set("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+    for char in SPLITTERS + ["\u2028", "\u2029"]:
+        assert refusal(["A=x%sy" % char]).startswith("env[0]: the value of A holds U+%04X" % ord(char))
+
+
+@pytest.mark.parametrize("code", list(range(0x00, 0x20)) + [0x7f] + list(range(0x80, 0xa0)) + [0x2028, 0x2029])
+def test_every_c0_c1_and_separator_character_is_refused(code):
+    message = refusal(["A=ok%s" % chr(code)])
+    assert message.startswith("env[0]: the value of A holds U+%04X" % code)
+    assert "at character 2" in message and message.endswith(DOC)
+    assert message.isprintable()
+
+
+@pytest.mark.parametrize("value", ["", "a=b", "nightly run; $(touch /tmp/pwned)", "caf\u00e9 \u00a0\u3000",
+                                   "\U0001f600", "x" * 4000])
+def test_a_value_of_one_line_of_text_is_kept_as_given(value):
+    assert parse_assignments([entry(env=["A=%s" % value])]).assignments[0].env == ("A=%s" % value,)
+
+
+# -- through the module and through the helper ---------------------------------------------------
+
+
+def test_the_module_refuses_an_assignment_with_a_loader_key_and_binds_the_others(capsys, node):
+    devices = [hold("a1", GPU_A, env=["TEAM=vision", "LD_PRELOAD=/var/lib/bcd/x.so"]),
+               hold("a2", GPU_B, env=["PATH=/var/lib/bcd/bin:/usr/bin"]),
+               hold("a3", GPU_B + "/s0", env=["NOTE=a\x0bb"]),
+               hold("a4", GPU_B + "/s1", env=["TEAM=vision"])]
+    result = run(capsys, node, generation=1, devices=devices)
+    assert not result.get("failed")
+    failures = dict((f["allocation_id"], (f["reason"], f["message"])) for f in result["failures"])
+    assert failures == {
+        "a1": ("invalid-assignment", "env[1]: LD_PRELOAD changes what programs load or run; a hold's env may not "
+                                     "set it %s" % DOC),
+        "a2": ("invalid-assignment", "env[0]: PATH changes what programs load or run; a hold's env may not set it "
+                                     "%s" % DOC),
+        "a3": ("invalid-assignment", "env[0]: the value of NOTE holds U+000B (a control character) at character 1; "
+                                     "a value is one line without control characters %s" % DOC),
+    }
+    assert [h["allocation_id"] for h in result["holds"]] == ["a4"]
+    assert not node.exists("/run/bcd/allocations/a1.env") and not node.exists("/etc/cdi/bcd-a2.json")
+
+
+def test_the_helper_checks_a_hold_with_the_same_function():
+    assert helper_entry.parse_hold_request is assignment.parse_hold_request
+
+
+@pytest.mark.parametrize("env, error", [
+    (["LD_PRELOAD="], "env[0]: LD_PRELOAD changes what programs load or run; a hold's env may not set it %s" % DOC),
+    (["OK=1", "BASH_ENV=/var/lib/bcd/rc"], "env[1]: BASH_ENV steers the shell that reads it; a hold's env may not "
+                                          "set it %s" % DOC),
+    (["A=x\u2029y"], "env[0]: the value of A holds U+2029 (a paragraph separator) at character 1; a value is one "
+                     "line without control characters %s" % DOC),
+])
+def test_a_helper_request_carrying_a_refused_line_is_refused_and_writes_nothing(helper, env, error):  # noqa: F811
+    for kind in ("cdi", "allocation-env"):
+        reply = helper.request({"op": "hold.write", "kind": kind, "hold": helper_hold(env=env)})
+        assert reply == {"ok": False, "error": error}
+    assert helper.files() == {}
+    # and the same hold without the line is written
+    assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": helper_hold(env=["OK=1"])})["ok"]
+
