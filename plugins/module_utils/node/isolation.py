@@ -11,8 +11,9 @@ when any of these holds:
 
 * a variable that makes the interpreter load or run other files is set (not empty):
   ``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONSTARTUP``, ``PYTHONUSERBASE``, ``PYTHONINSPECT``,
-  ``PYTHONEXECUTABLE``, ``PYTHONPLATLIBDIR``, ``PYTHONBREAKPOINT``, ``PYTHONWARNINGS`` (a
-  warning category names a module to import);
+  ``PYTHONEXECUTABLE``, ``PYTHONPLATLIBDIR``. (``PYTHONWARNINGS`` and ``PYTHONBREAKPOINT``
+  may name a module to import, but only through ``sys.path``, which is checked below;
+  Molecule and CI set the first.)
 * the user site is on (``site.ENABLE_USER_SITE``) and the user base directory
   (``~/.local`` unless ``PYTHONUSERBASE``) exists somewhere an account other than root owns,
   or may write, one of its directories;
@@ -45,7 +46,7 @@ from typing import List, Optional
 # Variables that make the interpreter load or run something other than its own files.
 STEERING_VARIABLES = (
     "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT",
-    "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONBREAKPOINT", "PYTHONWARNINGS",
+    "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR",
 )
 
 
