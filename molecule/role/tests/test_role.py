@@ -25,7 +25,8 @@ UNITS = "/etc/systemd/system"
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 UNIT_NAMES = ["bcd-holds-helper.service", "bcd-holds-converge.service", "bcd-holds-retry.service",
-              "bcd-holds-retry.timer", "bcd-holds-drift.timer", "bcd-holds-vendor-spec.path"]
+              "bcd-holds-retry.timer", "bcd-holds-drift.timer", "bcd-holds-vendor-spec.path",
+              "bcd-holds-metrics.service"]
 COMMON = "--root %s --fakehw %s" % (ROOT, FAKEHW)
 
 
@@ -48,13 +49,14 @@ def test_the_bcd_account_is_a_system_account_without_a_login(host):
     assert user.group == "bcd"
     assert user.uid < 1000
     assert user.shell == "/usr/sbin/nologin"
+    assert user.home == "/nonexistent"          # not a directory it owns (its state directory was, in 0.2.0)
 
 
 def test_bcd_holds_is_installed_under_the_prefix(node):
     launcher = node[BIN]
     assert owner_mode(launcher) == ("root", "root", 0o755)
     lines = launcher["text"].splitlines()
-    assert lines[0] == "#!/usr/bin/python3"
+    assert lines[0] == "#!/usr/bin/python3 -I"       # root's Python isolated from the account
     assert "# Ansible managed" in lines[1:4]
     assert "from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import main" in launcher["text"]
 
@@ -109,8 +111,15 @@ def test_the_metrics_are_written_after_the_pass_and_by_the_units(node):
     assert 'bcd_holds{binding="BINDING_HOLD",state="bound"} 3\n' in prom["text"]
     assert "bcd_last_pass_state{state=\"CONVERGED\"} 1\n" in prom["text"]
     for name in ("bcd-holds-converge.service", "bcd-holds-retry.service"):
-        assert ("ExecStopPost=+/usr/local/bin/bcd-holds metrics --textfile /var/lib/node-exporter/bcd-holds.prom "
-                "--state-dir /var/lib/bcd --fakehw /fakehw.yml\n") in node["%s/%s" % (UNITS, name)]["text"], name
+        text = node["%s/%s" % (UNITS, name)]["text"]
+        assert "OnSuccess=bcd-holds-metrics.service\nOnFailure=bcd-holds-metrics.service\n" in text, name
+        assert "ExecStopPost" not in text and "=+" not in text and "=!" not in text, name
+    metrics = node[UNITS + "/bcd-holds-metrics.service"]["text"]   # root's, a unit of its own
+    assert ("ExecStart=/usr/local/bin/bcd-holds metrics --textfile /var/lib/node-exporter/bcd-holds.prom "
+            "--state-dir /var/lib/bcd --fakehw /fakehw.yml\n") in metrics
+    settings = [line for line in metrics.splitlines() if line and not line.startswith("#")]
+    assert "WorkingDirectory=/" in settings
+    assert not [line for line in settings if line.startswith(("User=", "Environment", "WantedBy="))]
 
 
 def test_the_timers_passes_use_the_runtimes_the_role_named(node):
@@ -123,13 +132,13 @@ def test_the_timers_passes_use_the_runtimes_the_role_named(node):
 def test_the_units_pass_systemd_analyze_verify(host, node, tmp_path):
     if not host.exists("systemd-analyze"):
         pytest.skip("no systemd-analyze here")
-    # verify checks that ExecStart's (and ExecStopPost's) program exists on this machine: point it at the
+    # verify checks that ExecStart's program exists on this machine: point it at the
     # installed one
     # (testinfra runs on this machine: the local connection)
     for name in UNIT_NAMES:
         text = node["%s/%s" % (UNITS, name)]["text"]
         text = text.replace("ExecStart=" + BIN, "ExecStart=" + ROOT + BIN)
-        (tmp_path / name).write_text(text.replace("ExecStopPost=+" + BIN, "ExecStopPost=+" + ROOT + BIN))
+        (tmp_path / name).write_text(text)
     paths = " ".join(str(tmp_path / name) for name in UNIT_NAMES)
     result = host.run("systemd-analyze verify %s" % paths)
     assert result.rc == 0, result.stderr
