@@ -16,12 +16,20 @@ compared as ratios; times alone mean little on a shared 2-core machine.
 * ``direct``: ``bcd-holds converge`` in a new process, bind and no-op, at N;
 * ``fleet``: one playbook over ``--hosts`` fakehw hosts with ``--fleet-holds`` holds each
   (forks ``--forks``), bind then no-op, next to the ping playbook over the same inventory;
-* ``memory``: the peak resident memory of a direct bind over ``--memory-holds`` holds.
+* ``memory``: the peak resident memory of a direct bind over ``--memory-holds`` holds;
+* ``worst``: the worst devices section a pass accepts (docs/security.md, "Hostile numbers are
+  cheap"): 1024 assignments (every one honoured), 4096 slot atoms (the section's atom bound) over
+  16 GPUs, each with CPU limits (a slice), a 256-character reservation id and an env line, the
+  env lines as long as keeps the section within its 4 MiB; ``bcd-holds converge`` in a new
+  process, bind then no-op, each timed by the CPU time of its process tree (user + system, what
+  the pass costs the node; wall, shown beside it, adds the disk's fsyncs and a shared machine's
+  waits; the bind's wall less the disk floor of its 1024 holds is a target too) and by its peak
+  resident memory, against 1 s and 100 MB.
 
 It prints the figures, then each ratio against its target, marking what misses; it
 exits 0 whatever it measured (``--strict``: 1 when a target is missed).
 
-    hack/bench.py [--holds 256] [--runs 3] [--hosts 50] [--fleet-holds 16] [--forks 10] [--json FILE]
+    hack/bench.py [--holds 256] [--runs 3] [--hosts 50] [--fleet-holds 16] [--forks 10] [--only worst] [--json FILE]
 """
 
 import argparse
@@ -49,7 +57,12 @@ TARGETS = [
     ("fleet noop/ping", "fleet playbook no-op / the ping playbook", 1.3),
     ("fleet bind/ping", "fleet playbook bind / the ping playbook", 1.5),
     ("memory MB", "peak resident memory of a pass over the memory holds", 100.0),
+    ("worst bind s", "bind of the worst accepted section, CPU seconds of the process tree", 1.0),
+    ("worst noop s", "no-op pass over the worst accepted section, CPU seconds of the process tree", 1.0),
+    ("worst bind wall-floor s", "its wall time less the disk floor of its 1024 holds (two fsynced writes each)", 1.0),
+    ("worst MB", "peak resident memory of either pass over the worst accepted section", 100.0),
 ]
+WORST_GPUS = 16
 
 
 def gpu_uuid(node, index):
@@ -148,7 +161,7 @@ class Bench(object):
 
     # -- what a bind cannot be faster than --------------------------------------------------
 
-    def floor(self, count):
+    def floor(self, count, name=None):
         sys.path.insert(0, BUILD)
         from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic  # noqa: E402
         _number, root, _fakehw = self.fresh()
@@ -157,7 +170,7 @@ class Bench(object):
         for i in range(count):
             write_atomic(os.path.join(root, "etc", "cdi", "bcd-a%d.json" % i), data, 0o644)
             write_atomic(os.path.join(root, "run", "bcd", "allocations", "a%d.env" % i), data[:200], 0o644)
-        self.record("floor %d" % count, time.monotonic() - started)
+        self.record(name or "floor %d" % count, time.monotonic() - started)
 
     # -- the node command -------------------------------------------------------------------
 
@@ -192,6 +205,70 @@ class Bench(object):
         if proc.returncode != 0:
             raise SystemExit("bench: the bind of %d holds failed (exit status %s)" % (count, proc.returncode))
         self.record("memory MB", usage.ru_maxrss / 1024.0)  # ru_maxrss is in KiB on Linux
+
+    # -- the worst section a pass accepts ----------------------------------------------------
+
+    def worst_section(self, number):
+        """The largest section within every bound (``domain/assignment.py``): all of it honoured."""
+        sys.path.insert(0, BUILD)
+        from ansible_collections.bcd.devices.plugins.module_utils.domain import assignment  # noqa: E402
+        count = assignment.MAX_ASSIGNMENTS
+        per = assignment.MAX_ATOMS // count
+        section = []
+        for i in range(count):
+            atoms = [{"id": "%s/s%d" % (gpu_uuid(number, (i * per + j) % WORST_GPUS), (i * per + j) // WORST_GPUS),
+                      "device_class": "gpu.slot"} for j in range(per)]
+            section.append({"allocation_id": "w%04d" % i, "reservation_id": ("rsv_%04d_" % i).ljust(256, "r"),
+                            "binding": "BINDING_HOLD", "devices": atoms,
+                            "limits": {"cpus": "0-%d" % (i % 64), "cpu_millis": 1000 + i},
+                            "env": ["RUN_NOTE="]})
+        room = assignment.MAX_SECTION_BYTES - assignment.section_size(section)
+        fill = min(4096 - len("RUN_NOTE="), room // count)
+        while True:
+            for entry in section:
+                entry["env"] = ["RUN_NOTE=" + "n" * fill]
+            try:
+                assignment.section_size(section)
+                break
+            except assignment.InvalidAssignment:
+                fill -= 8
+        parsed = assignment.parse_assignments(section)
+        if parsed.refusals or sum(len(a.devices) for a in parsed.assignments) != assignment.MAX_ATOMS:
+            raise SystemExit("bench: the worst section is not accepted whole: %s" % parsed.refusals[:1])
+        return section
+
+    def measured(self, argv):
+        """``(CPU seconds of the process tree, wall seconds, peak resident MB, its output, user CPU seconds)``
+        of one run of ``argv``."""
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = proc.stdout.read()
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - started
+        code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+        if code != 0:
+            sys.stderr.write(out.decode("utf-8", "replace")[-4000:])
+            raise SystemExit("bench: %s failed with exit status %s" % (argv[0], code))
+        return usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss / 1024.0, out, usage.ru_utime
+
+    def worst(self):
+        number, root, fakehw = self.fresh(WORST_GPUS)
+        path = os.path.join(self.scratch, "worst-%d.json" % number)
+        with open(path, "w") as handle:
+            json.dump({"generation": GENERATION, "devices": self.worst_section(number)}, handle)
+        self.record("worst section MB", os.path.getsize(path) / (1024.0 * 1024.0))
+        peak = 0.0
+        for what in ("bind", "noop"):
+            cpu, wall, mb, out, user = self.measured(self.cli(root, fakehw, "converge", "--spec", path))
+            if what == "bind" and len(os.listdir(os.path.join(root, "run", "bcd", "allocations"))) != 1024:
+                raise SystemExit("bench: the bind of the worst section did not bind every hold:\n%s"
+                                 % out[-2000:].decode("utf-8", "replace"))
+            self.record("worst %s s" % what, cpu)
+            self.record("worst %s wall" % what, wall)
+            self.record("worst %s user s" % what, user)  # the rest is the kernel's: writes and fsyncs
+            peak = max(peak, mb)
+        self.record("worst MB", peak)
+        self.floor(1024, "worst floor")
 
     # -- a fleet ----------------------------------------------------------------------------
 
@@ -262,6 +339,11 @@ def report(bench, args):
         ratios["fleet bind/ping"] = m["fleet bind"] / m["fleet ping"]
     if "memory MB" in m:
         ratios["memory MB"] = m["memory MB"]
+    for name in ("worst bind s", "worst noop s", "worst MB"):
+        if name in m:
+            ratios[name] = m[name]
+    if "worst floor" in m:
+        ratios["worst bind wall-floor s"] = m["worst bind wall"] - m["worst floor"]
     print("\nratios (N=%d; fleet: %d hosts x %d holds, forks %d; memory: %d holds):"
           % (n, args.hosts, args.fleet_holds, args.forks, args.memory_holds))
     missed = []
@@ -273,6 +355,11 @@ def report(bench, args):
         if not ok:
             missed.append(name)
         print("  %-16s %7.2f  target <= %-6g %s  %s" % (name, value, limit, "ok  " if ok else "MISS", what))
+    if "worst bind s" in m:
+        print("\n  worst accepted section (%.2f MB as JSON): bind %.3f s CPU (%.3f s user, %.3f s wall), no-op %.3f s "
+              "CPU (%.3f s wall), peak %.1f MB" % (m["worst section MB"], m["worst bind s"], m["worst bind user s"],
+                                                  m["worst bind wall"], m["worst noop s"], m["worst noop wall"],
+                                                  m["worst MB"]))
     if "direct noop %d" % n in m:
         print("\n  direct bcd-holds converge at N: bind %.3f s, no-op %.3f s"
               % (m["direct bind %d" % n], m["direct noop %d" % n]))
@@ -289,14 +376,14 @@ def main(argv=None):
     parser.add_argument("--fleet-holds", type=int, default=16, help="holds per fleet host (default 16)")
     parser.add_argument("--forks", type=int, default=10, help="ansible-playbook forks (default 10)")
     parser.add_argument("--memory-holds", type=int, default=1024, help="holds of the memory pass (default 1024)")
-    parser.add_argument("--only", choices=["node", "fleet", "memory"], action="append",
+    parser.add_argument("--only", choices=["node", "fleet", "memory", "worst"], action="append",
                         help="measure only this part (repeatable)")
     parser.add_argument("--json", help="also write the figures and ratios to this file")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
     if not os.path.isdir(os.path.join(BUILD, "ansible_collections", "bcd", "devices")):
         raise SystemExit("bench: %s/ansible_collections/bcd/devices is missing; run it through make bench" % BUILD)
-    parts = set(args.only or ["node", "fleet", "memory"])
+    parts = set(args.only or ["node", "fleet", "memory", "worst"])
     if args.hosts <= 0:
         parts.discard("fleet")
     scratch = tempfile.mkdtemp(prefix="bcd-bench.")
@@ -315,6 +402,8 @@ def main(argv=None):
                 bench.fleet()
             if "memory" in parts:
                 bench.memory(args.memory_holds)
+            if "worst" in parts:
+                bench.worst()
         figures, ratios, missed = report(bench, args)
         if args.json:
             with open(args.json, "w") as handle:
