@@ -40,8 +40,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-
-from typing import List, Optional
+from typing import List, Mapping, Optional, Sequence
 
 # Variables that make the interpreter load or run something other than its own files.
 STEERING_VARIABLES = (
@@ -50,8 +49,7 @@ STEERING_VARIABLES = (
 )
 
 
-def _others_may_change(path, child_is_roots=True):
-    # type: (str, bool) -> Optional[str]
+def _others_may_change(path: str, child_is_roots: bool = True) -> Optional[str]:
     """Why an account other than root could change what lies at ``path``; None if none can."""
     try:
         st = os.stat(path)
@@ -66,8 +64,7 @@ def _others_may_change(path, child_is_roots=True):
     return None
 
 
-def path_problem(entry):
-    # type: (str) -> Optional[str]
+def path_problem(entry: str) -> Optional[str]:
     """Why another account could change what is imported through ``entry``; None if none can.
 
     ``entry`` and each of its parents up to ``/`` are checked (a missing part from the nearest
@@ -93,8 +90,7 @@ def path_problem(entry):
         path = parent
 
 
-def _user_base():
-    # type: () -> Optional[str]
+def _user_base() -> Optional[str]:
     try:
         import site
         if not site.ENABLE_USER_SITE:
@@ -104,14 +100,14 @@ def _user_base():
         return None
 
 
-def isolation_problems(environ=None, path=None, user_base=None):
-    # type: (Optional[dict], Optional[List[str]], Optional[str]) -> List[str]
+def isolation_problems(environ: Optional[Mapping[str, str]] = None, path: Optional[Sequence[str]] = None,
+                       user_base: Optional[str] = None) -> List[str]:
     """Every reason this interpreter is not isolated from other accounts (empty: it is).
 
     The arguments replace ``os.environ``, ``sys.path`` and the user base (``site``) for tests."""
     environ = os.environ if environ is None else environ
     path = sys.path if path is None else path
-    problems = []  # type: List[str]
+    problems: List[str] = []
     for name in STEERING_VARIABLES:
         if environ.get(name):
             problems.append("%s is set" % name)
@@ -132,7 +128,7 @@ def isolation_problems(environ=None, path=None, user_base=None):
     return problems
 
 
-def refuse_unless_isolated(module):
+def refuse_unless_isolated(module) -> None:
     """Fail ``module`` (``fail_json``) when it runs as root in a Python other accounts can steer."""
     if os.geteuid() != 0:
         return
