@@ -63,8 +63,13 @@ options:
         host's committed memory (V(resources-exhausted) when it does not fit). A Kubernetes hold never gets a
         slice, but its memory counts against later holds. As in proto3, V(0) and an empty string are a field
         left unset, so no limit.
-      - C(env) lists extra C(KEY=VALUE) lines for the env file. Keys starting with C(BCD_),
-        C(NVIDIA_VISIBLE_DEVICES) and C(CUDA_MPS_PIPE_DIRECTORY) are bcd's own and refused.
+      - C(env) lists extra C(KEY=VALUE) lines for the env file (or is a mapping). Keys match
+        C(^[A-Za-z_][A-Za-z0-9_]{0,127}$); C(BCD_*), C(NVIDIA_VISIBLE_DEVICES) and C(CUDA_MPS_PIPE_DIRECTORY)
+        are bcd's own, and keys that change what programs load or run (C(PATH), C(LD_*), C(PYTHON*),
+        C(NVIDIA_*), C(CUDA_*) and more) are refused, as are values with a control character
+        (docs/security.md, "The env policy").
+      - The section is bounded whole, to at most 4096 atoms (an assignment past that is refused) and
+        4 MiB (a larger section fails the task).
       - Every field is checked; an assignment that cannot be honoured as given is refused with
         V(invalid-assignment) and a message naming the field, and the others of the pass go on.
     type: list

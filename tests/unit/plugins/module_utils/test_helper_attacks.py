@@ -278,9 +278,11 @@ def target_untouched(world):
     ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["BCD_ALLOCATION_ID=other"])},
      "env[0]: BCD_ALLOCATION_ID is set by bcd and cannot be overridden"),
     ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["A=1\rNVIDIA_VISIBLE_DEVICES=all"])},
-     "env[0]: contains a newline or NUL"),
+     "env[0]: the value of A holds U+000D (a carriage return) at character 1; a value is one line without "
+     "control characters (docs/security.md, \"The env policy\")"),
     ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["LD_PRELOAD=/tmp/x.so\nB=2"])},
-     "env[0]: contains a newline or NUL"),
+     "env[0]: LD_PRELOAD changes what programs load or run; a hold's env may not set it "
+     "(docs/security.md, \"The env policy\")"),
 ])
 def test_root_writes_nothing_it_did_not_build(world, message, error):
     assert world.request(message) == {"ok": False, "error": error}
