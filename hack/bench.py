@@ -211,7 +211,7 @@ class Bench(object):
     def worst_section(self, number):
         """The largest section within every bound (``domain/assignment.py``): all of it honoured."""
         sys.path.insert(0, BUILD)
-        from ansible_collections.bcd.devices.plugins.module_utils.domain import assignment  # noqa: E402
+        from ansible_collections.bcd.devices.plugins.module_utils.domain import assignment
         count = assignment.MAX_ASSIGNMENTS
         per = assignment.MAX_ATOMS // count
         section = []

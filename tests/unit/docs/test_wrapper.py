@@ -52,7 +52,7 @@ def unavailable():
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
 
-class World(object):
+class World:
     """A node root with one hold's env file, the wrapper, a stand-in and an attacker's directory."""
 
     def __init__(self, base):
@@ -101,7 +101,7 @@ class World(object):
         script = 'mount --bind "$1" %s && shift && exec "$@"' % SYSTEMD_RUN
         env = dict(CLEAN_ENV, BCD_ROOT=str(self.root))
         return subprocess.run(["unshare", "-m", "/bin/sh", "-c", script, "sh", str(self.stub), str(self.wrapper)]
-                              + list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False,
+                              + list(argv), env=env, capture_output=True, check=False,
                               timeout=30, cwd=str(self.base))
 
     def recorded(self):
@@ -166,7 +166,7 @@ def test_the_workloads_user_is_passed_when_named(world):
     env = dict(CLEAN_ENV, BCD_ROOT=str(world.root), BCD_RUN_USER="nobody")
     script = 'mount --bind "$1" %s && shift && exec "$@"' % SYSTEMD_RUN
     proc = subprocess.run(["unshare", "-m", "/bin/sh", "-c", script, "sh", str(world.stub), str(world.wrapper),
-                           "alloc_u", "id"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False,
+                           "alloc_u", "id"], env=env, capture_output=True, check=False,
                           timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert "--uid=nobody" in world.recorded()["argv"]

@@ -15,11 +15,11 @@ import pytest
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
     BINDING_HOLD,
     BINDING_KUBERNETES,
+    MAX_ATOMS,
+    MAX_DEVICES,
     DeviceRef,
     InvalidAssignment,
     Limits,
-    MAX_ATOMS,
-    MAX_DEVICES,
     parse_assignment,
     parse_assignments,
     parse_cpulist,

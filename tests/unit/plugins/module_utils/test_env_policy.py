@@ -17,6 +17,8 @@ from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import (  # noqa: F401 (fixtures)
     base,
     helper,
+)
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import (
     hold as helper_hold,
 )
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run
