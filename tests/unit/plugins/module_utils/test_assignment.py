@@ -376,6 +376,15 @@ def test_the_size_walk_is_an_upper_bound_of_the_stored_json(section):
     assert section_size(section) + 200 >= len(stored.encode("utf-8"))
 
 
+def test_what_the_section_bounds_admit_the_state_files_reader_takes_back():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain import assignment, bounded_json
+    from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS
+    # the stored input is the section plus a few fields; every value counts at least 10 bytes
+    assert assignment.MAX_SECTION_BYTES * 2 <= FILE_CAPS["nodespec.json"]
+    assert assignment.MAX_SECTION_BYTES // 10 * 2 <= bounded_json.MAX_ITEMS
+    assert assignment.MAX_SECTION_DEPTH + 2 <= bounded_json.MAX_DEPTH
+
+
 def test_a_section_past_4_mib_is_not_read_and_fails_whole():
     section = [slot_hold("a%d" % n, 4, env=["K%d=%s" % (k, "x" * 4000) for k in range(256)]) for n in range(5)]
     with pytest.raises(InvalidAssignment) as raised:
