@@ -104,6 +104,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     allocation_of,
     cgroup_parent_of,
     limits_of_slice,
+    limits_problem,
     same_properties,
     settings_of,
     slice_name,
@@ -696,6 +697,9 @@ def _check_new(state, assignment):
     if cgroup_parent_of(assignment, assignment.kubernetes) is not None and observed.slices_unavailable:
         raise AtomRefused("invalid-assignment", "limits: this node cannot create hold slices (%s)"
                           % observed.slices_unavailable)
+    problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, assignment.kubernetes) else None
+    if problem is not None:  # a quota that starves the workload (domain.slices.CPU_QUOTA_FLOOR)
+        raise AtomRefused("invalid-assignment", problem)
     if needs_admission(assignment.limits):
         admission = _admission(state)
         if admission is None:

@@ -159,20 +159,88 @@ def same_properties(current, wanted):
     return True
 
 
-def check_slice_change(current, properties, huge):
-    """Refuse new limits below what a slice's workload uses now: a change never kills a workload.
-    ``current`` is the slice's ``SliceState`` (None: no slice yet, nothing to compare)."""
-    if current is None:
+# Headroom a change of a running slice's limits must leave (docs/slices-and-admission.md, "Limits on a
+# running slice"): MemoryMax at least current use plus max(64 MiB, 5 % of it), MemoryHigh (90 % of
+# MemoryMax) never below current use, every huge page limit one page above what is faulted in, and no
+# CPUQuota below 10 % of one CPU (for a fresh slice too).
+MEMORY_MARGIN_MIN = 64 * MIB
+MEMORY_MARGIN_PERCENT = 5
+CPU_QUOTA_FLOOR = 10  # percent of one CPU: 10 ms of every 100 ms period
+CPU_MILLIS_FLOOR = CPU_QUOTA_FLOOR * 10
+
+
+def memory_margin(used):
+    """What a running slice's MemoryMax must leave over its use: max(64 MiB, 5 % of it, rounded up)."""
+    return max(MEMORY_MARGIN_MIN, (used * MEMORY_MARGIN_PERCENT + 99) // 100)
+
+
+def least_memory_bytes(used):
+    """The least ``memory_bytes`` a slice whose workload uses ``used`` bytes may get: MemoryMax at least
+    ``used + memory_margin(used)``, and MemoryHigh (90 % of it, rounded down) at least ``used``."""
+    return max(used + memory_margin(used), (used * 10 + 8) // 9)
+
+
+def cpu_quota_problem(properties):
+    """Why a slice's CPUQuota is refused (below ``CPU_QUOTA_FLOOR`` % of one CPU), or None."""
+    quota = properties.get("CPUQuota")
+    if quota is None or not PROPERTY_RE["CPUQuota"].fullmatch(quota):
+        return None
+    percent = int(quota[:-1])
+    if percent >= CPU_QUOTA_FLOOR:
+        return None
+    return ("CPUQuota=%d%%, below the floor of %d%% of one CPU: at least %d cpu_millis are needed (or none, "
+            "for no quota)" % (percent, CPU_QUOTA_FLOOR, CPU_MILLIS_FLOOR))
+
+
+def limits_problem(limits):
+    """Why a sliced hold's limits are refused before anything is made (``invalid-assignment``), or None."""
+    wanted = wanted_slice(limits)
+    problem = None if wanted is None else cpu_quota_problem(wanted[0])
+    return None if problem is None else "limits.cpu_millis: %d gives %s" % (limits.cpu_millis, problem)
+
+
+def check_slice_change(current, properties, huge, name="the slice"):
+    """Refuse slice settings that leave a running workload no headroom: a change never kills a workload,
+    and never starves it. ``current`` is the slice ``name``'s ``SliceState`` (None: no slice yet). Every
+    backend's ``apply`` runs it as the writer (root, or the helper as root); the helper runs it first too.
+
+    * ``CPUQuota`` at least ``CPU_QUOTA_FLOOR`` % of one CPU, on any slice;
+    * on a populated slice whose use is known: ``MemoryMax`` at least use + ``memory_margin``, ``MemoryHigh``
+      at least use, and each huge page limit at least one page above what is faulted in.
+    """
+    problem = cpu_quota_problem(properties)
+    if problem is not None:
+        raise SliceError("%s: cpu_millis gives %s" % (current.name if current is not None else name, problem))
+    if current is None or not current.populated:
         return
-    memory_max = properties.get("MemoryMax")
-    if memory_max is not None and current.memory_current is not None and current.memory_current > int(memory_max):
-        raise SliceError("%s uses %d bytes of memory, more than MemoryMax=%s; a change of its limits never "
-                         "kills its workload" % (current.name, current.memory_current, memory_max))
+    used = current.memory_current
+    memory_max, memory_high = properties.get("MemoryMax"), properties.get("MemoryHigh")
+    if used is not None and memory_max is not None and memory_max.isdigit():
+        margin = memory_margin(used)
+        high = int(memory_high) if memory_high is not None and memory_high.isdigit() else None
+        if int(memory_max) < used + margin or (high is not None and high < used):
+            raise SliceError(
+                "%s: memory_bytes %s leaves no headroom over the slice's current use %d: at least %d is needed "
+                "(MemoryMax >= current + %s = %d, and MemoryHigh, 90%% of it, >= current); a change of its "
+                "limits never kills its workload" % (current.name, memory_max, used, least_memory_bytes(used),
+                                                     _margin_text(margin), used + margin))
+    elif used is not None and memory_high is not None and memory_high.isdigit() and int(memory_high) < used:
+        raise SliceError("%s: MemoryHigh %s is below the slice's current use %d; a change of its limits never "
+                         "kills its workload" % (current.name, memory_high, used))
+    pages = dict((size, (attribute, page)) for size, attribute, page in HUGE_SIZES)
     for size, value in sorted(huge.items()):
-        used = current.hugetlb_current.get(size, 0)
-        if used > value:
-            raise SliceError("%s uses %d bytes of %s huge pages, more than hugetlb.%s.max=%d; a change of its "
-                             "limits never kills its workload" % (current.name, used, size, size, value))
+        faulted = current.hugetlb_current.get(size, 0)
+        attribute, page = pages.get(size, ("hugetlb.%s" % size, 1))
+        if faulted and value < faulted + page:
+            raise SliceError(
+                "%s: %s %d (hugetlb.%s.max=%d) leaves no headroom over the %s huge pages faulted in, %d bytes "
+                "(%d pages): at least %d pages (%d bytes, one page more) are needed; a change of its limits "
+                "never kills its workload" % (current.name, attribute, value // page, size, value, size, faulted,
+                                              faulted // page, faulted // page + 1, faulted + page))
+
+
+def _margin_text(margin):
+    return "64 MiB" if margin == MEMORY_MARGIN_MIN else "5%% (%d)" % margin
 
 
 def cgroup_parent_of(assignment, kubernetes=None):

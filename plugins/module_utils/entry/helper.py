@@ -18,8 +18,10 @@ writes itself (docs/security.md):
   in ``/etc/cdi`` (``bcd-<id>.json.damaged-<UTC time>``), the oldest copies beyond
   ``writers.ASIDE_PER_HOLD`` per allocation and ``writers.ASIDE_TOTAL`` in all removed;
 * ``{"op": "slice.apply", "allocation_id": …, "limits": {…}}``: the slice's
-  properties built by root from the limits, never below what its workload uses;
-* ``{"op": "slice.stop", "allocation_id": …}``: only once the slice is empty;
+  properties built by root from the limits, with headroom over what its workload uses
+  and a CPUQuota floor (``domain.slices.check_slice_change``);
+* ``{"op": "slice.stop", "allocation_id": …}``: only once the slice is empty, checked
+  again with the slice frozen;
 * ``{"op": "kube.look"}``: what pods hold, asked of the kubelet; the reply carries
   ``"view"``.
 
@@ -281,22 +283,26 @@ def _apply_slice(host, allocation_id, raw_limits):
                       "hugepages_2mi or hugepages_1gi)")
     properties, huge = wanted
     name = slice_name(allocation_id)
-    try:
-        check_slice_change(host.slices.state(name), properties, huge)
+    try:  # root's own check (headroom over use, the CPUQuota floor); the backend's apply runs it again
+        check_slice_change(host.slices.state(name), properties, huge, name)
     except SliceError as exc:
         raise Refused(str(exc))
     host.writer.apply_slice(SliceApply(name, properties, huge))
 
 
 def _stop_slice(host, allocation_id):
-    """A slice is stopped only once empty: a release never kills a workload."""
+    """A slice is stopped only once empty: a release never kills a workload. The backend freezes the
+    slice and reads ``populated`` again before it stops it (``node.slices.stop_when_empty``)."""
     name = slice_name(allocation_id)
     current = host.slices.state(name)
     if current is None:
         return
     if current.populated:
         raise Refused("%s still runs a workload; it is stopped once empty" % name)
-    host.writer.stop_slice(name)
+    try:
+        host.writer.stop_slice(name)
+    except SliceError as exc:
+        raise Refused(str(exc))
 
 
 class RateLimit:

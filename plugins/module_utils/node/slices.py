@@ -26,6 +26,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     SLICE_NAME_RE,
     SliceError,
     SliceState,
+    check_slice_change,
     check_slice_name,
     check_slice_request,
 )
@@ -34,7 +35,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import rea
 
 class RecordSlices:
     """A fakehw host's slices: one JSON record per slice under ``<root>/run/bcd/slices``.
-    A test simulates a running workload by setting ``populated`` to true."""
+    A test simulates a running workload by setting ``populated`` to true (and ``memory_current``,
+    ``hugetlb_current`` to what it uses); ``frozen`` stands for ``cgroup.freeze``."""
 
     def __init__(self, host):
         self.host = host
@@ -50,7 +52,8 @@ class RecordSlices:
         return sorted(entry[:-len(".json")] for entry in entries
                       if entry.endswith(".json") and SLICE_NAME_RE.fullmatch(entry[:-len(".json")]))
 
-    def state(self, name):
+    def state(self, name, show=True):  # pylint: disable=unused-argument
+        """The slice's record as a ``SliceState`` (``show``: as ``SystemdSlices.state``; a record has it all)."""
         content = read_bytes(self._path(name))
         if content is None:
             return None
@@ -71,15 +74,31 @@ class RecordSlices:
     def apply(self, name, properties, huge):
         check_slice_request(name, properties, huge)
         current = self.state(name)
+        check_slice_change(current, properties, huge, name)
         record = {"name": name, "properties": properties, "hugetlb_max": huge,
                   "hugetlb_current": current.hugetlb_current if current else {},
                   "populated": current.populated if current else False}
         if current is not None and current.memory_current is not None:
             record["memory_current"] = current.memory_current
+        self._write(name, record)
+
+    def _write(self, name, record):
         write_atomic(self._path(name), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), 0o644)
 
+    def freeze(self, name, frozen):
+        """The record's ``frozen`` (``cgroup.freeze`` of a real slice)."""
+        content = read_bytes(self._path(name))
+        try:
+            record = json.loads(content.decode("utf-8")) if content is not None else None
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            record["frozen"] = frozen
+            self._write(name, record)
+
     def remove(self, name):
-        remove_file(self._path(name))
+        """Stopped only when empty, by ``stop_when_empty``: frozen, checked again, then removed."""
+        stop_when_empty(self, name, lambda: remove_file(self._path(name)))
 
 
 class SystemdSlices:
@@ -108,7 +127,9 @@ class SystemdSlices:
             return []
         return sorted(entry for entry in entries if SLICE_NAME_RE.fullmatch(entry))
 
-    def state(self, name):
+    def state(self, name, show=True):
+        """The slice as the host shows it; ``show=False``: its cgroup files only (no ``systemctl show``),
+        which is all ``check_slice_change`` reads."""
         directory = self._dir(name)
         if not os.path.isdir(directory):
             return None
@@ -123,7 +144,7 @@ class SystemdSlices:
                     target[size] = int(value)
         memory = (read_bytes(os.path.join(directory, "memory.max")) or b"").strip()
         used = (read_bytes(os.path.join(directory, "memory.current")) or b"").strip()
-        return SliceState(name=name, properties=self._properties(name), hugetlb_max=limits,
+        return SliceState(name=name, properties=self._properties(name) if show else None, hugetlb_max=limits,
                           hugetlb_current=current, populated=populated,
                           memory_max=int(memory) if memory.isdigit() else None, hugetlb_exact=False,
                           memory_current=int(used) if used.isdigit() else None)
@@ -144,6 +165,7 @@ class SystemdSlices:
 
     def apply(self, name, properties, huge):
         check_slice_request(name, properties, huge)
+        check_slice_change(self.state(name, show=False), properties, huge, name)
         self._systemctl("start", name)
         if properties:
             assignments = ["%s=%s" % (key, properties[key]) for key in PROPERTY_ORDER if key in properties]
@@ -156,9 +178,42 @@ class SystemdSlices:
             for size, value in sorted(huge.items()):
                 _write_cgroup(os.path.join(self._dir(name), "hugetlb.%s.max" % size), str(value))
 
+    def freeze(self, name, frozen):
+        """Write the slice's ``cgroup.freeze`` (the kernel's cgroup-v2 freezer; no systemd property)."""
+        path = os.path.join(self._dir(name), "cgroup.freeze")
+        if os.path.exists(path):
+            _write_cgroup(path, "1" if frozen else "0")
+
     def remove(self, name):
+        """``systemctl stop``, only once empty (``stop_when_empty``)."""
         check_slice_name(name)
-        self._systemctl("stop", name)
+        stop_when_empty(self, name, lambda: self._systemctl("stop", name))
+
+
+def stop_when_empty(slices, name, stop):
+    """Stop a slice only while nothing runs in it, closing the check-then-stop race as far as the kernel
+    lets us: the slice is frozen (``cgroup.freeze`` 1), ``populated`` read again, and only then stopped.
+    A process that joins after the freeze is frozen on arrival and never runs before the stop ends it;
+    one that joined before it is seen by the second read, and the slice is thawed and kept. A slice that
+    is gone is no error (a release may be repeated); one that cannot be stopped is thawed again."""
+    current = slices.state(name, show=False)
+    if current is None:
+        return
+    if current.populated:
+        raise SliceError("%s still runs a workload; it is stopped once empty" % name)
+    slices.freeze(name, True)
+    try:
+        again = slices.state(name, show=False)
+        if again is not None and again.populated:
+            raise SliceError("%s still runs a workload (it joined as the slice was stopped); it is stopped "
+                             "once empty" % name)
+        stop()
+    except BaseException:
+        try:
+            slices.freeze(name, False)
+        except SliceError:
+            pass  # the first error is the one to report; a slice left frozen is empty, and the next pass retries
+        raise
 
 
 SHOW_PROPERTIES = ("AllowedCPUs", "AllowedMemoryNodes", "CPUQuotaPerSecUSec", "MemoryMax", "MemoryHigh")

@@ -217,6 +217,23 @@ def test_a_slice_is_built_by_root_from_limits_and_stopped_once_empty(helper):
     assert "uid %d: slice.stop bcd-alloc-a1.slice" % os.geteuid() in helper.log
 
 
+def least_memory_bytes(used):
+    """Worked out here, not taken from the code: MemoryMax >= use + max(64 MiB, 5 %), MemoryHigh
+    (90 % of it, rounded down) >= use. Returns (least memory_bytes, the margin)."""
+    margin = max(64 << 20, -(-used * 5 // 100))
+    least = max(used + margin, -(-used * 10 // 9))
+    assert least * 9 // 10 >= used > (least - 1) * 9 // 10 or least == used + margin
+    return least, margin
+
+
+def headroom_message(wanted, used, least, margin):
+    return ("bcd-alloc-a1.slice: memory_bytes %d leaves no headroom over the slice's current use %d: at least %d "
+            "is needed (MemoryMax >= current + %s = %d, and MemoryHigh, 90%% of it, >= current); a change of its "
+            "limits never kills its workload" % (wanted, used, least,
+                                                 "64 MiB" if margin == 64 << 20 else "5%% (%d)" % margin,
+                                                 used + margin))
+
+
 def check_a_populated_slice_is_kept(request, node, used):
     """Through ``request``: a slice whose workload uses ``used`` bytes is neither stopped nor squeezed
     below that, and may grow. Also run against a real helper process by test_helper_attacks.py."""
@@ -227,11 +244,15 @@ def check_a_populated_slice_is_kept(request, node, used):
     Path(record_path).write_text(json.dumps(record))
     assert request({"op": "slice.stop", "allocation_id": "a1"}) == {
         "ok": False, "error": "bcd-alloc-a1.slice still runs a workload; it is stopped once empty"}
-    reply = request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 20}})
-    assert reply == {"ok": False, "error": "bcd-alloc-a1.slice uses %d bytes of memory, more than "
-                                           "MemoryMax=1048576; a change of its limits never kills its workload" % used}
-    assert json.loads(Path(record_path).read_text())["properties"]["MemoryMax"] == str(1 << 30)
+    least, margin = least_memory_bytes(used)
+    for wanted in (1 << 20, used, least - 1):  # below use, at use (the next allocation OOM), one byte short
+        reply = request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": wanted}})
+        assert reply == {"ok": False, "error": headroom_message(wanted, used, least, margin)}
+        assert json.loads(Path(record_path).read_text())["properties"]["MemoryMax"] == str(1 << 30)
     assert os.path.exists(record_path)
+    # just past the margin is fine
+    assert request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": least}}) == {"ok": True}
+    assert json.loads(Path(record_path).read_text())["properties"]["MemoryMax"] == str(least)
     # growing is fine
     assert request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 2 << 30}}) == {"ok": True}
 
