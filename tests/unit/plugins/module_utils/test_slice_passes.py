@@ -329,3 +329,137 @@ def test_any_one_limit_gives_the_hold_a_slice(node, limits):
     node.run(1, [hold("a1", GPU_A, limits=limits)])
     assert record(node) is not None
     assert json.loads(node.read("/etc/cdi/bcd-a1.json"))["annotations"]["bcd.dev/cgroup-parent"] == SLICE
+
+
+# --- limits on a running slice keep headroom (issue 22) ---------------------------------------------------------
+
+
+def run_workload(node, memory_current=None, hugetlb_current=None, name=SLICE):
+    """A workload in the slice, as the host would show it: populated, using what is given."""
+    data = record(node, name)
+    data["populated"] = True
+    if memory_current is not None:
+        data["memory_current"] = memory_current
+    if hugetlb_current is not None:
+        data["hugetlb_current"] = hugetlb_current
+    node.write("/run/bcd/slices/%s.json" % name, json.dumps(data))
+
+
+def refused_then_kept(node, generation, limits, *words):
+    """The pass does not set ``limits`` on the running slice: it stays PROGRESSING with ``words`` in its
+    message, the slice keeps its properties, and the hold's spec and env file stay."""
+    before = record(node)
+    result = node.run(generation, [hold("a1", GPU_A, limits=limits)])
+    assert result.section["state"] == "PROGRESSING", result.section
+    for word in words:
+        assert word in result.section["message"], (word, result.section["message"])
+    assert record(node)["properties"] == before["properties"]
+    assert record(node)["hugetlb_max"] == before["hugetlb_max"]
+    assert node.exists("/etc/cdi/bcd-a1.json") and node.exists("/run/bcd/allocations/a1.env")
+    return result
+
+
+def test_a_memory_max_at_the_workloads_use_is_refused_and_one_just_past_the_margin_is_set(node):
+    node.run(1, [hold("a1", GPU_A, limits={"memory_bytes": 4 * GIB})])
+    used = GIB - 32 * MIB                                                      # 1040187392
+    run_workload(node, memory_current=used)
+    least = max(used + 64 * MIB, -(-used * 10 // 9))                           # MemoryHigh (90 %) >= use
+    for wanted in (used, GIB, least - 1):
+        refused_then_kept(node, 2, {"memory_bytes": wanted},
+                          "memory_bytes %d leaves no headroom over the slice's current use %d: at least %d is "
+                          "needed" % (wanted, used, least), "current + 64 MiB = %d" % (used + 64 * MIB))
+    result = node.run(2, [hold("a1", GPU_A, limits={"memory_bytes": least})])
+    assert result.section["state"] == "CONVERGED"
+    assert record(node)["properties"] == {"MemoryMax": str(least), "MemoryHigh": str(least * 9 // 10)}
+    assert least * 9 // 10 >= used
+
+
+def test_a_memory_high_below_the_workloads_use_is_refused(node):
+    node.run(1, [hold("a1", GPU_A, limits={"memory_bytes": 8 * GIB})])
+    used = 2 * GIB
+    run_workload(node, memory_current=used)
+    margin = -(-used * 5 // 100)                                               # 5 % is more than 64 MiB here
+    wanted = used + margin + MIB                                               # MemoryMax clears its margin...
+    assert wanted * 9 // 10 < used                                             # ...but MemoryHigh would not
+    refused_then_kept(node, 2, {"memory_bytes": wanted}, "current use %d: at least %d is needed" % (
+        used, -(-used * 10 // 9)), "current + 5%% (%d) = %d" % (margin, used + margin))
+    result = node.run(2, [hold("a1", GPU_A, limits={"memory_bytes": -(-used * 10 // 9)})])
+    assert result.section["state"] == "CONVERGED"
+
+
+def test_a_huge_page_limit_at_what_is_faulted_in_is_refused_one_page_more_is_set(node):
+    node.run(1, [hold("a1", GPU_A, limits={"hugepages_2mi": 8})])
+    run_workload(node, hugetlb_current={"2MB": 4 * MIB})                      # two pages faulted in
+    refused_then_kept(node, 2, {"hugepages_2mi": 2},
+                      "hugepages_2mi 2 (hugetlb.2MB.max=4194304) leaves no headroom over the 2MB huge pages "
+                      "faulted in, 4194304 bytes (2 pages): at least 3 pages (6291456 bytes, one page more)")
+    result = node.run(2, [hold("a1", GPU_A, limits={"hugepages_2mi": 3})])
+    assert result.section["state"] == "CONVERGED"
+    assert record(node)["hugetlb_max"] == {"2MB": 6 * MIB}
+
+
+def test_a_cpu_quota_under_the_floor_is_refused_on_a_running_slice(node):
+    node.run(1, [hold("a1", GPU_A, limits={"cpu_millis": 1500})])
+    run_workload(node)
+    refused_then_kept(node, 2, {"cpu_millis": 10}, "%s: cpu_millis gives CPUQuota=1%%, below the floor of 10%% "
+                      "of one CPU: at least 100 cpu_millis are needed (or none, for no quota)" % SLICE)
+    result = node.run(2, [hold("a1", GPU_A, limits={"cpu_millis": 100})])
+    assert result.section["state"] == "CONVERGED"
+    assert record(node)["properties"] == {"CPUQuota": "10%"}
+
+
+@pytest.mark.parametrize("millis", [1, 50, 90])
+def test_a_new_sliced_hold_under_the_cpu_floor_is_refused_at_admission(node, millis):
+    result = node.run(1, [hold("a1", GPU_A, limits={"cpu_millis": millis}), hold("a2", GPU_B)])
+    (failure,) = result.plan.failures
+    assert (failure.allocation_id, failure.reason) == ("a1", "invalid-assignment")
+    assert failure.message == ("limits.cpu_millis: %d gives CPUQuota=%d%%, below the floor of 10%% of one CPU: at "
+                               "least 100 cpu_millis are needed (or none, for no quota)" % (millis, (millis + 9) // 10))
+    assert record(node) is None and not node.exists("/etc/cdi/bcd-a1.json")
+    assert node.exists("/etc/cdi/bcd-a2.json")
+
+
+def test_the_cpu_floor_leaves_kubernetes_holds_and_no_quota_alone(node):
+    # a pod may ask for 50m; the kubelet enforces it, no slice is made. cpu_millis 0 sets no quota.
+    result = node.run(1, [hold("a1", GPU_A, binding="BINDING_KUBERNETES", limits={"cpu_millis": 50}),
+                          hold("a2", GPU_B, limits={"cpu_millis": 0}),
+                          hold("a3", GPU_C, limits={"cpu_millis": 91})])  # 91 rounds up to 10 %
+    assert result.section["state"] == "CONVERGED", result.section
+    assert "CPUQuota" not in (record(node, "bcd-alloc-a2.slice") or {}).get("properties", {})
+    assert record(node, "bcd-alloc-a3.slice")["properties"] == {"CPUQuota": "10%"}
+
+
+def test_an_empty_slice_may_be_set_below_what_it_last_used(node):
+    # no workload, nothing to kill: page cache left charged to an empty slice does not hold its limits up
+    node.run(1, [hold("a1", GPU_A, limits={"memory_bytes": 4 * GIB})])
+    data = record(node)
+    data["memory_current"] = 3 * GIB
+    node.write(RECORD, json.dumps(data))
+    assert node.run(2, [hold("a1", GPU_A, limits={"memory_bytes": GIB})]).section["state"] == "CONVERGED"
+    assert record(node)["properties"]["MemoryMax"] == str(GIB)
+
+
+def test_a_slice_a_workload_joins_as_it_is_stopped_is_kept(node, monkeypatch):
+    # the release checks populated, then the backend freezes the slice and checks again: a process that
+    # joined in between is seen, the slice is thawed and kept, and a later pass stops it once empty
+    node.run(1, [A1])
+    freezes = []
+
+    def freeze(self, name, frozen):
+        freezes.append(frozen)
+        if frozen:
+            run_workload(node)
+        original(self, name, frozen)
+
+    original = RecordSlices.freeze
+    monkeypatch.setattr(RecordSlices, "freeze", freeze)
+    result = node.run(2, [])
+    assert freezes == [True, False]
+    assert result.section["state"] == "PROGRESSING"
+    assert "%s still runs a workload (it joined as the slice was stopped)" % SLICE in result.section["message"]
+    assert record(node)["populated"] is True and record(node)["frozen"] is False
+    assert not node.exists("/etc/cdi/bcd-a1.json")
+    monkeypatch.setattr(RecordSlices, "freeze", original)
+    set_populated(node, False)
+    node.run(2, [])
+    assert record(node) is None
