@@ -623,3 +623,68 @@ def test_a_damaged_spec_is_set_aside_by_root_through_the_helper(helper, monkeypa
     # setting aside what is not there is no error; an id that is no id is refused
     assert helper.request({"op": "hold.set_aside", "allocation_id": "a9"}) == {"ok": True}
     assert helper.request({"op": "hold.set_aside", "allocation_id": "../x"})["ok"] is False
+
+
+def populate(node, name="bcd-alloc-a1.slice", **used):
+    """A workload in the slice's record (root's), using ``used`` (memory_current, hugetlb_current)."""
+    record_path = node("/run/bcd/slices/%s.json" % name)
+    record = json.loads(Path(record_path).read_text())
+    record.update(populated=True, **used)
+    Path(record_path).write_text(json.dumps(record))
+    return record_path
+
+
+def test_the_helper_keeps_headroom_whatever_the_peer_checked(helper):
+    """Issue 22: each limit at the edge of a running workload's use, sent straight to root's socket."""
+    apply = {"op": "slice.apply", "allocation_id": "a1"}
+    assert helper.request(dict(apply, limits={"memory_bytes": 8 << 30, "hugepages_2mi": 8, "cpu_millis": 1000})) \
+        == {"ok": True}
+    used = 2 << 30
+    record_path = populate(helper.node, memory_current=used, hugetlb_current={"2MB": 4 << 20})
+    # MemoryHigh (90 %) below use, MemoryMax past its margin
+    wanted = used + (used * 5 // 100) + (1 << 20)
+    reply = helper.request(dict(apply, limits={"memory_bytes": wanted}))
+    assert reply["ok"] is False and "memory_bytes %d leaves no headroom over the slice's current use %d: at least " \
+        "%d is needed" % (wanted, used, -(-used * 10 // 9)) in reply["error"]
+    # a huge page limit at what is faulted in (2 pages), then one page more
+    reply = helper.request(dict(apply, limits={"hugepages_2mi": 2}))
+    assert reply == {"ok": False, "error": "bcd-alloc-a1.slice: hugepages_2mi 2 (hugetlb.2MB.max=4194304) leaves no "
+                     "headroom over the 2MB huge pages faulted in, 4194304 bytes (2 pages): at least 3 pages "
+                     "(6291456 bytes, one page more) are needed; a change of its limits never kills its workload"}
+    # a CPUQuota of 1 %
+    reply = helper.request(dict(apply, limits={"cpu_millis": 10}))
+    assert reply == {"ok": False, "error": "bcd-alloc-a1.slice: cpu_millis gives CPUQuota=1%, below the floor of "
+                     "10% of one CPU: at least 100 cpu_millis are needed (or none, for no quota)"}
+    record = json.loads(Path(record_path).read_text())
+    assert record["properties"]["MemoryMax"] == str(8 << 30) and record["hugetlb_max"] == {"2MB": 16 << 20}
+    assert record["properties"]["CPUQuota"] == "100%"
+    # just past each margin
+    for limits in ({"memory_bytes": -(-used * 10 // 9)}, {"hugepages_2mi": 3}, {"cpu_millis": 100}):
+        assert helper.request(dict(apply, limits=limits)) == {"ok": True}, limits
+
+
+def test_the_helper_refuses_a_fresh_slice_under_the_cpu_floor(helper):
+    reply = helper.request({"op": "slice.apply", "allocation_id": "a2", "limits": {"cpu_millis": 1}})
+    assert reply == {"ok": False, "error": "bcd-alloc-a2.slice: cpu_millis gives CPUQuota=1%, below the floor of "
+                     "10% of one CPU: at least 100 cpu_millis are needed (or none, for no quota)"}
+    assert not os.path.exists(helper.node("/run/bcd/slices/bcd-alloc-a2.slice.json"))
+
+
+def test_slice_stop_freezes_and_checks_again_so_a_late_joiner_is_kept(helper, monkeypatch):
+    from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices
+    assert helper.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 30}}) \
+        == {"ok": True}
+    record_path = helper.node("/run/bcd/slices/bcd-alloc-a1.slice.json")
+    original = RecordSlices.freeze
+
+    def freeze(self, name, frozen):  # a process joins between the helper's check and the freeze
+        if frozen:
+            populate(helper.node)
+        original(self, name, frozen)
+
+    monkeypatch.setattr(RecordSlices, "freeze", freeze)
+    assert helper.request({"op": "slice.stop", "allocation_id": "a1"}) == {
+        "ok": False, "error": "bcd-alloc-a1.slice still runs a workload (it joined as the slice was stopped); it "
+                              "is stopped once empty"}
+    record = json.loads(Path(record_path).read_text())
+    assert record["populated"] is True and record["frozen"] is False  # kept, and thawed

@@ -468,3 +468,23 @@ def test_an_account_that_is_not_allowed_is_refused_by_its_credentials(world):
 
 def test_the_helper_never_kills_or_squeezes_a_workload(world):
     check_a_populated_slice_is_kept(world.request, world.node, 1 << 30)
+
+
+def test_the_helper_never_starves_a_workload_or_leaves_it_no_headroom(world):
+    """Issue 22 against a real helper process: CPUQuota 1 % on a fresh slice, then each limit at the edge of a
+    running workload's use (MemoryMax at use, a huge page limit at what is faulted in) is refused."""
+    apply = {"op": "slice.apply", "allocation_id": "a7"}
+    reply = world.request(dict(apply, limits={"cpu_millis": 1}))
+    assert reply["ok"] is False and "CPUQuota=1%, below the floor of 10% of one CPU" in reply["error"]
+    assert world.request(dict(apply, limits={"memory_bytes": 4 << 30, "hugepages_2mi": 4})) == {"ok": True}
+    path = world.node("/run/bcd/slices/bcd-alloc-a7.slice.json")
+    with open(path) as handle:
+        record = json.load(handle)
+    record.update(populated=True, memory_current=1 << 30, hugetlb_current={"2MB": 4 << 20})
+    with open(path, "w") as handle:
+        json.dump(record, handle)
+    for limits, words in (({"memory_bytes": 1 << 30}, "leaves no headroom over the slice's current use 1073741824"),
+                          ({"hugepages_2mi": 2}, "at least 3 pages (6291456 bytes, one page more) are needed")):
+        reply = world.request(dict(apply, limits=limits))
+        assert reply["ok"] is False and words in reply["error"], reply
+    assert world.alive()

@@ -433,3 +433,125 @@ def test_a_property_changed_by_hand_is_set_again_and_an_equal_cpulist_is_left_al
                             "MemoryHigh": "1"}, wanted)
     assert not same_properties({"AllowedCPUs": "0-3", "CPUQuota": "124%", "MemoryMax": "1073741824"}, wanted)
     assert not same_properties({"AllowedCPUs": "0-3", "MemoryMax": "4294967296"}, wanted)
+
+
+# --- limits on a running slice keep headroom; a stop freezes first (issue 22) ------------------------------------
+
+
+def running(used=None, hugetlb=None, populated=True):
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceState
+    return SliceState(name=NAME, populated=populated, memory_current=used, hugetlb_current=hugetlb or {})
+
+
+@pytest.mark.parametrize("used, least", [
+    (0, 64 * MIB),                                # nothing used: 64 MiB is the least margin
+    (512 * MIB, 576 * MIB),                       # 64 MiB > 5 %, and 90 % of 576 MiB still covers the use
+    (GIB - 32 * MIB, (10 * (GIB - 32 * MIB) + 8) // 9),   # MemoryHigh (90 %) decides from ~576 MiB on
+    (100 * GIB, (10 * 100 * GIB + 8) // 9),
+])
+def test_memory_needs_its_margin_and_memory_high_its_use(used, least):
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import check_slice_change, least_memory_bytes
+    assert least_memory_bytes(used) == least
+    check_slice_change(running(used), slice_properties(Limits(memory_bytes=least)), {})
+    with pytest.raises(SliceError, match="memory_bytes %d leaves no headroom over the slice's current use %d: at "
+                                         "least %d is needed" % (least - 1, used, least)):
+        check_slice_change(running(used), slice_properties(Limits(memory_bytes=least - 1)), {})
+
+
+def test_memory_max_alone_or_high_alone_are_checked_too():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import check_slice_change
+    used = GIB
+    with pytest.raises(SliceError, match=r"current \+ 64 MiB = %d" % (used + 64 * MIB)):
+        check_slice_change(running(used), {"MemoryMax": str(used + 64 * MIB - 1)}, {})
+    check_slice_change(running(used), {"MemoryMax": str(used + 64 * MIB)}, {})
+    with pytest.raises(SliceError, match="MemoryHigh %d is below the slice's current use %d" % (used - 1, used)):
+        check_slice_change(running(used), {"MemoryHigh": str(used - 1)}, {})
+    check_slice_change(running(used), {"MemoryHigh": str(used)}, {})
+
+
+def test_huge_page_limits_keep_one_page_over_what_is_faulted_in():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import check_slice_change
+    state = running(hugetlb={"1GB": 2 * GIB, "2MB": 0})
+    with pytest.raises(SliceError, match=r"hugepages_1gi 2 \(hugetlb.1GB.max=%d\) leaves no headroom over the 1GB "
+                                         r"huge pages faulted in, %d bytes \(2 pages\): at least 3 pages" % (2 * GIB, 2 * GIB)):
+        check_slice_change(state, {}, hugetlb_max(Limits(hugepages_1gi=2)))
+    check_slice_change(state, {}, hugetlb_max(Limits(hugepages_1gi=3, hugepages_2mi=1)))  # 2MB: nothing faulted
+
+
+def test_an_empty_or_unknown_slice_has_only_the_cpu_floor():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import check_slice_change
+    squeeze = slice_properties(Limits(memory_bytes=MIB))
+    check_slice_change(None, squeeze, {"2MB": 2 * MIB})
+    check_slice_change(running(GIB, {"2MB": 8 * MIB}, populated=False), squeeze, {"2MB": 2 * MIB})
+    check_slice_change(running(None), squeeze, {})  # memory.current unreadable: nothing to compare
+    for state in (None, running(GIB), running(populated=False)):
+        with pytest.raises(SliceError, match="CPUQuota=9%, below the floor of 10% of one CPU"):
+            check_slice_change(state, slice_properties(Limits(cpu_millis=90)), {}, NAME)
+        check_slice_change(state, slice_properties(Limits(cpu_millis=91)), {}, NAME)
+
+
+def test_the_systemd_backend_checks_before_any_command(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    host.slices.apply(NAME, {"MemoryMax": str(4 * GIB)}, {})
+    directory = host.path("%s/%s" % (SLICE_DIR, NAME))
+    with open(os.path.join(directory, "cgroup.events"), "w") as handle:
+        handle.write("populated 1\nfrozen 0\n")
+    with open(os.path.join(directory, "memory.current"), "w") as handle:
+        handle.write("%d\n" % GIB)
+    calls = len(systemctl.calls)
+    with pytest.raises(SliceError, match="memory_bytes %d leaves no headroom" % GIB):
+        host.slices.apply(NAME, {"MemoryMax": str(GIB)}, {})
+    assert len(systemctl.calls) == calls  # not even systemctl show: the cgroup files are all it reads
+    host.slices.apply(NAME, {"MemoryMax": str(GIB + 64 * MIB)}, {})
+    assert systemctl.calls[-1][-1] == "MemoryMax=%d" % (GIB + 64 * MIB)
+
+
+def frozen_cgroup(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    host.slices.apply(NAME, {"MemoryMax": str(GIB)}, {})
+    directory = host.path("%s/%s" % (SLICE_DIR, NAME))
+    with open(os.path.join(directory, "cgroup.freeze"), "w") as handle:
+        handle.write("0\n")
+    return host, systemctl, directory
+
+
+def test_a_systemd_slice_is_frozen_then_checked_again_then_stopped(tmp_path):
+    host, systemctl, directory = frozen_cgroup(tmp_path)
+    seen = []
+    real = systemctl.__call__
+
+    def recording(argv):
+        if argv[1] == "stop":
+            seen.append(read(host, "%s/%s/cgroup.freeze" % (SLICE_DIR, NAME)))
+        return real(argv)
+
+    host.slices.runner = recording
+    host.slices.remove(NAME)
+    assert seen == ["1"]  # frozen when systemctl stop ran
+    assert not os.path.exists(directory)
+
+
+def test_a_process_that_joins_before_the_freeze_keeps_the_slice_thawed(tmp_path, monkeypatch):
+    from ansible_collections.bcd.devices.plugins.module_utils.node.slices import SystemdSlices
+    host, systemctl, directory = frozen_cgroup(tmp_path)
+    original = SystemdSlices.freeze
+
+    def freeze(self, name, frozen):
+        if frozen:
+            with open(os.path.join(directory, "cgroup.events"), "w") as handle:
+                handle.write("populated 1\nfrozen 0\n")
+        original(self, name, frozen)
+
+    monkeypatch.setattr(SystemdSlices, "freeze", freeze)
+    with pytest.raises(SliceError, match="still runs a workload \\(it joined as the slice was stopped\\)"):
+        host.slices.remove(NAME)
+    assert ["systemctl", "stop", NAME] not in systemctl.calls
+    assert read(host, "%s/%s/cgroup.freeze" % (SLICE_DIR, NAME)) == "0"
+
+
+def test_a_stop_that_fails_thaws_the_slice(tmp_path):
+    host, systemctl, _directory = frozen_cgroup(tmp_path)
+    systemctl.fail["stop"] = (1, "Access denied")
+    with pytest.raises(SliceError, match="Access denied"):
+        host.slices.remove(NAME)
+    assert read(host, "%s/%s/cgroup.freeze" % (SLICE_DIR, NAME)) == "0"
