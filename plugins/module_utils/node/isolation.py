@@ -11,17 +11,18 @@ when any of these holds:
 
 * a variable that makes the interpreter load or run other files is set (not empty):
   ``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONSTARTUP``, ``PYTHONUSERBASE``, ``PYTHONINSPECT``,
-  ``PYTHONEXECUTABLE``, ``PYTHONPLATLIBDIR``. (``PYTHONWARNINGS`` and ``PYTHONBREAKPOINT``
-  may name a module to import, but only through ``sys.path``, which is checked below;
-  Molecule and CI set the first.)
-* the user site is on (``site.ENABLE_USER_SITE``) and the user base directory
-  (``~/.local`` unless ``PYTHONUSERBASE``) exists somewhere an account other than root owns,
-  or may write, one of its directories;
-* an entry of ``sys.path`` (the stdlib, the site-packages, AnsiballZ's payload zip) is, or
-  lies under, a file or directory another account owns or may write: owned by a uid other
-  than 0, or group- or other-writable (a world-writable directory with the sticky bit, such
-  as ``/tmp``, counts as root's when what lies in it is root's). The empty entry (the
-  current directory) is refused outright.
+  ``PYTHONEXECUTABLE``, ``PYTHONPLATLIBDIR``, ``PYTHONPYCACHEPREFIX`` (bytecode is read from
+  there instead of beside the source). (``PYTHONWARNINGS`` and ``PYTHONBREAKPOINT`` may name a
+  module to import, but only through ``sys.path``, which is checked below; Molecule and CI set
+  the first.)
+* an entry of ``sys.path`` (the stdlib, the site-packages, AnsiballZ's payload zip, and the
+  user site ``~/.local/lib/pythonX.Y/site-packages``, which ``site`` puts there when it
+  exists) is, or lies under, a file or directory another account owns or may write: owned by
+  a uid other than 0, or group- or other-writable. A world-writable directory with the sticky
+  bit, such as ``/tmp``, counts as root's when what lies in it on the way is root's (not
+  when it is the entry itself, or the nearest parent of a missing entry: anyone could add a
+  file there). Both the path as written and the path with its links resolved are walked up
+  to ``/``. The empty entry (the current directory) is refused outright.
 
 What a normal run looks like and passes: ``sudo`` (or ``su``) resets the environment and sets
 ``HOME`` to root's; AnsiballZ removes the current and the script's directory from
@@ -45,7 +46,7 @@ from typing import List, Mapping, Optional, Sequence
 # Variables that make the interpreter load or run something other than its own files.
 STEERING_VARIABLES = (
     "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT",
-    "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR",
+    "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX",
 )
 
 
@@ -64,18 +65,13 @@ def _others_may_change(path: str, child_is_roots: bool = True) -> Optional[str]:
     return None
 
 
-def path_problem(entry: str) -> Optional[str]:
-    """Why another account could change what is imported through ``entry``; None if none can.
-
-    ``entry`` and each of its parents up to ``/`` are checked (a missing part from the nearest
-    one that exists): owned by root and not writable by group or others, except a sticky
-    world-writable directory (``/tmp``) whose child on the way is root's."""
-    if entry in ("", "."):
-        return "the current directory is on sys.path"
-    path = os.path.realpath(entry)
+def _walk_problem(path: str) -> Optional[str]:
+    """The first reason another account could change ``path`` or one of its parents, walking up."""
     while not os.path.lexists(path) and path != os.path.dirname(path):
         path = os.path.dirname(path)
-    child_is_roots = True
+    # The entry itself (or the nearest parent of a missing one) is where a file would be added:
+    # a sticky world-writable directory lets anyone add one, so it is root's only on the way up.
+    child_is_roots = False
     while True:
         problem = _others_may_change(path, child_is_roots)
         if problem:
@@ -90,40 +86,57 @@ def path_problem(entry: str) -> Optional[str]:
         path = parent
 
 
-def _user_base() -> Optional[str]:
+def path_problem(entry: str) -> Optional[str]:
+    """Why another account could change what is imported through ``entry``; None if none can.
+
+    ``entry`` and each of its parents up to ``/`` are checked (a missing part from the nearest
+    one that exists), as written and with its links resolved: owned by root and not writable by
+    group or others, except a sticky world-writable directory (``/tmp``) whose child on the way
+    is root's."""
+    if entry in ("", "."):
+        return "the current directory is on sys.path"
+    written = os.path.abspath(entry)
+    resolved = os.path.realpath(entry)
+    for path in (written, resolved) if resolved != written else (written,):
+        problem = _walk_problem(path)
+        if problem:
+            return problem
+    return None
+
+
+def _user_site() -> Optional[str]:
+    """The user site directory, when ``site`` would put it on ``sys.path`` (None otherwise)."""
     try:
         import site
         if not site.ENABLE_USER_SITE:
             return None
-        return site.getuserbase()
+        return site.getusersitepackages()
     except Exception:  # pylint: disable=broad-except
         return None
 
 
 def isolation_problems(environ: Optional[Mapping[str, str]] = None, path: Optional[Sequence[str]] = None,
-                       user_base: Optional[str] = None) -> List[str]:
+                       user_site: Optional[str] = None) -> List[str]:
     """Every reason this interpreter is not isolated from other accounts (empty: it is).
 
-    The arguments replace ``os.environ``, ``sys.path`` and the user base (``site``) for tests."""
+    The arguments replace ``os.environ``, ``sys.path`` and the user site (``site``) for tests."""
     environ = os.environ if environ is None else environ
     path = sys.path if path is None else path
+    user_site = _user_site() if user_site is None else user_site
     problems: List[str] = []
     for name in STEERING_VARIABLES:
         if environ.get(name):
             problems.append("%s is set" % name)
-    base = _user_base() if user_base is None else user_base
-    if base and os.path.lexists(base):
-        problem = path_problem(base)
-        if problem:
-            problems.append("the user site is on and its base %s can be changed by another account: %s"
-                            % (base, problem))
     seen = set()
     for entry in path:
         if entry in seen:
             continue
         seen.add(entry)
         problem = path_problem(entry)
-        if problem:
+        if problem and user_site and entry == user_site:
+            problems.append("the user site %s (under $HOME) is on sys.path and can be changed by another account: %s"
+                            % (entry, problem))
+        elif problem:
             problems.append("sys.path entry %r can be changed by another account: %s" % (entry, problem))
     return problems
 

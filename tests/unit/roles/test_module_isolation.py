@@ -44,18 +44,18 @@ def roots(tmp_path):
 def test_a_clean_interpreter_has_no_problem(roots):
     assert isolation_problems(environ={"HOME": "/root", "PATH": "/usr/bin"},
                               path=[str(roots / "lib"), str(roots / "lib" / "payload.zip"), str(roots / "missing")],
-                              user_base=str(roots / "no-such-base")) == []
+                              user_site=str(roots / "no-such-site")) == []
 
 
 @pytest.mark.parametrize("name", isolation.STEERING_VARIABLES)
 def test_a_variable_that_steers_python_is_refused(roots, name):
-    assert isolation_problems(environ={name: "/x"}, path=[str(roots / "lib")], user_base="") == ["%s is set" % name]
-    assert isolation_problems(environ={name: ""}, path=[str(roots / "lib")], user_base="") == []
+    assert isolation_problems(environ={name: "/x"}, path=[str(roots / "lib")], user_site="") == ["%s is set" % name]
+    assert isolation_problems(environ={name: ""}, path=[str(roots / "lib")], user_site="") == []
 
 
 @pytest.mark.parametrize("entry", ["", "."])
 def test_the_current_directory_on_the_path_is_refused(entry):
-    assert "the current directory is on sys.path" in isolation_problems(environ={}, path=[entry], user_base="")[0]
+    assert "the current directory is on sys.path" in isolation_problems(environ={}, path=[entry], user_site="")[0]
 
 
 @as_root
@@ -71,7 +71,7 @@ def test_an_entry_another_account_owns_or_may_write_is_refused(roots):
     lib.chmod(0o755)
     os.chown(str(lib), NOBODY, NOBODY)
     assert "owned by uid %d" % NOBODY in path_problem(str(lib / "payload.zip"))
-    problems = isolation_problems(environ={}, path=[str(lib)], user_base="")
+    problems = isolation_problems(environ={}, path=[str(lib)], user_site="")
     assert problems and "can be changed by another account" in problems[0]
 
 
@@ -83,23 +83,42 @@ def test_a_sticky_directory_is_roots_only_where_its_child_is(roots):
     mine = shared / "mine"
     mine.mkdir(mode=0o700)
     assert path_problem(str(mine)) is None
+    assert path_problem(str(mine / "payload.zip")) is None
     theirs = shared / "theirs"
     theirs.mkdir(mode=0o700)
     os.chown(str(theirs), NOBODY, NOBODY)
     assert "owned by uid" in path_problem(str(theirs / "lib"))
+    # the sticky directory itself on the path, or a missing entry in it: anyone may add a file there
+    assert "writable by its group or by others" in path_problem(str(shared))
+    assert "writable by its group or by others" in path_problem(str(shared / "not-there-yet.zip"))
     shared.chmod(0o777)                             # without the sticky bit anyone may rename mine
     assert "writable by its group or by others" in path_problem(str(mine))
 
 
 @as_root
+def test_an_entry_reached_through_a_link_another_account_may_change_is_refused(roots):
+    theirs = roots / "theirs"
+    theirs.mkdir(mode=0o755)
+    (theirs / "lib").symlink_to(roots / "lib")      # resolves to root's lib, but they may swap the link
+    assert path_problem(str(roots / "lib")) is None
+    assert path_problem(str(theirs / "lib")) is None
+    os.chown(str(theirs), NOBODY, NOBODY)
+    assert "owned by uid %d" % NOBODY in path_problem(str(theirs / "lib"))
+    (roots / "link").symlink_to(theirs)             # and a root link to their directory
+    assert "owned by uid %d" % NOBODY in path_problem(str(roots / "link"))
+
+
+@as_root
 def test_a_user_site_under_a_home_the_account_owns_is_refused(roots):
     home = roots / "home"
-    base = home / ".local"
-    base.mkdir(parents=True)
-    assert isolation_problems(environ={}, path=[], user_base=str(base)) == []
+    site = home / ".local" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    assert isolation_problems(environ={}, path=[str(site)], user_site=str(site)) == []
     os.chown(str(home), NOBODY, NOBODY)
-    problems = isolation_problems(environ={}, path=[], user_base=str(base))
-    assert len(problems) == 1 and "the user site is on and its base" in problems[0]
+    problems = isolation_problems(environ={}, path=[str(roots / "lib"), str(site)], user_site=str(site))
+    assert len(problems) == 1 and problems[0].startswith("the user site %s (under $HOME) is on sys.path" % site)
+    # a home of theirs with no user site in it puts nothing of theirs on the path: nothing to refuse
+    assert isolation_problems(environ={}, path=[str(roots / "lib")], user_site=str(site)) == []
 
 
 class FakeModule(object):
@@ -191,4 +210,5 @@ def test_a_module_run_as_root_with_the_account_s_home_is_refused(tmp_path, make_
         os.chown(str(path), NOBODY, NOBODY)
     result = run_module(tmp_path, make_node, {"HOME": str(home)})
     assert result["failed"], result
-    assert "the user site is on and its base %s/.local can be changed by another account" % home in result["msg"], result
+    site = "%s/.local/lib/python%s/site-packages" % (home, version)
+    assert "the user site %s (under $HOME) is on sys.path and can be changed by another account" % site in result["msg"], result
