@@ -42,10 +42,11 @@ MIB = 1 << 20
 GIB = 1 << 30
 HUGE_SIZES = (("2MB", "hugepages_2mi", 2 * MIB), ("1GB", "hugepages_1gi", GIB))
 PROPERTY_ORDER = ("AllowedCPUs", "AllowedMemoryNodes", "CPUQuota", "MemoryMax", "MemoryHigh")
+CPU_QUOTA_RE = re.compile(r"^[0-9]{1,9}%$")
 PROPERTY_RE = {
     "AllowedCPUs": None,  # a cpulist, checked by check_cpulist
     "AllowedMemoryNodes": None,
-    "CPUQuota": re.compile(r"^[0-9]{1,9}%$"),
+    "CPUQuota": CPU_QUOTA_RE,
     "MemoryMax": re.compile(r"^[0-9]{1,20}$"),
     "MemoryHigh": re.compile(r"^[0-9]{1,20}$"),
 }
@@ -183,7 +184,7 @@ def least_memory_bytes(used):
 def cpu_quota_problem(properties):
     """Why a slice's CPUQuota is refused (below ``CPU_QUOTA_FLOOR`` % of one CPU), or None."""
     quota = properties.get("CPUQuota")
-    if quota is None or not PROPERTY_RE["CPUQuota"].fullmatch(quota):
+    if not isinstance(quota, str) or not CPU_QUOTA_RE.fullmatch(quota):
         return None
     percent = int(quota[:-1])
     if percent >= CPU_QUOTA_FLOOR:
@@ -214,7 +215,8 @@ def check_slice_change(current, properties, huge, name="the slice"):
     if current is None or not current.populated:
         return
     used = current.memory_current
-    memory_max, memory_high = properties.get("MemoryMax"), properties.get("MemoryHigh")
+    memory_max, memory_high = (value if isinstance(value, str) else None
+                               for value in (properties.get("MemoryMax"), properties.get("MemoryHigh")))
     if used is not None and memory_max is not None and memory_max.isdigit():
         margin = memory_margin(used)
         high = int(memory_high) if memory_high is not None and memory_high.isdigit() else None
