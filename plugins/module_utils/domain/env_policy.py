@@ -89,6 +89,27 @@ POLICY = (
              "CUDA_VISIBLE_DEVICES renumbers the hold's devices)", "CUDA_")
     + _rules(LOADS, False, "NCCL loads a plugin library named by these",
              "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN")
+    + _rules(LOADS, True, "the Vulkan, EGL, GLX and OpenCL loaders load the driver or layer libraries these "
+             "name (VK_ICD_FILENAMES, VK_LAYER_PATH, __EGL_VENDOR_LIBRARY_FILENAMES, OCL_ICD_VENDORS)",
+             "VK_", "__EGL_", "__GLX_", "OCL_ICD_", "LIBGL_")
+    + _rules(LOADS, False, "MPI and the fabric libraries load components and providers from these directories",
+             "OMPI_MCA_mca_base_component_path", "OPAL_PREFIX", "UCX_MODULE_DIR", "FI_PROVIDER_PATH")
+    + _rules(LOADS, False, "toolkits load modules and plugins from these (GTK, GIO, GStreamer, Qt, gdk-pixbuf), "
+             "and R, Julia and PHP read startup code or configuration from them",
+             "GTK_MODULES", "GTK_PATH", "GIO_EXTRA_MODULES", "GST_PLUGIN_PATH", "GST_PLUGIN_SYSTEM_PATH",
+             "QT_PLUGIN_PATH", "GDK_PIXBUF_MODULE_FILE", "R_PROFILE", "R_PROFILE_USER", "R_ENVIRON",
+             "R_ENVIRON_USER", "R_LIBS", "R_LIBS_USER", "JULIA_LOAD_PATH", "JULIA_DEPOT_PATH", "PHPRC",
+             "PHP_INI_SCAN_DIR")
+    + _rules(LOADS, False, "a program runs the pager, editor or less filter these name",
+             "PAGER", "MANPAGER", "EDITOR", "VISUAL", "LESSOPEN", "LESSCLOSE")
+    + _rules(LOADS, False, "git runs the commands and reads the configuration these name (GIT_SSH_COMMAND, "
+             "GIT_EXEC_PATH, GIT_CONFIG_COUNT with GIT_CONFIG_KEY_n and GIT_CONFIG_VALUE_n)",
+             "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH", "GIT_ASKPASS", "GIT_EDITOR", "GIT_PAGER",
+             "GIT_CONFIG_COUNT", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM")
+    + _rules(LOADS, True, "with GIT_CONFIG_COUNT, these set any git configuration (core.sshCommand runs a program)",
+             "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
+    + _rules(FILES, False, "TLS libraries write every session key to the file SSLKEYLOGFILE names",
+             "SSLKEYLOGFILE")
     # -- name resolution --------------------------------------------------------------------------------
     + _rules(RESOLVER, False, "the resolver reads HOSTALIASES and RESOLV_HOST_CONF as files, and "
              "LOCALDOMAIN and RES_OPTIONS change every lookup", "HOSTALIASES", "RESOLV_HOST_CONF",
