@@ -141,6 +141,8 @@ class SliceState:
     hugetlb_current: Dict[str, int] = field(default_factory=dict)
     populated: bool = False
     memory_max: Optional[int] = None  # the cgroup's memory.max, where properties cannot be read back
+    memory_high: Optional[int] = None  # the cgroup's memory.high, likewise
+    cpu_quota: Optional[int] = None  # the cgroup's cpu.max as whole percents of one CPU, likewise
     memory_current: Optional[int] = None  # what its processes use now (memory.current), when known
     hugetlb_exact: bool = True  # False: hugetlb_max lists only the sizes the host lets us read
 
@@ -208,9 +210,16 @@ def check_slice_change(current, properties, huge, name="the slice"):
     * ``CPUQuota`` at least ``CPU_QUOTA_FLOOR`` % of one CPU, on any slice;
     * on a populated slice whose use is known: ``MemoryMax`` at least use + ``memory_margin``, ``MemoryHigh``
       at least use, and each huge page limit at least one page above what is faulted in.
+
+    Only a setting that takes something away is held to these: one below what the slice has now, or
+    where it has no limit (``lowers``). Setting the same again (a drift repair, a change of another
+    limit) or more is never refused, whatever the workload uses: a workload at its ``MemoryHigh`` (page
+    cache keeps it there), past it, or with every huge page it booked faulted in keeps its slice's
+    limits settable, and a slice bound under the CPU floor keeps its quota.
     """
+    present = current_settings(current)
     problem = cpu_quota_problem(properties)
-    if problem is not None:
+    if problem is not None and lowers(_percent(properties.get("CPUQuota")), present.get("CPUQuota")):
         raise SliceError("%s: cpu_millis gives %s" % (current.name if current is not None else name, problem))
     if current is None or not current.populated:
         return
@@ -220,25 +229,55 @@ def check_slice_change(current, properties, huge, name="the slice"):
     if used is not None and memory_max is not None and memory_max.isdigit():
         margin = memory_margin(used)
         high = int(memory_high) if memory_high is not None and memory_high.isdigit() else None
-        if int(memory_max) < used + margin or (high is not None and high < used):
+        if (int(memory_max) < used + margin and lowers(int(memory_max), present.get("MemoryMax"))) or \
+                (high is not None and high < used and lowers(high, present.get("MemoryHigh"))):
             raise SliceError(
                 "%s: memory_bytes %s leaves no headroom over the slice's current use %d: at least %d is needed "
                 "(MemoryMax >= current + %s = %d, and MemoryHigh, 90%% of it, >= current); a change of its "
                 "limits never kills its workload" % (current.name, memory_max, used, least_memory_bytes(used),
                                                      _margin_text(margin), used + margin))
-    elif used is not None and memory_high is not None and memory_high.isdigit() and int(memory_high) < used:
+    elif used is not None and memory_high is not None and memory_high.isdigit() and int(memory_high) < used \
+            and lowers(int(memory_high), present.get("MemoryHigh")):
         raise SliceError("%s: MemoryHigh %s is below the slice's current use %d; a change of its limits never "
                          "kills its workload" % (current.name, memory_high, used))
     pages = dict((size, (attribute, page)) for size, attribute, page in HUGE_SIZES)
     for size, value in sorted(huge.items()):
         faulted = current.hugetlb_current.get(size, 0)
         attribute, page = pages.get(size, ("hugetlb.%s" % size, 1))
-        if faulted and value < faulted + page:
+        if faulted and value < faulted + page and lowers(value, current.hugetlb_max.get(size)):
             raise SliceError(
                 "%s: %s %d (hugetlb.%s.max=%d) leaves no headroom over the %s huge pages faulted in, %d bytes "
                 "(%d pages): at least %d pages (%d bytes, one page more) are needed; a change of its limits "
                 "never kills its workload" % (current.name, attribute, value // page, size, value, size, faulted,
                                               faulted // page, faulted // page + 1, faulted + page))
+
+
+def lowers(new, present):
+    """Whether a new limit takes something away: it is below ``present``, or there is no limit now (None)."""
+    return new is not None and (present is None or new < present)
+
+
+def _percent(quota):
+    """``"124%"`` as 124; None for anything else."""
+    return int(quota[:-1]) if isinstance(quota, str) and CPU_QUOTA_RE.fullmatch(quota) else None
+
+
+def current_settings(current):
+    """What a slice holds now, as numbers: ``CPUQuota`` (percent), ``MemoryMax``, ``MemoryHigh``; a setting
+    that is unset, unlimited or unknown is left out. From its properties where the backend reads them back,
+    else from its cgroup files (``SliceState.memory_max`` and the like)."""
+    if current is None:
+        return {}
+    properties = current.properties or {}
+    found = {"CPUQuota": _percent(properties.get("CPUQuota"))}
+    for key in ("MemoryMax", "MemoryHigh"):
+        value = properties.get(key)
+        found[key] = int(value) if isinstance(value, str) and value.isdigit() else None
+    fallback = {"CPUQuota": current.cpu_quota, "MemoryMax": current.memory_max, "MemoryHigh": current.memory_high}
+    for key, value in fallback.items():
+        if found[key] is None and isinstance(value, int) and not isinstance(value, bool):
+            found[key] = value
+    return dict((key, value) for key, value in found.items() if value is not None)
 
 
 def _margin_text(margin):

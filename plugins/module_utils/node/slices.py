@@ -143,11 +143,14 @@ class SystemdSlices:
                 if value.isdigit():
                     target[size] = int(value)
         memory = (read_bytes(os.path.join(directory, "memory.max")) or b"").strip()
+        high = (read_bytes(os.path.join(directory, "memory.high")) or b"").strip()
         used = (read_bytes(os.path.join(directory, "memory.current")) or b"").strip()
         return SliceState(name=name, properties=self._properties(name) if show else None, hugetlb_max=limits,
                           hugetlb_current=current, populated=populated,
                           memory_max=int(memory) if memory.isdigit() else None, hugetlb_exact=False,
-                          memory_current=int(used) if used.isdigit() else None)
+                          memory_current=int(used) if used.isdigit() else None,
+                          memory_high=int(high) if high.isdigit() else None,
+                          cpu_quota=parse_cpu_max(read_bytes(os.path.join(directory, "cpu.max")) or b""))
 
     def _properties(self, name):
         """The slice's properties as systemd has them now (in ``slice_properties`` form), so a drift pass
@@ -219,6 +222,15 @@ def stop_when_empty(slices, name, stop):
 SHOW_PROPERTIES = ("AllowedCPUs", "AllowedMemoryNodes", "CPUQuotaPerSecUSec", "MemoryMax", "MemoryHigh")
 _TIMESPAN_UNITS = {"us": 1, "ms": 1000, "s": 1000000, "min": 60000000, "h": 3600000000}
 _TIMESPAN_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(us|ms|s|min|h)")
+
+
+def parse_cpu_max(content):
+    """A cgroup's ``cpu.max`` (``"12400 100000"``: quota and period in microseconds) as whole percents of one
+    CPU, rounded as systemd shows ``CPUQuota``; None for ``max`` (no quota) or anything else."""
+    parts = content.split()
+    if len(parts) != 2 or not all(part.isdigit() and len(part) <= 20 for part in parts) or int(parts[1]) == 0:
+        return None
+    return int(round(int(parts[0]) * 100.0 / int(parts[1])))
 
 
 def parse_timespan_usec(text):
