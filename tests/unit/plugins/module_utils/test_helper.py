@@ -688,3 +688,25 @@ def test_slice_stop_freezes_and_checks_again_so_a_late_joiner_is_kept(helper, mo
                               "is stopped once empty"}
     record = json.loads(Path(record_path).read_text())
     assert record["populated"] is True and record["frozen"] is False  # kept, and thawed
+
+
+def test_the_helper_sets_the_same_limits_again_on_a_slice_used_to_its_limits(helper):
+    """Only what takes something away is held to the headroom: a peer may set a running slice's limits
+    again (another cpus, a drift repair) or raise them, even with the workload past its MemoryHigh and every
+    huge page it booked faulted in; lowering them is refused with the numbers, as before."""
+    apply = {"op": "slice.apply", "allocation_id": "a1"}
+    limits = {"cpus": "0-3", "memory_bytes": 1 << 30, "hugepages_2mi": 4}
+    assert helper.request(dict(apply, limits=limits)) == {"ok": True}
+    used = (1 << 30) - (32 << 20)
+    record_path = populate(helper.node, memory_current=used, hugetlb_current={"2MB": 8 << 20})
+    assert helper.request(dict(apply, limits=dict(limits, cpus="0-7"))) == {"ok": True}
+    assert helper.request(dict(apply, limits=dict(limits, cpus="0-7", memory_bytes=(1 << 30) + (16 << 20),
+                                                  hugepages_2mi=5))) == {"ok": True}
+    record = json.loads(Path(record_path).read_text())
+    assert record["properties"]["AllowedCPUs"] == "0-7" and record["hugetlb_max"] == {"2MB": 10 << 20}
+    assert record["properties"]["MemoryMax"] == str((1 << 30) + (16 << 20))
+    reply = helper.request(dict(apply, limits=dict(limits, cpus="0-7", memory_bytes=1 << 30, hugepages_2mi=5)))
+    assert reply["ok"] is False and "memory_bytes %d leaves no headroom over the slice's current use %d" % (
+        1 << 30, used) in reply["error"]
+    reply = helper.request(dict(apply, limits=dict(limits, cpus="0-7", memory_bytes=(1 << 30) + (16 << 20))))
+    assert reply["ok"] is False and "hugepages_2mi 4 (hugetlb.2MB.max=8388608) leaves no headroom" in reply["error"]

@@ -463,3 +463,58 @@ def test_a_slice_a_workload_joins_as_it_is_stopped_is_kept(node, monkeypatch):
     set_populated(node, False)
     node.run(2, [])
     assert record(node) is None
+
+
+# --- only what takes something away is held to the headroom ---------------------------------------------------
+
+
+def test_a_workload_past_its_memory_high_still_gets_its_slice_changed_and_raised(node):
+    # page cache keeps a busy workload at its MemoryHigh, and anonymous memory may take it past: setting the
+    # same memory again (with another cpus) or a little more takes nothing away and is never refused
+    limits = {"cpus": "0-3", "memory_bytes": GIB}
+    node.run(1, [hold("a1", GPU_A, limits=limits)])
+    used = GIB - 32 * MIB                                                      # above MemoryHigh, 90 % of 1 GiB
+    assert used > GIB * 9 // 10
+    run_workload(node, memory_current=used)
+    moved = node.run(2, [hold("a1", GPU_A, limits=dict(limits, cpus="0-7"))])
+    assert moved.section["state"] == "CONVERGED", moved.section
+    assert record(node)["properties"]["AllowedCPUs"] == "0-7"
+    raised = node.run(3, [hold("a1", GPU_A, limits=dict(limits, cpus="0-7", memory_bytes=GIB + 16 * MIB))])
+    assert raised.section["state"] == "CONVERGED", raised.section
+    assert record(node)["properties"]["MemoryMax"] == str(GIB + 16 * MIB)
+    # lowering it is still held to the margin, with the numbers
+    least = max(used + 64 * MIB, -(-used * 10 // 9))
+    refused_then_kept(node, 4, {"cpus": "0-7", "memory_bytes": GIB},
+                      "memory_bytes %d leaves no headroom over the slice's current use %d: at least %d is needed"
+                      % (GIB, used, least))
+
+
+def test_a_workload_with_every_huge_page_faulted_in_still_gets_its_slice_changed(node):
+    # a workload that faulted in all it booked (the usual case for huge pages) is at hugetlb.max: its
+    # slice's other limits, and its huge pages set again, must stay settable
+    limits = {"memory_bytes": 2 * GIB, "hugepages_2mi": 4}
+    node.run(1, [hold("a1", GPU_A, limits=limits)])
+    run_workload(node, memory_current=GIB, hugetlb_current={"2MB": 8 * MIB})  # all 4 pages
+    result = node.run(2, [hold("a1", GPU_A, limits=dict(limits, memory_bytes=3 * GIB))])
+    assert result.section["state"] == "CONVERGED", result.section
+    assert record(node)["properties"]["MemoryMax"] == str(3 * GIB)
+    assert record(node)["hugetlb_max"] == {"2MB": 8 * MIB}
+    refused_then_kept(node, 3, dict(limits, memory_bytes=3 * GIB, hugepages_2mi=3),
+                      "hugepages_2mi 3 (hugetlb.2MB.max=6291456) leaves no headroom over the 2MB huge pages "
+                      "faulted in, 8388608 bytes (4 pages): at least 5 pages")
+
+
+def test_a_running_slice_bound_under_the_cpu_floor_keeps_its_quota(node):
+    # a slice made before the floor (0.2.0 took 5 %): setting its quota again is no change; lowering it is
+    node.run(1, [hold("a1", GPU_A, limits={"cpu_millis": 1500})])
+    data = record(node)
+    data["properties"] = {"CPUQuota": "5%"}
+    node.write(RECORD, json.dumps(data))
+    run_workload(node)
+    state = node.host().slices.state(SLICE)
+    node.host().slices.apply(SLICE, {"CPUQuota": "5%", "AllowedCPUs": "0-3"}, {})
+    assert record(node)["properties"] == {"CPUQuota": "5%", "AllowedCPUs": "0-3"}
+    with pytest.raises(SliceError) as caught:
+        node.host().slices.apply(SLICE, {"CPUQuota": "4%"}, {})
+    assert "CPUQuota=4%, below the floor of 10% of one CPU" in str(caught.value)
+    assert state.properties == {"CPUQuota": "5%"}

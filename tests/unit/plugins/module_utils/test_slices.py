@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -555,3 +556,90 @@ def test_a_stop_that_fails_thaws_the_slice(tmp_path):
     with pytest.raises(SliceError, match="Access denied"):
         host.slices.remove(NAME)
     assert read(host, "%s/%s/cgroup.freeze" % (SLICE_DIR, NAME)) == "0"
+
+
+# --- only a setting that takes something away is held to the headroom ------------------------------------------
+
+
+def write_cgroup_files(host, **files):
+    directory = host.path("%s/%s" % (SLICE_DIR, NAME))
+    for filename, content in files.items():
+        with open(os.path.join(directory, filename.replace("_", ".", 1)), "w") as handle:
+            handle.write(content)
+
+
+@pytest.mark.parametrize("content, percent", [(b"max 100000\n", None), (b"124000 100000\n", 124), (b"12400 100000\n", 12), (b"5000 100000", 5),
+                                              (b"1000 10000\n", 10), (b"", None), (b"5000 0\n", None),
+                                              (b"-1 100000\n", None), (b"5000\n", None)])
+def test_cpu_max_is_read_as_whole_percents_of_one_cpu(content, percent):
+    from ansible_collections.bcd.devices.plugins.module_utils.node.slices import parse_cpu_max
+    assert parse_cpu_max(content) == percent
+
+
+def test_the_systemd_backend_reads_what_the_slice_holds_from_its_cgroup(tmp_path):
+    host, _systemctl = cgroup_host(tmp_path)
+    host.slices.apply(NAME, {"MemoryMax": str(GIB)}, {})
+    write_cgroup_files(host, memory_max="%d\n" % GIB, memory_high="%d\n" % (GIB * 9 // 10), cpu_max="5000 100000\n")
+    state = host.slices.state(NAME, show=False)
+    assert (state.memory_max, state.memory_high, state.cpu_quota) == (GIB, GIB * 9 // 10, 5)
+    write_cgroup_files(host, memory_high="max\n", cpu_max="max 100000\n")
+    state = host.slices.state(NAME, show=False)
+    assert (state.memory_high, state.cpu_quota) == (None, None)
+
+
+def test_a_running_systemd_slice_at_its_limits_may_be_set_the_same_again_but_not_lower(tmp_path):
+    # a workload past its MemoryHigh, with every huge page it booked faulted in, in a slice bound at 5 %
+    host, systemctl = cgroup_host(tmp_path)
+    same = {"CPUQuota": "5%", "MemoryMax": str(GIB), "MemoryHigh": str(GIB * 9 // 10)}
+    huge = {"2MB": 8 * MIB}
+    host.slices.apply(NAME, {"MemoryMax": str(GIB)}, huge)
+
+    def workload():  # what systemd and the kernel show (the stand-in systemctl's start empties the slice)
+        write_cgroup_files(host, cgroup_events="populated 1\nfrozen 0\n", memory_max="%d\n" % GIB,
+                           memory_high="%d\n" % (GIB * 9 // 10), memory_current="%d\n" % (GIB - 32 * MIB),
+                           cpu_max="5000 100000\n", **{"hugetlb.2MB.current": "%d\n" % (8 * MIB),
+                                                         "hugetlb.2MB.max": "%d\n" % (8 * MIB)})
+    workload()
+    calls = len(systemctl.calls)
+    host.slices.apply(NAME, dict(same, AllowedCPUs="0-7"), huge)
+    workload()
+    assert systemctl.calls[calls:] == [
+        ["systemctl", "start", NAME],
+        ["systemctl", "set-property", "--runtime", NAME, "AllowedCPUs=0-7", "CPUQuota=5%", "MemoryMax=%d" % GIB,
+         "MemoryHigh=%d" % (GIB * 9 // 10)]]
+    calls = len(systemctl.calls)
+    for properties, hugetlb, words in [
+            (dict(same, CPUQuota="4%"), huge, "CPUQuota=4%, below the floor"),
+            (dict(same, MemoryMax=str(GIB - MIB)), huge, "memory_bytes %d leaves no headroom" % (GIB - MIB)),
+            ({"MemoryHigh": str(GIB * 9 // 10 - 1)}, huge, "MemoryHigh %d is below" % (GIB * 9 // 10 - 1)),
+            (same, {"2MB": 6 * MIB}, "hugepages_2mi 3 (hugetlb.2MB.max=6291456) leaves no headroom")]:
+        with pytest.raises(SliceError, match=re.escape(words)):
+            host.slices.apply(NAME, properties, hugetlb)
+    assert len(systemctl.calls) == calls  # each refused before any command
+
+
+def test_only_a_limit_that_lowers_what_the_slice_has_is_checked():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceState, check_slice_change
+    used = GIB
+    have = SliceState(name=NAME, populated=True, memory_current=used,
+                      properties={"MemoryMax": str(GIB), "MemoryHigh": str(GIB // 2), "CPUQuota": "2%"},
+                      hugetlb_max={"1GB": GIB}, hugetlb_current={"1GB": GIB})
+    check_slice_change(have, {"MemoryMax": str(GIB), "MemoryHigh": str(GIB // 2), "CPUQuota": "2%"}, {"1GB": GIB})
+    check_slice_change(have, {"MemoryMax": str(GIB + 1), "MemoryHigh": str(GIB // 2 + 1), "CPUQuota": "3%"},
+                       {"1GB": GIB + 1})
+    for properties, huge in [({"MemoryMax": str(GIB - 1)}, {}), ({"MemoryHigh": str(GIB // 2 - 1)}, {}),
+                             ({"CPUQuota": "1%"}, {}), ({}, {"1GB": GIB - 1})]:
+        with pytest.raises(SliceError):
+            check_slice_change(have, properties, huge)
+    # where the slice has no limit (unset, or unknown), any limit takes something away and is checked
+    unlimited = SliceState(name=NAME, populated=True, memory_current=used, hugetlb_current={"1GB": GIB})
+    for properties, huge in [({"MemoryMax": str(GIB)}, {}), ({"MemoryHigh": str(GIB - 1)}, {}),
+                             ({"CPUQuota": "9%"}, {}), ({}, {"1GB": GIB})]:
+        with pytest.raises(SliceError):
+            check_slice_change(unlimited, properties, huge)
+    # from the cgroup files where properties cannot be read back
+    files = SliceState(name=NAME, populated=True, memory_current=used, memory_max=GIB, memory_high=GIB // 2,
+                       cpu_quota=2)
+    check_slice_change(files, {"MemoryMax": str(GIB), "MemoryHigh": str(GIB // 2), "CPUQuota": "2%"}, {})
+    with pytest.raises(SliceError):
+        check_slice_change(files, {"CPUQuota": "1%"}, {})
