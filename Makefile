@@ -34,10 +34,10 @@ ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
 	@echo "make lint      target-Python check, ruff and mypy of plugins, ansible-lint, no checkout path in docs, shellcheck"
-	@echo "make units     pytest on tests/unit under ansible-core 2.19 and 2.16 (PYTEST_ARGS=..., CORES=...)"
-	@echo "make sanity    ansible-test sanity under ansible-core 2.16 to 2.19, on copies in .build/sanity (SANITY_ARGS=..., CORES=...)"
-	@echo "make molecule  every Molecule scenario"
-	@echo "make demo      hack/demo.sh: the fakehw demo"
+	@echo "make units     pytest on tests/unit under ansible-core 2.19 and 2.21 (PYTEST_ARGS=..., CORES=...)"
+	@echo "make sanity    ansible-test sanity under ansible-core 2.19, 2.20 and 2.21, and its compile test on every target Python 3.8 to 3.13 (SANITY_ARGS=..., CORES=...)"
+	@echo "make molecule  every Molecule scenario under 2.19, and default and role (MOLECULE_NEWEST=...) under 2.21"
+	@echo "make demo      hack/demo.sh: the fakehw demo (DEMO_CORE=2.21 runs it under 2.21)"
 	@echo "make e2e       hack/e2e.sh: podman 5 and the CDI library consume converged specs (root)"
 	@echo "make bench     hack/bench.py: pass times next to Ansible's and the disk's floor, as ratios (BENCH_ARGS=...)"
 	@echo "make test      venv, lint, units, sanity, molecule, e2e (what .ci/run runs); stops at the first failure"
@@ -72,21 +72,27 @@ lint: $(STAMP) | $(LINK)
 	$(BIN)/python hack/check_docs.py
 	bash hack/shellcheck.sh
 
-# The ansible-core versions meta/runtime.yml allows. 2.19 is .venv's; each older one has
-# its own venv, .build/venvs/ansible-core-<version> (hack/tool_venv.sh, pins in
-# requirements/tools/), made on first use. make units runs under the newest and the
-# oldest, make sanity under every one: CORES=2.19 (or UNITS_CORES=, SANITY_CORES=) narrows.
-CORES ?= 2.19 2.18 2.17 2.16
-UNITS_CORES ?= $(filter 2.19 2.16,$(CORES))
+# The ansible-core releases meta/runtime.yml allows, oldest first (docs/compatibility.md has the
+# table). 2.19 is .venv's; 2.20 and 2.21 each have their own venv on Python 3.12 and 3.13,
+# .build/venvs/ansible-core-<version> (hack/core_venv.sh and hack/tool_venv.sh; pins and Python
+# in requirements/tools/), made on first use. make units runs under the oldest and the newest,
+# make sanity under every one (each with the compile test on every target Python it supports,
+# 3.8 to 3.13), make molecule every scenario under 2.19 and those in MOLECULE_NEWEST under the newest:
+# CORES=2.21 (or UNITS_CORES=, SANITY_CORES=) narrows.
+CORES ?= 2.19 2.20 2.21
+UNITS_CORES ?= $(sort $(firstword $(CORES)) $(lastword $(CORES)))
 SANITY_CORES ?= $(CORES)
+MOLECULE_NEWEST ?= default role
 
 # Two workers (pytest-xdist); PYTEST_ARGS=... replaces that, e.g. PYTEST_ARGS="-q tests/unit/x.py".
 PYTEST_ARGS ?= -n 2
+# The first pass also runs the install test (tests/unit/install) under every release in CORES.
 units: $(STAMP) | $(LINK)
-	@for core in $(UNITS_CORES); do \
-	  case $$core in 2.19) bin=$(BIN) ;; *) bin=$$(BUILD=$(BUILD) bash hack/tool_venv.sh ansible-core-$$core) ;; esac; \
+	@for core in $(CORES); do VENV=$(VENV) BUILD=$(BUILD) bash hack/core_venv.sh $$core >/dev/null; done; \
+	install_cores="$(CORES)"; for core in $(UNITS_CORES); do \
+	  bin=$$(VENV=$(VENV) BUILD=$(BUILD) bash hack/core_venv.sh $$core); \
 	  echo "units: ansible-core $$("$$bin/python" -c 'import ansible; print(ansible.__version__)')"; \
-	  rc=0; "$$bin/python" -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	  rc=0; BCD_INSTALL_CORES="$$install_cores" "$$bin/python" -m pytest $(PYTEST_ARGS) || rc=$$?; install_cores=; \
 	  if ((rc == 5)); then echo "units: pytest collected no test under tests/unit" >&2; fi; \
 	  if ((rc)); then echo "units: failed under ansible-core $$core" >&2; exit $$rc; fi; \
 	done
@@ -96,10 +102,18 @@ sanity: $(STAMP)
 	  echo "sanity: ansible-core $$core"; \
 	  VENV=$(VENV) BUILD=$(BUILD) bash hack/sanity.sh --core $$core $(SANITY_ARGS) || { \
 	    echo "sanity: failed under ansible-core $$core" >&2; exit 1; }; \
+	  if [[ -z "$(SANITY_ARGS)" ]]; then VENV=$(VENV) BUILD=$(BUILD) bash hack/sanity.sh --core $$core --target-pythons || { \
+	    echo "sanity: the compile test failed on a target Python under ansible-core $$core" >&2; exit 1; }; fi; \
 	done
 
 molecule: $(STAMP) | $(LINK)
 	VENV=$(VENV) BUILD=$(BUILD) bash hack/molecule.sh $(MOLECULE_ARGS)
+	@if [[ -z "$(MOLECULE_ARGS)" && "$(lastword $(CORES))" != 2.19 ]]; then \
+	  for scenario in $(MOLECULE_NEWEST); do \
+	    echo "molecule: scenario $$scenario under ansible-core $(lastword $(CORES))"; \
+	    MOLECULE_CORE=$(lastword $(CORES)) VENV=$(VENV) BUILD=$(BUILD) bash hack/molecule.sh -s $$scenario; \
+	  done; \
+	fi
 
 bench: $(STAMP) | $(LINK)
 	$(BIN)/python hack/bench.py $(BENCH_ARGS)
@@ -108,7 +122,7 @@ bench: $(STAMP) | $(LINK)
 # ANSIBLE_COLLECTIONS_PATH set as for the other Ansible tools.
 demo: $(STAMP) | $(LINK)
 	@if [[ ! -f hack/demo.sh ]]; then echo "demo: hack/demo.sh is missing" >&2; exit 1; fi
-	$(ANSIBLE_ENV) VENV=$(VENV) BUILD=$(BUILD) bash hack/demo.sh $(DEMO_ARGS)
+	$(ANSIBLE_ENV) VENV=$(VENV) BUILD=$(BUILD) DEMO_CORE=$(DEMO_CORE) bash hack/demo.sh $(DEMO_ARGS)
 
 e2e: $(STAMP) | $(LINK)
 	bash hack/e2e.sh $(E2E_ARGS)

@@ -4,11 +4,20 @@
 #
 # Run `ansible-test sanity` on a real copy of the collection, under one ansible-core.
 #
-#   bash hack/sanity.sh [--core 2.16|2.17|2.18|2.19] [ANSIBLE-TEST ARGS...]
+#   bash hack/sanity.sh [--core 2.19|2.20|2.21] [ANSIBLE-TEST ARGS...]
+#   bash hack/sanity.sh [--core ...] --target-pythons
 #
-# 2.19 (the default) is .venv's ansible-core; an older one comes from its own venv,
-# .build/venvs/ansible-core-<version> (hack/tool_venv.sh, pins in requirements/tools/).
-# `make sanity` runs every version meta/runtime.yml allows, one after the other.
+# 2.19 (the default) is .venv's ansible-core (Python 3.11); a newer one comes from its own venv,
+# .build/venvs/ansible-core-<version> (hack/core_venv.sh; pins and its Python, 3.12 or 3.13, in
+# requirements/tools/). ansible-test runs on that venv's Python (--python 3.11, 3.12 or 3.13).
+# `make sanity` runs every version meta/runtime.yml allows, one after the other, each also with
+# --target-pythons.
+#
+# --target-pythons runs only the compile test, once for each Python the modules and module_utils
+# may meet on a node that this ansible-core supports there, from 3.8 to 3.13 (2.19: 3.8 to 3.13;
+# 2.20 and 2.21: 3.9 to 3.13; their 3.14 is not on these machines and not checked). Each
+# interpreter must be on the machine: hack/find_python.sh finds it (PATH, then pyenv's versions)
+# and links it as .build/pythons/pythonX.Y, first in PATH, where ansible-test looks for it.
 #
 # ansible-test wants the collection at .../ansible_collections/bcd/devices and refuses a
 # symlink, so this copies what git would ship (tracked files plus untracked files that
@@ -29,20 +38,20 @@ if [[ ${1:-} == --core ]]; then
   core=${2:?--core needs a version}
   shift 2
 fi
-case $core in
-  2.19) venv=$(cd "${VENV:-.venv}" && pwd) ;;
-  2.16 | 2.17 | 2.18) venv=$(BUILD=$build bash hack/tool_venv.sh "ansible-core-$core") && venv=${venv%/bin} ;;
-  *) echo "sanity: ansible-core $core is not one this collection supports (2.16 to 2.19)" >&2; exit 2 ;;
-esac
+targets=
+if [[ ${1:-} == --target-pythons ]]; then
+  targets=yes
+  shift
+fi
+venv=$(BUILD=$build bash hack/core_venv.sh "$core") && venv=${venv%/bin}
+python_version=$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # ansible-test's shellcheck test only warns, and passes, without shellcheck: here it is required
 # whenever that test is to run (every test, or --test shellcheck).
-if [[ " $* " != *" --test "* || " $* " == *" shellcheck "* ]] && ! command -v shellcheck >/dev/null 2>&1; then
+if [[ -z $targets ]] && [[ " $* " != *" --test "* || " $* " == *" shellcheck "* ]] && ! command -v shellcheck >/dev/null 2>&1; then
   echo "sanity: shellcheck is not installed, so ansible-test would skip its shellcheck test. Install it" \
     "(Debian, Ubuntu: sudo apt-get install shellcheck; .ci/run installs it when run as root)" >&2
   exit 2
 fi
-have=$("$venv/bin/python" -c 'import ansible; print(".".join(ansible.__version__.split(".")[:2]))')
-[[ $have == "$core" ]] || { echo "sanity: $venv has ansible-core $have, not $core" >&2; exit 2; }
 dest=$build/sanity/$core/ansible_collections/bcd/devices
 home=$build/home
 
@@ -67,12 +76,33 @@ git init -q "$dest"
 pip_version=$("$venv/bin/python" -c '
 import types
 from ansible_test._internal.python_requirements import get_venv_packages
-print(get_venv_packages(types.SimpleNamespace(version="3.11"))["pip"])')
+print(get_venv_packages(types.SimpleNamespace(version="'"$python_version"'"))["pip"])')
 cache=$home/.ansible/test/cache
 mkdir -p "$cache"
 cp hack/get_pip_stand_in.py "$cache/get_pip_${pip_version//./_}.py"
 
+if [[ -n $targets ]]; then
+  # The target Pythons this ansible-core supports, 3.8 to 3.13 (what the machines have).
+  mapfile -t wanted < <("$venv/bin/python" -c '
+from ansible_test._internal.constants import SUPPORTED_PYTHON_VERSIONS
+for version in SUPPORTED_PYTHON_VERSIONS:
+    if (3, 8) <= tuple(int(part) for part in version.split(".")) <= (3, 13):
+        print(version)')
+  links=$(bash hack/find_python.sh --links "$build/pythons" "${wanted[@]}")
+fi
+
 cd "$dest"
 export HOME=$home PATH=$venv/bin:$PATH
-echo "sanity: ansible-core $("$venv/bin/python" -c 'import ansible; print(ansible.__version__)'), $(git ls-files --others --exclude-standard | wc -l) files copied to $dest"
-exec ansible-test sanity --python 3.11 --color no "$@"
+echo "sanity: ansible-core $("$venv/bin/python" -c 'import ansible; print(ansible.__version__)') on Python $python_version, $(git ls-files --others --exclude-standard | wc -l) files copied to $dest"
+if [[ -n $targets ]]; then
+  export PATH=$links:$PATH
+  for version in "${wanted[@]}"; do
+    echo "sanity: compile test on target Python $version ($(readlink "$links/python$version"))"
+    ansible-test sanity --test compile --python "$version" --color no "$@" || {
+      echo "sanity: the modules or module_utils do not compile on Python $version (ansible-core $core)" >&2
+      exit 1
+    }
+  done
+  exit 0
+fi
+exec ansible-test sanity --python "$python_version" --color no "$@"

@@ -274,18 +274,12 @@ plan:
               type: str
               returned: when the limits set it
         hugetlb_max:
-          description: The huge page limits, in bytes.
+          description: >-
+            The huge page limits, in bytes, keyed by page size: C(2MB) for the 2 MiB pages and C(1GB) for the
+            1 GiB pages the limits book, each only when they book some (empty when they book none). A key that
+            starts with a digit is read with brackets, C(step.slice.hugetlb_max['1GB']), not with a dot.
           type: dict
           returned: for V(apply)
-          contains:
-            2MB:
-              description: The 2 MiB huge pages the limits book, in bytes.
-              type: int
-              returned: when the limits book them
-            1GB:
-              description: The 1 GiB huge pages the limits book, in bytes.
-              type: int
-              returned: when the limits book them
   sample:
     - action: bind
       allocation_id: alloc_01jz8k2v

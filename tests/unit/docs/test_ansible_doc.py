@@ -4,7 +4,7 @@
 """What ``ansible-doc`` shows of every plugin and role is whole, and the README's commands work.
 
 Runs the real ``ansible-doc`` (the one beside ``sys.executable``: ansible-core 2.19 in .venv,
-2.16 in its tool venv) with the collection found through ``.build/ansible_collections/bcd/devices``,
+2.21 in its tool venv) with the collection found through ``.build/ansible_collections/bcd/devices``,
 as the Makefile's tools find it. For every module, filter and role (found in the tree, not listed
 here), it checks that:
 
@@ -125,6 +125,14 @@ def test_requirements_do_not_end_with_a_full_stop(docs):
                 "%s: requirement %r ends with punctuation; ansible-doc joins them with ', '" % (page, requirement))
 
 
+# Dicts keyed by data, not by fields: their keys are named in the description instead of contains.
+KEYED_BY_DATA = {
+    # keyed by huge page size, "2MB" and "1GB": ansible-test 2.21's validate-modules refuses return keys
+    # that Jinja cannot reach with a dot (bad-return-value-key), so the description names them
+    "plan.slice.hugetlb_max",
+}
+
+
 def undocumented_fields(returns, path=""):
     for key, value in (returns or {}).items():
         where = "%s%s" % (path, key)
@@ -133,7 +141,7 @@ def undocumented_fields(returns, path=""):
         if not value.get("type"):
             yield "%s has no type" % where
         complex_ = value.get("type") == "dict" or (value.get("type") == "list" and value.get("elements") == "dict")
-        if complex_ and not value.get("contains"):
+        if complex_ and not value.get("contains") and where not in KEYED_BY_DATA:
             yield "%s is a %s with no contains" % (where, value.get("type"))
         yield from undocumented_fields(value.get("contains"), where + ".")
 
@@ -185,14 +193,21 @@ def readme_command_cases():
     return seen
 
 
+# ansible-core's own warning about its internal collection, not about this one: ansible-doc -t role
+# prints it under 2.21 (ansible/ansible#85689); a line of the stderr that is exactly this is left out.
+PROTOMATTER_WARNING = re.compile(r"^\[WARNING\]: Collection at '[^']*/ansible/_internal/ansible_collections/ansible/_protomatter'"
+                                 r" does not have a MANIFEST\.json file, nor has it galaxy\.yml: cannot detect version\.$")
+
+
 @pytest.mark.parametrize("args", readme_command_cases(), ids=" ".join)
 def test_readme_command_works(args, tmp_path):
     done = ansible_doc(args, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "[ERROR]" not in done.stderr and "[WARNING]" not in done.stderr, done.stderr
+    stderr = "\n".join(line for line in done.stderr.splitlines() if not PROTOMATTER_WARNING.match(line))
+    assert "[ERROR]" not in stderr and "[WARNING]" not in stderr, done.stderr
     page = page_of(args)
     if page is not None:
-        # "> MODULE bcd.devices.holds (...)" (2.19), "> BCD.DEVICES.HOLDS    (...)" (2.16)
+        # "> MODULE bcd.devices.holds (...)"
         assert re.search(r"^> .*\b%s\b" % re.escape(page[1]), done.stdout, re.M | re.I), done.stdout[:500]
     assert "(!UNKNOWN)" not in done.stdout
     requirements = re.search(r"^REQUIREMENTS:(.*?)(?:\n\n|\Z)", done.stdout, re.M | re.S)
