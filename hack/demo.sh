@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # make demo: build a fakehw GPU node in a temporary directory and run demo/playbook.yml against it.
+# DEMO_CORE picks the ansible-core release: 2.19 (.venv's, the default) or a newer one from its own
+# venv (hack/core_venv.sh): make demo DEMO_CORE=2.21.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bin=$(bash hack/core_venv.sh "${DEMO_CORE:-2.19}")
 root=$(mktemp -d "${TMPDIR:-/tmp}/bcd-demo.XXXXXX")
-.venv/bin/python hack/fakehw_node.py --root "$root/node-a" --node-id node-a --gpus 4 --mig-gpu 1 \
+"$bin/python" hack/fakehw_node.py --root "$root/node-a" --node-id node-a --gpus 4 --mig-gpu 1 \
   --domain inst_7:3 --compact >/dev/null
 echo "== A fakehw node in $root/node-a: 4 GPUs, GPU 1 split into two MIG instances,"
 echo "== a running VM inst_7 with GPU 3, and NVIDIA's vendor spec in var/run/cdi/nvidia.yaml"
@@ -15,10 +18,10 @@ demo_nodes:
   hosts:
     node-a:
       ansible_connection: local
-      ansible_python_interpreter: $PWD/.venv/bin/python
+      ansible_python_interpreter: $bin/python
       bcd_root: $root/node-a
 INVENTORY
-.venv/bin/ansible-playbook -i "$root/inventory.yml" demo/playbook.yml "$@"
+"$bin/ansible-playbook" -i "$root/inventory.yml" demo/playbook.yml "$@"
 echo "== The node's files are in $root/node-a (etc/cdi, run/bcd/allocations, var/lib/bcd)"
 if [[ " $* " != *" --diff "* ]]; then
   echo "== make demo DEMO_ARGS=--diff shows every file each task writes, in full, after its plan"

@@ -12,14 +12,20 @@
 # tree), and ANSIBLE_COLLECTIONS_PATH finds bcd.devices through .build/ansible_collections,
 # which links to this checkout. Extra arguments go to `molecule test`.
 #
-# Environment: VENV (default .venv), BUILD (default .build). The scenarios read
-# BCD_MOLECULE_TMP (set here: run them through this script, not with molecule alone).
+# MOLECULE_CORE picks the ansible-core release the scenarios run under (2.19, .venv's, by
+# default; 2.21 runs molecule from .build/venvs/ansible-core-2.21, Python 3.13: hack/core_venv.sh).
+# make molecule runs every scenario under 2.19 and one (MOLECULE_NEWEST) under the newest.
+#
+# Environment: VENV (default .venv), BUILD (default .build), MOLECULE_CORE (default 2.19). The
+# scenarios read BCD_MOLECULE_TMP (set here: run them through this script, not with molecule alone).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
-venv=$(cd "${VENV:-.venv}" && pwd)
 build=${BUILD:-$repo/.build}
+core=${MOLECULE_CORE:-2.19}
+venv=$(VENV=${VENV:-.venv} BUILD=$build bash hack/core_venv.sh "$core") && venv=${venv%/bin}
+[[ -x $venv/bin/molecule ]] || { echo "molecule: ${venv#"$repo"/} has no molecule (ansible-core $core)" >&2; exit 2; }
 
 shopt -s nullglob
 root_scenarios=(molecule/*/molecule.yml)
@@ -35,9 +41,9 @@ else
   echo "molecule: no scenario (no molecule/*/molecule.yml nor extensions/molecule/*/molecule.yml); nothing to run"
   exit 0
 fi
-echo "molecule: scenarios: ${scenarios[*]}"
+echo "molecule: ansible-core $("$venv/bin/python" -c 'import ansible; print(ansible.__version__)'); scenarios: ${scenarios[*]}"
 
-home=$build/molecule-home
+home=$build/molecule-home-$core
 rm -rf "$home"
 mkdir -p "$home"
 

@@ -141,8 +141,10 @@ class CallbackModule(CallbackBase):
         data = getattr(result, "result", None)
         if data is None:
             data = result._result
-        if task.register:
-            self._bcd_vars[task.register] = data
+        # A name (ansible-core 2.19, 2.20), or {name: what it keeps} (2.21, where register may project).
+        names = task.register if isinstance(task.register, dict) else [task.register] if task.register else []
+        for name in names:
+            self._bcd_vars[name] = data
         if task.action in ("set_fact", "ansible.builtin.set_fact"):
             self._bcd_vars.update(data.get("ansible_facts", {}))
 
