@@ -215,8 +215,8 @@ def test_a_release_cut_short_is_finished_and_reported():
 def test_a_live_hold_whose_new_input_is_invalid_is_kept():
     result = plan(2, [assign("a1", [GPU_A], env=["BAD LINE"])], observe([live("a1", [GPU_A])]))
     assert steps(result) == [("refuse", "a1")]
-    assert fails(result) == [("a1", "invalid-assignment", "env[0]: must be KEY=VALUE with KEY matching "
-                                                          "^[A-Za-z_][A-Za-z0-9_]*$")]
+    assert fails(result) == [("a1", "invalid-assignment", "env[0]: 'BAD LINE' is not KEY=VALUE with KEY matching "
+                                                          "^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
     assert [h["allocation_id"] for h in result.holds] == ["a1"]
 
 
