@@ -236,8 +236,10 @@ def headroom_message(wanted, used, least, margin):
 
 def check_a_populated_slice_is_kept(request, node, used):
     """Through ``request``: a slice whose workload uses ``used`` bytes is neither stopped nor squeezed
-    below that, and may grow. Also run against a real helper process by test_helper_attacks.py."""
-    assert request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 30}}) == {"ok": True}
+    below that, and may grow. Also run against a real helper process by test_helper_attacks.py. The slice is
+    bound above the use, so each value tried below lowers what it has (the same value again is no change)."""
+    bound = 4 << 30
+    assert request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": bound}}) == {"ok": True}
     record_path = node("/run/bcd/slices/bcd-alloc-a1.slice.json")
     record = json.loads(Path(record_path).read_text())
     record.update(populated=True, memory_current=used)      # a workload runs in it (root's record)
@@ -248,7 +250,7 @@ def check_a_populated_slice_is_kept(request, node, used):
     for wanted in (1 << 20, used, least - 1):  # below use, at use (the next allocation OOM), one byte short
         reply = request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": wanted}})
         assert reply == {"ok": False, "error": headroom_message(wanted, used, least, margin)}
-        assert json.loads(Path(record_path).read_text())["properties"]["MemoryMax"] == str(1 << 30)
+        assert json.loads(Path(record_path).read_text())["properties"]["MemoryMax"] == str(bound)
     assert os.path.exists(record_path)
     # just past the margin is fine
     assert request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": least}}) == {"ok": True}
