@@ -36,7 +36,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import rea
 class RecordSlices:
     """A fakehw host's slices: one JSON record per slice under ``<root>/run/bcd/slices``.
     A test simulates a running workload by setting ``populated`` to true (and ``memory_current``,
-    ``hugetlb_current`` to what it uses); ``frozen`` stands for ``cgroup.freeze``."""
+    ``hugetlb_current`` to what it uses); ``frozen`` stands for a real slice closed and frozen
+    (``SystemdSlices.freeze``)."""
 
     def __init__(self, host):
         self.host = host
@@ -134,7 +135,9 @@ class SystemdSlices:
         if not os.path.isdir(directory):
             return None
         events = read_bytes(os.path.join(directory, "cgroup.events")) or b""
-        populated = b"populated 0" not in events
+        # a cgroup under the slice is a unit or container being started (or left behind): it counts as a
+        # workload, so the slice is neither stopped under it nor squeezed
+        populated = b"populated 0" not in events or _descendants(directory) > 0
         current = {}  # type: Dict[str, int]
         limits = {}  # type: Dict[str, int]
         for size, _attribute, _page in HUGE_SIZES:
@@ -182,10 +185,35 @@ class SystemdSlices:
                 _write_cgroup(os.path.join(self._dir(name), "hugetlb.%s.max" % size), str(value))
 
     def freeze(self, name, frozen):
-        """Write the slice's ``cgroup.freeze`` (the kernel's cgroup-v2 freezer; no systemd property)."""
-        path = os.path.join(self._dir(name), "cgroup.freeze")
-        if os.path.exists(path):
-            _write_cgroup(path, "1" if frozen else "0")
+        """Close and freeze the slice (``frozen``), or thaw and open it again; no systemd property for either.
+
+        Closed: ``cgroup.max.descendants`` 0, so no cgroup can be made under the slice. systemd makes one
+        for every unit it starts there (``systemd-run --slice``, a container's scope) and a container
+        runtime for every container, so such a start fails at once (``mkdir``: EAGAIN) and nothing that
+        already runs is touched. Frozen: ``cgroup.freeze`` 1, for a process root moves straight into the
+        slice's own cgroup, which the closing cannot keep out. A file the kernel lacks (before 4.14 and
+        5.2) is skipped. A close that fails half-way is undone; a thaw writes both files whatever fails."""
+        directory = self._dir(name)
+        writes = [("cgroup.max.descendants", "0"), ("cgroup.freeze", "1")] if frozen else \
+            [("cgroup.freeze", "0"), ("cgroup.max.descendants", "max")]
+        failed = None
+        for filename, value in writes:
+            path = os.path.join(directory, filename)
+            if not os.path.exists(path):
+                continue
+            try:
+                _write_cgroup(path, value)
+            except SliceError as exc:
+                failed = failed or exc
+                if frozen:
+                    break
+        if failed is not None and frozen:
+            try:
+                self.freeze(name, False)
+            except SliceError:
+                pass  # the first error is the one to report
+        if failed is not None:
+            raise failed
 
     def remove(self, name):
         """``systemctl stop``, only once empty (``stop_when_empty``)."""
@@ -195,10 +223,13 @@ class SystemdSlices:
 
 def stop_when_empty(slices, name, stop):
     """Stop a slice only while nothing runs in it, closing the check-then-stop race as far as the kernel
-    lets us: the slice is frozen (``cgroup.freeze`` 1), ``populated`` read again, and only then stopped.
-    A process that joins after the freeze is frozen on arrival and never runs before the stop ends it;
-    one that joined before it is seen by the second read, and the slice is thawed and kept. A slice that
-    is gone is no error (a release may be repeated); one that cannot be stopped is thawed again."""
+    lets us: the slice is closed and frozen (``freeze``: no cgroup can be made under it, and what is moved
+    straight into it does not run), ``populated`` read again, and only then stopped. A unit or container
+    started into it after that fails to start (its cgroup cannot be made) and nothing of it is stopped; a
+    process moved into the slice's own cgroup is frozen on arrival and never runs before the stop; one that
+    joined before the close is seen by the second read, and the slice is thawed, opened and kept. A slice
+    that is gone is no error (a release may be repeated); one that cannot be stopped is thawed and opened
+    again, and so is one whose cgroup outlives the stop."""
     current = slices.state(name, show=False)
     if current is None:
         return
@@ -217,11 +248,22 @@ def stop_when_empty(slices, name, stop):
         except SliceError:
             pass  # the first error is the one to report; a slice left frozen is empty, and the next pass retries
         raise
+    if slices.state(name, show=False) is not None:
+        # stopped, but its cgroup stays (a process was moved straight into it): thawed and opened again, so a
+        # slice of that name started later is not born frozen and closed
+        slices.freeze(name, False)
 
 
 SHOW_PROPERTIES = ("AllowedCPUs", "AllowedMemoryNodes", "CPUQuotaPerSecUSec", "MemoryMax", "MemoryHigh")
 _TIMESPAN_UNITS = {"us": 1, "ms": 1000, "s": 1000000, "min": 60000000, "h": 3600000000}
 _TIMESPAN_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(us|ms|s|min|h)")
+
+
+def _descendants(directory):
+    """``nr_descendants`` of a cgroup's ``cgroup.stat`` (0 where it cannot be read)."""
+    match = re.search(rb"^nr_descendants ([0-9]{1,9})$", read_bytes(os.path.join(directory, "cgroup.stat")) or b"",
+                      re.MULTILINE)
+    return int(match.group(1)) if match else 0
 
 
 def parse_cpu_max(content):
