@@ -643,3 +643,136 @@ def test_only_a_limit_that_lowers_what_the_slice_has_is_checked():
     check_slice_change(files, {"MemoryMax": str(GIB), "MemoryHigh": str(GIB // 2), "CPUQuota": "2%"}, {})
     with pytest.raises(SliceError):
         check_slice_change(files, {"CPUQuota": "1%"}, {})
+
+
+# --- a stop closes the slice first: no cgroup can be made under it (issue 22) ------------------------------------
+
+
+def closable_cgroup(tmp_path):
+    host, systemctl, directory = frozen_cgroup(tmp_path)
+    with open(os.path.join(directory, "cgroup.max.descendants"), "w") as handle:
+        handle.write("max\n")
+    return host, systemctl, directory
+
+
+def test_a_systemd_slice_is_closed_and_frozen_when_systemctl_stop_runs(tmp_path):
+    host, systemctl, directory = closable_cgroup(tmp_path)
+    seen = []
+    real = systemctl.__call__
+
+    def recording(argv):
+        if argv[1] == "stop":
+            seen.append((read(host, "%s/%s/cgroup.max.descendants" % (SLICE_DIR, NAME)),
+                         read(host, "%s/%s/cgroup.freeze" % (SLICE_DIR, NAME))))
+        return real(argv)
+
+    host.slices.runner = recording
+    host.slices.remove(NAME)
+    assert seen == [("0", "1")]
+    assert not os.path.exists(directory)
+
+
+def test_a_stop_that_fails_or_finds_a_joiner_opens_and_thaws_the_slice(tmp_path):
+    host, systemctl, directory = closable_cgroup(tmp_path)
+    systemctl.fail["stop"] = (1, "Access denied")
+    with pytest.raises(SliceError, match="Access denied"):
+        host.slices.remove(NAME)
+    assert (read(host, "%s/%s/cgroup.max.descendants" % (SLICE_DIR, NAME)),
+            read(host, "%s/%s/cgroup.freeze" % (SLICE_DIR, NAME))) == ("max", "0")
+    # a cgroup under the slice (a unit or container being started) counts as a workload
+    del systemctl.fail["stop"]
+    with open(os.path.join(directory, "cgroup.stat"), "w") as handle:
+        handle.write("nr_descendants 1\nnr_dying_descendants 0\n")
+    assert host.slices.state(NAME).populated is True
+    calls = len(systemctl.calls)
+    with pytest.raises(SliceError, match="still runs a workload"):
+        host.slices.remove(NAME)
+    assert systemctl.calls[calls:] == []
+    with open(os.path.join(directory, "cgroup.stat"), "w") as handle:
+        handle.write("nr_descendants 0\nnr_dying_descendants 2\n")  # dying ones are on their way out
+    host.slices.remove(NAME)
+    assert not os.path.exists(directory)
+
+
+def test_a_slice_whose_cgroup_outlives_its_stop_is_opened_and_thawed(tmp_path):
+    host, systemctl, directory = closable_cgroup(tmp_path)
+    real = systemctl.__call__
+    host.slices.runner = lambda argv: (0, "", "") if argv[1] == "stop" else real(argv)  # the cgroup stays
+    host.slices.remove(NAME)
+    assert (read(host, "%s/%s/cgroup.max.descendants" % (SLICE_DIR, NAME)),
+            read(host, "%s/%s/cgroup.freeze" % (SLICE_DIR, NAME))) == ("max", "0")
+
+
+def writable_cgroup2():
+    """A cgroup-v2 directory this process may make cgroups in and move processes into, or None."""
+    if os.geteuid() != 0:
+        return None
+    with open("/proc/self/mountinfo") as handle:
+        mounts = [line.split(" - ")[0].split()[4] for line in handle if " - cgroup2 " in line]
+    for mount in mounts:
+        probe = os.path.join(mount, "bcd-test-%d" % os.getpid())
+        try:
+            os.mkdir(probe)
+        except OSError:
+            continue
+        if os.path.exists(os.path.join(probe, "cgroup.freeze")):
+            return probe
+        os.rmdir(probe)
+    return None
+
+
+def test_on_a_real_kernel_a_closed_slice_takes_no_new_cgroup_and_freezes_what_is_moved_in(tmp_path):
+    import errno
+    import signal
+    import subprocess
+    import time
+    base = writable_cgroup2()
+    if base is None:
+        pytest.skip("needs root and a writable cgroup-v2 hierarchy with cgroup.freeze")
+    root = tmp_path / "root"
+    os.makedirs(str(root / "sys/fs/cgroup/bcd.slice"))
+    os.symlink(base, str(root / SLICE_DIR.lstrip("/")))
+    slice_dir = os.path.join(base, NAME)
+    os.mkdir(slice_dir)
+    stops = []
+
+    def runner(argv):  # systemd stops the slice and removes its cgroup, which the kernel allows only empty
+        stops.append(argv)
+        os.rmdir(slice_dir)
+        return 0, "", ""
+
+    host = RealHost(str(root), runner=runner)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        host.slices.freeze(NAME, True)
+        with pytest.raises(OSError) as caught:  # what systemd's or a runtime's start into the slice meets
+            os.mkdir(os.path.join(slice_dir, "run-u1.service"))
+        assert caught.value.errno == errno.EAGAIN
+        with open(os.path.join(slice_dir, "cgroup.procs"), "w") as handle:  # root moves a process straight in
+            handle.write(str(sleeper.pid))
+        deadline = time.time() + 10
+        while b"frozen 1" not in (open(os.path.join(slice_dir, "cgroup.events"), "rb").read()) and time.time() < deadline:
+            time.sleep(0.05)
+        assert b"populated 1" in open(os.path.join(slice_dir, "cgroup.events"), "rb").read()
+        assert b"frozen 1" in open(os.path.join(slice_dir, "cgroup.events"), "rb").read()
+        host.slices.freeze(NAME, False)
+        with pytest.raises(SliceError, match="still runs a workload"):
+            host.slices.remove(NAME)
+        assert stops == []
+        assert open(os.path.join(slice_dir, "cgroup.max.descendants")).read().strip() == "max"
+        assert open(os.path.join(slice_dir, "cgroup.freeze")).read().strip() == "0"
+        os.mkdir(os.path.join(slice_dir, "run-u2.service"))  # open again
+        os.rmdir(os.path.join(slice_dir, "run-u2.service"))
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+    deadline = time.time() + 10
+    while b"populated 0" not in open(os.path.join(slice_dir, "cgroup.events"), "rb").read() and time.time() < deadline:
+        time.sleep(0.05)
+    try:
+        host.slices.remove(NAME)
+        assert len(stops) == 1 and not os.path.exists(slice_dir)
+    finally:
+        if os.path.isdir(slice_dir):
+            os.rmdir(slice_dir)
+        os.rmdir(base)
