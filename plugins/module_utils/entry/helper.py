@@ -21,7 +21,7 @@ writes itself (docs/security.md):
   properties built by root from the limits, with headroom over what its workload uses
   and a CPUQuota floor (``domain.slices.check_slice_change``);
 * ``{"op": "slice.stop", "allocation_id": …}``: only once the slice is empty, checked
-  again with the slice frozen;
+  again with the slice closed and frozen;
 * ``{"op": "kube.look"}``: what pods hold, asked of the kubelet; the reply carries
   ``"view"``.
 
@@ -291,8 +291,8 @@ def _apply_slice(host, allocation_id, raw_limits):
 
 
 def _stop_slice(host, allocation_id):
-    """A slice is stopped only once empty: a release never kills a workload. The backend freezes the
-    slice and reads ``populated`` again before it stops it (``node.slices.stop_when_empty``)."""
+    """A slice is stopped only once empty: a release never kills a workload. The backend closes and freezes
+    the slice and reads ``populated`` again before it stops it (``node.slices.stop_when_empty``)."""
     name = slice_name(allocation_id)
     current = host.slices.state(name)
     if current is None:
