@@ -43,7 +43,7 @@ def imports_of(path):
 
 
 def test_every_module_lives_in_a_layer_and_each_layer_is_described():
-    """Each layer's __init__.py stays empty (ansible-test 2.16's empty-init); the layers' README says
+    """Each layer's __init__.py stays empty (ansible-test's empty-init); the layers' README says
     what belongs in each, a paragraph apiece."""
     found = modules()
     assert sorted(name for name in found if "." not in name) == sorted(LAYERS)
