@@ -180,7 +180,7 @@ class World(object):
         self.socket = os.path.join(self.base, "run", "helper.sock")
         os.makedirs(os.path.dirname(self.socket), mode=0o755)
         self.log = open(os.path.join(self.base, "helper.log"), "wb")
-        self.helper = subprocess.Popen([sys.executable, "-c", LAUNCHER, COLLECTIONS_PARENT, "helper", "--root",
+        self.helper = subprocess.Popen([sys.executable, "-I", "-c", LAUNCHER, COLLECTIONS_PARENT, "helper", "--root",
                                         self.root, "--fakehw", self.fakehw, "--socket", self.socket,
                                         "--allow-user", attacker.name], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -219,7 +219,7 @@ class World(object):
 
     def root_cli(self, *argv, timeout=120):
         """``bcd-holds ARGV`` as root, as the module under become or a root timer would run it."""
-        proc = subprocess.run([sys.executable, "-c", LAUNCHER, COLLECTIONS_PARENT] + list(argv)
+        proc = subprocess.run([sys.executable, "-I", "-c", LAUNCHER, COLLECTIONS_PARENT] + list(argv)
                               + ["--root", self.root, "--fakehw", self.fakehw], cwd="/", timeout=timeout,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
         return proc.returncode, proc.stdout.decode(), proc.stderr.decode()

@@ -159,7 +159,7 @@ class World:
         env = dict((key, value) for key, value in os.environ.items() if key != "JOURNAL_STREAM")
         started = time.monotonic()
         try:
-            proc = subprocess.run([sys.executable, "-c", LAUNCHER, COLLECTIONS_PARENT] + list(argv)
+            proc = subprocess.run([sys.executable, "-I", "-c", LAUNCHER, COLLECTIONS_PARENT] + list(argv)
                                   + ["--root", self.node.root, "--fakehw", self.node.fakehw], cwd="/", env=env,
                                   timeout=timeout, capture_output=True, check=False)
         except subprocess.TimeoutExpired:
@@ -173,7 +173,7 @@ class World:
         """The module ``name`` run as root: ``(exit code, result, stderr)``."""
         args = dict(args, root=self.node.root, fakehw=self.node.fakehw, state_dir=STATE)
         try:
-            proc = subprocess.run([sys.executable, "-c", MODULE_LAUNCHER, COLLECTIONS_PARENT, name, json.dumps(args)],
+            proc = subprocess.run([sys.executable, "-I", "-c", MODULE_LAUNCHER, COLLECTIONS_PARENT, name, json.dumps(args)],
                                   cwd="/", timeout=DEADLINE, capture_output=True, check=False)
         except subprocess.TimeoutExpired:
             pytest.fail("bcd.devices.%s did not end within %ds" % (name, DEADLINE))
