@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Dict
+from typing import Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     CGROUP_ROOT,
@@ -196,7 +196,7 @@ class SystemdSlices:
         directory = self._dir(name)
         writes = [("cgroup.max.descendants", "0"), ("cgroup.freeze", "1")] if frozen else \
             [("cgroup.freeze", "0"), ("cgroup.max.descendants", "max")]
-        failed = None
+        failed = None  # type: Optional[SliceError]
         for filename, value in writes:
             path = os.path.join(directory, filename)
             if not os.path.exists(path):
