@@ -66,7 +66,7 @@ def test_requires_ansible_admits_the_table_and_nothing_else():
         for patch in ("0", "1", "99"):
             assert Version("%s.%s" % (release, patch)) in spec, "%s does not admit %s.%s" % (spec, release, patch)
     major, oldest = minor(OLDEST)
-    _, newest = minor(NEWEST)
+    newest = minor(NEWEST)[1]
     assert Version("%d.%d.99" % (major, oldest - 1)) not in spec, "%s admits a release older than %s" % (spec, OLDEST)
     assert Version("%d.%d.0" % (major, newest + 1)) not in spec, "%s admits a release newer than %s" % (spec, NEWEST)
     assert Version("%d.%d.0rc1" % (major, newest + 1)) not in spec

@@ -146,7 +146,7 @@ def test_the_ee_requirements_are_installed_here():
 
 
 def test_a_job_through_ansible_runner_holds_gpus_on_two_nodes_and_shows_each_host(artifact, make_node, tmp_path):
-    collections, _ = install(artifact, Path(sys.executable).parent, tmp_path / "ee")
+    collections = install(artifact, Path(sys.executable).parent, tmp_path / "ee")[0]
     nodes = {"node-a": make_node(vendor="mig", node_id="node-a"), "node-b": make_node(node_id="node-b")}
     gpus = {name: [gpu["uuid"] for gpu in json.loads(Path(node.fakehw).read_text())["gpus"]] for name, node in nodes.items()}
     wanted = {

@@ -100,7 +100,7 @@ def test_the_artifact_installs_and_runs_under_each_release(core, artifact, make_
                           capture_output=True, text=True, check=True).stdout.strip()
     assert have.startswith(core + "."), "%s runs ansible-core %s, not %s" % (bin_dir, have, core)
 
-    collections, _ = install(artifact, bin_dir, tmp_path)
+    collections = install(artifact, bin_dir, tmp_path)[0]
     env = clean_env(tmp_path, collections, bin_dir)
     listed = subprocess.run([str(bin_dir / "ansible-galaxy"), "collection", "list", "bcd.devices"], cwd=str(tmp_path),
                             env=env, capture_output=True, text=True, timeout=120, check=False)
