@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import nests_deeper
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import XID_CLASSES, problems
@@ -38,7 +41,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release im
 HAS_YAML = importlib.util.find_spec("yaml") is not None
 
 
-MAX_FILE_BYTES = 16 * 1024 * 1024
+# A node of 64 GPUs is some 20 KiB; PyYAML reads well under a MiB a second, and every pass reads the file.
+MAX_FILE_BYTES = 256 * 1024
+MAX_DEPTH = 64
 MAX_INT = 2 ** 63 - 1
 
 _GPU_UUID_RE = re.compile(r"^GPU-[A-Za-z0-9-]{1,128}$")
@@ -169,6 +174,8 @@ def parse_fakehw_text(text, source="fakehw file"):
                 "%s is not valid JSON (%s) and PyYAML is not installed to read it as YAML"
                 % (source, json_exc)
             )
+        if nests_deeper(text.encode("utf-8", "surrogatepass"), MAX_DEPTH):  # before PyYAML reads ahead through all
+            raise FakeHwError("%s: nested too deeply" % source)
         yaml, loader = _strict_loader()
         try:
             data = yaml.load(text, Loader=loader)  # a SafeLoader
@@ -176,14 +183,20 @@ def parse_fakehw_text(text, source="fakehw file"):
             raise FakeHwError("%s is neither valid JSON nor valid YAML: %s" % (source, _one_line(yaml_exc)))
         except RecursionError:
             raise FakeHwError("%s: nested too deeply" % source)
+        except (ValueError, TypeError, OverflowError) as exc:  # a scalar PyYAML cannot convert: 10 000 digits
+            raise FakeHwError("%s is neither valid JSON nor valid YAML: %s" % (source, _one_line(exc)))
     return fakehw_from_data(data, source=source)
 
 
 def load_fakehw(path):
     # type: (str) -> FakeHw
-    """Read and validate the fakehw file at ``path``. Raises ``FakeHwError``."""
+    """Read and validate the fakehw file at ``path``. Raises ``FakeHwError``. The file is opened without
+    waiting (a FIFO in its place would block every pass) and must be a regular file."""
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise FakeHwError("fakehw file %s is not a regular file" % path)
             raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise FakeHwError("cannot read fakehw file %s: %s" % (path, exc.strerror or exc))

@@ -7,6 +7,7 @@ every kind of bad content is a FakeHwError naming the field."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -195,11 +196,26 @@ def test_bad_content_names_the_field(tmp_path, data, message):
         ("domains:\n  - instance_id: 0123\n", r"domains\[0\]\.instance_id: must be a string, not an integer"),
         ("!!python/object/apply:os.system ['true']\n", "neither valid JSON nor valid YAML"),
         ("[" * 100000 + "]" * 100000, "nested too deeply|neither valid JSON nor valid YAML"),
+        # found by make fuzz: PyYAML's int() of 10 000 digits raised ValueError, a traceback
+        ("node_id: a\nboot_id: " + "7" * 10000 + "\n", "neither valid JSON nor valid YAML: Exceeds the limit"),
+        ("? %s\n: 1\n" % ("1" * 10000), "neither valid JSON nor valid YAML: Exceeds the limit"),
+        # YAML flow nesting is refused before PyYAML reads ahead through every bracket (a second per 100 000)
+        ("gpus: " + "[" * 100000 + "\n", "nested too deeply"),
     ],
 )
 def test_bad_files(tmp_path, text, message):
     with pytest.raises(FakeHwError, match=message):
         load_fakehw(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, lambda path: os.symlink("/dev/zero", path)], ids=["fifo", "dev-zero"])
+def test_a_fifo_or_a_device_is_refused_without_waiting(tmp_path, make):
+    """Found by make fuzz: a FIFO in the file's place blocked every pass in open(), a link to /dev/zero read
+    16 MiB of zeros first."""
+    path = str(tmp_path / "hw.yaml")
+    make(path)
+    with pytest.raises(FakeHwError, match="fakehw file .*hw.yaml is not a regular file"):
+        load_fakehw(path)
 
 
 def test_yaml_merge_keys_are_not_duplicates(tmp_path):
