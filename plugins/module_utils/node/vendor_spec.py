@@ -18,13 +18,18 @@ Which file is used:
   are true there, and says what is stale.
 * A WSL2 spec has a single device, ``all`` (backed by ``/dev/dxg``); it then
   stands for every GPU, and MIG devices have no edits.
+* A spec file is opened without waiting and read to at most ``MAX_SPEC_BYTES``: a FIFO,
+  device or socket in its place, a larger file, or one nested deeper than ``MAX_DEPTH``,
+  is a warning, never a pass that hangs or takes seconds.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import nests_deeper
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import check_vendor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import (
     NVIDIA_KIND,
@@ -35,6 +40,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor impo
     build_vendor_spec,
     parse_spec_text,
 )
+
+# NVIDIA's spec of 64 GPUs and MIG devices is some 50 KiB; PyYAML reads well under a MiB a second,
+# and a pass reads the spec every time.
+MAX_SPEC_BYTES = 256 * 1024
+MAX_DEPTH = 64  # NVIDIA's spec nests 6 levels
 
 
 def _candidate_files(root, spec_dir, warnings):
@@ -63,21 +73,41 @@ def _candidate_files(root, spec_dir, warnings):
     return out
 
 
+def _read_bounded(path):
+    # type: (str) -> bytes
+    """The bytes of the regular file at ``path``, at most ``MAX_SPEC_BYTES``; ``ValueError`` for a FIFO, a
+    device or a socket in a spec's place (opened without waiting: a FIFO would block a pass forever) or a
+    larger file (``/dev/zero``'s read would never end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError("not a regular file")
+        raw = handle.read(MAX_SPEC_BYTES + 1)
+    if len(raw) > MAX_SPEC_BYTES:
+        raise ValueError("larger than %d KiB; a real one is a few dozen" % (MAX_SPEC_BYTES // 1024))
+    return raw
+
+
 def _read_nvidia_spec(root, node_path, warnings):
     # type: (str, str, List[str]) -> Optional[Tuple[Dict[str, Any], bytes]]
     """The parsed spec and its bytes when ``node_path`` is an NVIDIA spec;
     None (with a warning when the file is bad) otherwise."""
     local = os.path.join(root, node_path.lstrip("/"))
     try:
-        with open(local, "rb") as handle:
-            raw = handle.read()
+        raw = _read_bounded(local)
     except OSError as exc:
         warnings.append("cannot read CDI spec %s: %s" % (node_path, exc.strerror or exc))
+        return None
+    except ValueError as exc:
+        warnings.append("cannot read CDI spec %s: %s" % (node_path, exc))
         return None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         warnings.append("cannot read CDI spec %s: not UTF-8 text (%s)" % (node_path, exc.reason))
+        return None
+    if nests_deeper(raw, MAX_DEPTH):  # PyYAML reads ahead through every bracket, a second per 100 000
+        warnings.append("cannot read CDI spec %s: nested deeper than %d levels" % (node_path, MAX_DEPTH))
         return None
     try:
         data = parse_spec_text(text, node_path)

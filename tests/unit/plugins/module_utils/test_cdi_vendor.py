@@ -422,6 +422,26 @@ def test_an_unreadable_file_is_a_warning(tmp_path):
     assert "cannot read CDI spec /etc/cdi/nvidia.yaml" in spec.warnings[0]
 
 
+@pytest.mark.parametrize("make, expected", [
+    (os.mkfifo, "not a regular file"),
+    (lambda path: os.symlink("/dev/zero", path), "not a regular file"),
+    (lambda path: Path(path).write_bytes(b" " * (256 * 1024 + 1)), "larger than 256 KiB"),
+    (lambda path: Path(path).write_text("x: " + "[" * 100000), "nested deeper than 64 levels"),
+], ids=["fifo", "dev-zero", "too-large", "deep"])
+def test_a_fifo_a_device_a_huge_or_deep_file_is_a_warning_and_never_waited_on(tmp_path, make, expected):
+    """Found by make fuzz: a FIFO blocked the pass in open(), /dev/zero ran it out of memory, and 100 000
+    brackets cost PyYAML a second before it failed."""
+    (tmp_path / "var" / "run" / "cdi").mkdir(parents=True)
+    make(str(tmp_path / "var" / "run" / "cdi" / "nvidia.yaml"))
+    put(tmp_path, "/etc/cdi/nvidia.yaml", FULL_YAML)
+
+    spec = load_vendor_spec(str(tmp_path))
+
+    assert spec.path == "/etc/cdi/nvidia.yaml"
+    assert len(spec.warnings) == 1 and "cannot read CDI spec /var/run/cdi/nvidia.yaml" in spec.warnings[0]
+    assert expected in spec.warnings[0], spec.warnings
+
+
 def test_a_spec_directory_that_is_a_file_is_a_warning(tmp_path):
     put(tmp_path, "/etc/cdi", "not a directory")
     put(tmp_path, "/var/run/cdi/nvidia.yaml", FULL_YAML)
