@@ -44,7 +44,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     validate_spec,
     version_key,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import cgroup_parent_of
 
 KIND = "bcd.dev/gpu"
@@ -371,13 +371,17 @@ def read_hold(allocation_id, path, content):
     except ValueError as exc:
         hold.problem = "cannot parse %s: %s" % (path, exc)
         return hold
+    except RecursionError:
+        hold.problem = "cannot parse %s: nested too deeply" % path
+        return hold
     annotations = spec.get("annotations")
     if not isinstance(annotations, dict):
         annotations = {}
-    hold.reservation_id = str(annotations.get(ANN_RESERVATION, ""))
+    reservation = annotations.get(ANN_RESERVATION, "")
+    hold.reservation_id = reservation if isinstance(reservation, str) else _scalar_text(reservation)
     try:
         hold.generation = int(annotations.get(ANN_GENERATION, ""))  # absent: ValueError, as for a non-number
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity, which json.loads reads
         hold.generation = None
     hold.kubernetes = annotations.get(ANN_BINDING) == "kubernetes"
     parent = annotations.get(ANN_CGROUP_PARENT)
@@ -395,9 +399,16 @@ def read_hold(allocation_id, path, content):
             hold.problem = "%s: %s" % (path, exc.message)
             continue
         hold.device_ids.append(device_id)
-    if annotations.get(ANN_ALLOCATION) not in (None, allocation_id):
-        hold.problem = "%s: names allocation %r" % (path, annotations.get(ANN_ALLOCATION))
+    named = annotations.get(ANN_ALLOCATION)
+    if named is not None and named != allocation_id:
+        hold.problem = "%s: names allocation %s" % (path, repr(named[:120]) if isinstance(named, str) else type_name(named))
     return hold
+
+
+def _scalar_text(value):
+    """An annotation that is not text, as text: a number or boolean as written, anything else (a list,
+    a mapping, nested as deep as JSON goes) as nothing."""
+    return "" if isinstance(value, (list, dict)) else str(value)
 
 
 def env_atoms(hold, found):

@@ -34,6 +34,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec impor
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter, HelperWriter
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+MAX_HOLD_SPEC_BYTES = 16 * 1024 * 1024  # a hold of 1024 atoms, NVIDIA's edits on each, is some 300 KiB
 DRIVER_VERSION_PATH = "/proc/driver/nvidia/version"
 
 
@@ -81,7 +82,7 @@ class Host(abc.ABC):
                 continue
             node_path = "%s/%s" % (SPEC_DIR, name)
             try:
-                content = self.read(node_path)
+                content = _read_spec(self.path(node_path))
             except OSError:  # a directory of that name is no hold; writing the hold there fails on its own
                 continue
             if content is not None:
@@ -294,6 +295,20 @@ class FakeHwHost(Host):
 
     def node_id(self):
         return self.hw.node_id or super().node_id()
+
+
+def _read_spec(path):
+    """A hold's spec: None when it is gone or not a regular file (a FIFO there is opened without waiting,
+    and is no hold), its first ``MAX_HOLD_SPEC_BYTES`` + 1 bytes when larger (a damaged spec: the pass sets
+    it aside), else its bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read(MAX_HOLD_SPEC_BYTES + 1)
 
 
 # The readers of a real node and the kubelet are imported when a pass first needs them: a module run

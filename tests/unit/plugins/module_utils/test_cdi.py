@@ -376,6 +376,22 @@ def test_a_damaged_spec_is_still_a_hold_with_a_problem(content):
     assert hold.device_ids == []
 
 
+@pytest.mark.parametrize("content", [
+    b"[" * 100000 + b"]" * 100000,
+    b'{"annotations": {"bcd.dev/reservation-id": %s}}' % (b"[" * 900 + b"]" * 900),
+    b'{"annotations": {"bcd.dev/allocation-id": %s}}' % (b"[" * 900 + b"]" * 900),
+    b'{"annotations": {"bcd.dev/generation": Infinity}}',
+])
+def test_a_spec_nested_deeply_or_with_infinity_reads_back_without_a_traceback(content):
+    """Found by make fuzz: RecursionError from json.loads and from str() of a deep annotation, OverflowError
+    from int(Infinity)."""
+    hold = read_hold(ALLOC, cdi_spec_path(ALLOC), content)
+    assert hold.allocation_id == ALLOC
+    assert hold.generation is None
+    assert isinstance(hold.reservation_id, str)
+    assert hold.problem is None or "bcd-%s.json" % ALLOC in hold.problem
+
+
 def test_a_spec_naming_another_allocation_has_a_problem(render):
     spec, _env, _notes = render([GPU_A])
     hold = read_hold("alloc_other", cdi_spec_path("alloc_other"), spec_bytes(spec))
