@@ -151,7 +151,7 @@ class Host(abc.ABC):
         another kind of file, None when there is none. A path that cannot be looked at counts as there."""
         try:
             info = os.stat(self.path(node_path))
-        except FsError:
+        except (FsError, ValueError):  # ValueError: a NUL or a lone surrogate, which no path on the node has
             return None
         except OSError as exc:
             return None if exc.errno in (errno.ENOENT, errno.ENOTDIR) else UNKNOWN_DEVICE
@@ -163,7 +163,7 @@ class Host(abc.ABC):
         """Whether ``node_path`` exists under root (a path that cannot be looked at counts as there)."""
         try:
             os.stat(self.path(node_path))
-        except FsError:
+        except (FsError, ValueError):  # ValueError: a NUL or a lone surrogate, which no path on the node has
             return False
         except OSError as exc:
             return exc.errno not in (errno.ENOENT, errno.ENOTDIR)

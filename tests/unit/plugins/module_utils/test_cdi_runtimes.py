@@ -515,6 +515,9 @@ def test_a_real_host_reads_device_numbers_files_and_the_driver_under_its_root(tm
     assert host.device_number("/dev/nvidia9") is None
     assert host.device_number("/../../etc/passwd") is None  # never outside root
     assert host.file_exists("/dev/plain") and not host.file_exists("/usr/lib/libcuda.so.1")
+    # found by make fuzz: a spec's path with a NUL or a lone surrogate (JSON's \ud800) raised ValueError
+    for odd in ("/dev/nvidia\ud800", "/usr/lib/a\x00b"):
+        assert host.device_number(odd) is None and not host.file_exists(odd)
     if os.geteuid() == 0:
         os.mknod(str(tmp_path / "dev" / "nvidia0"), stat.S_IFCHR | 0o666, os.makedev(195, 0))
         assert host.device_number("/dev/nvidia0") == (195, 0)
