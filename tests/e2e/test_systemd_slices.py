@@ -37,7 +37,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "systemd"))
 
 import bcd_systemd  # noqa: E402  pylint: disable=wrong-import-position,import-error
-from bcd_systemd import GPUS, cgroup_dir, parse_cgroup_events, timer_setting  # noqa: E402  pylint: disable=import-error
+from bcd_systemd import GPUS, METRICS_TEXTFILE, cgroup_dir, parse_cgroup_events, timer_setting  # noqa: E402  pylint: disable=import-error
 
 pytestmark = pytest.mark.skipif(
     not (bcd_systemd.TARBALLS and bcd_systemd.WORK and all(map(os.path.isfile, bcd_systemd.TARBALLS.values()))),
@@ -235,6 +235,35 @@ def test_the_helper_runs_as_root_and_the_passes_as_bcd(node, generation_1):  # p
         assert state_files, "the pass left nothing in /var/lib/bcd"
         wrong = {path: who for path, who in node.owners(*state_files).items() if not who.startswith("bcd:bcd ")}
         assert not wrong, "state files the timers' passes (as bcd) could not replace: %s" % wrong
+
+
+def test_root_writes_the_metrics_in_a_unit_of_its_own_after_a_timer_pass(node, generation_1):  # pylint: disable=redefined-outer-name
+    """Issue 22: no root (+) line in the bcd account's pass units; the pass starts bcd-holds-metrics.service
+    (OnSuccess=), which runs as root in /, with no environment of the account's, and writes the textfile."""
+    del generation_1
+    metrics = "bcd-holds-metrics.service"
+    with node.explained(metrics):
+        for unit in ("bcd-holds-converge.service", "bcd-holds-retry.service"):
+            shown = node.show(unit, "User", "OnSuccess", "OnFailure")
+            assert shown["User"] == "bcd", (unit, shown)
+            stop_post = node.nsenter("systemctl", "show", "--property=ExecStopPost", unit).stdout.strip()
+            assert stop_post in ("", "ExecStopPost="), (unit, stop_post)
+            assert shown["OnSuccess"] == metrics and shown["OnFailure"] == metrics, (unit, shown)
+        node.nsenter("rm", "-f", METRICS_TEXTFILE)
+        run_timer_pass(node)
+        deadline = time.monotonic() + 30
+        while not node.exists(METRICS_TEXTFILE) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert node.exists(METRICS_TEXTFILE), "no metrics textfile after a timer pass"
+        shown = node.show(metrics, "Result", "ExecMainStatus", "User", "WorkingDirectory", "Environment")
+        assert (shown["Result"], shown["ExecMainStatus"]) == ("success", "0"), shown
+        assert shown["User"] in ("", "root") and shown["WorkingDirectory"] == "/", shown
+        assert not shown["Environment"], shown
+        env_files = node.nsenter("systemctl", "show", "--property=EnvironmentFiles", metrics).stdout.strip()
+        assert env_files in ("", "EnvironmentFiles="), env_files
+        assert node.owners(METRICS_TEXTFILE)[METRICS_TEXTFILE] == "root:root 644", node.owners(METRICS_TEXTFILE)
+        text = node.read(METRICS_TEXTFILE) or ""
+        assert 'bcd_holds{' in text and 'bcd_last_pass_timestamp_seconds' in text, text[:2000]
 
 
 def test_the_drift_pass_makes_a_stopped_slice_again(node, generation_1):  # pylint: disable=redefined-outer-name

@@ -134,6 +134,10 @@ def _die_with_parent():
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+# Where the role has root write the metrics (bcd-holds-metrics.service after every timer pass).
+METRICS_TEXTFILE = "/run/bcd-holds-e2e.prom"
+
+
 class NodeError(AssertionError):
     """The node could not be booted or driven; the message carries what the runtime said."""
 
@@ -399,7 +403,8 @@ class SystemdNode(object):
         extra = os.path.join(self.dir, "vars-%s.json" % name)
         with open(extra, "w") as handle:
             json.dump({"bcd_holds_generation": generation, "bcd_holds_devices": devices,
-                       "bcd_holds_fail_on_refusal": True, "e2e_result": result}, handle)
+                       "bcd_holds_fail_on_refusal": True, "bcd_holds_metrics_textfile": METRICS_TEXTFILE,
+                       "e2e_result": result}, handle)
         home = os.path.join(self.dir, "ansible-home")
         env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build"), ANSIBLE_HOME=home,
                    ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_PIPELINING="1",
