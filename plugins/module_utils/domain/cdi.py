@@ -187,7 +187,11 @@ def render_spec(hold, vendor=None, notes=None, runtimes=()):
         env.append("NVIDIA_VISIBLE_DEVICES=%s" % ",".join(visible_devices(hold.atoms)))
         if use_vendor is not None:
             vendor_edits = dict(use_vendor.common_edits or {})
-            env.extend(line for line in vendor_edits.pop("env", None) or [] if line not in env)
+            vendor_env = vendor_edits.pop("env", None) or []
+            if not isinstance(vendor_env, list):  # the vendor spec's own warning says it is not valid CDI
+                raise RenderError("the CDI spec of %s would be invalid: the vendor spec %s has env %s, not a list"
+                                  % (hold.allocation_id, use_vendor.path, type_name(vendor_env)))
+            env.extend(line for line in vendor_env if line not in env)
             common.update((key, value) for key, value in vendor_edits.items() if value)
     container_edits = {"env": env}
     for key in sorted(common, key=_edit_rank):
@@ -269,7 +273,12 @@ def render_hold(assignment, atoms, generation, vendor, mps=False, notes=None, ru
     """``(spec bytes, env file bytes)`` of a hold: the one rendering both a pass and the root helper use,
     so root writes only what it built from the node's own vendor spec and atoms."""
     hold = _hold_render(assignment, atoms, generation, mps)
-    return spec_bytes(render_spec(hold, vendor, notes, runtimes)), render_env(hold)
+    spec = render_spec(hold, vendor, notes, runtimes)
+    try:
+        return spec_bytes(spec), render_env(hold)
+    except UnicodeEncodeError as exc:  # a "\ud800" of JSON input or of the vendor spec: no UTF-8 carries it
+        raise RenderError("the files of %s would not be UTF-8: %r is a lone surrogate"
+                          % (hold.allocation_id, exc.object[exc.start:exc.end][:8]))
 
 
 def digest_of(content):

@@ -312,7 +312,8 @@ class _Checker:
             for msg in _qualified_name_problems(key):
                 self.add(key_path, msg)
             if self.string(key_path, val):
-                size += len(key.encode("utf-8")) + len(val.encode("utf-8"))
+                # surrogatepass: a lone surrogate (JSON's "\ud800") is counted, and left to the writer to refuse
+                size += len(key.encode("utf-8", "surrogatepass")) + len(val.encode("utf-8", "surrogatepass"))
         if size > _ANNOTATIONS_MAX_BYTES:
             self.add(path, "annotations total %d bytes, more than %d" % (size, _ANNOTATIONS_MAX_BYTES))
 

@@ -8,8 +8,10 @@ official CDI JSON schema with ``jsonschema`` and against ``validate_spec``."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 
 import pytest
 import yaml
@@ -19,6 +21,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import re
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     RENDER_REVISION,
     HoldRender,
+    RenderError,
     cdi_device,
     cdi_spec_path,
     env_file_path,
@@ -445,3 +448,23 @@ def test_rendered_bytes_change_only_with_a_new_render_revision(make_node):
     assert PINNED_RENDER.get(RENDER_REVISION) == digest.hexdigest(), (
         "render_hold renders other bytes than revision %d did: bump RENDER_REVISION in domain/cdi.py and pin "
         "the new digest here" % RENDER_REVISION)
+
+
+@pytest.mark.parametrize("vendor_env, reservation, message", [
+    (7, "r1", "the vendor spec /var/run/cdi/nvidia.json has env an integer, not a list"),
+    (["A=\udfff"], "r1", "would not be UTF-8: '\\udfff' is a lone surrogate"),
+    (None, "r\ud800", "would not be UTF-8: '\\ud800' is a lone surrogate"),
+])
+def test_what_no_cdi_spec_can_hold_is_a_render_error_not_a_traceback(make_node, vendor_env, reservation, message):
+    """Found by make fuzz: a vendor spec whose common env is a number (TypeError), and a lone surrogate from
+    JSON's \\ud800 in the vendor spec or the input (UnicodeEncodeError when the spec is written)."""
+    vendor = vendor_data("json")
+    if vendor_env is not None:
+        vendor["containerEdits"]["env"] = vendor_env
+    host = make_node(vendor=vendor).host()
+    parsed = parse_assignments([{"allocation_id": "a1", "reservation_id": "r1", "binding": "BINDING_HOLD",
+                                 "devices": [{"id": GPU_A, "device_class": "gpu"}]}])
+    assignment = dataclasses.replace(parsed.assignments[0], reservation_id=reservation)
+    atoms = resolve_devices(assignment.devices, host.inventory())
+    with pytest.raises(RenderError, match=re.escape(message)):
+        render_hold(assignment, atoms, 7, host.vendor_spec())

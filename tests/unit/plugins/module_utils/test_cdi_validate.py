@@ -635,3 +635,12 @@ def test_random_damage_never_gets_past_the_validator_when_the_schema_sees_it(off
         if not ours:
             assert not theirs
     assert refused_by_schema > 300  # the damage really exercised the schema
+
+
+def test_a_lone_surrogate_in_an_annotation_is_validated_not_a_traceback():
+    """Found by make fuzz: JSON's "\\ud800" read into an annotation made the size count raise
+    UnicodeEncodeError; the writer refuses it (domain/cdi.render_hold), the validator only counts."""
+    spec = copy.deepcopy(MINIMAL)
+    spec["cdiVersion"] = "0.6.0"
+    spec["annotations"] = {"bcd.dev/reservation-id": "r\ud800"}
+    assert validate_spec(spec) == []
