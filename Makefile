@@ -29,7 +29,7 @@ LINK := .build/ansible_collections/bcd/devices
 # through the link above.
 ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE_COLLECTIONS_PATH="$(BUILD)"
 
-.PHONY: help venv lint units sanity molecule demo e2e bench test clean distclean
+.PHONY: help venv lint units sanity molecule demo e2e bench fuzz test clean distclean
 
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
@@ -40,6 +40,7 @@ help:
 	@echo "make demo      hack/demo.sh: the fakehw demo (DEMO_CORE=2.21 runs it under 2.21)"
 	@echo "make e2e       hack/e2e.sh: podman 5 and the CDI library consume converged specs (root)"
 	@echo "make bench     hack/bench.py: pass times next to Ansible's and the disk's floor, as ratios (BENCH_ARGS=...)"
+	@echo "make fuzz      hack/fuzz.py: 10 000 generated inputs at every parser root runs, per target (FUZZ_ARGS=...)"
 	@echo "make test      venv, lint, units, sanity, molecule, e2e (what .ci/run runs); stops at the first failure"
 	@echo "make clean     remove .build and test output; make distclean also removes .venv"
 
@@ -117,6 +118,13 @@ molecule: $(STAMP) | $(LINK)
 
 bench: $(STAMP) | $(LINK)
 	$(BIN)/python hack/bench.py $(BENCH_ARGS)
+
+# Hostile inputs at every parser root runs (docs/security.md, "The fuzzer"); exit 1 on any failure, each
+# printed with the command that replays it. A short run of it is a unit test (tests/unit/hack/test_fuzz.py).
+# FUZZ_ARGS=... e.g. "--target ledger.json --count 50000", "--seed 123", "--list".
+FUZZ_ARGS ?=
+fuzz: $(STAMP) | $(LINK)
+	$(BIN)/python hack/fuzz.py $(FUZZ_ARGS)
 
 # hack/demo.sh runs with the venv's bin first on PATH and ANSIBLE_HOME and
 # ANSIBLE_COLLECTIONS_PATH set as for the other Ansible tools.

@@ -1,0 +1,374 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Input from the network and from the account: the module's devices section, the helper's requests.
+
+* ``module``: ``generation``, ``devices``, ``instances`` and ``cdi_runtimes`` as Ansible hands them to
+  ``bcd.devices.holds`` (parsed JSON: Python values), checked by the module's own argument spec
+  (``ArgumentSpecValidator``, as ``AnsibleModule`` checks them), then ``run_pass`` as the module calls it,
+  in check mode at times, and what ``main`` does with the result (``to_dict``, the diff, the refusal
+  texts, the JSON Ansible returns). A real pass stored its input: ``converge --stored``'s reader must
+  take it back (``roundtrip``). At times the section is made wide on purpose (hundreds of assignments of
+  hundreds of atoms: issue 22's worst case).
+* ``helper``: one request line through ``serve_connection``, the function that serves a peer, on a
+  connection object that hands it the line; its reply must be one JSON line ``{ok, error}``, never an
+  ``internal error``, and ``handle_request`` may raise nothing outside the allowlist.
+* ``helper-socket``: the same lines, cut in pieces, with no newline, or several, through a real
+  ``listen``/``serve`` on a unix socket: a few hundred a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import struct
+import threading
+
+from ansible_collections.bcd.devices.tests.fuzz import base, mutate, nodes, verdict
+
+ASSIGNMENT_KEYS = ("allocation_id", "reservation_id", "binding", "devices", "limits", "env", "id", "device_class",
+                   "cpus", "mems", "cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi", "instance_id",
+                   "gpus", "name", "version")
+WIDE = [(64, 64), (256, 256), (1024, 16), (16, 1024), (1024, 1024)]
+
+
+def wide_section(rng):
+    """``assignments`` × ``atoms`` slots: each entry allowed, the product issue 22's item 5 bounds."""
+    assignments, atoms = rng.choice(WIDE)
+    return [{"allocation_id": "w%d" % number, "binding": "BINDING_HOLD",
+             "devices": [{"id": "%s/s%d" % (nodes.GPU_D, number * atoms + slot), "device_class": "gpu.slot"}
+                         for slot in range(atoms)]} for number in range(assignments)]
+
+
+class ModuleTarget(base.Target):
+    name = "module"
+    family = "input"
+    doc = ("bcd.devices.holds' devices/instances/generation/cdi_runtimes: the module's argument spec, then "
+           "run_pass as main calls it (check mode at times), the result as main returns it")
+
+    def extend_node(self):
+        from ansible_collections.bcd.devices.plugins.modules import holds  # pylint: disable=import-outside-toplevel
+        self.argument_spec = holds.module_argument_spec()
+
+    def generate(self, rng):
+        params = {"generation": nodes.GENERATION + 1, "devices": list(nodes.NEXT_DEVICES),
+                  "instances": list(nodes.INSTANCES), "cdi_runtimes": "auto"}
+        roll = rng.random()
+        if roll < 0.003:
+            params["devices"] = wide_section(rng)
+        elif roll < 0.75:
+            params["devices"] = mutate.mutate_value(rng, params["devices"], False, ASSIGNMENT_KEYS)
+        elif roll < 0.85:
+            params["generation"] = mutate.nasty_value(rng, False, params["generation"])
+        elif roll < 0.93:
+            params["instances"] = mutate.mutate_value(rng, params["instances"], False, ASSIGNMENT_KEYS)
+        else:
+            params["cdi_runtimes"] = mutate.mutate_value(rng, [{"name": "podman", "version": "5.4.2"}], False,
+                                                         ASSIGNMENT_KEYS)
+        return {"params": params, "check_mode": rng.random() < 0.2, "diff": rng.random() < 0.5}
+
+    def run(self, item):
+        from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import host_from_params  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState  # pylint: disable=import-outside-toplevel
+
+        given = dict(item["params"], root=self.node.root, fakehw=self.node.fakehw, state_dir=nodes.STATE_DIR,
+                     lock_timeout=5)
+        try:
+            checked = ArgumentSpecValidator(self.argument_spec).validate(given)
+        except Exception:  # pylint: disable=broad-except
+            return None  # ansible-core's own validation failed (Infinity for an int): the module never ran
+        if checked.error_messages:
+            return None  # the module fails the task with these messages
+        params = checked.validated_parameters
+        host = host_from_params(params)
+        result = run_pass(host, params["generation"], params["devices"], params["instances"],
+                          state_dir=params["state_dir"], check_mode=item["check_mode"],
+                          lock_timeout=params["lock_timeout"], cdi_runtimes=params["cdi_runtimes"])
+        output = result.to_dict()
+        if item["diff"]:
+            output["diff"] = result.plan.diffs()
+        texts = list(result.warnings) + result.refusal_texts()
+        json.dumps(dict(output, warnings=texts))
+        if not item["check_mode"]:
+            try:
+                NodeState(self.node.state(), nodes.STATE_DIR).load_nodespec()
+            except StateFileError as exc:
+                return verdict.problem("roundtrip", "nodespec.json: %s" % re.sub(r"[0-9]+", "N", exc.problem),
+                                       "a pass stored an input its own reader refuses: %s" % exc)
+        return None
+
+    def describe(self, item):
+        return "module input (check mode %s, diff %s): %s" % (item["check_mode"], item["diff"],
+                                                              verdict.one_line(_shown(item["params"]), 600))
+
+    def dump(self, item, directory):
+        super().dump(item, directory)
+        with open(os.path.join(directory, "params.json"), "wb") as handle:
+            handle.write(mutate.to_text(item["params"], ascii_only=True, indent=1).encode("ascii"))
+
+
+def _shown(value):
+    try:
+        return mutate.to_text(value)
+    except Exception:  # pylint: disable=broad-except
+        return repr(value)
+
+
+# -- the helper ------------------------------------------------------------------------------------------
+
+def _hold(allocation_id, device, device_class="gpu", binding="BINDING_HOLD", limits=None, env=()):
+    return {"allocation_id": allocation_id, "reservation_id": "res-%s" % allocation_id, "generation": 3,
+            "binding": binding, "devices": [{"id": device, "device_class": device_class}], "limits": limits,
+            "env": list(env), "runtimes": [{"name": "podman", "version": "5.4.2"}]}
+
+
+REQUESTS = [
+    {"op": "hold.write", "kind": "cdi", "hold": _hold("n1", nodes.GPU_F, limits={"cpus": "0-1", "memory_bytes": 1 << 28},
+                                                      env=["A=1"])},
+    {"op": "hold.write", "kind": "allocation-env", "hold": _hold("m1", "%s/gi1/ci0" % nodes.GPU_A, "gpu.mig",
+                                                                 env=["X=1"])},
+    {"op": "hold.write", "kind": "cdi", "hold": _hold("k2", nodes.GPU_F, binding="BINDING_KUBERNETES")},
+    {"op": "hold.write", "kind": "cdi", "hold": _hold("s3", "%s/s5" % nodes.GPU_D, "gpu.slot")},
+    {"op": "hold.remove", "kind": "cdi", "allocation_id": "a1"},
+    {"op": "hold.remove", "kind": "allocation-env", "allocation_id": "s1"},
+    {"op": "hold.set_aside", "allocation_id": "a1"},
+    {"op": "slice.apply", "allocation_id": "a1", "limits": {"cpus": "0-3", "mems": "0", "cpu_millis": 1500,
+                                                           "memory_bytes": 1 << 30, "hugepages_2mi": 4}},
+    {"op": "slice.stop", "allocation_id": "s1"},
+    {"op": "kube.look"},
+]
+HELPER_KEYS = ("op", "kind", "hold", "allocation_id", "limits", "content", "path", "runtimes") + ASSIGNMENT_KEYS
+CAUGHT = []  # handle_request's exceptions outside the allowlist, with their tracebacks (any thread)
+_GUARD = threading.Lock()
+
+
+def _guard_handle_request():
+    """Wrap the helper's ``handle_request`` (once) so that an exception outside the allowlist is recorded with
+    its traceback: ``_answer`` turns some of them into plain refusals (a ``ValueError`` reads as a malformed
+    request), which would hide a bug."""
+    from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+    with _GUARD:
+        if getattr(helper.handle_request, "fuzz_guarded", False):
+            return
+        original = helper.handle_request
+
+        def guarded(host, request):
+            try:
+                return original(host, request)
+            except Exception as exc:
+                if not verdict.clean(exc):
+                    CAUGHT.append(verdict.traceback_failure(exc, "handle_request"))
+                raise
+
+        guarded.fuzz_guarded = True
+        helper.handle_request = guarded
+
+
+def request_line(rng):
+    """A request line: a valid request mutated (JSON text), at times bytes changed too."""
+    request = rng.choice(REQUESTS)
+    roll = rng.random()
+    if roll < 0.1:
+        data = mutate.encode(mutate.to_text(request), rng)
+    elif roll < 0.85:
+        data = mutate.encode(mutate.to_text(mutate.mutate_value(rng, request, True, HELPER_KEYS),
+                                            ascii_only=rng.random() < 0.5), rng)
+    else:
+        data = mutate.mutate_bytes(rng, mutate.encode(mutate.to_text(request), rng))
+    return data
+
+
+def check_reply(raw, line):
+    """A failure when ``raw`` (what the peer got) is not one JSON line ``{ok, error}``, or no reply to a line
+    that is not blank."""
+    from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import MAX_REQUEST  # pylint: disable=import-outside-toplevel
+    if not line.strip() and len(line) <= MAX_REQUEST:
+        return None if not raw else verdict.problem("reply", "to a blank line", "a blank line got %r" % raw[:200])
+    if not raw.endswith(b"\n") or raw.count(b"\n") != 1:
+        return verdict.problem("reply", "not one line", "the reply is not one line: %r" % raw[:300])
+    try:
+        reply = json.loads(raw)
+    except ValueError as exc:
+        return verdict.problem("reply", "not JSON", "the reply is not JSON (%s): %r" % (exc, raw[:300]))
+    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool) or (
+            not reply["ok"] and not isinstance(reply.get("error"), str)):
+        return verdict.problem("reply", "shape", "the reply is not {ok, error}: %r" % raw[:300])
+    if not reply["ok"] and reply["error"].startswith("internal error"):
+        return verdict.problem("reply", "internal error", "the helper answered %s" % reply["error"])
+    return None
+
+
+class _Connection(object):
+    """What ``serve_connection`` needs of a socket: credentials, the peer's bytes in pieces, the reply."""
+
+    def __init__(self, pieces, uid):
+        self.pieces = list(pieces)
+        self.uid = uid
+        self.sent = b""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def getsockopt(self, *args):
+        return struct.pack("3i", 4242, self.uid, self.uid)
+
+    def settimeout(self, value):
+        pass
+
+    def recv(self, size):
+        if not self.pieces:
+            return b""
+        piece = self.pieces.pop(0)
+        if len(piece) > size:
+            self.pieces.insert(0, piece[size:])
+            piece = piece[:size]
+        return piece
+
+    def sendall(self, data):
+        self.sent += data
+
+    def shutdown(self, how):
+        pass
+
+
+def _pieces(rng, data):
+    """``data`` as a peer may send it: whole, cut in pieces, a newline or not, another line after it."""
+    roll = rng.random()
+    if roll < 0.7:
+        data += b"\n"
+    elif roll < 0.8:
+        data += b"\n" + data + b"\n"
+    elif roll < 0.85:
+        data = b"\n" + data
+    cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.choice([0, 0, 1, 3]))) if len(data) > 1 else [])
+    pieces, last = [], 0
+    for cut in cuts + [len(data)]:
+        pieces.append(data[last:cut])
+        last = cut
+    return pieces
+
+
+class HelperTarget(base.Target):
+    name = "helper"
+    family = "input"
+    doc = ("the root helper's request lines through serve_connection (the function that serves a peer), "
+           "in-process: parse, bounds, op handlers, replies")
+
+    def extend_node(self):
+        _guard_handle_request()
+
+    def generate(self, rng):
+        data = request_line(rng)
+        return {"pieces": _pieces(rng, data), "uid": 0 if rng.random() < 0.7 else 65534}
+
+    def run(self, item):
+        from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+        del CAUGHT[:]
+        connection = _Connection(item["pieces"], item["uid"])
+        helper.serve_connection(self.node.host(), connection, helper.Policy(users=["65534"]), log=None,
+                                deadline=5.0, limiter=helper.RateLimit())
+        if CAUGHT:
+            return CAUGHT[0]
+        line = b"".join(item["pieces"]).split(b"\n", 1)[0]
+        return check_reply(connection.sent, line)
+
+    def describe(self, item):
+        return "helper request from uid %d in %d pieces: %s" % (item["uid"], len(item["pieces"]), verdict.one_line(
+            repr(b"".join(item["pieces"])[:600]), 640))
+
+    def dump(self, item, directory):
+        super().dump(item, directory)
+        with open(os.path.join(directory, "request.bin"), "wb") as handle:
+            handle.write(b"".join(item["pieces"]))
+
+
+class HelperSocketTarget(base.Target):
+    name = "helper-socket"
+    family = "input"
+    share = 0.04
+    doc = "the same request lines through a real unix socket to listen/serve (a few hundred a run)"
+
+    def extend_node(self):
+        from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+        _guard_handle_request()
+        directory = os.path.join(self.workdir, "run")
+        os.makedirs(directory, mode=0o755)
+        self.socket_path = os.path.join(directory, "helper.sock")
+        self.log = []
+        self.server = helper.listen(self.socket_path, [str(os.geteuid())])
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=helper.serve, args=(self.node.host(), self.server, helper.Policy([str(os.geteuid())]),
+                                                                  self.log.append, self.stop))
+        self.thread.daemon = True
+        self.thread.start()
+
+    def generate(self, rng):
+        roll = rng.random()
+        if roll < 0.03:
+            data = b"x" * (2 << 20)
+        elif roll < 0.06:
+            data = b" \t \r"
+        else:
+            data = request_line(rng)
+        return {"pieces": _pieces(rng, data)}
+
+    def run(self, item):
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import MAX_REQUEST  # pylint: disable=import-outside-toplevel
+        del CAUGHT[:]
+        del self.log[:]
+        data = b"".join(item["pieces"])
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        peer.settimeout(15)
+        raw, reset = b"", False
+        try:
+            peer.connect(self.socket_path)
+            try:
+                for piece in item["pieces"]:
+                    peer.sendall(piece)
+                peer.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # the helper hung up on a request too long: its reply is still there to read
+            while True:
+                try:
+                    chunk = peer.recv(65536)
+                except ConnectionResetError:
+                    reset = True  # the helper closed with bytes of ours unread (a line past its bound)
+                    break
+                if not chunk:
+                    break
+                raw += chunk
+        finally:
+            peer.close()
+        if not self.thread.is_alive():
+            return verdict.problem("reply", "helper stopped", "the helper's serve loop ended")
+        if CAUGHT:
+            return CAUGHT[0]
+        internal = [line for line in self.log if "internal error" in line]
+        if internal:
+            return verdict.problem("reply", "internal error (socket)", internal[0])
+        line = data.split(b"\n", 1)[0]
+        if not line.strip():  # no request, no reply; what followed it is left unread, which may reset
+            return None if not raw else verdict.problem("reply", "to a blank line", "a blank line got %r" % raw[:200])
+        if len(line) > MAX_REQUEST:
+            return None if raw.startswith(b'{"ok": false') or (reset and not raw) else verdict.problem(
+                "reply", "long line", "a line over %d bytes got %r" % (MAX_REQUEST, raw[:200]))
+        if reset and not raw:
+            return verdict.problem("reply", "reset", "the helper reset the connection without a reply")
+        return check_reply(raw, line)
+
+    def describe(self, item):
+        return "helper socket, %d pieces: %s" % (len(item["pieces"]), verdict.one_line(
+            repr(b"".join(item["pieces"])[:600]), 640))
+
+
+def targets():
+    return [ModuleTarget(), HelperTarget(), HelperSocketTarget()]
+

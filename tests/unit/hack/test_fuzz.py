@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""make fuzz, short (issue 22, item 7): every target of tests/fuzz, a few hundred inputs each, one fixed seed.
+
+One run of the fuzzer (two worker processes) serves the whole file; each target then passes or fails on
+its own, with one line per distinct failure and the command that replays it. The run is deterministic:
+the same seed makes the same inputs (a worker's memory and time are measured, so a cost failure near
+its bound may come and go with the machine's load). The harness itself is tested too: a failure is
+found, named, deduplicated and replayed, a hang is stopped at its deadline, and ``--list`` shows every
+target.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from ansible_collections.bcd.devices.tests.fuzz import mutate, nodes, runner, verdict
+
+SEED = 22
+SHORT_COUNT = 250
+TARGETS = list(runner.all_targets())
+
+
+@pytest.fixture(scope="module")
+def short_run():
+    return runner.run(count=SHORT_COUNT, seed=SEED, jobs=2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_short_fuzz_run_finds_nothing(short_run, target):
+    expected = max(1, int(round(SHORT_COUNT * runner.all_targets()[target].share)))
+    assert short_run.counts.get(target) == expected, short_run.lines()
+    assert not short_run.distinct(target), "\n".join(short_run.lines(target))
+
+
+def test_every_parser_root_runs_on_the_accounts_files_is_a_target():
+    """Issue 22's list: each state file, the stored nodespec, the helper's requests (in-process and over a
+    socket), fakehw files, vendor specs, the holds read back, the kubelet's answer, the module's input."""
+    assert set(TARGETS) >= {
+        "ledger.json", "releasing.json", "releasing.unreadable", "nodespec.json", "last-pass.json",
+        "events.jsonl", "events.seq", "node.key", "maintenance.json", "health.json", "lock", "state-dir",
+        "module", "helper", "helper-socket", "fakehw", "vendor-spec", "cdi-hold", "kubelet"}
+    out = io.StringIO()
+    assert runner.main(["--list"], out=out) == 0
+    assert all(name in out.getvalue() for name in TARGETS)
+
+
+def test_an_input_is_made_again_from_its_seed_alone(tmp_path):
+    nodes.preload()  # as root, a pass drops to the state directory's owner: import first (nodes.preload)
+    worker = runner.Worker(str(tmp_path), SEED, 1.0, 100.0)
+    for name in ("ledger.json", "events.jsonl", "module", "helper", "fakehw", "vendor-spec", "kubelet"):
+        target = worker.target(name)
+        first = target.generate(runner.input_rng(SEED, name, 7))
+        again = target.generate(runner.input_rng(SEED, name, 7))
+        assert repr(first) == repr(again), name
+        assert repr(target.generate(runner.input_rng(SEED + 1, name, 7))) != repr(first), name
+
+
+def test_the_allowlist_is_the_projects_errors_and_named_os_errors():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
+    assert verdict.clean(BcdError("x")) and verdict.clean(StateFileError("/var/lib/bcd/ledger.json", "refused"))
+    assert verdict.clean(OSError(5, "Input/output error", "/etc/cdi/bcd-a1.json"))
+    assert not verdict.clean(OSError(5, "Input/output error"))  # no file named: the user learns nothing
+    for exc in (ValueError("x"), KeyError("env"), RecursionError(), TypeError("x"), MemoryError()):
+        assert not verdict.clean(exc)
+
+
+def test_a_traceback_and_a_hang_are_found_named_deduplicated_and_the_run_goes_on(monkeypatch):
+    """The harness's own target: a hang (a FIFO no one writes) is stopped at the deadline and named by where
+    it waited, the worker replaced and the next input run; a traceback is named by its innermost frame."""
+    monkeypatch.setenv("BCD_FUZZ_SELFTEST", "1")
+    report = runner.run(targets=["selftest"], count=6, seed=SEED, jobs=1, deadline=2)
+    assert report.counts == {"selftest": 6}
+    kinds = sorted((f.index, f.kind) for f in report.failures)
+    assert kinds == [(1, "hang"), (4, "hang"), (5, "harness")], report.lines()
+    keys = [f.key for f in report.distinct()]
+    assert len(keys) == 2, keys  # two hangs at one place: one failure
+    assert any(key.startswith("hang at tests/fuzz/base.py:") and key.endswith(" run") for key in keys), keys
+    assert any(key.startswith("harness KeyError at tests/fuzz/base.py:") for key in keys), keys
+    lines = report.lines()
+    assert any('replay: make fuzz FUZZ_ARGS="--target selftest --seed 22 --replay 1"' in line
+               and "[selftest; 2 inputs]" in line for line in lines), lines
+
+
+def test_the_generators_make_what_the_issue_asks_for():
+    """Deep nesting, 10 000-digit integers, NaN and Infinity, lone surrogates, control characters, truncation."""
+    rng = runner.input_rng(SEED, "generators", 0)
+    texts = [mutate.to_text(mutate.nasty_value(rng, True)) for _ in range(3000)]
+    joined = "\n".join(texts)
+    assert "[" * 1000 in joined and "7" * 10000 in joined and "NaN" in joined and "Infinity" in joined
+    assert "\\ud800" in joined or "\\udfff" in joined or "\\udc00" in joined
+    assert "\\u001b" in joined and "\\u2028" in joined
+    data = b'{"a": [1, 2, 3]}'
+    changed = set(mutate.mutate_bytes(runner.input_rng(SEED, "bytes", i), data) for i in range(200))
+    assert b"" in changed and any(len(c) < len(data) for c in changed) and any(b"\xff" in c for c in changed)
+
+
+def test_a_replay_names_its_input_and_its_failure(monkeypatch):
+    """What make fuzz prints for a failure is a command; that command runs one input and shows it."""
+    assert runner.replay_command("ledger.json", 22, 4567) == \
+        'make fuzz FUZZ_ARGS="--target ledger.json --seed 22 --replay 4567"'
+    out = io.StringIO()
+    assert runner.main(["--target", "lock", "--seed", str(SEED), "--replay", "3"], out=out) == 0
+    assert out.getvalue().startswith("input: lock: ") and "lock #3 (seed 22): no failure" in out.getvalue()
