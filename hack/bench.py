@@ -360,9 +360,9 @@ def report(bench, args):
         print("  %-16s %7.2f  target <= %-6g %s  %s" % (name, value, limit, "ok  " if ok else "MISS", what))
     if "worst bind s" in m:
         print("\n  worst accepted section (%.2f MB as JSON): bind %.3f s CPU (%.3f s user, %.3f s wall), no-op %.3f s "
-              "CPU (%.3f s wall), peak %.1f MB" % (m["worst section MB"], m["worst bind s"], m["worst bind user s"],
-                                                  m["worst bind wall"], m["worst noop s"], m["worst noop wall"],
-                                                  m["worst MB"]))
+              "CPU (%.3f s wall), peak %.1f MB" % (
+                  m["worst section MB"], m["worst bind s"], m["worst bind user s"], m["worst bind wall"],
+                  m["worst noop s"], m["worst noop wall"], m["worst MB"]))
     if "direct noop %d" % n in m:
         print("\n  direct bcd-holds converge at N: bind %.3f s, no-op %.3f s"
               % (m["direct bind %d" % n], m["direct noop %d" % n]))

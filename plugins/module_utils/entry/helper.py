@@ -250,8 +250,8 @@ def _check_quota(host, kind, allocation_id):
         raise Refused("quota: cannot count the %s in %s (%s); %s is not created" % (what, directory, exc, path))
     if count >= MAX_HOLD_FILES:
         raise Refused("quota: %s already holds %d %s, the most a node may have (a pass honours at most %d "
-                      "holds); %s is not created until one is removed" % (directory, count, what, MAX_ASSIGNMENTS,
-                                                                           path))
+                      "holds); %s is not created until one is removed"
+                      % (directory, count, what, MAX_ASSIGNMENTS, path))
 
 
 def _atoms_on_disk(host, assignment, missing):

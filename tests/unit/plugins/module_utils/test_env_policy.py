@@ -14,7 +14,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
 from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy import POLICY, check_env_key
 from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_entry
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import (  # noqa: F401 (fixtures)
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
     base,
     helper,
 )
@@ -169,8 +169,8 @@ def test_the_helper_checks_a_hold_with_the_same_function():
 
 @pytest.mark.parametrize("env, error", [
     (["LD_PRELOAD="], "env[0]: LD_PRELOAD changes what programs load or run; a hold's env may not set it %s" % DOC),
-    (["OK=1", "BASH_ENV=/var/lib/bcd/rc"], "env[1]: BASH_ENV steers the shell that reads it; a hold's env may not "
-                                          "set it %s" % DOC),
+    (["OK=1", "BASH_ENV=/var/lib/bcd/rc"],
+     "env[1]: BASH_ENV steers the shell that reads it; a hold's env may not set it %s" % DOC),
     (["A=x\u2029y"], "env[0]: the value of A holds U+2029 (a paragraph separator) at character 1; a value is one "
                      "line without control characters %s" % DOC),
 ])
@@ -181,4 +181,3 @@ def test_a_helper_request_carrying_a_refused_line_is_refused_and_writes_nothing(
     assert helper.files() == {}
     # and the same hold without the line is written
     assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": helper_hold(env=["OK=1"])})["ok"]
-

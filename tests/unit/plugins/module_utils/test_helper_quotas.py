@@ -229,7 +229,7 @@ def test_write_and_set_aside_in_a_loop_keeps_a_few_copies_each_and_prunes_nothin
                      {"op": "hold.set_aside", "allocation_id": "a1"}]
     replies = loop(world, requests)
     assert replies == [{"ok": True}] * len(requests)
-    (copies,) = root_owned_copies(world).values()
+    [copies] = list(root_owned_copies(world).values())
     assert len(copies) == ASIDE_PER_HOLD
     # the newest were kept: those of the last rounds
     generations = sorted(json.loads(Path(etc_cdi, name).read_text())["annotations"]["bcd.dev/generation"]
@@ -431,17 +431,17 @@ class Clock(object):
 def test_the_bucket_gives_a_burst_then_its_rate_and_a_refusal_costs_nothing():
     clock = Clock()
     limit = RateLimit(rate=4, burst=5, clock=clock)
-    assert [limit.take(1000) for _ in range(5)] == [None] * 5
+    assert [limit.take(1000) for _round in range(5)] == [None] * 5
     assert limit.take(1000) == 0.25
     assert limit.take(1000) == 0.25  # asking again while refused does not dig deeper
     assert limit.take(1001) is None  # per peer
-    assert all(limit.take(0) is None for _ in range(50))  # root is never limited
+    assert all(limit.take(0) is None for _round in range(50))  # root is never limited
     clock.now += 0.125
     assert limit.take(1000) == 0.125
     clock.now += 0.125
     assert limit.take(1000) is None and limit.take(1000) == 0.25
     clock.now += 60
-    assert [limit.take(1000) for _ in range(6)] == [None] * 5 + [0.25]  # never more than the burst
+    assert [limit.take(1000) for _round in range(6)] == [None] * 5 + [0.25]  # never more than the burst
 
 
 def test_only_what_creates_or_changes_roots_files_is_limited():

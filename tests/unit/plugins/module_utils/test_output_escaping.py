@@ -107,8 +107,8 @@ def test_no_control_or_format_character_of_the_whole_code_space_survives():
 def test_escaping_twice_changes_nothing_and_lines_keep_their_newlines():
     rng = random.Random(22)
     alphabet = NAMED + list(string.printable) + ["é", "显", "\U0001f600", "\\"]
-    for _ in range(500):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+    for _round in range(500):
+        text = "".join(rng.choice(alphabet) for _round in range(rng.randint(0, 40)))
         once = printable(text)
         assert printable(once) == once and once.isprintable()
         lines = printable_lines(text)
@@ -120,8 +120,8 @@ def test_a_limit_cuts_between_escapes_never_inside_one():
     assert printable("x" * 10, 8) == "xxxxx..."
     assert printable("\x1b" * 10, 10) == "\\x1b..."  # a second \x1b would pass the room left for "..."
     rng = random.Random(6)
-    for _ in range(300):
-        text = "".join(rng.choice(NAMED + ["a", "b", "é"]) for _ in range(rng.randint(0, 30)))
+    for _round in range(300):
+        text = "".join(rng.choice(NAMED + ["a", "b", "é"]) for _round in range(rng.randint(0, 30)))
         limit = rng.randint(4, 60)
         shown, whole = printable(text, limit), printable(text)
         assert len(shown) <= limit

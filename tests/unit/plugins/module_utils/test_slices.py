@@ -597,8 +597,8 @@ def test_a_running_systemd_slice_at_its_limits_may_be_set_the_same_again_but_not
     def workload():  # what systemd and the kernel show (the stand-in systemctl's start empties the slice)
         write_cgroup_files(host, cgroup_events="populated 1\nfrozen 0\n", memory_max="%d\n" % GIB,
                            memory_high="%d\n" % (GIB * 9 // 10), memory_current="%d\n" % (GIB - 32 * MIB),
-                           cpu_max="5000 100000\n", **{"hugetlb.2MB.current": "%d\n" % (8 * MIB),
-                                                         "hugetlb.2MB.max": "%d\n" % (8 * MIB)})
+                           cpu_max="5000 100000\n",
+                           **{"hugetlb.2MB.current": "%d\n" % (8 * MIB), "hugetlb.2MB.max": "%d\n" % (8 * MIB)})
     workload()
     calls = len(systemctl.calls)
     host.slices.apply(NAME, dict(same, AllowedCPUs="0-7"), huge)
