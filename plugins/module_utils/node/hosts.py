@@ -34,7 +34,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec impor
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter, HelperWriter
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-MAX_HOLD_SPEC_BYTES = 16 * 1024 * 1024  # a hold of 1024 atoms, NVIDIA's edits on each, is some 300 KiB
+# The largest hold a pass writes (1024 atoms, NVIDIA's edits on each) is some 300 KiB; parsing 2 MiB of
+# JSON costs some 40 MB.
+MAX_HOLD_SPEC_BYTES = 2 * 1024 * 1024
 DRIVER_VERSION_PATH = "/proc/driver/nvidia/version"
 
 
