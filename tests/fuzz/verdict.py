@@ -32,7 +32,7 @@ KINDS = {
     "traceback": "an exception outside the allowlist escaped the entry point",
     "exit": "a command ended with an exit code it does not document",
     "reply": "the helper answered with something other than one JSON line {ok, error}, or not at all",
-    "escape": "a control character from the input reached the terminal (status, busy, doctor, events)",
+    "escape": "a character that is not data (a control, format or separator character) reached the terminal",
     "roundtrip": "root refused a file a pass had just written (the next timer pass would fail)",
     "hang": "no result within the deadline (the worker was stopped; its stack is in the detail)",
     "cost-time": "more CPU time than the bound, twice in a row",
@@ -113,9 +113,8 @@ def problem(kind, key, summary, detail=""):
     return {"kind": kind, "key": "%s %s" % (kind, key), "summary": one_line(summary), "detail": detail}
 
 
-CONTROL = frozenset(chr(code) for code in list(range(0x00, 0x20)) + [0x7f] + list(range(0x80, 0xa0))) - {"\n", "\t"}
-
-
 def control_characters(text):
-    """The control characters in ``text`` a terminal would act on (C0 but newline and tab, DEL, C1)."""
-    return sorted(set(text) & CONTROL)
+    """The characters of ``text`` that are not data on a terminal: every one ``str.isprintable`` refuses (C0
+    and C1 controls, DEL, bidi and zero-width format characters, U+2028/9, lone surrogates), the line
+    breaks between lines excepted (issue 22, item 6; ``domain/text.printable`` escapes them)."""
+    return sorted(char for char in set(text) if not char.isprintable() and char not in "\n ")
