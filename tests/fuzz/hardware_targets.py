@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 import socket
@@ -63,7 +64,7 @@ def block_yaml(value, indent=0):
 
 
 def _scalar(value):
-    if isinstance(value, float) and value != value:
+    if isinstance(value, float) and math.isnan(value):
         return ".nan"
     if isinstance(value, float) and value in (float("inf"), float("-inf")):
         return ".inf" if value > 0 else "-.inf"
@@ -229,9 +230,9 @@ class VendorSpecTarget(base.Target):
         return failure
 
     def describe(self, item):
-        return "vendor spec from %s%s: %s; then %s" % (item["fixture"], " (driver checks)" if item["driver"] else "",
-                                                      "; ".join("%s: %s" % (where, base.describe_file(planted))
-                                                                for where, planted in item["files"]), item["then"])
+        files = "; ".join("%s: %s" % (where, base.describe_file(planted)) for where, planted in item["files"])
+        checks = " (driver checks)" if item["driver"] else ""
+        return "vendor spec from %s%s: %s; then %s" % (item["fixture"], checks, files, item["then"])
 
     def dump(self, item, directory):
         super().dump(item, directory)
@@ -440,4 +441,3 @@ class KubeletTarget(base.Target):
 
 def targets():
     return [FakeHwTarget(), VendorSpecTarget(), CdiHoldTarget(), KubeletTarget()]
-

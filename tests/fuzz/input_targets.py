@@ -137,8 +137,8 @@ REQUESTS = [
     {"op": "hold.remove", "kind": "cdi", "allocation_id": "a1"},
     {"op": "hold.remove", "kind": "allocation-env", "allocation_id": "s1"},
     {"op": "hold.set_aside", "allocation_id": "a1"},
-    {"op": "slice.apply", "allocation_id": "a1", "limits": {"cpus": "0-3", "mems": "0", "cpu_millis": 1500,
-                                                           "memory_bytes": 1 << 30, "hugepages_2mi": 4}},
+    {"op": "slice.apply", "allocation_id": "a1",
+     "limits": {"cpus": "0-3", "mems": "0", "cpu_millis": 1500, "memory_bytes": 1 << 30, "hugepages_2mi": 4}},
     {"op": "slice.stop", "allocation_id": "s1"},
     {"op": "kube.look"},
 ]
@@ -371,4 +371,3 @@ class HelperSocketTarget(base.Target):
 
 def targets():
     return [ModuleTarget(), HelperTarget(), HelperSocketTarget()]
-

@@ -118,10 +118,10 @@ def nasty_string(rng, base=""):
     """A string from ``base``: a hostile character put in, a known bad string, or a long one."""
     roll = rng.random()
     if roll < 0.3 or not base:
-        return rng.choice(STRINGS) if rng.random() < 0.7 else "".join(rng.choice(CHARS) for _ in range(rng.randint(1, 6)))
+        return rng.choice(STRINGS) if rng.random() < 0.7 else "".join(rng.choice(CHARS) for _count in range(rng.randint(1, 6)))
     if roll < 0.65:
         at = rng.randint(0, len(base))
-        return base[:at] + "".join(rng.choice(CHARS) for _ in range(rng.randint(1, 3))) + base[at:]
+        return base[:at] + "".join(rng.choice(CHARS) for _count in range(rng.randint(1, 3))) + base[at:]
     if roll < 0.75:
         return long_string(rng, base[:1])
     if roll < 0.85:
@@ -255,7 +255,7 @@ def mutate_once(rng, value, text, keys=()):
         return set_at(value, path[:-1], Pairs(pairs))
     if roll < 0.80 and isinstance(parent, list) and size_of(value) * 2 < MAX_NODES:  # a list multiplied
         times = min(rng.choice(COUNTS), MAX_NODES // max(1, size_of(target)))
-        parent.extend(clone(target) for _ in range(times))
+        parent.extend(clone(target) for _count in range(times))
         return value
     if roll < 0.88:  # wrapped
         return set_at(value, path, rng.choice([[target], {"value": target}, {str(key): target}]))
@@ -312,7 +312,7 @@ def to_text(value, ascii_only=True, indent=None):
             out.append(_string(item, ascii_only))
         elif isinstance(item, (dict, Pairs, list, tuple)):
             if isinstance(item, dict):
-                entries = [(key, child) for key, child in item.items()]
+                entries = list(item.items())
             elif isinstance(item, Pairs):
                 entries = list(item.pairs)
             else:
@@ -391,7 +391,7 @@ def mutate_bytes(rng, data):
             return data[::-1]
     if roll < 0.95 and len(data) < (8 << 20):
         return data + data[:rng.randint(0, len(data))]
-    return bytes(rng.randrange(256) for _ in range(rng.choice([1, 16, 300, 4096])))
+    return bytes(rng.randrange(256) for _count in range(rng.choice([1, 16, 300, 4096])))
 
 
 def mutate_lines(rng, data):

@@ -577,8 +577,8 @@ def _replay(args, chosen, workdir, out):
         out.write("%s #%d (seed %d): no failure\n" % (name, args.replay, args.seed))
         return 0
     for failure in report.failures:
-        out.write("%s #%d (seed %d): %s\n  %s\n%s\n" % (name, args.replay, args.seed, failure.key, failure.summary,
-                                                       failure.detail))
+        out.write("%s #%d (seed %d): %s\n  %s\n%s\n"
+                  % (name, args.replay, args.seed, failure.key, failure.summary, failure.detail))
     return 1
 
 

@@ -44,7 +44,7 @@ def _pem(rng, valid):
     """``node.key``: a PEM key, changed."""
     roll = rng.random()
     if roll < 0.3:
-        body = bytes(rng.randrange(256) for _ in range(rng.choice([0, 16, 32, 48, 300])))
+        body = bytes(rng.randrange(256) for _count in range(rng.choice([0, 16, 32, 48, 300])))
         import base64  # pylint: disable=import-outside-toplevel
         label = rng.choice([b"PRIVATE KEY", b"ENCRYPTED PRIVATE KEY", b"RSA PRIVATE KEY", b"EC PRIVATE KEY",
                             b"OPENSSH PRIVATE KEY", b"PUBLIC KEY", b"CERTIFICATE", b""])
@@ -191,8 +191,8 @@ class StateDirTarget(base.Target):
             json.dump({"generation": nodes.GENERATION + 1, "devices": nodes.NEXT_DEVICES}, handle)
 
     def describe(self, item):
-        return "the state directory: %s (fs seed %d); then bcd-holds %s" % (item["shape"], item["fs_seed"],
-                                                                          item["command"])
+        return "the state directory: %s (fs seed %d); then bcd-holds %s" % (
+            item["shape"], item["fs_seed"], item["command"])
 
 
 def targets():

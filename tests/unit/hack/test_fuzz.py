@@ -33,7 +33,8 @@ def short_run():
 def test_a_short_fuzz_run_finds_nothing(short_run, target):
     expected = max(1, int(round(SHORT_COUNT * runner.all_targets()[target].share)))
     assert short_run.counts.get(target) == expected, short_run.lines()
-    assert not short_run.distinct(target), "\n".join(short_run.lines(target))
+    found = short_run.lines(target)
+    assert not found, "\n".join(found)
 
 
 def test_every_parser_root_runs_on_the_accounts_files_is_a_target():
@@ -88,7 +89,7 @@ def test_a_traceback_and_a_hang_are_found_named_deduplicated_and_the_run_goes_on
 def test_the_generators_make_what_the_issue_asks_for():
     """Deep nesting, 10 000-digit integers, NaN and Infinity, lone surrogates, control characters, truncation."""
     rng = runner.input_rng(SEED, "generators", 0)
-    texts = [mutate.to_text(mutate.nasty_value(rng, True)) for _ in range(3000)]
+    texts = [mutate.to_text(mutate.nasty_value(rng, True)) for _count in range(3000)]
     joined = "\n".join(texts)
     assert "[" * 1000 in joined and "7" * 10000 in joined and "NaN" in joined and "Infinity" in joined
     assert "\\ud800" in joined or "\\udfff" in joined or "\\udc00" in joined
