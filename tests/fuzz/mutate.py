@@ -227,7 +227,7 @@ def mutate_once(rng, value, text, keys=()):
     """One structure-aware change to ``value`` (changed in place where it can be; the result returned).
     ``keys`` are names the target knows (unknown keys are drawn from them and from hostile ones)."""
     spots = places(value)
-    path = rng.choice(spots)
+    path = rng.choice(spots[1:]) if len(spots) > 1 and rng.random() > 0.03 else ()  # the whole value, seldom
     target = get_at(value, path)
     roll = rng.random()
     if roll < 0.45 or not path:
