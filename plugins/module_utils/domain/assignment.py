@@ -13,10 +13,12 @@ a slice.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Set, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import MAX_INT_DIGITS
 from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy import (
     ENV_KEY_RE,
     check_env_key,
@@ -54,7 +56,7 @@ MAX_DEVICES = 1024  # atoms of one assignment
 #   upper bound of its JSON as the stored input writes it (indented; see section_size). A real node's
 #   section is a few KiB; 1024 assignments of 4 atoms and a 3.5 KiB env line each are 4 MiB. A larger
 #   section fails the pass, and is read no further. Both stay far under what the state files' reader
-#   takes back (node/state_files.py: 32 MiB and 1 048 576 values for nodespec.json).
+#   takes back (node/state_files.py: 32 MiB and 524 288 values for nodespec.json).
 MAX_ATOMS = 4096
 MAX_SECTION_BYTES = 4 * 1024 * 1024
 MAX_SECTION_DEPTH = 16  # a section nests 5 levels (devices[].devices[].id)
@@ -374,6 +376,9 @@ def _text_size(text):
     return 12 * len(text)
 
 
+_TOO_MANY_DIGITS = 10 ** MAX_INT_DIGITS  # the least integer root's reader refuses
+
+
 def section_size(raw, limit=MAX_SECTION_BYTES, depth_limit=MAX_SECTION_DEPTH):
     """An upper bound of the bytes of ``raw`` as the stored input writes it (JSON indented by 2),
     walked without recursion and stopped as soon as it passes ``limit``; ``InvalidAssignment`` then,
@@ -389,7 +394,14 @@ def section_size(raw, limit=MAX_SECTION_BYTES, depth_limit=MAX_SECTION_DEPTH):
         elif isinstance(value, bool) or value is None:
             total += 5
         elif isinstance(value, int):
+            # what root's reader takes back of the stored input (domain/bounded_json.py): a number it would
+            # refuse there, stored, would stop every timer pass, so the section is refused here instead
+            if abs(value) >= _TOO_MANY_DIGITS:
+                raise InvalidAssignment("devices: holds an integer of more than %d digits; the section is not "
+                                        "read" % MAX_INT_DIGITS)
             total += value.bit_length() // 3 + 2
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InvalidAssignment("devices: holds %r, which is no JSON number; the section is not read" % value)
         elif isinstance(value, (list, tuple, dict)):
             if depth >= depth_limit:
                 raise InvalidAssignment("devices: nested deeper than %d levels; the section is not read"

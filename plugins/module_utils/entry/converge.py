@@ -15,7 +15,7 @@ from typing import List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import apply_plan
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import needs_admission
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import InvalidAssignment, parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER, InvalidAssignment, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
@@ -168,6 +168,11 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
     """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing.
     A real pass stores its input for the node's timers unless ``store_input`` is false.
     ``cdi_runtimes``: ``auto`` (find them) or the node's container runtimes as ``{name, version}``."""
+    # the stored input's reader (state.store.nodespec_from_data) takes back a 64-bit generation only: a larger
+    # one, stored, would stop every timer pass after this one (found by make fuzz)
+    if isinstance(generation, bool) or not isinstance(generation, int) or \
+            not -MAX_INTEGER - 1 <= generation <= MAX_INTEGER:
+        raise PassError("generation must be a 64-bit integer (at most %d)" % MAX_INTEGER)
     try:
         parsed = parse_assignments(devices)
     except InvalidAssignment as exc:

@@ -381,7 +381,7 @@ def test_what_the_section_bounds_admit_the_state_files_reader_takes_back():
     from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS
     # the stored input is the section plus a few fields; every value counts at least 10 bytes
     assert assignment.MAX_SECTION_BYTES * 2 <= FILE_CAPS["nodespec.json"]
-    assert assignment.MAX_SECTION_BYTES // 10 * 2 <= bounded_json.MAX_ITEMS
+    assert assignment.MAX_SECTION_BYTES // 10 + 1024 <= bounded_json.MAX_ITEMS
     assert assignment.MAX_SECTION_DEPTH + 2 <= bounded_json.MAX_DEPTH
 
 
@@ -431,6 +431,23 @@ def test_through_the_module_the_atom_budget_refuses_and_a_section_too_big_fails_
     assert node.listing() == before
 
 
+@pytest.mark.parametrize("hostile, message", [
+    (7 * 10 ** 1000, "devices: holds an integer of more than 40 digits; the section is not read"),
+    (-(10 ** 40), "devices: holds an integer of more than 40 digits; the section is not read"),
+    (float("inf"), "devices: holds inf, which is no JSON number; the section is not read"),
+    (float("nan"), "devices: holds nan, which is no JSON number; the section is not read"),
+])
+def test_a_number_root_could_not_read_back_fails_the_section_before_it_is_stored(capsys, node, hostile, message):
+    """Found by make fuzz: one such number anywhere in the section (here a limit) was stored in nodespec.json,
+    whose reader refuses it, so every timer pass after the task failed on its own stored input."""
+    before = node.listing()
+    hold = dict(holds_module_hold("a1", GPU_A), limits={"cpus": "0-3", "mems": hostile})
+    result = run_module(capsys, node, generation=1, devices=[hold])
+    assert result["failed"] is True and message in result["msg"]
+    assert node.listing() == before
+    assert parse_assignments([entry(limits={"memory_bytes": 10 ** 40 - 1})]).refusals  # 40 digits: read, refused
+
+
 def test_at_most_256_env_lines():
     assert len(parse_assignment(entry(env=["K%d=v" % n for n in range(256)])).env) == 256
     assert refusal_of(entry(env=["K%d=v" % n for n in range(257)])).message == "env: more than 256 lines"
@@ -455,3 +472,14 @@ def test_an_unknown_key_is_refused_with_the_nearest_field(extra, message):
     raw.update(extra)
     refusal = refusal_of(raw)
     assert (refusal.reason, refusal.message) == ("invalid-assignment", message)
+
+
+@pytest.mark.parametrize("generation", [2 ** 63, 7 * 10 ** 19, -(2 ** 63) - 1])
+def test_a_generation_past_64_bits_fails_the_task_before_anything_is_stored(capsys, node, generation):
+    """Found by make fuzz: the module took any integer and stored it; the stored input's reader takes
+    a 64-bit generation only, so every timer pass after the task failed."""
+    before = node.listing()
+    result = run_module(capsys, node, generation=generation, devices=[holds_module_hold("a1", GPU_A)])
+    assert result["failed"] is True
+    assert "generation must be a 64-bit integer (at most 9223372036854775807)" in result["msg"]
+    assert node.listing() == before
