@@ -139,7 +139,7 @@ def _renders(value):
         if all(isinstance(record.get(name), str) for name in ("key", "spec")) \
                 and isinstance(record.get("env"), (str, type(None))) \
                 and isinstance(notes, list) and all(isinstance(note, str) for note in notes):
-            records[allocation_id] = {"key": record["key"], "spec": record["spec"], "env": record["env"],
+            records[allocation_id] = {"key": record["key"], "spec": record["spec"], "env": record.get("env"),
                                       "notes": list(notes)}
     return records
 
