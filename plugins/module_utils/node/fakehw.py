@@ -22,7 +22,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import nests_deeper
+from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import structure_problem
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import XID_CLASSES, problems
@@ -174,8 +174,9 @@ def parse_fakehw_text(text, source="fakehw file"):
                 "%s is not valid JSON (%s) and PyYAML is not installed to read it as YAML"
                 % (source, json_exc)
             )
-        if nests_deeper(text.encode("utf-8", "surrogatepass"), MAX_DEPTH):  # before PyYAML reads ahead through all
-            raise FakeHwError("%s: nested too deeply" % source)
+        problem = structure_problem(text.encode("utf-8", "surrogatepass"), MAX_DEPTH)  # before PyYAML reads ahead
+        if problem is not None:
+            raise FakeHwError("%s: %s" % (source, "nested too deeply" if problem.startswith("nested") else problem))
         yaml, loader = _strict_loader()
         try:
             data = yaml.load(text, Loader=loader)  # a SafeLoader

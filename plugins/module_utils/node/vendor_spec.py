@@ -29,7 +29,7 @@ import os
 import stat
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import nests_deeper
+from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import structure_problem
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import check_vendor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import (
     NVIDIA_KIND,
@@ -106,8 +106,9 @@ def _read_nvidia_spec(root, node_path, warnings):
     except UnicodeDecodeError as exc:
         warnings.append("cannot read CDI spec %s: not UTF-8 text (%s)" % (node_path, exc.reason))
         return None
-    if nests_deeper(raw, MAX_DEPTH):  # PyYAML reads ahead through every bracket, a second per 100 000
-        warnings.append("cannot read CDI spec %s: nested deeper than %d levels" % (node_path, MAX_DEPTH))
+    problem = structure_problem(raw, MAX_DEPTH)  # PyYAML reads ahead through every bracket, a second per 100 000
+    if problem is not None:
+        warnings.append("cannot read CDI spec %s: %s" % (node_path, problem))
         return None
     try:
         data = parse_spec_text(text, node_path)

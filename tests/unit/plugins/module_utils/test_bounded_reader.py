@@ -86,6 +86,45 @@ def test_brackets_inside_strings_do_not_count():
     assert bounded_json.loads(text, "f") == {"a": "[" * 1000 + '"' + "{" * 1000, "b": ["]]]]\\"]}
 
 
+@pytest.mark.parametrize("text", [
+    b'["a\\\\", "[", "\\"]", {"k,": "\\\\\\"{"}]',  # escaped backslashes before a closing quote, escaped quotes
+    b'{"a": ["]]]", "\\\\"], "b": "\\\\\\\\", "c": [[], {}]}',
+    b'"\\"[[["',
+])
+def test_the_skeleton_is_the_structure_json_sees(text):
+    """Brackets and commas inside strings, after escaped quotes and after runs of backslashes, are the
+    string's; the skeleton has exactly the parsed value's structure."""
+    def structure(value):
+        if isinstance(value, list):
+            return b"[" + b",".join(structure(item) for item in value) + b"]"
+        if isinstance(value, dict):
+            return b"[" + b",".join(structure(item) for item in value.values()) + b"]"
+        return b""
+
+    import json
+    assert bounded_json._skeleton(text) == structure(json.loads(text))
+
+
+def test_more_quotes_than_the_bound_are_refused_before_the_strings_are_walked():
+    """make fuzz found 16 MiB of ``"",`` costing 955 MB in a regular expression's ``sub``."""
+    content = b"[" + b'"",' * (bounded_json.MAX_QUOTES // 2 + 1) + b"0]"
+    with pytest.raises(StateFileError, match=r"^f: holds %d quote characters; at most %d are read; refused$"
+                       % (bounded_json.MAX_QUOTES + 2, bounded_json.MAX_QUOTES)):
+        bounded_json.loads(content, "f")
+    assert bounded_json.structure_problem(content) == "holds %d quote characters; at most %d are read" % (
+        bounded_json.MAX_QUOTES + 2, bounded_json.MAX_QUOTES)
+
+
+def test_an_unterminated_string_of_escaped_quotes_is_one_walk_not_one_a_quote():
+    """make fuzz found a regular expression that retried from every quote of an unterminated string:
+    quadratic, a nodespec.json that hung ``converge --spec``. Each quote is looked at once now."""
+    content = b'{"a": "' + b'\\"' * (bounded_json.MAX_QUOTES - 4) + b"x"
+    with deadline(5):
+        with pytest.raises(ValueError):
+            bounded_json.loads(content, "f")
+        assert bounded_json.structure_problem(content) is None
+
+
 @pytest.mark.parametrize("content", [b'{"bound": {', b"[1, 2", b'{"a": "unterminated', b"]]", b"[}"])
 def test_torn_or_broken_json_is_a_value_error_not_a_refusal(content):
     """What a crash or a hand edit leaves is each file's own damage to handle (ValueError)."""
