@@ -17,7 +17,7 @@ that), and it opens each one the same way:
   link to something of root's and is refused);
 * read to at most its cap, below (a file over it is refused, not truncated);
 * JSON through ``domain/bounded_json`` (at most 64 levels, integers of at most 40 digits,
-  524 288 arrays, objects and values per file: the journal's lines together).
+  524 288 arrays, objects and values and 524 288 double quotes per file: the journal's lines together).
 
 Each refusal is a ``StateFileError`` naming the file (its node path) and what is wrong; every
 command turns it into one line and a documented exit code (``docs/node.md``). A file that is
