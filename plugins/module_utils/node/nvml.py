@@ -76,7 +76,7 @@ def read_nvml_inventory(nvml, sysfs_root="/"):
                     numa_node=numa,
                     pci_bus_id=pci,
                     name=_nvml_text(name) if name is not None else None,
-                    mig=_nvml_mig(nvml, handle, uuid),
+                    mig=_nvml_mig(nvml, handle),
                     health=_nvml_health(nvml, handle),
                 )
             )
@@ -104,8 +104,8 @@ def _nvml_health(nvml, handle):
     return problems(retired_pages_pending=pending == enabled and pending is not None, row_remap_failure=remap_failed,
                     row_remap_pending=remap_pending)
 
-def _nvml_mig(nvml, handle, parent_uuid):
-    # type: (Any, object, str) -> tuple
+def _nvml_mig(nvml, handle):
+    # type: (Any, object) -> tuple
     mode = _nvml_optional(getattr(nvml, "nvmlDeviceGetMigMode", None), handle)
     enabled = getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
     try:
