@@ -200,10 +200,12 @@ plan:
   contains:
     action:
       description: >-
-        V(bind), V(release), V(finish-release), V(rerender), V(write-env), V(report-bound), V(refuse),
+        V(bind), V(rebind) (a wanted hold whose spec is damaged: set aside and written again),
+        V(release), V(finish-release), V(rerender), V(write-env), V(report-bound), V(refuse),
         V(create-slice), V(apply-slice), V(stop-slice), V(keep-slice) (shown, changes nothing: a slice
         whose hold is gone still runs a workload); for Kubernetes holds V(release-kube), V(withdraw),
-        V(report-release), V(drop-release), V(quarantine-releases) and V(clear-marker).
+        V(report-release), V(drop-release), V(take-back-release) (a pending release the input takes
+        back while pods still hold old devices), V(quarantine-releases) and V(clear-marker).
       type: str
       returned: always
     allocation_id:

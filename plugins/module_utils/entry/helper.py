@@ -85,7 +85,7 @@ MAX_REQUEST = 64 * 1024  # one request line: data only, no file content
 MAX_DEPTH = 16  # nesting of a request's JSON
 REQUEST_DEADLINE = 10.0  # seconds from connecting to a complete request
 MAX_CONNECTIONS = 16  # peers served at once; more are told the helper is busy
-SOCKET_MODE_USER, SOCKET_MODE_GROUP = 0o600, 0o660
+SOCKET_MODE_GROUP = 0o660
 # op -> the keys its request carries besides "op"
 OPS = {
     "hold.write": ("kind", "hold"),

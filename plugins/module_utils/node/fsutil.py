@@ -210,20 +210,6 @@ def remove_file(path: str) -> bool:
     return True
 
 
-def rename_aside(path: str, aside: str) -> Optional[str]:
-    """Rename ``path`` to ``aside`` (or ``aside-2``, ``-3``…: an earlier one is never replaced); the
-    name it got, or None when ``path`` is not there. The directory is fsynced."""
-    if not os.path.lexists(path):
-        return None
-    target, number = aside, 1
-    while os.path.lexists(target):
-        number += 1
-        target = "%s-%d" % (aside, number)
-    os.rename(path, target)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
-    return target
-
-
 def read_bytes(path: str) -> Optional[bytes]:
     """The content of ``path``, or None when it does not exist (a parent that is a file included).
     For root's and the host's files; a state file is read by ``node/state_files.py`` alone."""

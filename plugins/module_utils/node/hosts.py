@@ -43,7 +43,6 @@ DRIVER_VERSION_PATH = "/proc/driver/nvidia/version"
 class Host(abc.ABC):
     """What a pass may ask of a node. Subclasses provide the hardware side."""
 
-    fakehw = False
     slices: Union[SystemdSlices, RecordSlices]  # each subclass sets its own in __init__
 
     def __init__(self, root="/", writer=None):
@@ -245,8 +244,6 @@ class RealHost(Host):
 
 class FakeHwHost(Host):
     """A node described by a fakehw file; every node file lives under ``root``."""
-
-    fakehw = True
 
     def __init__(self, root, fakehw_path, writer=None):
         super().__init__(root, writer)

@@ -49,10 +49,6 @@ MAX_LINKS = 40  # as Linux's path walk allows
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
 
-class _Unresolvable(Exception):
-    pass
-
-
 def resolve_in_root(root, node_path):
     """The path on this machine that ``node_path`` (absolute, as the node sees it) leads to, every
     link followed as the node would follow it: an absolute target is taken under ``root`` and ``..``

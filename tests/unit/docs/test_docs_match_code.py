@@ -3,14 +3,17 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The docs say what the tree does: what `make test` runs (make help, the Makefile's own comment,
 .ci/run, README), which Molecule scenarios there are (docs/fakehw.md), and that every page of
-docs/ is in its index."""
+docs/ is in its index, and that every step kind the planner returns is documented."""
 
 from __future__ import annotations
 
+import ast
+import itertools
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -121,3 +124,57 @@ def test_the_readme_links_the_docs_index_and_node_md():
     documentation = read("README.md").split("\n## Documentation\n", 1)[1].split("\n## ", 1)[0]
     assert "](docs/README.md)" in documentation
     assert "](docs/node.md)" in documentation
+
+
+def action_kinds():
+    """Every step kind the planner can return: the class constant ``kind`` each action class of
+    domain/actions.py sets, read from the source (``kind = "bind"`` or ``kind: ClassVar[str] = "bind"``;
+    a dataclass field ``kind: str`` is a file's kind, not a step's)."""
+    kinds = set()
+    for node in ast.walk(ast.parse(read("plugins/module_utils/domain/actions.py"))):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.Assign) and len(item.targets) == 1:
+                target = item.targets[0]
+            elif isinstance(item, ast.AnnAssign) and "ClassVar" in ast.dump(item.annotation):
+                target = item.target
+            else:
+                continue
+            if (isinstance(target, ast.Name) and target.id == "kind" and isinstance(item.value, ast.Constant)
+                    and isinstance(item.value.value, str) and item.value.value):
+                kinds.add(item.value.value)
+    return kinds
+
+
+def holds_return_kinds():
+    tree = ast.parse(read("plugins/modules/holds.py"))
+    text = next(node.value.value for node in tree.body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "RETURN")
+    description = yaml.safe_load(text)["plan"]["contains"]["action"]["description"]
+    return set(re.findall(r"V\(([a-z-]+)\)", description))
+
+
+def table_after(page, header):
+    """The rows of the Markdown table under ``header`` (its first line) on ``page``."""
+    lines = read(page).split(header + "\n", 1)[1].splitlines()
+    return [line for line in itertools.takewhile(lambda line: line.startswith("|"), lines)][1:]
+
+
+def test_the_planner_has_the_step_kinds_this_test_reads():
+    assert {"bind", "rebind", "release", "take-back-release", "clear-marker"} <= action_kinds()
+
+
+@pytest.mark.parametrize("where, documented", [
+    ("the holds module's RETURN (plan.action)", holds_return_kinds),
+    ("docs/architecture.md's table of actions",
+     lambda: set(re.findall(r"\(`([a-z-]+)`", " ".join(row.split("|")[1] for row in table_after(
+         "docs/architecture.md", "| class (`action`) | apply does |"))))),
+    ("docs/user-guide.md's table of actions",
+     lambda: set(re.findall(r"^\| `([a-z-]+)`", "\n".join(table_after(
+         "docs/user-guide.md", "| `action` | Text (real examples) | What it does |")), re.M))),
+])
+def test_every_step_kind_is_documented_and_no_other(where, documented):
+    kinds, named = action_kinds(), documented()
+    assert sorted(kinds - named) == [], "%s does not name these step kinds" % where
+    assert sorted(named - kinds) == [], "%s names step kinds the planner does not have" % where

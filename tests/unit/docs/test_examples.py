@@ -31,6 +31,7 @@ skipped and only the syntax checks run.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import json
 import os
@@ -510,32 +511,52 @@ def run_node_md_reset(run, text):
     assert json.loads(run.read("node-a", "/var/lib/bcd/maintenance.json")) == {}  # back in service
 
 
-def run_node_md_delivery(run, text):
-    """The delivery-only play against docs/examples/gateway.py, with the node's key enrolled."""
-    root = run.node("node-a")
+@contextlib.contextmanager
+def gateway(run):
+    """docs/examples/gateway.py on loopback, for this run: yields (its URL, its keys dir, its store)."""
     keys, store, port_file = run.tmp / "keys", run.tmp / "events.jsonl", run.tmp / "port"
     keys.mkdir()
-    gateway = subprocess.Popen([sys.executable, str(GATEWAY), "--listen", "127.0.0.1:0", "--port-file", str(port_file),
+    process = subprocess.Popen([sys.executable, str(GATEWAY), "--listen", "127.0.0.1:0", "--port-file", str(port_file),
                                 "--keys-dir", str(keys), "--store", str(store)], env=run.env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while not (port_file.exists() and port_file.read_text().strip()):
-            assert gateway.poll() is None and time.monotonic() < deadline, "gateway.py did not start"
+            assert process.poll() is None and time.monotonic() < deadline, "gateway.py did not start"
             time.sleep(0.05)
-        port = port_file.read_text().strip()
+        yield "http://127.0.0.1:%s/events" % port_file.read_text().strip(), keys, store
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def run_node_md_delivery(run, text):
+    """The delivery-only play against docs/examples/gateway.py, with the node's key enrolled."""
+    root = run.node("node-a")
+    with gateway(run) as (url, keys, store):
         run.bind("node-a", 1, [hold("alloc_train", gpu(1, 0))])
         (keys / "node-a.pub").write_text(run.public_key("node-a"))  # the node enrolled
-        plays = yaml.safe_load(text.replace("http://127.0.0.1:46283/events", "http://127.0.0.1:%s/events" % port))
+        plays = yaml.safe_load(text.replace("http://127.0.0.1:46283/events", url))
         run.playbook(plays, capture=["bcd_holds_delivery"],
                      inventory=run.inventory({"bcd_holds_root": str(root)}))
-    finally:
-        gateway.terminate()
-        gateway.wait(10)
     delivery = run.captured["bcd_holds_delivery"]
     assert delivery["posted"] == [1] and delivery["accepted"] == [1] and int(delivery["ack_through"]) == 1
     assert [json.loads(line)["type"] for line in store.read_text().splitlines()] == ["AllocationBound"]
     assert run.read("node-a", "/var/lib/bcd/events.jsonl").strip() == ""
+
+
+def run_delivery_examples(run, text):
+    """The filter's example against docs/examples/gateway.py with the node's key enrolled: it takes both
+    events, so both are acknowledged."""
+    run.node("node-a", "--node-number", "0")
+    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0)), hold("alloc_vf", "vf-0", devices=[
+        {"id": "vf-0", "device_class": "nic.vf"}])])
+    with gateway(run) as (url, keys, store):
+        (keys / "node-a.pub").write_text(run.public_key("node-a"))
+        run.playbook([run.play(tasks_of(text, {"https://gateway.example/events": url}))], capture=["journal", "post"])
+    assert [e["type"] for e in run.captured["journal"]["events"]] == ["AllocationBound", "AllocationFailed"]
+    assert [json.loads(line)["seq"] for line in store.read_text().splitlines()] == [1, 2]
+    assert run.read("node-a", "/var/lib/bcd/events.jsonl").strip() == ""  # acknowledged through 2
 
 
 def run_user_guide_real(run, text):
@@ -585,6 +606,7 @@ SPECS = {
     ("plugins/modules/gpu_busy.py", "EXAMPLES"): run_gpu_busy_examples,
     ("plugins/modules/maintenance.py", "EXAMPLES"): run_maintenance_examples,
     ("plugins/filter/verify_report.py", "EXAMPLES"): run_verify_report_examples,
+    ("plugins/filter/delivery.py", "EXAMPLES"): run_delivery_examples,
     ("README.md", "- name: Hold what the control plane booked on each GPU node"): run_readme_playbook,
     ("README.md", "- allocation_id: alloc_01jz8k2v"): run_readme_assignment,
     ("docs/events.md", "# events.yml"): run_events_md_playbook,

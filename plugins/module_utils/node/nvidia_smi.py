@@ -1,0 +1,378 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The GPUs as ``nvidia-smi`` lists them, with MIG devices only where their ids are certain.
+
+``nvidia-smi -L`` gives GPU index, name, UUID and the MIG devices with their UUIDs and "Device N"
+index, which is the MIG device index, not a GI id. Modern UUIDs (``MIG-<uuid>``) carry no GI/CI;
+legacy ones (``MIG-GPU-<uuid>/<GI>/<CI>``, drivers before R470) do. ``nvidia-smi -q -x`` gives, per
+GPU UUID, the minor number, the PCI bus id and each MIG device's index with its GI and CI ids;
+joining the two on (GPU UUID, MIG device index) maps each modern MIG UUID to its GI/CI. When that
+fails, ``nvidia-smi mig -lci`` (GPU index, GI, CI, profile, no UUID) is used for the devices it pins
+down unambiguously: a profile that occurs exactly once on the GPU in both lists.
+
+The parsers take text; the reader takes its runner and ``which`` as parameters.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance, normalize_pci_address
+from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
+    MAX_OUTPUT_CHARS,
+    InventoryError,
+    RunCommand,  # noqa: F401 (type comments)
+    Which,  # noqa: F401 (type comments)
+    default_run_command,
+    failure_text,
+    first_line,
+    parse_xml,
+    run_tool,
+    xml_int,
+    xml_text,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.node.sysfs_pci import read_numa_node
+
+# --------------------------------------------------------------------------
+# nvidia-smi -L
+
+
+@dataclass(frozen=True)
+class ListedMig:
+    """A MIG device as ``nvidia-smi -L`` prints it.
+
+    ``device`` is the "Device N" number: the MIG device index on its GPU (the
+    key to join with ``nvidia-smi -q -x``), not the GPU instance id. ``gi``
+    and ``ci`` are set only for a legacy ``MIG-GPU-<uuid>/<GI>/<CI>`` UUID.
+    """
+
+    device: int
+    uuid: str
+    profile: str
+    gi: Optional[int] = None
+    ci: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class ListedGpu:
+    """A GPU as ``nvidia-smi -L`` prints it, with its MIG devices."""
+
+    index: int
+    name: str
+    uuid: str
+    mig: tuple = ()  # of ListedMig
+
+
+_GPU_LINE_RE = re.compile(r"^GPU\s+(\d+)\s*:\s*(.*?)\s*\(UUID:\s*(GPU-[^\s()]+)\s*\)\s*$")
+_MIG_LINE_RE = re.compile(
+    r"^MIG\s+(\S+)\s+Device\s+(\d+)\s*:\s*\(UUID:\s*(MIG-[^\s()]+)\s*\)\s*$"
+)
+_LEGACY_MIG_RE = re.compile(r"^MIG-(GPU-[^/\s]+)/(\d+)/(\d+)$")
+
+
+def parse_nvidia_smi_list(text):
+    # type: (str) -> List[ListedGpu]
+    """Parse ``nvidia-smi -L`` into GPUs and their MIG devices.
+
+    Tolerates CRLF and varying spacing; ignores lines it does not know
+    (``No devices were found``, warnings). A MIG line before any GPU line, a
+    repeated GPU or MIG UUID, or a legacy MIG UUID naming another GPU is
+    dropped. Legacy UUIDs give ``gi``/``ci``; modern ones leave them None.
+    """
+    gpus = []  # type: List[ListedGpu]
+    current = None  # type: Optional[Tuple[int, str, str]]
+    migs = []  # type: List[ListedMig]
+    seen = set()
+
+    def flush():
+        if current is not None:
+            gpus.append(ListedGpu(index=current[0], name=current[1], uuid=current[2], mig=tuple(migs)))
+
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        gpu_match = _GPU_LINE_RE.match(line)
+        if gpu_match:
+            flush()
+            migs = []
+            uuid = gpu_match.group(3)
+            if uuid in seen:
+                current = None
+                continue
+            seen.add(uuid)
+            current = (int(gpu_match.group(1)), gpu_match.group(2), uuid)
+            continue
+        mig_match = _MIG_LINE_RE.match(line)
+        if not mig_match or current is None:
+            continue
+        uuid = mig_match.group(3)
+        if uuid in seen:
+            continue
+        gi = ci = None
+        legacy = _LEGACY_MIG_RE.match(uuid)
+        if legacy:
+            if legacy.group(1) != current[2]:
+                continue  # names another GPU: not trustworthy
+            gi, ci = int(legacy.group(2)), int(legacy.group(3))
+        elif "/" in uuid:
+            continue
+        seen.add(uuid)
+        migs.append(ListedMig(device=int(mig_match.group(2)), uuid=uuid,
+                              profile=mig_match.group(1), gi=gi, ci=ci))
+    flush()
+    return gpus
+
+
+def _to_gpu(listed, mig, minor=None, pci_bus_id=None, numa_node=None):
+    # type: (ListedGpu, List[MigInstance], Optional[int], Optional[str], Optional[int]) -> Gpu
+    unique = {}  # type: Dict[Tuple[int, int], MigInstance]
+    for inst in mig:
+        unique.setdefault((inst.gi, inst.ci), inst)
+    return Gpu(
+        uuid=listed.uuid,
+        index=listed.index,
+        minor=minor,
+        numa_node=numa_node,
+        pci_bus_id=pci_bus_id,
+        name=listed.name or None,
+        mig=tuple(unique[key] for key in sorted(unique)),
+    )
+
+
+# --------------------------------------------------------------------------
+# nvidia-smi -q -x
+
+
+@dataclass(frozen=True)
+class QueriedGpu:
+    """One ``<gpu>`` of ``nvidia-smi -q -x``: what ``-L`` lacks.
+
+    ``mig_devices`` maps the MIG device index to ``(gi, ci)``.
+    """
+
+    uuid: str
+    pci_bus_id: Optional[str] = None
+    minor: Optional[int] = None
+    name: Optional[str] = None
+    mig_devices: Tuple[Tuple[int, int, int], ...] = ()  # (index, gi, ci)
+
+    def mig_map(self):
+        # type: () -> Dict[int, Tuple[int, int]]
+        return {index: (gi, ci) for index, gi, ci in self.mig_devices}
+
+def parse_nvidia_smi_query_xml(text):
+    # type: (str) -> List[QueriedGpu]
+    """Parse ``nvidia-smi -q -x``: per GPU its UUID, PCI bus id (normalised,
+    see ``normalize_pci_address``), minor number and MIG devices
+    (``<mig_device><index>``, ``<gpu_instance_id>``, ``<compute_instance_id>``).
+
+    Raises ``InventoryError`` when the text is not XML of that shape. A GPU
+    without a ``GPU-`` UUID and a MIG device without all three numbers are
+    skipped.
+    """
+    root = parse_xml(text, "nvidia-smi -q -x")
+    if root.tag != "nvidia_smi_log":
+        raise InventoryError("nvidia-smi -q -x: unexpected root element <%s>" % root.tag)
+    result = []  # type: List[QueriedGpu]
+    for gpu in root.findall("gpu"):
+        uuid = xml_text(gpu, "uuid")
+        if not uuid or not uuid.startswith("GPU-") or any(c.isspace() for c in uuid):
+            continue
+        pci = normalize_pci_address(xml_text(gpu, "pci/pci_bus_id")) or normalize_pci_address(
+            gpu.get("id")
+        )
+        migs = []
+        seen_index = set()
+        for mig in gpu.findall("mig_devices/mig_device"):
+            index = xml_int(mig, "index")
+            gi = xml_int(mig, "gpu_instance_id")
+            ci = xml_int(mig, "compute_instance_id")
+            if index is None or gi is None or ci is None or index in seen_index:
+                continue
+            seen_index.add(index)
+            migs.append((index, gi, ci))
+        result.append(
+            QueriedGpu(
+                uuid=uuid,
+                pci_bus_id=pci,
+                minor=xml_int(gpu, "minor_number"),
+                name=xml_text(gpu, "product_name"),
+                mig_devices=tuple(sorted(migs)),
+            )
+        )
+    return result
+
+
+# --------------------------------------------------------------------------
+# nvidia-smi mig -lci
+
+
+@dataclass(frozen=True)
+class ComputeInstanceRow:
+    """One row of ``nvidia-smi mig -lci``. There is no UUID in this table."""
+
+    gpu: int  # GPU index, as in nvidia-smi -L
+    gi: int
+    ci: int
+    profile: str  # e.g. "4g.40gb" (the "MIG " prefix removed)
+    profile_id: int
+
+
+_LCI_ROW_RE = re.compile(
+    r"^\|\s*(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)(?:\s+\d+:\d+)?\s*\|$"
+)
+
+
+def parse_nvidia_smi_mig_lci(text):
+    # type: (str) -> List[ComputeInstanceRow]
+    """Parse the ``nvidia-smi mig -lci`` table (columns GPU, GPU instance id,
+    name, profile id, compute instance id, placement). Header, ruler and
+    unknown lines are ignored; "No compute instances found" gives []."""
+    rows = []  # type: List[ComputeInstanceRow]
+    seen = set()
+    for raw in (text or "").splitlines():
+        match = _LCI_ROW_RE.match(raw.strip())
+        if not match:
+            continue
+        gpu, gi, profile_id, ci = (int(match.group(i)) for i in (1, 2, 4, 5))
+        if (gpu, gi, ci) in seen:
+            continue
+        seen.add((gpu, gi, ci))
+        rows.append(ComputeInstanceRow(gpu=gpu, gi=gi, ci=ci, profile=match.group(3), profile_id=profile_id))
+    return rows
+
+
+# --------------------------------------------------------------------------
+# Joining
+
+
+def mig_ids_from_query(listed, queried):
+    # type: (List[ListedGpu], List[QueriedGpu]) -> Dict[str, Tuple[int, int]]
+    """MIG UUID -> (gi, ci) by joining ``-L`` and ``-q -x`` on (GPU UUID, MIG
+    device index).
+
+    A GPU whose two listings disagree on the set of MIG device indexes (MIG
+    was reconfigured between the two commands) contributes nothing.
+    """
+    by_uuid = {q.uuid: q for q in queried}
+    ids = {}  # type: Dict[str, Tuple[int, int]]
+    for gpu in listed:
+        query = by_uuid.get(gpu.uuid)
+        if query is None:
+            continue
+        mig_map = query.mig_map()
+        if set(mig_map) != {m.device for m in gpu.mig}:
+            continue
+        for mig in gpu.mig:
+            ids[mig.uuid] = mig_map[mig.device]
+    return ids
+
+
+def mig_ids_from_lci(listed, rows):
+    # type: (List[ListedGpu], List[ComputeInstanceRow]) -> Dict[str, Tuple[int, int]]
+    """MIG UUID -> (gi, ci) from ``-L`` and ``mig -lci``, only where certain.
+
+    The table has no UUID, so a device is placed only when the GPU has as
+    many compute instances in the table as MIG devices in ``-L`` and the
+    device's profile occurs exactly once on that GPU in both.
+    """
+    ids = {}  # type: Dict[str, Tuple[int, int]]
+    for gpu in listed:
+        table = [r for r in rows if r.gpu == gpu.index]
+        if not gpu.mig or len(table) != len(gpu.mig):
+            continue
+        for mig in gpu.mig:
+            same_listed = [m for m in gpu.mig if m.profile == mig.profile]
+            same_table = [r for r in table if r.profile == mig.profile]
+            if len(same_listed) == 1 and len(same_table) == 1:
+                ids[mig.uuid] = (same_table[0].gi, same_table[0].ci)
+    return ids
+
+
+def join_mig_ids(listed, mig_ids, queried=None, numa=None):
+    # type: (List[ListedGpu], Dict[str, Tuple[int, int]], Optional[List[QueriedGpu]], Optional[Callable[[Optional[str]], Optional[int]]]) -> List[Gpu]
+    """Build ``Gpu`` objects from ``-L`` GPUs, a MIG UUID -> (gi, ci) map,
+    and optionally ``-q -x`` data (minor number, PCI bus id).
+
+    A MIG device gets its ids from its legacy UUID, else from ``mig_ids``;
+    one with neither is left out of ``Gpu.mig``. ``numa(pci_bus_id)`` gives
+    the NUMA node when supplied.
+    """
+    by_uuid = {q.uuid: q for q in (queried or [])}
+    gpus = []
+    for gpu in listed:
+        mig = []
+        for dev in gpu.mig:
+            ids = (dev.gi, dev.ci) if dev.gi is not None else mig_ids.get(dev.uuid)
+            if ids is not None:
+                mig.append(MigInstance(gi=ids[0], ci=ids[1], uuid=dev.uuid))
+        query = by_uuid.get(gpu.uuid)
+        pci = query.pci_bus_id if query else None
+        gpus.append(
+            _to_gpu(
+                gpu,
+                mig,
+                minor=query.minor if query else None,
+                pci_bus_id=pci,
+                numa_node=numa(pci) if (numa and pci) else None,
+            )
+        )
+    return gpus
+
+
+# --------------------------------------------------------------------------
+# Readers
+
+
+_NO_DEVICES_RE = re.compile(r"no devices were found", re.IGNORECASE)
+
+
+def read_nvidia_smi_inventory(run_command=None, which=None, sysfs_root="/"):
+    # type: (Optional[RunCommand], Optional[Which], str) -> Inventory
+    """The inventory from ``nvidia-smi`` (see the module docstring for the
+    commands and how they are joined). Never raises; ``error`` says why the
+    GPUs could not be listed. Missing extras (minor, PCI, some MIG ids) do not
+    make it an error: those fields stay empty and such MIG devices are left
+    out."""
+    run_command = run_command or default_run_command
+    which = which or shutil.which
+    try:
+        if not which("nvidia-smi"):
+            return Inventory(gpus=[], source="none", error="nvidia-smi not found on PATH")
+        argv = ["nvidia-smi", "-L"]
+        rc, out, err = run_tool(run_command, argv)
+        if rc != 0:
+            if _NO_DEVICES_RE.search(out) or _NO_DEVICES_RE.search(err):
+                return Inventory(gpus=[], source="nvidia-smi")
+            return Inventory(gpus=[], source="none", error=failure_text(argv, rc, out, err))
+        if len(out) > MAX_OUTPUT_CHARS:
+            return Inventory(gpus=[], source="none", error="`nvidia-smi -L`: output too large")
+        listed = parse_nvidia_smi_list(out)
+        if not listed and out.strip() and not _NO_DEVICES_RE.search(out):
+            return Inventory(
+                gpus=[], source="none",
+                error="`nvidia-smi -L`: no GPU line understood in: %s" % first_line(out),
+            )
+        queried = []  # type: List[QueriedGpu]
+        rc, out, err = run_tool(run_command, ["nvidia-smi", "-q", "-x"])
+        if rc == 0:
+            try:
+                queried = parse_nvidia_smi_query_xml(out)
+            except InventoryError:
+                queried = []
+        mig_ids = mig_ids_from_query(listed, queried)
+        unplaced = [m for g in listed for m in g.mig if m.gi is None and m.uuid not in mig_ids]
+        if unplaced:
+            rc, out, err = run_tool(run_command, ["nvidia-smi", "mig", "-lci"])
+            if rc == 0:
+                for uuid, ids in mig_ids_from_lci(listed, parse_nvidia_smi_mig_lci(out)).items():
+                    mig_ids.setdefault(uuid, ids)
+        gpus = join_mig_ids(listed, mig_ids, queried, numa=lambda pci: read_numa_node(pci, sysfs_root))
+        return Inventory(gpus=gpus, source="nvidia-smi")
+    except Exception as exc:  # a bug must not become a traceback on the node
+        return Inventory(gpus=[], source="none", error="nvidia-smi inventory failed: %s" % exc)

@@ -1,0 +1,31 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What sysfs says of a PCI device: its NUMA node (``/sys/bus/pci/devices/<addr>/numa_node``).
+
+The NVML and ``nvidia-smi`` readers ask it when the driver does not say; ``sysfs_root`` lets a test
+point it at a directory.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import normalize_pci_address
+
+
+def read_numa_node(pci_bus_id, sysfs_root="/"):
+    # type: (Optional[str], str) -> Optional[int]
+    """The NUMA node of a PCI device from ``/sys/bus/pci/devices/<addr>/numa_node``
+    (under ``sysfs_root``); None when unknown (no file, or ``-1``)."""
+    address = normalize_pci_address(pci_bus_id)
+    if address is None:
+        return None
+    path = os.path.join(sysfs_root, "sys", "bus", "pci", "devices", address, "numa_node")
+    try:
+        with open(path) as handle:
+            value = int(handle.read(64).strip())
+    except (OSError, ValueError):
+        return None
+    return value if value >= 0 else None
