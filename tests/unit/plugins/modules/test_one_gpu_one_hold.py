@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One GPU, one hold (issue 23): through the module ``bcd.devices.holds`` on a fakehw node, what the
+planner's claims guarantee — a bind never runs before the release it needs, a refused hold books
+nothing, a rebind is admitted like any bind — and the spec's last deviations, fixed."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
+
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_admission import write_memory
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_runtimes_and_upgrades import driver
+
+GIB = 1 << 30
+
+
+def journaled(node):
+    """``(type, allocation_id)`` of every event in the journal, in order."""
+    return [(e["type"], e["body"]["allocation_id"]) for e in Journal(node.state()).unacked()]
+
+
+def specs_naming(node, device_id):
+    """The hold specs in /etc/cdi that name ``device_id``."""
+    names = []
+    for name in sorted(os.listdir(node.path("/etc/cdi"))):
+        if name.startswith("bcd-") and name.endswith(".json"):
+            spec = json.loads(node.read("/etc/cdi/" + name))
+            if any(d["annotations"]["bcd.dev/device-id"] == device_id for d in spec["devices"]):
+                names.append(name)
+    return names
+
+
+def fail_removing(monkeypatch, allocation_id):
+    """The node cannot remove ``allocation_id``'s spec (an immutable file, a read-only /etc/cdi)."""
+    real = DirectWriter.remove_node_file
+
+    def remove(self, kind, target):
+        if kind == "cdi" and target == allocation_id:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(self, kind, target)
+
+    monkeypatch.setattr(DirectWriter, "remove_node_file", remove)
+    return real
+
+
+# --- C1: two live holds of one GPU ---------------------------------------------------------------------------
+
+
+def test_a_bind_waits_for_the_release_that_frees_its_gpu(capsys, node, monkeypatch):
+    run(capsys, node, generation=1, devices=[hold("alloc_old", GPU_B)])
+    real = fail_removing(monkeypatch, "alloc_old")
+    moved = run(capsys, node, generation=2, devices=[hold("alloc_new", GPU_B)])
+    # the release failed (retryable): the bind that needs it is not applied, so GPU 1 stays in one spec
+    assert moved["section"]["state"] == "PROGRESSING"
+    assert "alloc_new: waits for the release of alloc_old, which failed" in moved["section"]["message"]
+    assert specs_naming(node, GPU_B) == ["bcd-alloc_old.json"]
+    assert not node.exists("/run/bcd/allocations/alloc_new.env")
+    assert ("AllocationBound", "alloc_new") not in journaled(node)
+    # the release was recorded before its files went: the next pass finishes it, then binds
+    checked = run(capsys, node, check=True, generation=2, devices=[hold("alloc_new", GPU_B)])
+    assert [(p["action"], p["allocation_id"]) for p in checked["plan"]] == [("finish-release", "alloc_old"),
+                                                                           ("bind", "alloc_new")]
+    monkeypatch.setattr(DirectWriter, "remove_node_file", real)
+    done = run(capsys, node, generation=2, devices=[hold("alloc_new", GPU_B)])
+    assert done["section"]["state"] == "CONVERGED"
+    assert specs_naming(node, GPU_B) == ["bcd-alloc_new.json"]
+    # the journal never reports a bind on GPU 1 before the release that freed it
+    assert journaled(node) == [("AllocationBound", "alloc_old"), ("AllocationReleased", "alloc_old"),
+                               ("AllocationBound", "alloc_new")]
+    assert run(capsys, node, generation=2, devices=[hold("alloc_new", GPU_B)])["changed"] is False
+
+
+def test_a_bind_on_a_part_waits_for_the_release_of_the_whole_gpu(capsys, node, monkeypatch):
+    run(capsys, node, generation=1, devices=[hold("whole", GPU_B)])
+    fail_removing(monkeypatch, "whole")
+    moved = run(capsys, node, generation=2, devices=[hold("part", GPU_B + "/s1")])
+    assert moved["section"]["state"] == "PROGRESSING"
+    assert not node.exists("/etc/cdi/bcd-part.json")
+    assert ("AllocationBound", "part") not in journaled(node)
+
+
+def test_a_bind_on_other_gpus_does_not_wait_for_a_failed_release(capsys, node, monkeypatch):
+    run(capsys, node, generation=1, devices=[hold("alloc_old", GPU_B)])
+    fail_removing(monkeypatch, "alloc_old")
+    result = run(capsys, node, generation=2, devices=[hold("other", GPU_A)])
+    assert result["section"]["state"] == "PROGRESSING"
+    assert node.exists("/etc/cdi/bcd-other.json")
+    assert ("AllocationBound", "other") in journaled(node)
+
+
+# --- C2: a refused hold books nothing ------------------------------------------------------------------------
+
+
+def test_a_hold_refused_while_rendering_books_no_memory(capsys, node):
+    # 16 GiB, no huge pages: 15 360 MiB for holds. a1 is admitted (10 GiB), then refused while rendering
+    # (its GPU's device node is gone); a2 gets the 10 GiB a1 never took.
+    write_memory(node, 16 * GIB)
+    node.set_hardware(driver=driver(drop=["/dev/nvidia1"]))
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B, limits={"memory_bytes": 10 * GIB}),
+                                                       hold("a2", GPU_A, limits={"memory_bytes": 10 * GIB})])
+    assert [(f["allocation_id"], f["reason"]) for f in result["failures"]] == [("a1", "device-missing")]
+    assert node.exists("/etc/cdi/bcd-a2.json")
+    assert ("AllocationBound", "a2") in journaled(node)
+    assert not [w for w in warnings(result) if "resources-exhausted" in w]
