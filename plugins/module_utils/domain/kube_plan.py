@@ -139,7 +139,8 @@ def plan_kubernetes_releases(state):
         unknown = sorted(observed.kube.held - known)
         gpus = set(gpu.uuid for gpu in observed.inventory.gpus)
         gpus |= set(inst.uuid for gpu in observed.inventory.gpus for inst in gpu.mig)
-        if not [name for name in unknown if name in gpus]:
+        # a slot is named by its atom id (GPU-…/s<n>): one of an unknown allocation counts by its GPU
+        if not [name for name in unknown if name.split("/", 1)[0] in gpus]:
             actions.append(ClearMarker("", "remove %s/releasing.unreadable: no pod holds a GPU of an allocation "
                                        "this node does not know" % observed.state_dir))
             state.marker = False

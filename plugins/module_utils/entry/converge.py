@@ -119,8 +119,9 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
     domains, domains_error = host.domains()
     slices = host.slice_states()
     memory = None
-    if any(needs_admission(a.limits) and (a.allocation_id not in live or _may_grow(a, ledger)) for a in wanted):
-        memory = host.memory()  # a new hold, or a kept one whose limits grow, is admitted
+    if any(needs_admission(a.limits) and (_bound_anew(a, live.get(a.allocation_id)) or _may_grow(a, ledger))
+           for a in wanted):
+        memory = host.memory()  # a new or rebound hold, or a kept one whose limits grow, is admitted
     return Observed(
         node_id=host.node_id(),
         boot_id=host.boot_id(),
@@ -145,6 +146,13 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
         maintenance=dict(maintenance or {}),
         health_cleared=dict(health_cleared or {}),
     )
+
+
+def _bound_anew(assignment, hold):
+    """Whether the pass binds ``assignment`` anew: no live hold, one on other devices or of another binding
+    (released and bound again), or one whose spec is damaged (written again). Each is admitted."""
+    return hold is None or hold.problem is not None or hold.kubernetes != assignment.kubernetes or \
+        sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
 
 
 def _may_grow(assignment, ledger):

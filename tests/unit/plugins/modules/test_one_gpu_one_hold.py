@@ -110,3 +110,48 @@ def test_a_hold_refused_while_rendering_books_no_memory(capsys, node):
     assert node.exists("/etc/cdi/bcd-a2.json")
     assert ("AllocationBound", "a2") in journaled(node)
     assert not [w for w in warnings(result) if "resources-exhausted" in w]
+
+
+# --- C3: a rebound hold is admitted like any bind ----------------------------------------------------------------
+
+
+def test_a_hold_moved_to_another_gpu_is_admitted_again(capsys, make_node):
+    # 16 GiB: a1 books 4 GiB on GPU 1; then a VM of 12 GiB starts (12.625 GiB committed with its overhead)
+    # and a1 moves to GPU 0: released and bound anew, it is admitted against what is left (2.375 GiB)
+    node = make_node(vendor="mig")
+    write_memory(node, 16 * GIB)
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_B, limits={"memory_bytes": 4 * GIB})])
+    node.set_hardware(domains=[{"instance_id": "inst_1", "state": "running", "memory_bytes": 12 * GIB,
+                                "gpus": []}])
+    moved = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"memory_bytes": 4 * GIB})])
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in moved["failures"]] == [
+        ("a1", "resources-exhausted", "ResourcesExhausted: 4096 MiB of memory needed, 2432 MiB left on this host")]
+    assert not [w for w in warnings(moved) if "host memory unreadable" in w]
+    assert not node.exists("/etc/cdi/bcd-a1.json")
+
+
+# --- C4: a Kubernetes slot release waits only for pods on that slot ----------------------------------------------
+
+
+def test_a_kubernetes_slot_release_does_not_wait_for_a_pod_on_another_slot(capsys, node):
+    slot1, slot2 = GPU_B + "/s1", GPU_B + "/s2"
+    run(capsys, node, generation=1, devices=[hold("k1", slot1, binding="BINDING_KUBERNETES"),
+                                             hold("k2", slot2, binding="BINDING_KUBERNETES")])
+    node.set_hardware(kubelet={"reachable": True, "pods": [
+        {"namespace": "ml", "name": "train-0", "container": "main", "device_ids": [slot2]}]})
+    result = run(capsys, node, generation=2, devices=[hold("a1", slot1)])
+    # k1's slot is free: released and reported at once, and a plain hold takes it; k2 waits for its pod
+    assert [p["allocation_id"] for p in result["pending_releases"]] == ["k2"]
+    assert result["pending_releases"][0]["held_by"] == ["ml/train-0 (main)"]
+    assert result["failures"] == []
+    assert ("AllocationReleased", "k1") in journaled(node) and ("AllocationReleased", "k2") not in journaled(node)
+    assert node.exists("/etc/cdi/bcd-a1.json")
+
+
+def test_a_whole_gpu_kubernetes_release_waits_for_a_pod_on_one_of_its_slots(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("k1", GPU_B, binding="BINDING_KUBERNETES")])
+    node.set_hardware(kubelet={"reachable": True, "pods": [
+        {"namespace": "ml", "name": "train-0", "container": "main", "device_ids": [GPU_B + "/s2"]}]})
+    result = run(capsys, node, generation=2, devices=[])
+    assert [p["allocation_id"] for p in result["pending_releases"]] == ["k1"]
+    assert ("AllocationReleased", "k1") not in journaled(node)
