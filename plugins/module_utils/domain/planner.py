@@ -32,7 +32,7 @@ executes exactly it. ``plan_pass`` runs the phases of a pass in this order
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Tuple, Type
+from typing import Dict, List, Optional, Set, Tuple, Type
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
     Action,
@@ -94,6 +94,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import 
     hold_summary,
     released_event,
     summary_of,
+    unknown_version_condition,
     withdraw_files,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
@@ -139,6 +140,7 @@ class Observed:
     runtimes: List = field(default_factory=list)  # cdi_runtimes.Runtime: the node's container runtimes
     maintenance: Dict[str, dict] = field(default_factory=dict)  # GPU UUID -> {reason, since}: out of service
     health_cleared: Dict[str, float] = field(default_factory=dict)  # GPU UUID -> when it left maintenance
+    spec_dir: bool = True  # /etc/cdi is a directory: a reported hold whose spec is not there is gone
 
 
 @dataclass
@@ -248,9 +250,18 @@ class PassState:
         self.parsed = parsed
         self.observed = observed
         self.instances = instances
-        self.wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments)
         self.live = dict(observed.live)
         self.failures = []  # (allocation_id, reason, message)
+        # A live hold re-sent with a binding the node does not take is refused (unsupported-binding) and kept
+        # as it is, as for any refused input: the node never drops a hold on its own.
+        self.unsupported = set()  # type: Set[str]
+        for assignment in parsed.assignments:
+            if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES) and assignment.allocation_id in self.live:
+                self.unsupported.add(assignment.allocation_id)
+                self.failures.append((assignment.allocation_id, "unsupported-binding",
+                                      unsupported_binding(assignment.binding)))
+        self.wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments
+                           if assignment.allocation_id not in self.unsupported)
         # releases this pass makes: allocation -> (the atoms it frees, the limits it booked, or None when its
         # slice still runs a workload and keeps them): claimed until made; what takes them waits for them
         self.releasing = {}  # type: Dict[str, Tuple[list, Optional[Limits]]]
@@ -311,7 +322,8 @@ def _releasing(state, allocation_id, device_ids, atoms=None):
 def _release_unwanted(state):
     """2. Holds no longer wanted, or wanted with other devices or another binding."""
     observed, actions = state.observed, []
-    keep = set(state.wanted) | set(state.parsed.refused_ids)
+    keep = set(state.wanted) | set(state.parsed.refused_ids) | state.unsupported
+    actions.extend(_release_spec_gone(state, keep))
     for allocation_id in sorted(state.live):
         hold = state.live[allocation_id]
         assignment = state.wanted.get(allocation_id)
@@ -345,6 +357,32 @@ def _release_unwanted(state):
             state.released_slices.add(slice_name(allocation_id))
             _releasing(state, allocation_id, device_ids, hold.atoms)
         state.live.pop(allocation_id)
+    return actions
+
+
+def unsupported_binding(binding):
+    return "binding %s is not supported" % binding
+
+
+def _release_spec_gone(state, keep):
+    """Holds the node reported bound whose spec is gone (deleted by hand) and that are no longer wanted:
+    released, so their env file goes with them and the control plane learns of it. One still wanted is
+    bound again from its assignment (``_bind_new``)."""
+    observed, actions = state.observed, []  # type: Tuple[Observed, List[Action]]
+    if not observed.spec_dir:
+        return actions
+    for allocation_id in sorted(observed.ledger.bound):
+        if allocation_id in keep or allocation_id in observed.live or allocation_id in state.releasing or \
+                allocation_id in observed.releases.pending or allocation_id in observed.ledger.unfinished_releases:
+            continue
+        if not observed.privileged:
+            state.needs_root("releasing %s" % allocation_id)
+            continue
+        device_ids = list(observed.ledger.bound[allocation_id].get("device_ids") or [])
+        actions.append(_release_action(Release, observed, allocation_id, state.generation, device_ids,
+                                       "its spec is gone"))
+        state.released_slices.add(slice_name(allocation_id))
+        _releasing(state, allocation_id, device_ids)
     return actions
 
 
@@ -419,9 +457,9 @@ def _claims(state):
     # the pass that sets an unreadable file aside raises the condition even when it clears the marker too
     unreadable = state.marker or observed.releases.unreadable is not None
     state.plan.conditions = release_conditions(state.pending.values(), unreadable, observed.now, observed.state_dir)
-    stale = stale_condition(observed.vendor)
-    if stale is not None:
-        state.plan.conditions.append(stale)
+    for condition in (stale_condition(observed.vendor), unknown_version_condition(observed.vendor)):
+        if condition is not None:
+            state.plan.conditions.append(condition)
     holders = {}  # type: Dict[str, List[str]]
     for allocation_id in sorted(state.live):
         for atom in state.live[allocation_id].atoms:
@@ -704,7 +742,7 @@ def _check_new(state, claims, assignment):
     atoms and ``claims`` with its memory booked (kept by the caller only if the hold is bound)."""
     observed = state.observed
     if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
-        raise AtomRefused("unsupported-binding", "binding %s is not supported" % assignment.binding)
+        raise AtomRefused("unsupported-binding", unsupported_binding(assignment.binding))
     if not observed.privileged:
         raise AtomRefused("node-unprivileged", NODE_UNPRIVILEGED)
     atoms = resolve_devices(assignment.devices, observed.inventory)

@@ -17,7 +17,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import Jo
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_admission import write_memory
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
-from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_runtimes_and_upgrades import driver
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_runtimes_and_upgrades import driver, set_vendor_version
 
 GIB = 1 << 30
 
@@ -155,3 +155,58 @@ def test_a_whole_gpu_kubernetes_release_waits_for_a_pod_on_one_of_its_slots(caps
     result = run(capsys, node, generation=2, devices=[])
     assert [p["allocation_id"] for p in result["pending_releases"]] == ["k1"]
     assert ("AllocationReleased", "k1") not in journaled(node)
+
+
+# --- C5: a live hold re-sent with an unsupported binding is refused ---------------------------------------------
+
+
+def test_a_live_hold_resent_with_an_unsupported_binding_is_refused_and_kept(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    spec = node.read("/etc/cdi/bcd-a1.json")
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_B, binding="BINDING_INSTANCE")])
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a1", "unsupported-binding", "binding BINDING_INSTANCE is not supported")]
+    assert result["section"]["state"] == "FAILED"
+    assert ("AllocationFailed", "a1") in journaled(node)
+    # the node never drops a hold on its own: it stays as it was, and nothing is released
+    assert node.read("/etc/cdi/bcd-a1.json") == spec
+    assert ("AllocationReleased", "a1") not in journaled(node)
+    again = run(capsys, node, generation=2, devices=[hold("a1", GPU_B, binding="BINDING_INSTANCE")])
+    assert again["changed"] is False
+
+
+# --- C6: a vendor spec of an unknown later cdiVersion says so --------------------------------------------------
+
+
+def test_a_vendor_spec_of_an_unknown_later_version_raises_a_condition_naming_it(capsys, node):
+    set_vendor_version(node, "1.9.0")
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    assert result["section"]["state"] == "PROGRESSING"
+    (condition,) = [c for c in result["conditions"] if c["type"] == "VendorSpecUnsupported"]
+    assert condition["reason"] == "UnknownCdiVersion"
+    assert "/var/run/cdi/nvidia.yaml has cdiVersion 1.9.0" in condition["message"]
+    set_vendor_version(node, "0.8.0")
+    fixed = run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    assert fixed["section"]["state"] == "CONVERGED"
+    assert not [c for c in fixed["conditions"] if c["type"] == "VendorSpecUnsupported"]
+
+
+# --- C7: a spec deleted by hand leaves nothing behind -----------------------------------------------------------
+
+
+def test_a_spec_deleted_by_hand_is_released_with_its_env_file_once_unwanted(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    os.unlink(node.path("/etc/cdi/bcd-a1.json"))
+    result = run(capsys, node, generation=2, devices=[])
+    assert [(p["action"], p["allocation_id"]) for p in result["plan"]] == [("release", "a1")]
+    assert not node.exists("/run/bcd/allocations/a1.env")
+    assert journaled(node)[-1] == ("AllocationReleased", "a1")
+    assert run(capsys, node, generation=2, devices=[])["changed"] is False
+
+
+def test_a_spec_deleted_by_hand_is_bound_again_while_wanted(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    os.unlink(node.path("/etc/cdi/bcd-a1.json"))
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    assert [(p["action"], p["allocation_id"]) for p in result["plan"]] == [("bind", "a1")]
+    assert node.exists("/etc/cdi/bcd-a1.json") and node.exists("/run/bcd/allocations/a1.env")
