@@ -368,7 +368,8 @@ def _release_spec_gone(state, keep):
     """Holds the node reported bound whose spec is gone (deleted by hand) and that are no longer wanted:
     released, so their env file goes with them and the control plane learns of it. One still wanted is
     bound again from its assignment (``_bind_new``)."""
-    observed, actions = state.observed, []  # type: Tuple[Observed, List[Action]]
+    observed = state.observed
+    actions: List[Action] = []
     if not observed.spec_dir:
         return actions
     for allocation_id in sorted(observed.ledger.bound):
