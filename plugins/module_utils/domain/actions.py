@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional, Set, Union
+from typing import Any, ClassVar, Dict, List, Optional, Set, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_text
@@ -194,10 +194,14 @@ class Action(abc.ABC):
         return entries
 
 
+@dataclass
 class Bind(Action):
-    """A new hold: its slice first (the spec names it), then its files, then ``AllocationBound``."""
+    """A new hold: its slice first (the spec names it), then its files, then ``AllocationBound``.
+    ``needs``: the allocations whose release, earlier in the plan, frees its atoms or its memory; when
+    any of them fails, the bind is not applied (retried next pass): one atom is never in two live specs."""
 
-    kind = "bind"
+    kind: ClassVar[str] = "bind"
+    needs: Tuple[str, ...] = ()
 
     def apply(self, writer, state):
         if self.slice is not None:
@@ -206,11 +210,12 @@ class Bind(Action):
         state.report(self.event, self.limits)
 
 
-class Rebind(Action):
+@dataclass
+class Rebind(Bind):
     """A wanted hold whose spec is damaged: the file set aside, the hold written again from its
     assignment; ``AllocationBound`` only when the node had not reported it bound with these devices."""
 
-    kind = "rebind"
+    kind: ClassVar[str] = "rebind"
 
     def apply(self, writer, state):
         if self.slice is not None:
@@ -403,8 +408,8 @@ class ClearMarker(Action):
 def apply_plan(plan, writer, state):
     """Run every action in order; return ``(done, errors)``: the actions carried out, and one
     retryable error per action that failed. A failure holds up that allocation's later actions in
-    this pass (a hold whose env file could not be written is not reported bound); the other
-    allocations' go on."""
+    this pass (a hold whose env file could not be written is not reported bound), and every bind that
+    needs its release (``Bind.needs``); the other allocations' go on."""
     done = []  # type: List[Action]
     errors = []  # type: List[str]
     failed = set()  # type: Set[str]
@@ -415,6 +420,12 @@ def apply_plan(plan, writer, state):
         return done, ["cannot record this pass's releases: %s" % exc]
     for action in plan.actions:
         if not action.changes or (action.allocation_id and action.allocation_id in failed):
+            continue
+        waits = [needed for needed in getattr(action, "needs", ()) if needed in failed]
+        if waits:  # the hold it replaces is still live: binding now would put one atom in two live specs
+            errors.append("%s: waits for the release of %s, which failed; retried next pass"
+                          % (action.allocation_id, ", ".join(waits)))
+            failed.add(action.allocation_id)
             continue
         try:
             action.apply(writer, state)

@@ -18,7 +18,7 @@ is *committed*, not what is used:
 
 A hold with only ``cpus`` or ``cpu_millis`` is not admitted. The host is read
 (``node/memory.py``) once per pass, only when a hold needs it, and holds earlier in the pass count
-against later ones.
+against later ones (``claims.Claims`` carries the bookings).
 """
 
 from __future__ import annotations
@@ -66,37 +66,54 @@ def _nodes_of(limits, memory, size):
     return sorted(known)
 
 
+@dataclass(frozen=True)
 class Admission:
-    """The host's memory ledger for one pass: what is committed, and what each new hold takes."""
+    """The host's memory ledger: what is committed. Immutable: ``counted`` and ``check`` return a new one
+    with the hold booked, so a hold refused later in its checks books nothing."""
 
-    def __init__(self, memory, domains=()):
-        self.memory = memory
-        self.committed = 0
-        for domain in domains:
-            if domain.state not in ("running", "paused"):
-                continue
-            own = 0 if domain.hugepages else domain.memory_bytes
-            self.committed += own + domain.memory_bytes // 32 + 256 * MIB
-        self.outstanding = dict((size, 0) for size, _a, _k in PAGE_SIZES)  # pages bound holds may still take
-        self.node_outstanding = dict((size, {}) for size, _a, _k in PAGE_SIZES)  # type: Dict[str, Dict[int, int]]
+    memory: HostMemory
+    committed: int = 0
+    outstanding: Dict[str, int] = field(default_factory=dict)  # size -> pages bound holds may still take
+    node_outstanding: Dict[str, Dict[int, int]] = field(default_factory=dict)  # size -> node -> pages
 
-    def count(self, limits, current=None):
-        """Book a bound (or just admitted) hold's limits; ``current`` is its slice's ``hugetlb.<size>.current``."""
+    def __init__(self, memory, domains=(), committed=None, outstanding=None, node_outstanding=None):
+        # a frozen dataclass built from the domains: the VMs' memory is committed from the start
+        if committed is None:
+            committed = 0
+            for domain in domains:
+                if domain.state not in ("running", "paused"):
+                    continue
+                own = 0 if domain.hugepages else domain.memory_bytes
+                committed += own + domain.memory_bytes // 32 + 256 * MIB
+        object.__setattr__(self, "memory", memory)
+        object.__setattr__(self, "committed", committed)
+        object.__setattr__(self, "outstanding", dict(outstanding or ((size, 0) for size, _a, _k in PAGE_SIZES)))
+        object.__setattr__(self, "node_outstanding", dict(
+            (size, dict(nodes)) for size, nodes in (node_outstanding or {}).items()) or
+            dict((size, {}) for size, _a, _k in PAGE_SIZES))
+
+    def counted(self, limits, current=None):
+        """This ledger with a bound (or just admitted) hold's limits booked; ``current`` is its slice's
+        ``hugetlb.<size>.current``."""
         if limits is None:
-            return
-        self.committed += limits.memory_bytes or 0
+            return self
+        outstanding = dict(self.outstanding)
+        node_outstanding = dict((size, dict(nodes)) for size, nodes in self.node_outstanding.items())
         for size, attribute, kib in PAGE_SIZES:
             pages = getattr(limits, attribute) or 0
             faulted = ((current or {}).get(size, 0)) // (kib * 1024)
             still = max(0, pages - faulted)
             if not still:
                 continue
-            self.outstanding[size] += still
+            outstanding[size] = outstanding.get(size, 0) + still
             for node in _nodes_of(limits, self.memory, size):
-                self.node_outstanding[size][node] = self.node_outstanding[size].get(node, 0) + still
+                per_node = node_outstanding.setdefault(size, {})
+                per_node[node] = per_node.get(node, 0) + still
+        return Admission(self.memory, committed=self.committed + (limits.memory_bytes or 0), outstanding=outstanding,
+                         node_outstanding=node_outstanding)
 
     def check(self, limits):
-        """Raise ``Exhausted`` when the hold does not fit; otherwise book it."""
+        """Raise ``Exhausted`` when the hold does not fit; otherwise return this ledger with it booked."""
         if limits.memory_bytes:
             left = max(0, self.memory.normal_available - self.committed)
             if limits.memory_bytes > left:
@@ -106,13 +123,13 @@ class Admission:
             pages = getattr(limits, attribute) or 0
             if not pages:
                 continue
-            free = self.memory.free_pages.get(size, 0) - self.outstanding[size]
+            free = self.memory.free_pages.get(size, 0) - self.outstanding.get(size, 0)
             per_node = self.memory.node_free_pages.get(size) or {}
             if limits.mems and per_node:
-                on_nodes = sum(max(0, per_node.get(node, 0) - self.node_outstanding[size].get(node, 0))
+                on_nodes = sum(max(0, per_node.get(node, 0) - self.node_outstanding.get(size, {}).get(node, 0))
                                for node in parse_cpulist(limits.mems))
                 free = min(free, on_nodes)
             free = max(0, free)
             if pages > free:
                 raise Exhausted("ResourcesExhausted: %d hugepages of %d KiB needed, %d free" % (pages, kib, free))
-        self.count(limits)
+        return self.counted(limits)

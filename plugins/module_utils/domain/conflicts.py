@@ -3,10 +3,11 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Conflicts: who already has a GPU or a part of it, and when a new hold overlaps.
 
-``Claims`` gathers every claim on the node — live holds, holds bound earlier in
-the same pass, pending Kubernetes releases, and GPUs that VMs have or are to
-have through VFIO. ``conflicts`` checks a new hold's atoms against it, in the
-order docs/troubleshooting.md gives under ``overlap``:
+``claims.Claims`` gathers every claim on the node — live holds, holds bound
+earlier in the same pass, pending Kubernetes releases, and GPUs that VMs have or
+are to have through VFIO. ``conflicts`` checks a new hold's atoms against it, in
+the order docs/troubleshooting.md gives under ``overlap``. A release this pass
+makes is no conflict: the hold waits for it instead (``Claims.needs``).
 
 * an atom listed twice in the assignment: ``a device is listed twice``
 * its parent GPU passed through to a VM: ``<GPU> is passed through to instance <id>``
@@ -18,48 +19,14 @@ order docs/troubleshooting.md gives under ``overlap``:
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_GPU
+from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import Claims
 
 UNREADABLE_RELEASES = "(pending Kubernetes releases that could not be read)"
 
 
-class Claims:
-    """Every claim on the node's GPUs, by allocation (or VM instance)."""
-
-    def __init__(self):
-        self.atoms = {}  # type: Dict[tuple, str]  # Atom.key -> owner
-        self.whole = {}  # type: Dict[str, str]
-        self.parts = {}  # type: Dict[str, List[Tuple[str, str]]]
-        self.vfio = {}  # type: Dict[str, str]
-        self.maintenance = {}  # type: Dict[str, str]  # GPU UUID -> reason
-
-    def claim(self, owner, atoms):
-        """Record that ``owner`` holds ``atoms`` (parsed ``Atom`` objects)."""
-        for atom in atoms:
-            self.atoms.setdefault(atom.key, owner)
-            if atom.whole:
-                self.whole.setdefault(atom.gpu_uuid, owner)
-            else:
-                self.parts.setdefault(atom.gpu_uuid, []).append((atom.id, owner))
-
-    def claim_every_gpu(self, owner, gpu_uuids):
-        for uuid in gpu_uuids:
-            self.whole.setdefault(uuid, owner)
-            self.atoms.setdefault((CLASS_GPU, uuid), owner)
-
-    def out_of_service(self, records):
-        """GPUs in maintenance (``{uuid: {reason, ...}}``): no new hold may claim them."""
-        for uuid, record in records.items():
-            self.maintenance[uuid] = record["reason"]
-
-    def pass_through(self, instance_id, gpu_uuids):
-        for uuid in gpu_uuids:
-            self.vfio.setdefault(uuid, instance_id)
-
-
-def conflicts(atoms, claims, owner=None):
+def conflicts(atoms, claims: Claims, owner=None) -> List[str]:
     """Every conflict of a new hold's atoms with ``claims``, as messages; empty when none. Claims of
     ``owner`` itself (its own pending release taken back) are no conflict."""
     found = []  # type: List[str]
@@ -74,25 +41,24 @@ def conflicts(atoms, claims, owner=None):
             add("a device is listed twice")
         seen.add(atom.key)
     for atom in atoms:
-        instance = claims.vfio.get(atom.gpu_uuid)
+        instance = claims.vm_of(atom.gpu_uuid)
         if instance is not None:
             add("%s is passed through to instance %s" % (atom.gpu_uuid, instance))
             continue
-        reason = claims.maintenance.get(atom.gpu_uuid)
+        reason = claims.maintenance_of(atom.gpu_uuid)
         if reason is not None:
             add("%s is in maintenance (%s)" % (atom.gpu_uuid, reason))
             continue
-        holder = claims.atoms.get(atom.key)
-        if holder is not None and holder != owner:
-            add("%s is assigned to %s" % (atom.id, holder))
-            continue
-        if atom.whole:
-            for part_id, part_owner in claims.parts.get(atom.gpu_uuid, []):
-                if part_owner != owner:
-                    add("%s has %s assigned to %s" % (atom.gpu_uuid, part_id, part_owner))
-                    break
+        others = claims.holding([atom], owner)
+        same = next((claim for claim in others if claim.atom.key == atom.key), None)
+        if same is not None:
+            add("%s is assigned to %s" % (atom.id, same.owner))
+        elif atom.whole:
+            part = next((claim for claim in others if not claim.atom.whole), None)
+            if part is not None:
+                add("%s has %s assigned to %s" % (atom.gpu_uuid, part.atom.id, part.owner))
         else:
-            holder = claims.whole.get(atom.gpu_uuid)
-            if holder is not None and holder != owner:
-                add("%s is assigned to %s" % (atom.gpu_uuid, holder))
+            whole = next((claim for claim in others if claim.atom.whole), None)
+            if whole is not None:
+                add("%s is assigned to %s" % (atom.gpu_uuid, whole.owner))
     return found

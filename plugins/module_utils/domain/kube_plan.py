@@ -26,6 +26,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
     TakeBackRelease,
     Withdraw,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import InvalidAssignment, parse_limits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
     PendingRelease,
@@ -33,6 +34,16 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release im
     pods_holding,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import released_event, withdraw_files
+
+
+def _releasing(state, allocation_id, device_ids):
+    """A release this pass makes (reported, withdrawn or dropped): its devices and what it booked stay
+    claimed until it is made, and a hold that takes them waits for it (``claims.Claims.needs``)."""
+    try:
+        booked = parse_limits((state.observed.ledger.bound.get(allocation_id) or {}).get("limits"))
+    except InvalidAssignment:
+        booked = None
+    state.releasing[allocation_id] = (atoms_of(device_ids), booked)
 
 
 def _take_back(state, release, assignment):
@@ -50,6 +61,7 @@ def _hold_taken_back(state, release, left, why="its old devices are free"):
     observed, allocation_id = state.observed, release.allocation_id
     holders = pods_holding(observed.kube, left, observed.inventory) if left else []
     if holders == []:
+        _releasing(state, allocation_id, release.device_ids)
         return [DropRelease(allocation_id, "drop the pending Kubernetes release of %s: %s (not reported)"
                             % (allocation_id, why), generation=release.generation)]
     narrowed = PendingRelease(allocation_id, list(left), release.generation, release.since, taken_back=True)
@@ -75,6 +87,7 @@ def release_kubernetes(state, hold, why, wanted=False):
     removed = " and ".join(change.path for change in action.files)
     if wanted:
         if holders == []:
+            _releasing(state, hold.allocation_id, hold.device_ids)
             return Withdraw(hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; no pod holds its old "
                             "devices (the allocation stays: not reported)" % (hold.allocation_id, why, removed),
                             action.files, device_ids=list(hold.device_ids), generation=state.generation)
@@ -84,6 +97,7 @@ def release_kubernetes(state, hold, why, wanted=False):
                       "never reported (the allocation stays)" % (hold.allocation_id, why, removed, _held_by(holders))
         return action
     if holders == []:
+        _releasing(state, hold.allocation_id, hold.device_ids)
         action.event = released_event(observed, hold.allocation_id, state.generation, hold.device_ids)
         action.text = "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report " \
                       "AllocationReleased" % (hold.allocation_id, why, removed)
@@ -125,7 +139,8 @@ def plan_kubernetes_releases(state):
         unknown = sorted(observed.kube.held - known)
         gpus = set(gpu.uuid for gpu in observed.inventory.gpus)
         gpus |= set(inst.uuid for gpu in observed.inventory.gpus for inst in gpu.mig)
-        if not [name for name in unknown if name in gpus]:
+        # a slot is named by its atom id (GPU-…/s<n>): one of an unknown allocation counts by its GPU
+        if not [name for name in unknown if name.split("/", 1)[0] in gpus]:
             actions.append(ClearMarker("", "remove %s/releasing.unreadable: no pod holds a GPU of an allocation "
                                        "this node does not know" % observed.state_dir))
             state.marker = False
@@ -143,6 +158,7 @@ def plan_kubernetes_releases(state):
         state.live.pop(allocation_id, None)
         holders = pods_holding(observed.kube, release.device_ids, observed.inventory)
         if holders == []:
+            _releasing(state, allocation_id, release.device_ids)
             actions.append(ReportRelease(allocation_id, "report %s released: no pod holds its devices any more"
                                          % allocation_id, files,
                                          released_event(observed, allocation_id, release.generation,

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, AtomRefused, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, CLASS_SLOT, AtomRefused, atom_from_id
 
 # The state directory's default node path (its files are named in the conditions' messages).
 DEFAULT_STATE_DIR = "/var/lib/bcd"
@@ -67,7 +67,8 @@ class Releases:
 
 
 def device_names(device_ids, inventory):
-    """The names the kube side uses for a hold's devices: GPU UUIDs, and MIG UUIDs for MIG instances."""
+    """The names the kube side uses for a hold's devices: GPU UUIDs, MIG UUIDs for MIG instances, and a
+    slot's own atom id (``GPU-…/s<n>``), so a pod on one slot does not hold the GPU's other slots."""
     names = set()
     for device_id in device_ids:
         try:
@@ -79,19 +80,47 @@ def device_names(device_ids, inventory):
             gpu = inventory.gpu(atom.gpu_uuid)
             instance = gpu.mig_instance(atom.gi, atom.ci) if gpu is not None else None
             names.add(instance.uuid if instance is not None else atom.gpu_uuid)
+        elif atom.device_class == CLASS_SLOT:
+            names.add(slot_name(atom))
         else:
             names.add(atom.gpu_uuid)
     return names
 
 
+def slot_name(atom):
+    """A slot as the kube side names it: its atom id, spelled one way."""
+    return "%s/s%d" % (atom.gpu_uuid, atom.slot)
+
+
+def _gpu_of(name):
+    """The GPU UUID a kube-side name starts with (a slot's ``GPU-…/s<n>``), or the name itself."""
+    return name.split("/", 1)[0]
+
+
 def pods_holding(view, device_ids, inventory):
-    """Who still holds any of the devices (``None`` means the kube side could not be asked: held)."""
+    """Who still holds any of the devices (``None`` means the kube side could not be asked: held). A slot
+    is held when a pod holds that slot, or its whole GPU (a pod process with the GPU open names no slot);
+    a whole GPU when a pod holds it or any slot of it."""
     if view is None or view.error is not None:
         return None
+    names = device_names(device_ids, inventory)
+    slotted = set()  # GPUs of the hold's slots: a name for the whole GPU holds them
+    whole = set()  # the hold's whole GPUs: a pod on any slot of one holds it
+    for device_id in device_ids:
+        try:
+            atom = atom_from_id(device_id)
+        except AtomRefused:
+            continue
+        if atom.device_class == CLASS_SLOT:
+            slotted.add(atom.gpu_uuid)
+        elif atom.whole:
+            whole.add(atom.gpu_uuid)
     holders = []  # type: List[str]
-    for name in sorted(device_names(device_ids, inventory)):
-        if name in view.held:
-            holders.extend(view.holders(name) or [name])
+    for name in sorted(view.held):
+        if name in names or name in slotted or ("/" in name and _gpu_of(name) in whole):
+            for holder in view.holders(name) or [name]:
+                if holder not in holders:
+                    holders.append(holder)
     return holders
 
 

@@ -32,7 +32,7 @@ executes exactly it. ``plan_pass`` runs the phases of a pass in this order
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Tuple, Type
+from typing import Dict, List, Optional, Set, Tuple, Type
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
     Action,
@@ -54,12 +54,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
     StopSlice,
     WriteEnv,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import (
-    UNREADABLE,
-    Admission,
-    Exhausted,
-    needs_admission,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import UNREADABLE, Exhausted, needs_admission
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
     BINDING_HOLD,
     BINDING_KUBERNETES,
@@ -88,7 +83,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     unchanged,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
-from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, RELEASING, Claims
+from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, conflicts
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
@@ -98,6 +94,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import 
     hold_summary,
     released_event,
     summary_of,
+    unknown_version_condition,
     withdraw_files,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
@@ -143,6 +140,7 @@ class Observed:
     runtimes: List = field(default_factory=list)  # cdi_runtimes.Runtime: the node's container runtimes
     maintenance: Dict[str, dict] = field(default_factory=dict)  # GPU UUID -> {reason, since}: out of service
     health_cleared: Dict[str, float] = field(default_factory=dict)  # GPU UUID -> when it left maintenance
+    spec_dir: bool = True  # /etc/cdi is a directory: a reported hold whose spec is not there is gone
 
 
 @dataclass
@@ -252,11 +250,21 @@ class PassState:
         self.parsed = parsed
         self.observed = observed
         self.instances = instances
-        self.wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments)
         self.live = dict(observed.live)
         self.failures = []  # (allocation_id, reason, message)
-        self.claims = Claims()
-        self.admission = None
+        # A live hold re-sent with a binding the node does not take is refused (unsupported-binding) and kept
+        # as it is, as for any refused input: the node never drops a hold on its own.
+        self.unsupported = set()  # type: Set[str]
+        for assignment in parsed.assignments:
+            if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES) and assignment.allocation_id in self.live:
+                self.unsupported.add(assignment.allocation_id)
+                self.failures.append((assignment.allocation_id, "unsupported-binding",
+                                      unsupported_binding(assignment.binding)))
+        self.wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments
+                           if assignment.allocation_id not in self.unsupported)
+        # releases this pass makes: allocation -> (the atoms it frees, the limits it booked, or None when its
+        # slice still runs a workload and keeps them): claimed until made; what takes them waits for them
+        self.releasing = {}  # type: Dict[str, Tuple[list, Optional[Limits]]]
         self.memory_warned = False
         self.sliced = set()  # slices wanted after this pass
         self.released_slices = set()  # slices whose release this pass handles
@@ -273,9 +281,9 @@ def plan_pass(generation, parsed, observed, instances=None):
     """The ordered plan for one pass. Pure: reads only its arguments."""
     state = PassState(generation, parsed, observed, instances)
     releases = plan_kubernetes_releases(state) + _finish_releases(state) + _release_unwanted(state)
-    _claim_everything(state)
-    keeps = _keep_wanted(state)
-    binds = _bind_new(state)
+    claims = _claims(state)
+    keeps, claims = _keep_wanted(state, claims)
+    binds, claims = _bind_new(state, claims)
     # slices of holds gone earlier: after the releases, before anything is bound
     state.plan.actions = releases + _leftover_slices(state) + keeps + binds + _report_failures(state)
     asides = observed.damaged_specs + [change.aside for action in state.plan.actions for change in action.files
@@ -298,13 +306,24 @@ def _finish_releases(state):
         actions.append(action)
         state.released_slices.add(slice_name(allocation_id))
         state.live.pop(allocation_id, None)
+        _releasing(state, allocation_id, record.get("device_ids") or [])
     return actions
+
+
+def _releasing(state, allocation_id, device_ids, atoms=None):
+    """Record a release this pass makes: its atoms and what it booked stay claimed until it is made."""
+    current = state.observed.slices.get(slice_name(allocation_id))
+    booked = None
+    if current is None or not current.populated:  # a slice still running a workload keeps what it booked
+        booked = limits_from_record((state.observed.ledger.bound.get(allocation_id) or {}).get("limits"))
+    state.releasing[allocation_id] = (list(atoms if atoms is not None else atoms_of(device_ids)), booked)
 
 
 def _release_unwanted(state):
     """2. Holds no longer wanted, or wanted with other devices or another binding."""
     observed, actions = state.observed, []
-    keep = set(state.wanted) | set(state.parsed.refused_ids)
+    keep = set(state.wanted) | set(state.parsed.refused_ids) | state.unsupported
+    actions.extend(_release_spec_gone(state, keep))
     for allocation_id in sorted(state.live):
         hold = state.live[allocation_id]
         assignment = state.wanted.get(allocation_id)
@@ -336,7 +355,35 @@ def _release_unwanted(state):
         else:
             actions.append(_release_action(Release, observed, allocation_id, state.generation, device_ids, why))
             state.released_slices.add(slice_name(allocation_id))
+            _releasing(state, allocation_id, device_ids, hold.atoms)
         state.live.pop(allocation_id)
+    return actions
+
+
+def unsupported_binding(binding):
+    return "binding %s is not supported" % binding
+
+
+def _release_spec_gone(state, keep):
+    """Holds the node reported bound whose spec is gone (deleted by hand) and that are no longer wanted:
+    released, so their env file goes with them and the control plane learns of it. One still wanted is
+    bound again from its assignment (``_bind_new``)."""
+    observed = state.observed
+    actions: List[Action] = []
+    if not observed.spec_dir:
+        return actions
+    for allocation_id in sorted(observed.ledger.bound):
+        if allocation_id in keep or allocation_id in observed.live or allocation_id in state.releasing or \
+                allocation_id in observed.releases.pending or allocation_id in observed.ledger.unfinished_releases:
+            continue
+        if not observed.privileged:
+            state.needs_root("releasing %s" % allocation_id)
+            continue
+        device_ids = list(observed.ledger.bound[allocation_id].get("device_ids") or [])
+        actions.append(_release_action(Release, observed, allocation_id, state.generation, device_ids,
+                                       "its spec is gone"))
+        state.released_slices.add(slice_name(allocation_id))
+        _releasing(state, allocation_id, device_ids)
     return actions
 
 
@@ -358,6 +405,7 @@ def _release_damaged(state, hold, why):
     text += "".join(", remove %s" % change.path for change in files[1:])
     text += ", report AllocationReleased" if event else " (never reported bound: nothing to report)"
     action = Release(allocation_id, text, files, event, device_ids, state.generation)
+    _releasing(state, allocation_id, device_ids)
     current = observed.slices.get(slice_name(allocation_id))
     if current is not None and not current.populated:
         action.slice = SliceStop(current.name, settings_of(current))
@@ -366,25 +414,53 @@ def _release_damaged(state, hold, why):
     return action
 
 
-def _claim_everything(state):
-    """Everything that claims GPUs and memory from here on: VMs and the holds that stay."""
+def _claims(state):
+    """Who claims what once the releases are planned, as one value: VMs, maintenance, unhealthy GPUs,
+    the holds that stay, the Kubernetes releases pending on pods, the releases this pass makes (claimed
+    until made), and what they booked of the host's memory. Also the pass's conditions."""
     observed = state.observed
+    claims = Claims()
     vfio, state.plan.vfio = vfio_claims(state.instances, observed)
     for gpu, instance in vfio.items():
-        state.claims.pass_through(instance, [gpu])
-    state.claims.out_of_service(observed.maintenance)
+        claims = claims.pass_through(instance, [gpu])
+    claims = claims.out_of_service(observed.maintenance)
+    for gpu in observed.inventory.gpus:
+        health = gpu_health(gpu, observed.health_cleared)
+        if health:
+            claims = claims.sick(gpu.uuid, unhealthy_message(gpu.uuid, health))
+    bound = observed.ledger.bound
     for allocation_id in sorted(state.live):
-        state.claims.claim(allocation_id, state.live[allocation_id].atoms)
+        claims = claims.hold(allocation_id, state.live[allocation_id].atoms)
+        # what the hold was bound with; a kept hold's growth is admitted on top (_admit_growth)
+        assignment = state.wanted.get(allocation_id)
+        if allocation_id in bound or assignment is None:
+            limits = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
+        else:
+            limits = assignment.limits
+        current = observed.slices.get(slice_name(allocation_id))
+        claims = claims.book(allocation_id, limits, current.hugetlb_current if current is not None else None)
     for allocation_id in sorted(state.pending):
-        state.claims.claim(allocation_id, atoms_of(state.pending[allocation_id].device_ids))
+        claims = claims.hold(allocation_id, atoms_of(state.pending[allocation_id].device_ids), PENDING)
+        if allocation_id not in state.live:  # a pending Kubernetes release keeps what it booked until reported
+            claims = claims.book(allocation_id, limits_from_record((bound.get(allocation_id) or {}).get("limits")))
+    for allocation_id in sorted(state.releasing):
+        atoms, booked = state.releasing[allocation_id]
+        claims = claims.hold(allocation_id, atoms, RELEASING).book(allocation_id, booked, kind=RELEASING)
+    for name in sorted(observed.slices):
+        # A slice whose hold is gone but whose workload still runs keeps what it was promised.
+        current = observed.slices[name]
+        if current.populated and allocation_of(name) not in state.live:
+            claims = claims.book(allocation_of(name), limits_of_slice(current), current.hugetlb_current)
     if state.marker:
-        state.claims.claim_every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
+        claims = claims.every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
+    if observed.memory is not None:
+        claims = claims.with_memory(observed.memory, observed.domains)
     # the pass that sets an unreadable file aside raises the condition even when it clears the marker too
     unreadable = state.marker or observed.releases.unreadable is not None
     state.plan.conditions = release_conditions(state.pending.values(), unreadable, observed.now, observed.state_dir)
-    stale = stale_condition(observed.vendor)
-    if stale is not None:
-        state.plan.conditions.append(stale)
+    for condition in (stale_condition(observed.vendor), unknown_version_condition(observed.vendor)):
+        if condition is not None:
+            state.plan.conditions.append(condition)
     holders = {}  # type: Dict[str, List[str]]
     for allocation_id in sorted(state.live):
         for atom in state.live[allocation_id].atoms:
@@ -394,37 +470,22 @@ def _claim_everything(state):
     if sick is not None:
         state.plan.conditions.append(sick)
     state.plan.pending_releases = pending_summary(state.pending.values(), observed.now, state.holders)
+    return claims
 
 
-def _admission(state):
-    """The pass's admission ledger, built when the first new hold needs it."""
-    if state.admission is None and state.observed.memory is not None:
-        admission = Admission(state.observed.memory, state.observed.domains)
-        bound = state.observed.ledger.bound
-        for allocation_id in sorted(state.live):
-            # what the hold was bound with; a kept hold's growth is admitted on top (_admit_growth)
-            assignment = state.wanted.get(allocation_id)
-            if allocation_id in bound or assignment is None:
-                limits = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
-            else:
-                limits = assignment.limits
-            current = state.observed.slices.get(slice_name(allocation_id))
-            admission.count(limits, current.hugetlb_current if current is not None else None)
-        for allocation_id in sorted(state.pending):
-            # a pending Kubernetes release keeps what it booked until it is reported
-            if allocation_id not in state.live:
-                admission.count(limits_from_record((bound.get(allocation_id) or {}).get("limits")))
-        for name in sorted(state.observed.slices):
-            # A slice whose hold is gone but whose workload still runs keeps what it was promised.
-            current = state.observed.slices[name]
-            if current.populated and allocation_of(name) not in state.live:
-                admission.count(limits_of_slice(current), current.hugetlb_current)
-        state.admission = admission
-    return state.admission
+def _unreadable_memory(state, claims):
+    """Whether admission cannot be checked (the host's memory was not read): said once a pass."""
+    if claims.memory is not None:
+        return False
+    if not state.memory_warned:
+        state.plan.warnings.append(UNREADABLE)
+        state.memory_warned = True
+    return True
 
 
-def _keep_wanted(state):
-    """3. Holds still wanted: recreate a missing slice, re-render, rewrite env, report if never reported."""
+def _keep_wanted(state, claims):
+    """3. Holds still wanted: recreate a missing slice, re-render, rewrite env, report if never reported.
+    Returns the actions and the claims with what kept holds' grown limits booked."""
     plan, observed, generation, actions = state.plan, state.observed, state.generation, []
     for allocation_id in [a.allocation_id for a in state.parsed.assignments] + sorted(state.parsed.refused_ids):
         hold = state.live.get(allocation_id)
@@ -444,7 +505,7 @@ def _keep_wanted(state):
             if hold.cgroup_parent:
                 state.sliced.add(hold.cgroup_parent)
         else:
-            assignment = _admit_growth(state, assignment, hold)
+            assignment, claims = _admit_growth(state, claims, assignment, hold)
             actions.extend(_keep_slice(state, assignment, hold))
             if not hold.problem and not missing:
                 actions.extend(_keep_files(state, assignment, hold, atoms))
@@ -474,7 +535,7 @@ def _keep_wanted(state):
                                    event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
                                    device_ids=list(hold.device_ids), generation=generation,
                                    limits=limits_record(assignment.limits)))
-    return actions
+    return actions, claims
 
 
 def grows(old, new):
@@ -483,12 +544,13 @@ def grows(old, new):
                for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi"))
 
 
-def _admit_growth(state, assignment, hold):
+def _admit_growth(state, claims, assignment, hold):
     """A kept hold whose limits grow gets them only if the host has room; otherwise it keeps what it was
-    bound with and is refused (``resources-exhausted``) at this generation, finally."""
+    bound with and is refused (``resources-exhausted``) at this generation, finally. Returns the
+    assignment as kept and the claims with the growth booked."""
     observed, allocation_id = state.observed, assignment.allocation_id
     if allocation_id not in observed.ledger.bound:  # never reported: bound with these limits already
-        return assignment
+        return assignment, claims
     recorded = limits_from_record(observed.ledger.bound[allocation_id].get("limits"))
     current = observed.slices.get(hold.cgroup_parent) if hold.cgroup_parent else None
     if recorded is None and current is not None:  # a ledger that kept no limits: the slice says
@@ -497,15 +559,11 @@ def _admit_growth(state, assignment, hold):
     final = observed.ledger.refusal_at(allocation_id, state.generation)
     if final is not None:
         state.failures.append((allocation_id,) + final)
-        return kept
+        return kept, claims
     if not grows(recorded, assignment.limits):
-        return assignment
-    admission = _admission(state)
-    if admission is None:
-        if not state.memory_warned:
-            state.plan.warnings.append(UNREADABLE)
-            state.memory_warned = True
-        return assignment
+        return assignment, claims
+    if _unreadable_memory(state, claims):
+        return assignment, claims
     new = assignment.limits
 
     def grown(name):
@@ -514,11 +572,11 @@ def _admit_growth(state, assignment, hold):
     growth = Limits(mems=new.mems, memory_bytes=grown("memory_bytes"), hugepages_2mi=grown("hugepages_2mi"),
                     hugepages_1gi=grown("hugepages_1gi"))
     try:
-        admission.check(growth)
+        claims = claims.admit(allocation_id, growth)
     except Exhausted as exc:
         state.failures.append((allocation_id, "resources-exhausted", "%s; the hold keeps its limits" % exc))
-        return kept
-    return assignment
+        return kept, claims
+    return assignment, claims
 
 
 def _keep_slice(state, assignment, hold):
@@ -597,8 +655,11 @@ def _keep_files(state, assignment, hold, atoms, env_only=False):
     return actions
 
 
-def _bind_new(state):
-    """4. New holds, in spec order: checked, then bound (slice, spec, env file, event)."""
+def _bind_new(state, claims):
+    """4. New holds, in spec order: checked, then bound (slice, spec, env file, event). Each bound hold's
+    atoms and memory are claimed against the holds after it; a hold refused at any check claims nothing
+    (the claims its checks would have taken are dropped with it). A bind that takes atoms or memory a
+    release of this pass frees needs that release (``Bind.needs``)."""
     plan, observed, generation, actions = state.plan, state.observed, state.generation, []
     refused = set(refusal.allocation_id for refusal in state.parsed.refusals)
     for refusal in state.parsed.refusals:
@@ -612,7 +673,7 @@ def _bind_new(state):
             state.failures.append((allocation_id,) + final)
             continue
         try:
-            atoms = _check_new(state, assignment)
+            atoms, admitted = _check_new(state, claims, assignment)
         except (AtomRefused, Exhausted) as exc:
             reason = exc.reason if isinstance(exc, AtomRefused) else "resources-exhausted"
             state.failures.append((allocation_id, reason, str(exc)))
@@ -635,7 +696,10 @@ def _bind_new(state):
         plan.renders[allocation_id] = render_record(
             render_key(assignment, atoms, generation, observed.vendor, observed.mps, observed.runtimes),
             spec, env, notes)
-        state.claims.claim(allocation_id, atoms)
+        needs = claims.needs(atoms)
+        if needs_admission(assignment.limits):
+            needs += [owner for owner in claims.memory_released() if owner not in needs]
+        claims = admitted.hold(allocation_id, atoms)
         cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
         event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)
         body = event["body"]
@@ -646,7 +710,7 @@ def _bind_new(state):
                  FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request)]
         text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
                                           body["cdi_spec_path"], body["env_file"])
-        kind: Type[Action] = Bind
+        kind: Type[Bind] = Bind
         damaged = state.damaged.get(allocation_id)
         if damaged is not None:
             # written again from its assignment: no AllocationBound when the node already reported it
@@ -662,7 +726,7 @@ def _bind_new(state):
                 allocation_id, damaged.path, aside.aside, body["cdi_spec_path"], body["env_file"],
                 ", report AllocationBound" if event else " (already reported bound: nothing to report)")
         action = kind(allocation_id, text, files, event, [atom.id for atom in atoms], generation,
-                      limits=limits_record(assignment.limits))
+                      limits=limits_record(assignment.limits), needs=tuple(sorted(needs)))
         if cgroup_parent is not None:
             slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent))
             action.slice = slice_apply
@@ -671,27 +735,26 @@ def _bind_new(state):
         actions.append(action)
         plan.holds.append(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
                                        assignment.kubernetes, cgroup_parent))
-    return actions
+    return actions, claims
 
 
-def _check_new(state, assignment):
-    """The checks of a new hold in order: binding, privilege, atoms, conflicts, host admission."""
+def _check_new(state, claims, assignment):
+    """The checks of a new hold in order: binding, privilege, atoms, conflicts, host admission. Returns its
+    atoms and ``claims`` with its memory booked (kept by the caller only if the hold is bound)."""
     observed = state.observed
     if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
-        raise AtomRefused("unsupported-binding", "binding %s is not supported" % assignment.binding)
+        raise AtomRefused("unsupported-binding", unsupported_binding(assignment.binding))
     if not observed.privileged:
         raise AtomRefused("node-unprivileged", NODE_UNPRIVILEGED)
     atoms = resolve_devices(assignment.devices, observed.inventory)
-    sick = []
+    sick = []  # type: List[str]
     for atom in atoms:
-        gpu = observed.inventory.gpu(atom.gpu_uuid)
-        health = gpu_health(gpu, observed.health_cleared) if gpu is not None else ()
-        message = unhealthy_message(atom.gpu_uuid, health) if health else None
+        message = claims.unhealthy_of(atom.gpu_uuid)
         if message and message not in sick:
             sick.append(message)
     if sick:
         raise AtomRefused("device-missing", "; ".join(sick))
-    found = conflicts(atoms, state.claims, assignment.allocation_id)
+    found = conflicts(atoms, claims, assignment.allocation_id)
     if found:
         raise AtomRefused("overlap", "; ".join(found))
     if cgroup_parent_of(assignment, assignment.kubernetes) is not None and observed.slices_unavailable:
@@ -701,14 +764,9 @@ def _check_new(state, assignment):
     if problem is not None:  # a quota that starves the workload (domain.slices.CPU_QUOTA_FLOOR)
         raise AtomRefused("invalid-assignment", problem)
     if needs_admission(assignment.limits):
-        admission = _admission(state)
-        if admission is None:
-            if not state.memory_warned:
-                state.plan.warnings.append(UNREADABLE)
-                state.memory_warned = True
-        else:
-            admission.check(assignment.limits)
-    return atoms
+        _unreadable_memory(state, claims)
+        return atoms, claims.admit(assignment.allocation_id, assignment.limits)
+    return atoms, claims
 
 
 def _leftover_slices(state):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import FileChange
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import BINDING_HOLD, BINDING_KUBERNETES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import cdi_device, cdi_spec_path, env_file_path
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import KNOWN_VERSIONS, version_key
 
 
 def base_body(observed, allocation_id, generation, device_ids):
@@ -67,6 +68,23 @@ def damaged_condition(paths):
         "reason": "SpecUnreadable",
         "message": "damaged hold specs set aside, never deleted: %s; find out who edits bcd's files in /etc/cdi, "
                    "then remove them" % ", ".join(paths),
+    }
+
+
+def unknown_version_condition(vendor):
+    """The node condition a vendor spec of a ``cdiVersion`` later than any bcd knows raises: no hold can be
+    rendered from it (bcd would write a version no validator accepts), so every bind is retried until the
+    spec is regenerated or bcd upgraded; this says why. None for a known version, or no vendor spec."""
+    version = getattr(vendor, "cdi_version", "") if vendor is not None and getattr(vendor, "path", None) else ""
+    if not version or version in KNOWN_VERSIONS or version_key(version) < version_key(KNOWN_VERSIONS[-1]):
+        return None
+    return {
+        "type": "VendorSpecUnsupported",
+        "status": "True",
+        "reason": "UnknownCdiVersion",
+        "message": "the vendor spec %s has cdiVersion %s, later than any this bcd knows (%s at most): no hold "
+                   "can be written from it and every bind is retried; regenerate it at a known version "
+                   "(nvidia-ctk cdi generate) or upgrade bcd.devices" % (vendor.path, version, KNOWN_VERSIONS[-1]),
     }
 
 

@@ -9,6 +9,7 @@ both call ``run_pass``; nothing else decides what a pass does.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import List
@@ -16,7 +17,7 @@ from typing import List
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import apply_plan
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import needs_admission
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER, InvalidAssignment, parse_assignments
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, env_file_path, read_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.hints import refusal_hint
@@ -111,7 +112,8 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
             for allocation_id, hold in live.items()):  # a Kubernetes hold goes, or moves to other devices
         kube = host.kube_side().look(host.inventory())
     env_files = {}
-    for allocation_id in set(live) | set(ledger.unfinished_releases) | wanted_ids | set(releases.pending):
+    for allocation_id in set(live) | set(ledger.unfinished_releases) | wanted_ids | set(releases.pending) | \
+            set(ledger.bound):  # a reported hold whose spec is gone: its env file goes with its release
         try:
             env_files[allocation_id] = host.read(env_file_path(allocation_id))
         except OSError:  # a directory in its place: planned as missing; writing it fails for that hold alone
@@ -119,8 +121,9 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
     domains, domains_error = host.domains()
     slices = host.slice_states()
     memory = None
-    if any(needs_admission(a.limits) and (a.allocation_id not in live or _may_grow(a, ledger)) for a in wanted):
-        memory = host.memory()  # a new hold, or a kept one whose limits grow, is admitted
+    if any(needs_admission(a.limits) and (_bound_anew(a, live.get(a.allocation_id)) or _may_grow(a, ledger))
+           for a in wanted):
+        memory = host.memory()  # a new or rebound hold, or a kept one whose limits grow, is admitted
     return Observed(
         node_id=host.node_id(),
         boot_id=host.boot_id(),
@@ -141,10 +144,20 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
         now=now,
         state_dir=state_dir,
         damaged_specs=host.damaged_specs(),
+        # /etc/cdi missing or not a directory reads as no holds: a spec is gone only from a directory that is
+        # there (holds are never released because the directory was moved away)
+        spec_dir=os.path.isdir(host.path(SPEC_DIR)),
         runtimes=list(runtimes if runtimes is not None else host.cdi_runtimes()[0]),
         maintenance=dict(maintenance or {}),
         health_cleared=dict(health_cleared or {}),
     )
+
+
+def _bound_anew(assignment, hold):
+    """Whether the pass binds ``assignment`` anew: no live hold, one on other devices or of another binding
+    (released and bound again), or one whose spec is damaged (written again). Each is admitted."""
+    return hold is None or hold.problem is not None or hold.kubernetes != assignment.kubernetes or \
+        sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
 
 
 def _may_grow(assignment, ledger):

@@ -322,8 +322,9 @@ def test_exhausted_is_a_plain_exception_with_the_message():
     with pytest.raises(Exhausted) as caught:
         admission.check(Limits(memory_bytes=GIB + 1))
     assert str(caught.value) == "ResourcesExhausted: 1025 MiB of memory needed, 1024 MiB left on this host"
-    admission.check(Limits(memory_bytes=GIB))
-    assert admission.committed == GIB
+    booked = admission.check(Limits(memory_bytes=GIB))
+    assert booked.committed == GIB
+    assert admission.committed == 0  # a value: a hold refused after admission books nothing
 
 
 def test_a_released_hold_whose_workload_still_runs_keeps_its_memory_and_pages(make_node):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import parse_atom
-from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, Claims, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import Claims
+from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, conflicts
 
 GPU_A = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 GPU_B = "GPU-5f1c2a90-0000-4000-8000-000000000002"
@@ -31,7 +32,7 @@ def held(**owners):
     """Claims where each keyword allocation holds the given atom ids."""
     claims = Claims()
     for owner, ids in owners.items():
-        claims.claim(owner, [atom(i) for i in ids])
+        claims = claims.hold(owner, [atom(i) for i in ids])
     return claims
 
 
@@ -45,8 +46,7 @@ def test_a_device_listed_twice():
 
 
 def test_a_gpu_a_vm_has_through_vfio():
-    claims = Claims()
-    claims.pass_through("inst_1", [GPU_A])
+    claims = Claims().pass_through("inst_1", [GPU_A])
     for ids in ([GPU_A], [MIG], [SLOT]):  # the parent GPU decides
         assert check(ids, claims) == ["%s is passed through to instance inst_1" % GPU_A]
 
@@ -86,8 +86,7 @@ def test_every_conflict_of_a_hold_is_named_once():
 
 
 def test_an_unreadable_releases_file_holds_every_gpu():
-    claims = Claims()
-    claims.claim_every_gpu(UNREADABLE_RELEASES, [GPU_A, GPU_B])
+    claims = Claims().every_gpu(UNREADABLE_RELEASES, [GPU_A, GPU_B])
     assert check([GPU_B], claims) == ["%s is assigned to (pending Kubernetes releases that could not be read)"
                                       % GPU_B]
     assert check([SLOT], claims) == ["%s is assigned to %s" % (GPU_A, UNREADABLE_RELEASES)]

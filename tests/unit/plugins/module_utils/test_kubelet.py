@@ -216,8 +216,9 @@ def test_a_real_kube_side_counts_a_dra_claims_mig_instance_and_its_gpu_as_held(s
     held, error = side.held(INVENTORY)
 
     assert error is None
-    # the bcd atom id of the MIG instance is its MIG UUID to the kube side, and it holds its GPU
-    assert held == {MIG_A1, GPU_A, GPU_B, GPU_C}
+    # the bcd atom id of the MIG instance is its MIG UUID to the kube side, and it holds its GPU; a slot
+    # stays that slot (issue 23: a pod on one slot does not hold the GPU's other slots)
+    assert held == {MIG_A1, GPU_A, GPU_B, GPU_C, GPU_C + "/s3"}
     view = side.look(INVENTORY)
     assert view.holders(MIG_A1) == view.holders(GPU_A) == ["ml/train-0 (main)"]
     assert view.holders(GPU_C) == ["default/infer-1 (server)"]

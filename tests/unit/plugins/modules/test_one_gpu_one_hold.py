@@ -1,0 +1,212 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One GPU, one hold (issue 23): through the module ``bcd.devices.holds`` on a fakehw node, what the
+planner's claims guarantee — a bind never runs before the release it needs, a refused hold books
+nothing, a rebind is admitted like any bind — and the spec's last deviations, fixed."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
+
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_admission import write_memory
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_runtimes_and_upgrades import driver, set_vendor_version
+
+GIB = 1 << 30
+
+
+def journaled(node):
+    """``(type, allocation_id)`` of every event in the journal, in order."""
+    return [(e["type"], e["body"]["allocation_id"]) for e in Journal(node.state()).unacked()]
+
+
+def specs_naming(node, device_id):
+    """The hold specs in /etc/cdi that name ``device_id``."""
+    names = []
+    for name in sorted(os.listdir(node.path("/etc/cdi"))):
+        if name.startswith("bcd-") and name.endswith(".json"):
+            spec = json.loads(node.read("/etc/cdi/" + name))
+            if any(d["annotations"]["bcd.dev/device-id"] == device_id for d in spec["devices"]):
+                names.append(name)
+    return names
+
+
+def fail_removing(monkeypatch, allocation_id):
+    """The node cannot remove ``allocation_id``'s spec (an immutable file, a read-only /etc/cdi)."""
+    real = DirectWriter.remove_node_file
+
+    def remove(self, kind, target):
+        if kind == "cdi" and target == allocation_id:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(self, kind, target)
+
+    monkeypatch.setattr(DirectWriter, "remove_node_file", remove)
+    return real
+
+
+# --- C1: two live holds of one GPU ---------------------------------------------------------------------------
+
+
+def test_a_bind_waits_for_the_release_that_frees_its_gpu(capsys, node, monkeypatch):
+    run(capsys, node, generation=1, devices=[hold("alloc_old", GPU_B)])
+    real = fail_removing(monkeypatch, "alloc_old")
+    moved = run(capsys, node, generation=2, devices=[hold("alloc_new", GPU_B)])
+    # the release failed (retryable): the bind that needs it is not applied, so GPU 1 stays in one spec
+    assert moved["section"]["state"] == "PROGRESSING"
+    assert "alloc_new: waits for the release of alloc_old, which failed" in moved["section"]["message"]
+    assert specs_naming(node, GPU_B) == ["bcd-alloc_old.json"]
+    assert not node.exists("/run/bcd/allocations/alloc_new.env")
+    assert ("AllocationBound", "alloc_new") not in journaled(node)
+    # the release was recorded before its files went: the next pass finishes it, then binds
+    checked = run(capsys, node, check=True, generation=2, devices=[hold("alloc_new", GPU_B)])
+    assert [(p["action"], p["allocation_id"]) for p in checked["plan"]] == [("finish-release", "alloc_old"),
+                                                                           ("bind", "alloc_new")]
+    monkeypatch.setattr(DirectWriter, "remove_node_file", real)
+    done = run(capsys, node, generation=2, devices=[hold("alloc_new", GPU_B)])
+    assert done["section"]["state"] == "CONVERGED"
+    assert specs_naming(node, GPU_B) == ["bcd-alloc_new.json"]
+    # the journal never reports a bind on GPU 1 before the release that freed it
+    assert journaled(node) == [("AllocationBound", "alloc_old"), ("AllocationReleased", "alloc_old"),
+                               ("AllocationBound", "alloc_new")]
+    assert run(capsys, node, generation=2, devices=[hold("alloc_new", GPU_B)])["changed"] is False
+
+
+def test_a_bind_on_a_part_waits_for_the_release_of_the_whole_gpu(capsys, node, monkeypatch):
+    run(capsys, node, generation=1, devices=[hold("whole", GPU_B)])
+    fail_removing(monkeypatch, "whole")
+    moved = run(capsys, node, generation=2, devices=[hold("part", GPU_B + "/s1")])
+    assert moved["section"]["state"] == "PROGRESSING"
+    assert not node.exists("/etc/cdi/bcd-part.json")
+    assert ("AllocationBound", "part") not in journaled(node)
+
+
+def test_a_bind_on_other_gpus_does_not_wait_for_a_failed_release(capsys, node, monkeypatch):
+    run(capsys, node, generation=1, devices=[hold("alloc_old", GPU_B)])
+    fail_removing(monkeypatch, "alloc_old")
+    result = run(capsys, node, generation=2, devices=[hold("other", GPU_A)])
+    assert result["section"]["state"] == "PROGRESSING"
+    assert node.exists("/etc/cdi/bcd-other.json")
+    assert ("AllocationBound", "other") in journaled(node)
+
+
+# --- C2: a refused hold books nothing ------------------------------------------------------------------------
+
+
+def test_a_hold_refused_while_rendering_books_no_memory(capsys, node):
+    # 16 GiB, no huge pages: 15 360 MiB for holds. a1 is admitted (10 GiB), then refused while rendering
+    # (its GPU's device node is gone); a2 gets the 10 GiB a1 never took.
+    write_memory(node, 16 * GIB)
+    node.set_hardware(driver=driver(drop=["/dev/nvidia1"]))
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B, limits={"memory_bytes": 10 * GIB}),
+                                                       hold("a2", GPU_A, limits={"memory_bytes": 10 * GIB})])
+    assert [(f["allocation_id"], f["reason"]) for f in result["failures"]] == [("a1", "device-missing")]
+    assert node.exists("/etc/cdi/bcd-a2.json")
+    assert ("AllocationBound", "a2") in journaled(node)
+    assert not [w for w in warnings(result) if "resources-exhausted" in w]
+
+
+# --- C3: a rebound hold is admitted like any bind ----------------------------------------------------------------
+
+
+def test_a_hold_moved_to_another_gpu_is_admitted_again(capsys, make_node):
+    # 16 GiB: a1 books 4 GiB on GPU 1; then a VM of 12 GiB starts (12.625 GiB committed with its overhead)
+    # and a1 moves to GPU 0: released and bound anew, it is admitted against what is left (2.375 GiB)
+    node = make_node(vendor="mig")
+    write_memory(node, 16 * GIB)
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_B, limits={"memory_bytes": 4 * GIB})])
+    node.set_hardware(domains=[{"instance_id": "inst_1", "state": "running", "memory_bytes": 12 * GIB,
+                                "gpus": []}])
+    moved = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"memory_bytes": 4 * GIB})])
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in moved["failures"]] == [
+        ("a1", "resources-exhausted", "ResourcesExhausted: 4096 MiB of memory needed, 2432 MiB left on this host")]
+    assert not [w for w in warnings(moved) if "host memory unreadable" in w]
+    assert not node.exists("/etc/cdi/bcd-a1.json")
+
+
+# --- C4: a Kubernetes slot release waits only for pods on that slot ----------------------------------------------
+
+
+def test_a_kubernetes_slot_release_does_not_wait_for_a_pod_on_another_slot(capsys, node):
+    slot1, slot2 = GPU_B + "/s1", GPU_B + "/s2"
+    run(capsys, node, generation=1, devices=[hold("k1", slot1, binding="BINDING_KUBERNETES"),
+                                             hold("k2", slot2, binding="BINDING_KUBERNETES")])
+    node.set_hardware(kubelet={"reachable": True, "pods": [
+        {"namespace": "ml", "name": "train-0", "container": "main", "device_ids": [slot2]}]})
+    result = run(capsys, node, generation=2, devices=[hold("a1", slot1)])
+    # k1's slot is free: released and reported at once, and a plain hold takes it; k2 waits for its pod
+    assert [p["allocation_id"] for p in result["pending_releases"]] == ["k2"]
+    assert result["pending_releases"][0]["held_by"] == ["ml/train-0 (main)"]
+    assert result["failures"] == []
+    assert ("AllocationReleased", "k1") in journaled(node) and ("AllocationReleased", "k2") not in journaled(node)
+    assert node.exists("/etc/cdi/bcd-a1.json")
+
+
+def test_a_whole_gpu_kubernetes_release_waits_for_a_pod_on_one_of_its_slots(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("k1", GPU_B, binding="BINDING_KUBERNETES")])
+    node.set_hardware(kubelet={"reachable": True, "pods": [
+        {"namespace": "ml", "name": "train-0", "container": "main", "device_ids": [GPU_B + "/s2"]}]})
+    result = run(capsys, node, generation=2, devices=[])
+    assert [p["allocation_id"] for p in result["pending_releases"]] == ["k1"]
+    assert ("AllocationReleased", "k1") not in journaled(node)
+
+
+# --- C5: a live hold re-sent with an unsupported binding is refused ---------------------------------------------
+
+
+def test_a_live_hold_resent_with_an_unsupported_binding_is_refused_and_kept(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    spec = node.read("/etc/cdi/bcd-a1.json")
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_B, binding="BINDING_INSTANCE")])
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a1", "unsupported-binding", "binding BINDING_INSTANCE is not supported")]
+    assert result["section"]["state"] == "FAILED"
+    assert ("AllocationFailed", "a1") in journaled(node)
+    # the node never drops a hold on its own: it stays as it was, and nothing is released
+    assert node.read("/etc/cdi/bcd-a1.json") == spec
+    assert ("AllocationReleased", "a1") not in journaled(node)
+    again = run(capsys, node, generation=2, devices=[hold("a1", GPU_B, binding="BINDING_INSTANCE")])
+    assert again["changed"] is False
+
+
+# --- C6: a vendor spec of an unknown later cdiVersion says so --------------------------------------------------
+
+
+def test_a_vendor_spec_of_an_unknown_later_version_raises_a_condition_naming_it(capsys, node):
+    set_vendor_version(node, "1.9.0")
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    assert result["section"]["state"] == "PROGRESSING"
+    (condition,) = [c for c in result["conditions"] if c["type"] == "VendorSpecUnsupported"]
+    assert condition["reason"] == "UnknownCdiVersion"
+    assert "/var/run/cdi/nvidia.yaml has cdiVersion 1.9.0" in condition["message"]
+    set_vendor_version(node, "0.8.0")
+    fixed = run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    assert fixed["section"]["state"] == "CONVERGED"
+    assert not [c for c in fixed["conditions"] if c["type"] == "VendorSpecUnsupported"]
+
+
+# --- C7: a spec deleted by hand leaves nothing behind -----------------------------------------------------------
+
+
+def test_a_spec_deleted_by_hand_is_released_with_its_env_file_once_unwanted(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    os.unlink(node.path("/etc/cdi/bcd-a1.json"))
+    result = run(capsys, node, generation=2, devices=[])
+    assert [(p["action"], p["allocation_id"]) for p in result["plan"]] == [("release", "a1")]
+    assert not node.exists("/run/bcd/allocations/a1.env")
+    assert journaled(node)[-1] == ("AllocationReleased", "a1")
+    assert run(capsys, node, generation=2, devices=[])["changed"] is False
+
+
+def test_a_spec_deleted_by_hand_is_bound_again_while_wanted(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    os.unlink(node.path("/etc/cdi/bcd-a1.json"))
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    assert [(p["action"], p["allocation_id"]) for p in result["plan"]] == [("bind", "a1")]
+    assert node.exists("/etc/cdi/bcd-a1.json") and node.exists("/run/bcd/allocations/a1.env")
