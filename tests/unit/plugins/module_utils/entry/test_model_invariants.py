@@ -39,7 +39,7 @@ import tempfile
 from unittest import mock
 
 import yaml
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -50,10 +50,13 @@ from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GP
 
 # --- profiles -----------------------------------------------------------------------------------------------
 
-settings.register_profile(
-    "units", max_examples=int(os.environ.get("BCD_MODEL_EXAMPLES", "30")), stateful_step_count=14,
-    deadline=None, derandomize=True, database=None, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# units: make units' short run, the same examples every time; it does not shrink a failure (shrinking these
+# sequences takes minutes): BCD_MODEL_PROFILE=shrink runs the same examples and shrinks. soak: make soak.
+UNITS = dict(max_examples=int(os.environ.get("BCD_MODEL_EXAMPLES", "30")), stateful_step_count=14, deadline=None,
+             derandomize=True, database=None, print_blob=True,
+             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("units", phases=(Phase.explicit, Phase.generate), **UNITS)
+settings.register_profile("shrink", **UNITS)
 settings.register_profile(
     "soak", max_examples=int(os.environ.get("SOAK_EXAMPLES", "2000")), stateful_step_count=30,
     deadline=None, derandomize=False, database=None, print_blob=True,
