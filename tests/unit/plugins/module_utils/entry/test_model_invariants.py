@@ -33,7 +33,6 @@ import copy
 import errno
 import json
 import os
-import re
 import shutil
 import tempfile
 from unittest import mock
@@ -395,7 +394,8 @@ class NodeMachine(RuleBasedStateMachine):
                 assert not clash, "two live specs claim one device: %s has %s, %s has %s" % (
                     one, clash[0][0], other, clash[0][1])
         outstanding = self.replay(result.events)
-        for allocation_id, (atoms, _annotations) in specs.items():
+        for allocation_id, spec in specs.items():
+            atoms = spec[0]
             assert allocation_id in outstanding, (
                 "%s has a live spec but the journal's last word on it is not AllocationBound" % allocation_id)
             assert outstanding[allocation_id][0] == atoms, (
@@ -440,7 +440,7 @@ class NodeMachine(RuleBasedStateMachine):
                 continue
             allocation_id = failure["allocation_id"]
             limits = (self.wanted.get(allocation_id) or {}).get("limits") or {}
-            others = dict(hi)
+            others = hi
             mine = hi_by.get(allocation_id, {})
             memory_left = NORMAL - committed - (hi["memory_bytes"] - mine.get("memory_bytes", 0))
             fits = booked(limits, "memory_bytes") <= memory_left
@@ -498,8 +498,8 @@ class NodeMachine(RuleBasedStateMachine):
             bound_as = self.history.get(generation, {}).get(allocation_id, {}).get("binding")
             if bound_as == "BINDING_KUBERNETES" and (not reachable or any(conflict(a, b) for a in atoms for b in held)):
                 continue  # waits for its pods
-            assert False, "%s is no longer wanted and no pod holds %s, but it was not reported released (pods hold %s)" % (
-                allocation_id, atoms, sorted(held))
+            raise AssertionError("%s is no longer wanted and no pod holds %s, but it was not reported released (pods hold %s)"
+                                 % (allocation_id, atoms, sorted(held)))
 
     def _mark_seen(self):
         self.seen_seq = max([e["seq"] for e in self.events] or [0])
@@ -642,7 +642,7 @@ class NodeMachine(RuleBasedStateMachine):
 
 
 def plan_of(result):
-    return [step for step in result.to_dict()["plan"]]
+    return list(result.to_dict()["plan"])
 
 
 TestNodeModel = NodeMachine.TestCase
