@@ -29,7 +29,7 @@ LINK := .build/ansible_collections/bcd/devices
 # through the link above.
 ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE_COLLECTIONS_PATH="$(BUILD)"
 
-.PHONY: help venv lint units sanity molecule demo e2e bench fuzz test clean distclean
+.PHONY: help venv lint units sanity molecule demo e2e bench fuzz soak test clean distclean
 
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
@@ -41,6 +41,7 @@ help:
 	@echo "make e2e       hack/e2e.sh: podman 5 and the CDI library consume converged specs (root)"
 	@echo "make bench     hack/bench.py: pass times next to Ansible's and the disk's floor, as ratios (BENCH_ARGS=...)"
 	@echo "make fuzz      hack/fuzz.py: 10 000 generated inputs at every parser root runs, per target (FUZZ_ARGS=...)"
+	@echo "make soak      the model-based test of the converger's invariants, long: SOAK_EXAMPLES=2000 random runs, shrunk on failure"
 	@echo "make test      venv, lint, units, sanity, molecule, e2e (what .ci/run runs); stops at the first failure"
 	@echo "make clean     remove .build and test output; make distclean also removes .venv"
 
@@ -125,6 +126,14 @@ bench: $(STAMP) | $(LINK)
 FUZZ_ARGS ?=
 fuzz: $(STAMP) | $(LINK)
 	$(BIN)/python hack/fuzz.py $(FUZZ_ARGS)
+
+# The model-based test of the invariants (tests/unit/plugins/module_utils/entry/test_model_invariants.py,
+# docs/architecture.md "The model-based test"): make units runs 30 derandomized examples, this a long run of
+# SOAK_EXAMPLES fresh random ones (profile soak), shrinking a failure to a minimal sequence of steps.
+SOAK_EXAMPLES ?= 2000
+soak: $(STAMP) | $(LINK)
+	BCD_MODEL_PROFILE=soak SOAK_EXAMPLES=$(SOAK_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  tests/unit/plugins/module_utils/entry/test_model_invariants.py
 
 # hack/demo.sh runs with the venv's bin first on PATH and ANSIBLE_HOME and
 # ANSIBLE_COLLECTIONS_PATH set as for the other Ansible tools.
