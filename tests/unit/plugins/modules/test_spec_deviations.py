@@ -101,3 +101,41 @@ def test_a_hold_bound_with_one_size_limited_gets_the_other_set_to_0_on_the_next_
 def test_a_hold_booking_no_huge_pages_sets_no_hugetlb_limit(capsys, node):
     run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"memory_bytes": GIB})])
     assert json.loads(node.read(SLICE_RECORD))["hugetlb_max"] == {}
+
+
+# -- d. bcd's env lines win over the vendor spec's -------------------------------------------
+
+def vendor_spec(common_env, device_env=()):
+    device = {"name": GPU_A, "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}
+    if device_env:
+        device["containerEdits"]["env"] = list(device_env)
+    return {"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu", "devices": [device],
+            "containerEdits": {"env": list(common_env), "deviceNodes": [{"path": "/dev/nvidiactl"}]}}
+
+
+def spec_env(node, allocation_id="a1"):
+    spec = json.loads(node.read("/etc/cdi/bcd-%s.json" % allocation_id))
+    return spec["containerEdits"]["env"], [d["containerEdits"].get("env") for d in spec["devices"]]
+
+
+@pytest.mark.parametrize("theirs", [
+    "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_VISIBLE_DEVICES=",
+    "BCD_ALLOCATION_ID=someone_else", "BCD_CGROUP_PARENT=-.slice", "BCD_RESERVATION_ID=rsv_x", "BCD_ANYTHING=1",
+])
+def test_a_vendor_env_line_setting_one_of_bcds_keys_is_dropped_so_bcds_line_wins(capsys, make_node, theirs):
+    node = make_node(vendor=vendor_spec(["NVIDIA_DRIVER_CAPABILITIES=all", theirs, "NVIDIA_VISIBLE_DEVICES=void"],
+                                        device_env=[theirs, "NVIDIA_REQUIRE_CUDA=cuda>=12"]))
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})])
+    assert fails(result) == [] and events(result) == [("AllocationBound", "a1")]
+    common, per_device = spec_env(node)
+    assert common == ["BCD_ALLOCATION_ID=a1", "BCD_CGROUP_PARENT=bcd-alloc-a1.slice",
+                      "NVIDIA_VISIBLE_DEVICES=%s" % GPU_A, "NVIDIA_DRIVER_CAPABILITIES=all"]
+    assert per_device == [["NVIDIA_REQUIRE_CUDA=cuda>=12"]]  # the device's other edits are kept
+
+
+def test_a_vendor_device_whose_only_env_is_one_of_bcds_keys_keeps_its_device_nodes(capsys, make_node):
+    node = make_node(vendor=vendor_spec([], device_env=["NVIDIA_VISIBLE_DEVICES=all"]))
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    spec = json.loads(node.read("/etc/cdi/bcd-a1.json"))
+    assert spec["devices"][0]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia0"}]}
+    assert spec["containerEdits"]["env"] == ["BCD_ALLOCATION_ID=a1", "NVIDIA_VISIBLE_DEVICES=%s" % GPU_A]
