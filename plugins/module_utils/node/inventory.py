@@ -45,6 +45,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import MAX_LOG_BYTES, bus_of, problems, xids_from_log
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (  # also re-exported: the tests reach them through this module
     Domain,
@@ -74,7 +75,7 @@ COMMAND_TIMEOUT_S = 60
 MAX_OUTPUT_CHARS = 16 * 1024 * 1024
 
 
-class InventoryError(Exception):
+class InventoryError(BcdError):
     """Output of a GPU or libvirt tool that cannot be understood. The message
     says what and is fit to show to a user."""
 
