@@ -53,7 +53,8 @@ options:
       - C(binding) (required) is V(BINDING_HOLD) (a workload manager on the node) or V(BINDING_KUBERNETES)
         (the kubelet's device plugins; no vendor edits and no C(NVIDIA_VISIBLE_DEVICES) in the spec). Any
         other binding, a missing or empty one included (proto3's V(BINDING_UNSPECIFIED)), is refused with
-        V(unsupported-binding).
+        V(unsupported-binding), whatever else the assignment has wrong (the binding is checked first).
+      - C(instance_id) is accepted and not read (GPUs for VMs arrive in O(instances)).
       - C(devices) (required, at least one) lists the atoms, each C(id) and C(device_class) (V(gpu),
         V(gpu.mig), V(gpu.slot); empty reads as V(gpu)). A whole GPU is its UUID, a MIG instance
         C(<GPU uuid>/gi<N>/ci<M>), a slot C(<GPU uuid>/s<N>).

@@ -64,19 +64,42 @@ MAX_SECTION_DEPTH = 16  # a section nests 5 levels (devices[].devices[].id)
 BINDING_HOLD = "BINDING_HOLD"
 BINDING_UNSPECIFIED = "BINDING_UNSPECIFIED"
 BINDING_KUBERNETES = "BINDING_KUBERNETES"
+BINDINGS = (BINDING_HOLD, BINDING_KUBERNETES)  # the bindings bcd takes; any other is unsupported-binding
 
 LIMIT_LISTS = ("cpus", "mems")
 LIMIT_NUMBERS = ("cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi")
 # The fields of a DeviceAssignment and of its devices (the spec page's table): any other key is a typo
-# or a field bcd does not know, and is refused rather than silently read as absent.
+# or a field bcd does not know, and is refused rather than silently read as absent. ``instance_id`` is
+# known and not read (the spec page: GPUs for VMs arrive in the ``instances`` section; the binding that
+# carries it, BINDING_INSTANCE, is unsupported-binding).
 ASSIGNMENT_FIELDS = ("allocation_id", "reservation_id", "binding", "devices", "limits", "env")
+UNREAD_FIELDS = ("instance_id",)
 DEVICE_FIELDS = ("id", "device_class")
 
 # Which env keys a hold may set, and which values: domain/env_policy.py (docs/security.md, "The env policy").
 
 
 class InvalidAssignment(BcdError):
-    """An assignment that cannot be honoured as given; the message names the field."""
+    """An assignment that cannot be honoured as given; the message names the field, ``reason`` is the
+    ``AllocationFailed`` reason it is refused with."""
+
+    reason = "invalid-assignment"
+
+
+class UnsupportedBinding(InvalidAssignment):
+    """An assignment whose binding bcd does not take (``binding BINDING_INSTANCE is not supported``)."""
+
+    reason = "unsupported-binding"
+
+
+def check_binding(raw):
+    """The binding of a raw assignment, checked before anything else of it (the spec page's order:
+    binding, then the rest): proto3 leaves out the zero value, so a missing or empty binding is
+    BINDING_UNSPECIFIED, refused with the other bindings bcd does not take, never guessed to be a plain hold."""
+    binding = _text(raw.get("binding"), "binding", maximum=64) or BINDING_UNSPECIFIED
+    if binding not in BINDINGS:
+        raise UnsupportedBinding("binding %s is not supported" % binding)
+    return binding
 
 
 @dataclass(frozen=True)
@@ -310,13 +333,11 @@ def parse_assignment(raw, index=0):
     """Check one raw assignment; raise ``InvalidAssignment`` naming the field."""
     if not isinstance(raw, dict):
         raise InvalidAssignment("devices[%d]: an assignment must be a mapping" % index)
-    check_fields(raw, ASSIGNMENT_FIELDS, "")
+    binding = check_binding(raw)
+    check_fields(dict((key, value) for key, value in raw.items() if key not in UNREAD_FIELDS), ASSIGNMENT_FIELDS, "")
     allocation_id = raw.get("allocation_id")
     if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
         raise InvalidAssignment("allocation_id: %s does not match %s" % (_show(allocation_id), ALLOCATION_ID_RE.pattern))
-    # proto3 leaves out the zero value, so a missing or empty binding is BINDING_UNSPECIFIED: refused
-    # (unsupported-binding) with the other bindings bcd does not take, never guessed to be a plain hold
-    binding = _text(raw.get("binding"), "binding", maximum=64) or BINDING_UNSPECIFIED
     return Assignment(
         allocation_id=allocation_id,
         reservation_id=_text(raw.get("reservation_id"), "reservation_id"),
@@ -471,7 +492,7 @@ def parse_assignments(raw_list):
             parsed.assignments.append(parse_assignment(raw, index))
             atoms += listed
         except InvalidAssignment as exc:
-            parsed.refusals.append(Refusal(key, "invalid-assignment", str(exc)))
+            parsed.refusals.append(Refusal(key, exc.reason, str(exc)))
             if ALLOCATION_ID_RE.fullmatch(key):
                 parsed.refused_ids.append(key)
     return parsed

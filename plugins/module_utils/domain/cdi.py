@@ -9,7 +9,9 @@ node's holds from these files and never from memory of an earlier run.
 
 Rendering follows docs/user-guide.md ("The CDI spec"): NVIDIA's per-device edits for
 what each atom stands for, the vendor's common edits once without its
-``NVIDIA_VISIBLE_DEVICES=void``, our annotations and env. Every rendered spec is
+``NVIDIA_VISIBLE_DEVICES=void``, our annotations and env. bcd's env lines win: a vendor env entry (common or per device) that
+sets ``NVIDIA_VISIBLE_DEVICES``, any ``BCD_*`` or another key bcd's own lines set is dropped, since a
+runtime applies the spec's env in order and the last line of a key wins. Every rendered spec is
 validated against the CDI rules before anyone writes it.
 
 Its ``cdiVersion`` is the lowest its content allows (0.6.0 at least: it carries
@@ -56,7 +58,7 @@ BASE_VERSION = "0.6.0"
 # Bump whenever render_hold gives other bytes for the same inputs: a pass trusts a kept hold whose
 # render key and file digests it recorded (``render_record``) without rendering it again, and a new
 # revision makes every key new. tests/unit/plugins/module_utils/test_cdi.py pins the output.
-RENDER_REVISION = 1
+RENDER_REVISION = 2  # 2: a vendor env line setting one of bcd's own keys is dropped (issue 23)
 
 ANN_ALLOCATION = "bcd.dev/allocation-id"
 ANN_RESERVATION = "bcd.dev/reservation-id"
@@ -124,12 +126,33 @@ def _fallback_edits(atom):
     return {"env": ["%s=%s" % (key, atom.id)]}
 
 
-def _device_edits(atom, vendor):
+def _device_edits(atom, vendor, own):
     if vendor is None:
         return None
-    if atom.device_class == CLASS_MIG:
-        return vendor.edits_for_mig(atom.mig_uuid)
-    return vendor.edits_for_gpu(atom.gpu_uuid)
+    edits = vendor.edits_for_mig(atom.mig_uuid) if atom.device_class == CLASS_MIG else vendor.edits_for_gpu(atom.gpu_uuid)
+    if not isinstance(edits, dict) or not isinstance(edits.get("env"), list):
+        return edits
+    kept = dict(edits)
+    kept["env"] = vendor_env(edits["env"], own)
+    if not kept["env"]:
+        del kept["env"]
+    return kept
+
+
+def _env_key(line):
+    return line.split("=", 1)[0] if isinstance(line, str) else None
+
+
+def own_env_keys(hold):
+    """The env keys bcd's own lines of a hold set: ``NVIDIA_VISIBLE_DEVICES``, every ``BCD_*`` it writes, and
+    the others of ``common_env`` (``CUDA_MPS_PIPE_DIRECTORY`` on a slot under MPS)."""
+    return set(_env_key(line) for line in common_env(hold)) | {"NVIDIA_VISIBLE_DEVICES"}
+
+
+def vendor_env(lines, own):
+    """A vendor spec's env ``lines`` without those that would override bcd's: a key in ``own`` or any
+    ``BCD_*`` (a later line of a key wins in the container)."""
+    return [line for line in lines if _env_key(line) not in own and not str(_env_key(line)).startswith("BCD_")]
 
 
 def _has_edits(edits):
@@ -165,11 +188,12 @@ def render_spec(hold, vendor=None, notes=None, runtimes=()):
         annotations[ANN_BINDING] = "kubernetes"
     use_vendor = vendor if (vendor is not None and not hold.kubernetes and vendor.path) else None
 
+    own = own_env_keys(hold)
     devices = []
     for atom in hold.atoms:
         if use_vendor is not None:
             _refuse_unusable(atom, use_vendor)
-        edits = _device_edits(atom, use_vendor)
+        edits = _device_edits(atom, use_vendor, own)
         if not _has_edits(edits):
             if use_vendor is not None and notes is not None:
                 notes.append("%s: the vendor spec %s does not name %s; the device carries no vendor edits"
@@ -187,11 +211,11 @@ def render_spec(hold, vendor=None, notes=None, runtimes=()):
         env.append("NVIDIA_VISIBLE_DEVICES=%s" % ",".join(visible_devices(hold.atoms)))
         if use_vendor is not None:
             vendor_edits = dict(use_vendor.common_edits or {})
-            vendor_env = vendor_edits.pop("env", None) or []
-            if not isinstance(vendor_env, list):  # the vendor spec's own warning says it is not valid CDI
+            their_env = vendor_edits.pop("env", None) or []
+            if not isinstance(their_env, list):  # the vendor spec's own warning says it is not valid CDI
                 raise RenderError("the CDI spec of %s would be invalid: the vendor spec %s has env %s, not a list"
-                                  % (hold.allocation_id, use_vendor.path, type_name(vendor_env)))
-            env.extend(line for line in vendor_env if line not in env)
+                                  % (hold.allocation_id, use_vendor.path, type_name(their_env)))
+            env.extend(line for line in vendor_env(their_env, own) if line not in env)
             common.update((key, value) for key, value in vendor_edits.items() if value)
     container_edits = {"env": env}
     for key in sorted(common, key=_edit_rank):

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
 
 __all__ = [
     "CdiVersionError",
@@ -92,7 +92,7 @@ _INTEL_RDT_FIELDS = (
 )
 
 
-class CdiVersionError(ValueError):
+class CdiVersionError(BcdError, ValueError):
     """A CDI version string is not of the form ``X.Y.Z`` (an optional leading
     ``v`` is allowed, as the reference library allows it)."""
 

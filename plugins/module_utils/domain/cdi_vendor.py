@@ -39,6 +39,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     validate_spec,
     version_key,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 
 # PyYAML is imported when a spec is not JSON (_yaml_tools); whether it is there is known without
 # importing it.
@@ -230,7 +231,7 @@ def _load_yaml(text):
 # --- reading files ----------------------------------------------------------
 
 
-class SpecFileError(Exception):
+class SpecFileError(BcdError):
     """A spec file could not be read or parsed (becomes a warning)."""
 
 

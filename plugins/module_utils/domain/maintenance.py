@@ -20,6 +20,7 @@ import re
 from typing import Dict, List, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 
 MAINTENANCE_NAME = "maintenance.json"
 MAX_GPUS = 256
@@ -29,7 +30,7 @@ GPU_UUID_RE = re.compile(r"^GPU-[A-Za-z0-9-]{1,128}$")
 _REASON_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,%d}$" % MAX_REASON)
 
 
-class MaintenanceError(ValueError):
+class MaintenanceError(BcdError, ValueError):
     """A maintenance request that cannot be taken; the message names the field."""
 
 

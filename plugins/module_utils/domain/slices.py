@@ -94,15 +94,16 @@ def slice_properties(limits):
 
 
 def hugetlb_max(limits):
-    """``{"2MB": bytes, "1GB": bytes}`` for the huge page sizes the limits book."""
+    """``{"2MB": bytes, "1GB": bytes}`` for limits that book huge pages: every size, the one not booked
+    as 0. A size left at ``max`` would let the workload fault in pages admission promised to others, so
+    a hold that books one size is held to none of the other (a backend skips a 0 for a size the node does
+    not have). Limits that book no huge pages set none (``{}``)."""
     result = {}  # type: Dict[str, int]
     if limits is None:
         return result
     for size, attribute, page in HUGE_SIZES:
-        count = getattr(limits, attribute)
-        if count:
-            result[size] = count * page
-    return result
+        result[size] = (getattr(limits, attribute) or 0) * page
+    return result if any(result.values()) else {}
 
 
 def check_slice_request(name, properties, huge):

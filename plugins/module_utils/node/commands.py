@@ -15,6 +15,8 @@ import subprocess
 import xml.etree.ElementTree as ET
 from typing import Callable, Optional, Sequence, Tuple, Union
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+
 # An injected runner may return bytes (AnsibleModule.run_command with encoding=None): run_tool decodes them.
 RunCommand = Callable[[Sequence[str]], Tuple[int, Union[str, bytes], Union[str, bytes]]]
 Which = Callable[[str], Optional[str]]
@@ -24,7 +26,7 @@ COMMAND_TIMEOUT_S = 60
 MAX_OUTPUT_CHARS = 16 * 1024 * 1024
 
 
-class InventoryError(Exception):
+class InventoryError(BcdError):
     """Output of a GPU or libvirt tool that cannot be understood. The message
     says what and is fit to show to a user."""
 

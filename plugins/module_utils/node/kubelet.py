@@ -29,6 +29,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names, dra_device_ids
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError
@@ -74,7 +75,7 @@ _REPLICA_RE = re.compile(r"^(?P<id>.+)::[0-9]+$")
 _NVIDIA_NODE_RE = re.compile(r"^(?:.*/)?dev/nvidia(?P<minor>[0-9]+)(?: \(deleted\))?$")
 
 
-class KubeletUnreachable(Exception):
+class KubeletUnreachable(RetryableError):
     """The kubelet's pod-resources API could not be asked. The message says
     why (no socket, refused, no answer in time, no gRPC on the node) and is
     fit to show to a user."""

@@ -182,7 +182,10 @@ class SystemdSlices:
                                          else "%s/cgroup.subtree_control" % CGROUP_ROOT)
                 _write_cgroup(control, "+hugetlb")
             for size, value in sorted(huge.items()):
-                _write_cgroup(os.path.join(self._dir(name), "hugetlb.%s.max" % size), str(value))
+                path = os.path.join(self._dir(name), "hugetlb.%s.max" % size)
+                if value == 0 and not os.path.exists(path):
+                    continue  # a size the node's kernel does not have: nothing of it can be faulted in
+                _write_cgroup(path, str(value))
 
     def freeze(self, name, frozen):
         """Close and freeze the slice (``frozen``), or thaw and open it again; no systemd property for either.

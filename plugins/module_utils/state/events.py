@@ -35,7 +35,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError, StateFileError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError, StateFileError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import create_exclusive, ensure_dir, fsync_dir, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, StateFiles, read_file
 
@@ -84,8 +84,14 @@ MAX_SEQ = (1 << 63) - 1  # int64, as the control plane carries it
 _BIND_ONLY_FIELDS = ("cdi_spec_path", "cdi_devices", "env_file", "cgroup_parent")
 
 
-class EventsError(RetryableError):
-    """The journal or the node key cannot be used; the message says why and where."""
+class EventsError(BcdError):
+    """The journal or the node key cannot be used as it is (a damaged key or sequence file, no
+    ``cryptography``, a malformed event or acknowledgement): permanent, an operator acts on the message."""
+
+
+class JournalUnwritable(EventsError, RetryableError):
+    """A write to the journal, its state directory or the node key that failed now (a full disk, a
+    permission): retryable, the reports are made again next pass."""
 
 
 class NodeKeyMissing(EventsError):
@@ -211,7 +217,7 @@ class NodeKey:
                 ensure_dir(os.path.dirname(os.path.abspath(path)), STATE_DIR_MODE)
                 created = create_exclusive(path, pem, FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
             except OSError as exc:
-                raise EventsError("cannot create the node key %s: %s" % (path, exc.strerror or exc))
+                raise JournalUnwritable("cannot create the node key %s: %s" % (path, exc.strerror or exc))
             if created:
                 return cls(key, path)
             # someone else created it in the meantime: theirs is the identity
@@ -374,7 +380,7 @@ class Journal:
         try:
             ensure_dir(self.state_dir, STATE_DIR_MODE)
         except OSError as exc:
-            raise EventsError("cannot create the state directory %s: %s"
+            raise JournalUnwritable("cannot create the state directory %s: %s"
                               % (self.state_dir, exc.strerror or exc))
 
     def append(self, event_type: str, body: Dict[str, Any], key: Optional[NodeKey] = None) -> Dict[str, Any]:
@@ -445,7 +451,7 @@ class Journal:
             finally:
                 os.close(fd)
         except OSError as exc:
-            raise EventsError("cannot journal an event in %s: %s" % (self.path, exc.strerror or exc))
+            raise JournalUnwritable("cannot journal an event in %s: %s" % (self.path, exc.strerror or exc))
         if not existed:
             fsync_dir(self.state_dir)
 
@@ -472,5 +478,5 @@ class Journal:
             data = b"".join(line + b"\n" for line in kept)
             write_atomic(self.path, data, FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
         except OSError as exc:
-            raise EventsError("cannot acknowledge events in %s: %s" % (self.path, exc.strerror or exc))
+            raise JournalUnwritable("cannot acknowledge events in %s: %s" % (self.path, exc.strerror or exc))
         return count

@@ -27,12 +27,27 @@ handed to root the same way (``StateFiles.adopt``).
 A pass opens the state (``load``), which brings the ledger and the pending
 releases up to the journal: a pass that died between journaling an event and
 recording it is finished here, so nothing is reported twice. Every report goes
-through ``report``, which queues it; ``flush`` journals the queue with one
-fsynced append and only then settles each event in the ledger and the releases,
-the same way the catch-up settles it, and saves them once. Whatever else changes
-the state flushes first, so the files always say things in the order they
-happened; a crash before a flush loses only reports the next pass makes again
-(a hold on disk never journaled bound, a release recorded and not reported).
+through ``report``, which queues it.
+
+The state changes in one way only, ``with state.change() as change:``, which does
+what the crash rules need in their one order:
+
+1. the queued reports are journaled (one fsynced append, attested ones signed) and
+   settled in memory, as the catch-up settles them: journal before report;
+2. the block changes ``change.ledger`` and ``change.releases`` (and may write other
+   state files): a caller records a release here *before* it removes any file;
+3. the pending releases are saved when they changed, then the ledger when it
+   changed: the releases first, because the ledger's ``journal_seq`` tells the
+   catch-up which events are settled. Every save is ``write_atomic`` (a temporary
+   file, fsynced, renamed, the directory fsynced).
+
+A block that raises saves nothing; a crash anywhere costs nothing the next pass
+does not make again: before 1, the reports are made again (a hold on disk never
+journaled bound, a release recorded and not reported); between 1 and 3, ``load``
+settles what the journal has; within 3, a ledger older than the releases file is
+caught up the same way. ``flush``, ``finish`` and the methods the plan's actions call
+(``begin_releases``, ``set_hold_limits``, ``record_kube_release`` ...) are each one
+such block.
 
 Nothing else opens these files, and this class opens them only through the bounded reader,
 ``node/state_files.py`` (``self.files``): no link followed, no FIFO waited on, a regular
@@ -49,6 +64,8 @@ import json
 import os
 import stat
 import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError, type_name
@@ -74,6 +91,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.releases import 
     clear_marker,
     load_releases,
     quarantine,
+    releases_bytes,
     save_releases,
 )
 
@@ -134,6 +152,16 @@ def nodespec_from_data(data, where):
     instances = _instances(data.get("instances"), where)
     cdi_runtimes = data.get("cdi_runtimes")
     return generation, devices, instances, "auto" if cdi_runtimes is None else cdi_runtimes
+
+
+@dataclass
+class Change:
+    """What a ``NodeState.change`` block changes: the ledger and the pending releases (the state's own,
+    saved when the block ends), and the events journaled as it began."""
+
+    ledger: Ledger
+    releases: Releases
+    journaled: List[Dict[str, Any]] = field(default_factory=list)
 
 
 def _as_owner(method):
@@ -251,20 +279,21 @@ class NodeState:
             files.read(MAINTENANCE_NAME), files.where(MAINTENANCE_NAME))
         self.health_cleared = parse_cleared(files.read(HEALTH_NAME), files.where(HEALTH_NAME))
         self.ledger = parse_ledger(files.read(LEDGER_NAME), files.where(LEDGER_NAME))
+        self._queued = []
         replayed = [event for event in sorted(self.journal.unacked(), key=lambda e: e.get("seq") or 0)
                     if (event.get("seq") or 0) > self.ledger.journal_seq]
-        releases_changed = False
-        for event in replayed:
-            releases_changed = self._settle(event) or releases_changed
         if write and replayed:
-            self.save_ledger()
-            if releases_changed:
-                self.save_releases()
+            with self.change():
+                for event in replayed:
+                    self._settle(event)
+        else:
+            for event in replayed:
+                self._settle(event)
         return self
 
     def _settle(self, event, limits=None):
-        """What a journaled event means for the ledger and the pending releases; True when a pending
-        release was settled (its ``AllocationReleased`` is out)."""
+        """What a journaled event means for the ledger and the pending releases (in memory): a pending
+        release is settled once its ``AllocationReleased`` is out."""
         record_event(self.ledger, event, limits)
         body = event.get("body") or {}
         allocation_id = body.get("allocation_id")
@@ -272,39 +301,63 @@ class NodeState:
         if event.get("type") == ALLOCATION_RELEASED and pending is not None \
                 and pending.generation == body.get("generation"):
             del self.releases.pending[pending.allocation_id]
-            return True
-        return False
 
-    @_as_owner
-    def save_ledger(self):
-        """Write the ledger when it changed (a pass that changes nothing rewrites nothing)."""
+    # -- the one way the state changes -----------------------------------------------
+    @contextlib.contextmanager
+    def change(self, save_ledger=True):
+        # type: (bool) -> Iterator[Change]
+        """Journal the queued reports and settle them, let the block change the ledger and the pending
+        releases, then save the releases and the ledger where they changed (the module docstring's order).
+        ``save_ledger=False`` leaves the ledger to the caller's next change (a pass's last reports, saved
+        with its end by ``finish``). A journal that cannot be written raises ``EventsError`` before the
+        block runs, and the reports are made again next pass; a block that raises saves nothing."""
+        with self.as_owner():
+            releases_before = releases_bytes(self.releases.pending)
+            queued, self._queued = self._queued, []
+            journaled = self._journal(queued)
+            yield Change(self.ledger, self.releases, journaled)
+            if releases_bytes(self.releases.pending) != releases_before:
+                save_releases(self.path, self.releases.pending)
+            if save_ledger:
+                self._save_ledger()
+
+    def _save_ledger(self):
+        """Write the ledger when it changed (a pass that changes nothing rewrites nothing); ``change`` only."""
         content = self.ledger.to_json()
         if self._stored(LEDGER_NAME) != content:
             self._write(LEDGER_NAME, content)
 
-    @_as_owner
-    def save_releases(self):
-        save_releases(self.path, self.releases.pending)
+    def _journal(self, queued):
+        """Append ``queued`` ``[(event, limits)]`` to the journal (one fsynced write) and settle them in
+        memory; the journaled events."""
+        if not queued:
+            return []
+        key = self.key() if any(event["type"] in ATTESTED_TYPES for event, _limits in queued) else None
+        journaled = self.journal.append_many([(event["type"], event["body"],
+                                               key if event["type"] in ATTESTED_TYPES else None)
+                                              for event, _limits in queued])
+        for event, (_queued_event, limits) in zip(journaled, queued):
+            self._settle(event, limits)
+        return journaled
 
-    @_as_owner
     def finish(self, generation, state, vfio, kept_failures, finished, renders=None, started=None):
         """Record the end of a real pass: its section state, the VMs' GPUs, the refusals still relevant,
         the holds' render records, and (``finished``: nothing left to retry) the generation it observed;
         with ``started`` (when it took the lock), its time and result for ``bcd-holds metrics``."""
-        self.flush()
-        if started is not None:
-            ended = time.time()
-            self._write(LAST_PASS_NAME, (json.dumps({
-                "generation": generation, "state": state, "started": started, "finished": ended,
-                "duration_seconds": round(max(0.0, ended - started), 6)}, sort_keys=True) + "\n").encode("utf-8"))
-        if finished:
-            self.ledger.observed_generation = generation
-        self.ledger.vfio = vfio
-        if renders is not None:
-            self.ledger.renders = renders
-        self.ledger.last_state = state
-        self.ledger.failures = dict((k, v) for k, v in self.ledger.failures.items() if k in kept_failures)
-        self.save_ledger()
+        with self.change() as change:
+            if started is not None:
+                ended = time.time()
+                self._write(LAST_PASS_NAME, (json.dumps({
+                    "generation": generation, "state": state, "started": started, "finished": ended,
+                    "duration_seconds": round(max(0.0, ended - started), 6)}, sort_keys=True) + "\n").encode("utf-8"))
+            ledger = change.ledger
+            if finished:
+                ledger.observed_generation = generation
+            ledger.vfio = vfio
+            if renders is not None:
+                ledger.renders = renders
+            ledger.last_state = state
+            ledger.failures = dict((k, v) for k, v in ledger.failures.items() if k in kept_failures)
 
     # -- what the actions of a plan do to the state -----------------------------------
     @_as_owner
@@ -318,77 +371,54 @@ class NodeState:
         """Queue ``event`` for the next ``flush``; nothing counts as reported before it is journaled."""
         self._queued.append((event, limits))
 
-    @_as_owner
     def flush(self, save=True):
-        """Journal the queued reports (one append, fsynced; attested ones signed), then settle them and
-        save the releases and (unless ``save`` is false: the caller saves it next) the ledger once;
-        returns the journaled events. A journal that cannot be written raises ``EventsError`` and
-        settles nothing: the next pass reports them again. A crash before the ledger is saved costs
-        nothing either: ``load`` settles what the journal has."""
-        queued, self._queued = self._queued, []
-        if not queued:
-            return []
-        key = self.key() if any(event["type"] in ATTESTED_TYPES for event, _limits in queued) else None
-        journaled = self.journal.append_many([(event["type"], event["body"],
-                                               key if event["type"] in ATTESTED_TYPES else None)
-                                              for event, _limits in queued])
-        releases_changed = False
-        for event, (_queued_event, limits) in zip(journaled, queued):
-            releases_changed = self._settle(event, limits) or releases_changed
-        if releases_changed:
-            self.save_releases()
-        if save:
-            self.save_ledger()
-        return journaled
+        """Journal the queued reports and settle them (a change that changes nothing else); ``save=False``
+        leaves the ledger to the caller's next change. Returns the journaled events."""
+        with self.change(save_ledger=save) as change:
+            pass
+        return change.journaled
 
-    @_as_owner
+    # The changes a plan's actions make (domain/actions.py), each one ``change`` block.
     def begin_releases(self, releases):
         """Record plain releases ``[(allocation_id, generation, device_ids)]`` before any of their files
         is removed (kept until each is reported): one ledger save for all of a pass's releases."""
         new = [release for release in releases if release[0] not in self.ledger.unfinished_releases]
         if not new:
             return
-        self.flush()
-        for allocation_id, generation, device_ids in new:
-            self.ledger.unfinished_releases[allocation_id] = {"generation": generation, "device_ids": list(device_ids)}
-        self.save_ledger()
+        with self.change() as change:
+            for allocation_id, generation, device_ids in new:
+                change.ledger.unfinished_releases[allocation_id] = {"generation": generation,
+                                                                    "device_ids": list(device_ids)}
 
     def begin_release(self, allocation_id, generation, device_ids):
         """Record one plain release before its files are removed (no write when already recorded)."""
         self.begin_releases([(allocation_id, generation, device_ids)])
 
-    @_as_owner
     def set_hold_limits(self, allocation_id, limits):
         """The limits a kept hold's slice now has."""
-        self.flush()
-        if allocation_id in self.ledger.bound:
-            self.ledger.bound[allocation_id]["limits"] = limits
-            self.save_ledger()
+        with self.change() as change:
+            if allocation_id in change.ledger.bound:
+                change.ledger.bound[allocation_id]["limits"] = limits
 
-    @_as_owner
     def record_kube_release(self, release):
-        self.flush()
-        self.releases.pending[release.allocation_id] = release
-        self.save_releases()
+        """A Kubernetes release, pending until no pod holds its devices (recorded before its files go)."""
+        with self.change() as change:
+            change.releases.pending[release.allocation_id] = release
 
-    @_as_owner
     def drop_kube_release(self, allocation_id):
-        self.flush()
-        self.releases.pending.pop(allocation_id, None)
-        self.save_releases()
+        with self.change() as change:
+            change.releases.pending.pop(allocation_id, None)
 
-    @_as_owner
     def quarantine_releases(self, now):
         """Set an unreadable releases file aside and write the marker."""
-        self.flush()
-        quarantine(self.path, now)
-        self.releases.unreadable, self.releases.marker = None, True
+        with self.change() as change:
+            quarantine(self.path, now)
+            change.releases.unreadable, change.releases.marker = None, True
 
-    @_as_owner
     def clear_releases_marker(self):
-        self.flush()
-        clear_marker(self.path)
-        self.releases.marker = False
+        with self.change() as change:
+            clear_marker(self.path)
+            change.releases.marker = False
 
     @_as_owner
     def last_pass(self):

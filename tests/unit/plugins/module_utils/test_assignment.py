@@ -20,6 +20,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     DeviceRef,
     InvalidAssignment,
     Limits,
+    UnsupportedBinding,
     parse_assignment,
     parse_assignments,
     parse_cpulist,
@@ -91,9 +92,19 @@ def test_env_may_be_given_as_a_mapping():
 
 
 @pytest.mark.parametrize("binding", ["BINDING_INSTANCE", "BINDING_NODE", "whatever"])
-def test_other_bindings_pass_the_input_check_and_are_refused_later(binding):
-    # unsupported-binding is the converger's refusal, not invalid-assignment
-    assert parse_assignment(entry(binding=binding)).binding == binding
+def test_other_bindings_are_refused_unsupported_binding_before_any_other_check(binding):
+    # the spec page checks the binding first: no devices and an unknown field still read unsupported-binding
+    bare = entry(binding=binding, devices=[], colour="blue")
+    with pytest.raises(UnsupportedBinding, match="^binding %s is not supported$" % binding) as caught:
+        parse_assignment(bare)
+    assert caught.value.reason == "unsupported-binding"
+    parsed = parse_assignments([bare])
+    assert [(r.allocation_id, r.reason) for r in parsed.refusals] == [("alloc_1", "unsupported-binding")]
+    assert parsed.refused_ids == ["alloc_1"]
+
+
+def test_instance_id_is_known_and_not_read():
+    assert parse_assignment(entry(instance_id="vm-1")) == parse_assignment(entry())
 
 
 def test_an_allocation_id_of_80_characters_is_fine():

@@ -561,7 +561,7 @@ def test_a_gpu_in_an_instance_spec_is_refused(node):
 def test_hostile_assignments_are_refused_and_nothing_is_written_outside_root(node):
     devices = [
         hold("../../etc/passwd", GPU_A),
-        {"allocation_id": "/etc/shadow", "devices": [{"id": GPU_A}]},
+        {"allocation_id": "/etc/shadow", "binding": "BINDING_HOLD", "devices": [{"id": GPU_A}]},
         hold("a_env", GPU_A, env=["A=1\nB=2"]),
         hold("a_nul", GPU_A, env=["A=\x00"]),
         hold("a_big", *(["%s/s%d" % (GPU_B, n) for n in range(5000)])),

@@ -207,7 +207,7 @@ def test_a_slice_is_built_by_root_from_limits_and_stopped_once_empty(helper):
     record = json.loads(Path(record_path).read_text())
     assert record["properties"]["AllowedCPUs"] == "0-3,8"
     assert record["properties"]["MemoryMax"] == str(1 << 30)
-    assert record["hugetlb_max"] == {"2MB": 2 * 2097152}
+    assert record["hugetlb_max"] == {"2MB": 2 * 2097152, "1GB": 0}
     assert helper.request({"op": "slice.stop", "allocation_id": "a1"}) == {"ok": True}
     assert not os.path.exists(record_path)
     # stopping a slice that is not there is no error either
@@ -658,7 +658,7 @@ def test_the_helper_keeps_headroom_whatever_the_peer_checked(helper):
     assert reply == {"ok": False, "error": "bcd-alloc-a1.slice: cpu_millis gives CPUQuota=1%, below the floor of "
                      "10% of one CPU: at least 100 cpu_millis are needed (or none, for no quota)"}
     record = json.loads(Path(record_path).read_text())
-    assert record["properties"]["MemoryMax"] == str(8 << 30) and record["hugetlb_max"] == {"2MB": 16 << 20}
+    assert record["properties"]["MemoryMax"] == str(8 << 30) and record["hugetlb_max"] == {"2MB": 16 << 20, "1GB": 0}
     assert record["properties"]["CPUQuota"] == "100%"
     # just past each margin
     for limits in ({"memory_bytes": -(-used * 10 // 9)}, {"hugepages_2mi": 3}, {"cpu_millis": 100}):
@@ -705,7 +705,7 @@ def test_the_helper_sets_the_same_limits_again_on_a_slice_used_to_its_limits(hel
     assert helper.request(dict(apply, limits=dict(limits, cpus="0-7", memory_bytes=(1 << 30) + (16 << 20),
                                                   hugepages_2mi=5))) == {"ok": True}
     record = json.loads(Path(record_path).read_text())
-    assert record["properties"]["AllowedCPUs"] == "0-7" and record["hugetlb_max"] == {"2MB": 10 << 20}
+    assert record["properties"]["AllowedCPUs"] == "0-7" and record["hugetlb_max"] == {"2MB": 10 << 20, "1GB": 0}
     assert record["properties"]["MemoryMax"] == str((1 << 30) + (16 << 20))
     reply = helper.request(dict(apply, limits=dict(limits, cpus="0-7", memory_bytes=1 << 30, hugepages_2mi=5)))
     assert reply["ok"] is False and "memory_bytes %d leaves no headroom over the slice's current use %d" % (

@@ -476,7 +476,7 @@ def assert_released_once_and_nothing_left(node, generation=2):
 
 def owners():
     return {"save_releases": (_store, "save_releases"), "remove": (DirectWriter, "remove_node_file"),
-            "append": (Journal, "append_many"), "ledger": (NodeState, "save_ledger")}
+            "append": (Journal, "append_many"), "ledger": (NodeState, "_save_ledger")}
 
 
 BOTH = [False, True]

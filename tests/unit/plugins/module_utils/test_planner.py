@@ -350,7 +350,7 @@ def test_unsupported_device_messages():
 def test_failures_are_in_spec_order_and_the_others_are_bound_anyway():
     devices = [
         assign("a1", [GPU_GONE]),
-        {"allocation_id": "bad/id", "devices": [{"id": GPU_B}]},
+        {"allocation_id": "bad/id", "binding": "BINDING_HOLD", "devices": [{"id": GPU_B}]},
         assign("a3", [GPU_A]),
         assign("a4", [GPU_A]),
     ]

@@ -69,7 +69,7 @@ EXPECTED_RECORD = {
     "name": SLICE,
     "properties": {"AllowedCPUs": "0-3", "AllowedMemoryNodes": "0", "CPUQuota": "150%",
                    "MemoryMax": str(4 * GIB), "MemoryHigh": str(4 * GIB * 9 // 10)},
-    "hugetlb_max": {"2MB": 4 * MIB},
+    "hugetlb_max": {"2MB": 4 * MIB, "1GB": 0},  # the size it does not book is held to none
     "hugetlb_current": {},
     "populated": False,
 }
@@ -302,7 +302,7 @@ def test_check_mode_shows_every_slice_step_and_writes_nothing(node):
     bind = check_then_run(node, 1, [A1])
     assert steps(bind) == [("bind", "a1")]
     assert bind.plan.actions[0].to_dict()["slice"] == {
-        "op": "apply", "name": SLICE, "properties": EXPECTED_RECORD["properties"], "hugetlb_max": {"2MB": 4 * MIB}}
+        "op": "apply", "name": SLICE, "properties": EXPECTED_RECORD["properties"], "hugetlb_max": {"2MB": 4 * MIB, "1GB": 0}}
     os.unlink(node.path(RECORD))
     again = check_then_run(node, 1, [A1])
     assert steps(again) == [("create-slice", "a1")]
@@ -395,7 +395,7 @@ def test_a_huge_page_limit_at_what_is_faulted_in_is_refused_one_page_more_is_set
                       "faulted in, 4194304 bytes (2 pages): at least 3 pages (6291456 bytes, one page more)")
     result = node.run(2, [hold("a1", GPU_A, limits={"hugepages_2mi": 3})])
     assert result.section["state"] == "CONVERGED"
-    assert record(node)["hugetlb_max"] == {"2MB": 6 * MIB}
+    assert record(node)["hugetlb_max"] == {"2MB": 6 * MIB, "1GB": 0}
 
 
 def test_a_cpu_quota_under_the_floor_is_refused_on_a_running_slice(node):
@@ -498,7 +498,7 @@ def test_a_workload_with_every_huge_page_faulted_in_still_gets_its_slice_changed
     result = node.run(2, [hold("a1", GPU_A, limits=dict(limits, memory_bytes=3 * GIB))])
     assert result.section["state"] == "CONVERGED", result.section
     assert record(node)["properties"]["MemoryMax"] == str(3 * GIB)
-    assert record(node)["hugetlb_max"] == {"2MB": 8 * MIB}
+    assert record(node)["hugetlb_max"] == {"2MB": 8 * MIB, "1GB": 0}
     refused_then_kept(node, 3, dict(limits, memory_bytes=3 * GIB, hugepages_2mi=3),
                       "hugepages_2mi 3 (hugetlb.2MB.max=6291456) leaves no headroom over the 2MB huge pages "
                       "faulted in, 8388608 bytes (4 pages): at least 5 pages")

@@ -63,8 +63,10 @@ def test_memory_high_is_ninety_percent_of_memory_max():
 
 
 def test_huge_pages_become_hugetlb_limits_in_bytes():
-    assert hugetlb_max(Limits(hugepages_2mi=3)) == {"2MB": 3 * 2 * MIB}
-    assert hugetlb_max(Limits(hugepages_1gi=2)) == {"1GB": 2 * GIB}
+    # a hold that books one size is held to none of the other (0, not "max": issue 23)
+    assert hugetlb_max(Limits(hugepages_2mi=3)) == {"2MB": 3 * 2 * MIB, "1GB": 0}
+    assert hugetlb_max(Limits(hugepages_1gi=2)) == {"2MB": 0, "1GB": 2 * GIB}
+    assert hugetlb_max(Limits(memory_bytes=GIB)) == {}  # no huge pages booked: no hugetlb limit
     assert hugetlb_max(Limits(hugepages_2mi=512, hugepages_1gi=4)) == {"2MB": GIB, "1GB": 4 * GIB}
     # systemd has no property for them
     assert slice_properties(Limits(hugepages_2mi=512, hugepages_1gi=4)) == {}
@@ -89,12 +91,14 @@ def test_the_slice_is_named_after_the_allocation():
 
 class Systemctl(object):
     """A recorded ``systemctl``: every argv is kept; ``start`` makes the slice's cgroup as systemd would,
-    ``stop`` removes it. ``fail`` maps a verb to ``(rc, stderr)``."""
+    ``stop`` removes it. ``fail`` maps a verb to ``(rc, stderr)``; ``sizes`` are the huge page sizes
+    the kernel has (a ``hugetlb.<size>.*`` pair each)."""
 
     def __init__(self, root):
         self.root = root
         self.calls = []
         self.fail = {}
+        self.sizes = ("2MB", "1GB")
 
     def __call__(self, argv):
         self.calls.append(list(argv))
@@ -107,7 +111,7 @@ class Systemctl(object):
             os.makedirs(directory, exist_ok=True)
             with open(os.path.join(directory, "cgroup.events"), "w") as handle:
                 handle.write("populated 0\nfrozen 0\n")
-            for size in ("2MB", "1GB"):
+            for size in self.sizes:
                 for suffix in ("max", "current"):
                     with open(os.path.join(directory, "hugetlb.%s.%s" % (size, suffix)), "w") as handle:
                         handle.write("max\n" if suffix == "max" else "0\n")
@@ -187,6 +191,28 @@ def test_remove_stops_the_slice(tmp_path):
     host.slices.remove(NAME)
     assert systemctl.calls[-1] == ["systemctl", "stop", NAME]
     assert host.slices.state(NAME) is None
+
+
+def test_a_hold_booking_one_huge_page_size_gets_the_other_size_set_to_0_in_its_cgroup(tmp_path):
+    host, _unused = cgroup_host(tmp_path)
+    properties, huge = wanted_slice(Limits(hugepages_1gi=2))
+    host.slices.apply(NAME, properties, huge)
+    directory = host.path("%s/%s" % (SLICE_DIR, NAME))
+    with open(os.path.join(directory, "hugetlb.1GB.max")) as handle:
+        assert handle.read() == str(2 * GIB)
+    with open(os.path.join(directory, "hugetlb.2MB.max")) as handle:
+        assert handle.read() == "0"  # was left at "max": its workload could take 2 MiB pages promised to others
+    assert host.slices.state(NAME).hugetlb_max == {"2MB": 0, "1GB": 2 * GIB}
+
+
+def test_a_size_the_node_does_not_have_is_not_written_as_0(tmp_path):
+    host, systemctl = cgroup_host(tmp_path)
+    systemctl.sizes = ("1GB",)  # a kernel without 2 MiB pages
+    host.slices.apply(NAME, {}, {"2MB": 0, "1GB": 2 * GIB})
+    directory = host.path("%s/%s" % (SLICE_DIR, NAME))
+    assert not os.path.exists(os.path.join(directory, "hugetlb.2MB.max"))
+    with open(os.path.join(directory, "hugetlb.1GB.max")) as handle:
+        assert handle.read() == str(2 * GIB)
 
 
 def test_the_slice_state_is_read_from_the_cgroup(tmp_path):
@@ -389,7 +415,7 @@ def test_the_record_backend_keeps_a_slice_as_a_json_record(make_node):
         "name": NAME,
         "properties": {"AllowedCPUs": "0-3", "AllowedMemoryNodes": "0", "CPUQuota": "124%",
                        "MemoryMax": str(GIB), "MemoryHigh": str(GIB * 9 // 10)},
-        "hugetlb_max": {"2MB": 4 * MIB},
+        "hugetlb_max": {"2MB": 4 * MIB, "1GB": 0},
         "hugetlb_current": {},
         "populated": False,
     }

@@ -214,7 +214,7 @@ def test_a_damaged_event_journal_fails_clearly(capsys, node):
 
 def test_hostile_input_is_refused_not_crashed_on(capsys, node):
     devices = [hold("../../etc/passwd", GPU_A), "x", {"allocation_id": "a2", "devices": [{"id": GPU_A}],
-                                                      "env": ["A=1\nB=2"]}, hold("a3", GPU_B)]
+                                                      "binding": "BINDING_HOLD", "env": ["A=1\nB=2"]}, hold("a3", GPU_B)]
     result = run(capsys, node, generation=1, devices=devices)
     assert not result.get("failed")
     assert [f["reason"] for f in result["failures"]] == ["invalid-assignment"] * 3

@@ -194,8 +194,8 @@ def test_a_kept_hold_whose_env_file_cannot_be_written_again_is_not_reported_boun
     state = NodeState(node.state(), "/var/lib/bcd")
     with state.lock(5):
         state.load()
-        state.ledger.bound.clear()
-        state.save_ledger()
+        with state.change() as change:
+            change.ledger.bound.clear()
     os.unlink(node.path("/run/bcd/allocations/a1.env"))
     os.makedirs(node.path("/run/bcd/allocations/a1.env"))
     result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
