@@ -375,7 +375,8 @@ def plain(allocation_id, device):
 
 
 def test_a_pass_the_rate_limit_cuts_short_retries_and_converges_after_the_window(base, monkeypatch):
-    helper = InProcessHelper(base, RateLimit(rate=20, burst=3, exempt=()))
+    now = [1000.0]  # the limiter's clock stands still within a pass: a slow machine must not refill the bucket
+    helper = InProcessHelper(base, RateLimit(rate=20, burst=3, exempt=(), clock=lambda: now[0]))
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the pass's side; the helper thread limits its real uid
     try:
         devices = [plain("a1", GPU_A + "/s0"), plain("a2", GPU_A + "/s1")]
@@ -385,7 +386,7 @@ def test_a_pass_the_rate_limit_cuts_short_retries_and_converges_after_the_window
         assert error.startswith("a2: the root helper refused hold.write: rate limited: uid %d asked for more than 3 "
                                 % os.getuid()), error
         assert [e["body"]["allocation_id"] for e in cut.events if e["type"] == "AllocationBound"] == ["a1"]
-        time.sleep(0.2)
+        now[0] += 1.0  # the window passes: 20 tokens a second, 3 at most
         done = helper.run_pass(1, devices)
         assert done.section["state"] == "CONVERGED", done.section
         assert "a2" in [e["body"]["allocation_id"] for e in done.events if e["type"] == "AllocationBound"]
