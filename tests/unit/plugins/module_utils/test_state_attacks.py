@@ -23,8 +23,10 @@ import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -223,6 +225,16 @@ class World:
             self.plant(name, deep(name, journal))
         else:
             self.plant(name, big_integer(name, journal))
+
+
+@pytest.fixture
+def tmp_path():
+    """The nodes of this file in a directory of their own, not under pytest's: pytest makes its base 0700
+    again whenever another session starts, and the attacker must traverse down to the state directory."""
+    path = tempfile.mkdtemp(prefix="bcd-state-attacks-")
+    os.chmod(path, 0o711)
+    yield Path(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
