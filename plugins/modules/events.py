@@ -188,32 +188,7 @@ acknowledged:
   sample: 2
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, host_from_params, state_of
-from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
-
-LOCK_TIMEOUT = 120.0
-
-
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, ack_through=dict(type="int")),
-                           supports_check_mode=True)
-    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
-    try:
-        state = state_of(host_from_params(module.params), module.params)
-        events, acknowledged = state.list_and_acknowledge(module.params["ack_through"], module.check_mode,
-                                                          LOCK_TIMEOUT)
-    except BcdError as exc:
-        module.fail_json(msg=printable(exc))
-    except OSError as exc:
-        module.fail_json(msg=printable("cannot use the state directory %s: %s" % (module.params["state_dir"], exc)))
-    for warning in state.warnings():
-        module.warn(printable(warning))
-    module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
-
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules.events import main
 
 if __name__ == "__main__":
     main()

@@ -116,28 +116,7 @@ gpus:
         - {kind: maintenance, text: "in maintenance (firmware update)", reason: firmware update}
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
-from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
-
-
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(
-        NODE_OPTIONS, LOCK_OPTIONS,
-        gpus=dict(type="list", elements="str", required=True),
-    ), supports_check_mode=True)
-    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
-    params = module.params
-    try:
-        entries = busy_check(host_from_params(params), params["gpus"], params["state_dir"], params["lock_timeout"])
-    except (BcdError, OSError) as exc:
-        module.fail_json(msg=printable(exc))
-    module.exit_json(changed=False, gpus=entries)
-
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules.gpu_busy import main
 
 if __name__ == "__main__":
     main()

@@ -296,34 +296,7 @@ node_public_key:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
-    HELPER_OPTIONS,
-    NODE_OPTIONS,
-    RUNTIME_OPTIONS,
-    argument_spec,
-    host_from_params,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
-from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
-
-
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS),
-                           supports_check_mode=True)
-    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
-    try:
-        status = node_status(host_from_params(module.params), module.params["state_dir"], module.params["cdi_runtimes"])
-    except (BcdError, OSError) as exc:
-        module.fail_json(msg=printable(exc))
-    for warning in status.pop("warnings"):
-        module.warn(printable(warning))
-    status["table"] = status_table(status).splitlines()
-    module.exit_json(changed=False, **status)
-
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules.holds_info import main
 
 if __name__ == "__main__":
     main()
