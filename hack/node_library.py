@@ -18,10 +18,14 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(REPO, "plugins", "module_utils")
 TREE = "ansible_collections/bcd/devices/plugins/module_utils"
-# The role's "Byte-compile the library" task runs this program (keep the two alike).
-COMPILE = ("import compileall, os, py_compile, sys; os.umask(0o022); "
-           "sys.exit(0 if compileall.compile_dir(sys.argv[1], quiet=1, "
-           "invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH) else 1)")
+VARS = os.path.join(REPO, "roles", "bcd_holds", "vars", "main.yml")
+
+
+def compile_program():
+    """The program the role's "Byte-compile the library" task runs (its vars' ``__bcd_holds_compile``)."""
+    import yaml  # pylint: disable=import-outside-toplevel
+    with open(VARS) as handle:
+        return yaml.safe_load(handle)["__bcd_holds_compile"]
 
 
 def library_files():
@@ -40,7 +44,7 @@ def install(root, prefix="/usr/local", python=sys.executable):
         subprocess.run(["tar", "-C", SOURCE, "-cf", archive.name, "--owner=0", "--group=0", "--numeric-owner",
                         "--mode=u=rwX,go=rX", "--sort=name"] + library_files(), check=True)
         subprocess.run(["tar", "-C", dest, "-xf", archive.name], check=True)
-    subprocess.run([python, "-I", "-c", COMPILE, dest], check=True)
+    subprocess.run([python, "-I", "-c", compile_program(), dest], check=True, stdout=subprocess.DEVNULL)
     return dest
 
 

@@ -18,7 +18,7 @@ module: node_library
 short_description: Run a bcd.devices module from the node's installed library (used by the collection's action plugins)
 version_added: 0.3.0
 description:
-  - Internal to the collection: the action plugins of M(bcd.devices.holds), M(bcd.devices.holds_info),
+  - Internal to the collection - the action plugins of M(bcd.devices.holds), M(bcd.devices.holds_info),
     M(bcd.devices.events), M(bcd.devices.gpu_busy) and M(bcd.devices.maintenance) run it so that a node
     with the role's library runs that code instead of the copy Ansible would ship and compile on every task.
     A task names those modules, not this one.
@@ -27,7 +27,8 @@ description:
     writable by others, without links. Otherwise it returns C(node_library_refused) and runs nothing; the action plugin
     then runs the module as Ansible ships it.
   - It writes nothing; Python reads the library's root-owned byte code where it matches the source.
-author: bcd.devices contributors
+author:
+  - bcd.devices developers (@bcd-devices)
 options:
   module:
     description: The collection's module to run.
@@ -64,6 +65,7 @@ EXAMPLES = r"""
     generation: 42
     devices: "{{ devices }}"
   become: true
+  register: converged   # converged.ran_from says which code ran: node-library or bundled
 """
 
 RETURN = r"""
