@@ -197,7 +197,14 @@ acknowledged:
   sample: 2
 """
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.modules.events import main
+from ansible.module_utils import basic
+
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import events as module_code
+
+
+def main():
+    module_code.main(basic)
+
 
 if __name__ == "__main__":
     main()

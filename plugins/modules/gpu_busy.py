@@ -125,7 +125,14 @@ gpus:
         - {kind: maintenance, text: "in maintenance (firmware update)", reason: firmware update}
 """
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.modules.gpu_busy import main
+from ansible.module_utils import basic
+
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import gpu_busy as module_code
+
+
+def main():
+    module_code.main(basic)
+
 
 if __name__ == "__main__":
     main()

@@ -509,7 +509,14 @@ capabilities:
   elements: str
 """
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.modules.holds import main
+from ansible.module_utils import basic
+
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds as module_code
+
+
+def main():
+    module_code.main(basic)
+
 
 if __name__ == "__main__":
     main()

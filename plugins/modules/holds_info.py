@@ -305,7 +305,14 @@ node_public_key:
   type: str
 """
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.modules.holds_info import main
+from ansible.module_utils import basic
+
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds_info as module_code
+
+
+def main():
+    module_code.main(basic)
+
 
 if __name__ == "__main__":
     main()

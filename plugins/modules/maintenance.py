@@ -97,7 +97,14 @@ maintenance:
       since: 1796300000.0
 """
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.modules.maintenance import main
+from ansible.module_utils import basic
+
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import maintenance as module_code
+
+
+def main():
+    module_code.main(basic)
+
 
 if __name__ == "__main__":
     main()

@@ -96,10 +96,10 @@ def run_from_library(module_name, module_args, raw):
     params = dict((key, value) for key, value in raw.items() if key.startswith("_ansible_"))
     params.update(module_args)
     params["_ansible_module_name"] = "bcd.devices." + module_name
-    encoder = module_json.get_module_encoder(basic._ANSIBLE_PROFILE, module_json.Direction.CONTROLLER_TO_MODULE)
+    encoder = module_json.get_module_encoder(str(basic._ANSIBLE_PROFILE), module_json.Direction.CONTROLLER_TO_MODULE)
     basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": params}, cls=encoder).encode()
     entry = importlib.import_module("%s.entry.modules.%s" % (library.PACKAGE, module_name))
-    entry.main()
+    entry.main(basic)
 
 
 def main():

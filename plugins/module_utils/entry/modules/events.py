@@ -8,8 +8,6 @@ name runs it from the node's installed library when it is the controller's code 
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec
@@ -20,9 +18,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.store import Nod
 LOCK_TIMEOUT = 120.0
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, ack_through=dict(type="int")),
-                           supports_check_mode=True)
+def main(basic):
+    """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
+    library runs without Ansible too: bcd-holds imports its siblings)."""
+    module = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, ack_through=dict(type="int")),
+                                 supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:
         # only the state directory under root: no host, so neither the node's readers nor their imports

@@ -8,8 +8,6 @@ name runs it from the node's installed library when it is the controller's code 
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check
@@ -18,8 +16,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(
+def main(basic):
+    """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
+    library runs without Ansible too: bcd-holds imports its siblings)."""
+    module = basic.AnsibleModule(argument_spec=argument_spec(
         NODE_OPTIONS, LOCK_OPTIONS,
         gpus=dict(type="list", elements="str", required=True),
     ), supports_check_mode=True)

@@ -8,8 +8,6 @@ name runs it from the node's installed library when it is the controller's code 
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable, printable_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
@@ -52,12 +50,14 @@ def shown_diff(entry):
     return dict((key, printable_lines(value) if isinstance(value, str) else value) for key, value in entry.items())
 
 
-def main():
-    module = AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True)
+def main(basic):
+    """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
+    library runs without Ansible too: bcd-holds imports its siblings)."""
+    module = basic.AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     params = module.params
     if not HAS_CRYPTOGRAPHY:
-        module.fail_json(msg=missing_required_lib("cryptography"))
+        module.fail_json(msg=basic.missing_required_lib("cryptography"))
     try:
         host = host_from_params(params)
         result = run_pass(host, params["generation"], params["devices"], params["instances"],

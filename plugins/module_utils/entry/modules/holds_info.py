@@ -8,8 +8,6 @@ name runs it from the node's installed library when it is the controller's code 
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
@@ -23,9 +21,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.status import no
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS),
-                           supports_check_mode=True)
+def main(basic):
+    """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
+    library runs without Ansible too: bcd-holds imports its siblings)."""
+    module = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS),
+                                 supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:
         status = node_status(host_from_params(module.params), module.params["state_dir"], module.params["cdi_runtimes"])
