@@ -43,6 +43,8 @@ import sys
 import tempfile
 import time
 
+import node_library
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 BUILD = os.path.join(REPO, ".build")
@@ -50,18 +52,29 @@ GPUS = 8
 GENERATION = 1
 
 TARGETS = [
-    # (name, what, limit)
-    ("noop/ping", "no-op pass of N holds / an ansible.builtin.ping task (N events unacknowledged)", 1.15),
-    ("noop acked/ping", "the same, its events acknowledged (a node whose gateway takes them)", 1.15),
-    ("bind/floor", "bind of N holds, time above ping / the disk floor", 3.0),
-    ("bind N/bind N/4", "bind of N / bind of N/4, each less ping (4 is linear)", 4.0),
-    ("fleet noop/ping", "fleet playbook no-op / the ping playbook", 1.3),
-    ("fleet bind/ping", "fleet playbook bind / the ping playbook", 1.5),
-    ("memory MB", "peak resident memory of a pass over the memory holds", 100.0),
-    ("worst bind s", "bind of the worst accepted section, CPU seconds of the process tree", 1.0),
-    ("worst noop s", "no-op pass over the worst accepted section, CPU seconds of the process tree", 1.0),
-    ("worst bind wall-floor s", "its wall time less the disk floor of its 1024 sliced holds (3 fsynced writes each)", 1.0),
-    ("worst MB", "peak resident memory of either pass over the worst accepted section", 100.0),
+    # (name, what, limit, at most (True) or at least (False)); each ratio of Ansible runs is given in wall
+    # time and, as "<name> cpu", in CPU time of the process trees, each against the limit
+    ("noop/ping", "no-op pass of N holds from the node library / an ansible.builtin.ping task (N events unacknowledged)",
+     1.15, True),
+    ("noop acked/ping", "the same, its events acknowledged (a node whose gateway takes them)", 1.15, True),
+    ("noop small/ping", "no-op pass of the small count of holds from the node library / ping", 1.05, True),
+    ("noop bundled/ping", "no-op pass of N holds, the module as Ansible ships it / ping (reported)", None, True),
+    ("noop small bundled/ping", "the same at the small count (reported)", None, True),
+    ("bind/floor", "bind of N holds, time above ping / the disk floor", 3.0, True),
+    ("bind N/bind N/4", "bind of N / bind of N/4, each less ping (4 is linear)", 4.0, True),
+    ("fleet noop/ping", "fleet playbook no-op / the ping playbook", 1.15, True),
+    ("fleet bind/ping", "fleet playbook bind / the ping playbook", 1.4, True),
+    ("fleet noop bundled/ping", "fleet no-op, the modules as Ansible ships them / the ping playbook (reported)", None, True),
+    ("copy noop/noop", "a loop of ansible.builtin.copy (spec + env per hold), no-op / the converger's no-op, small count",
+     20.0, False),
+    ("copy change/bind", "the copy loop writing them / the converger's bind, small count", 20.0, False),
+    ("copy noop/noop N", "the copy loop's no-op / the converger's, at N", 150.0, False),
+    ("copy change/bind N", "the copy loop writing them / the converger's bind, at N", 150.0, False),
+    ("memory MB", "peak resident memory of a pass over the memory holds", 100.0, True),
+    ("worst bind s", "bind of the worst accepted section, CPU seconds of the process tree", 1.0, True),
+    ("worst noop s", "no-op pass over the worst accepted section, CPU seconds of the process tree", 1.0, True),
+    ("worst bind wall-floor s", "its wall time less the disk floor of its 1024 sliced holds (3 fsynced writes each)", 1.0, True),
+    ("worst MB", "peak resident memory of either pass over the worst accepted section", 100.0, True),
 ]
 WORST_GPUS = 16
 
@@ -90,7 +103,7 @@ def holds(number, count, gpus=GPUS):
             for i in range(count)]
 
 
-class Bench(object):
+class Bench:
     def __init__(self, args, scratch):
         self.args = args
         self.scratch = scratch
@@ -108,63 +121,116 @@ class Bench(object):
             "ANSIBLE_NOCOLOR": "1",
         })
         self.times = {}
+        self.last_cpu = 0.0
 
-    def fresh(self, gpus=GPUS):
+    def fresh(self, gpus=GPUS, library=False):
+        """A new fakehw node; ``library``: with the node library as the role installs it."""
         self.counter += 1
         base = os.path.join(self.scratch, "node%d" % self.counter)
         os.makedirs(base)
         root, fakehw = make_node(base, self.counter, gpus)
+        if library:
+            node_library.install(root)
         return self.counter, root, fakehw
 
     def record(self, name, seconds):
         self.times.setdefault(name, []).append(seconds)
 
     def timed(self, argv, stdin=None):
+        """``(wall seconds, output)`` of one run; its CPU time (the process tree's, user + system) is kept in
+        ``self.last_cpu`` for ``record``."""
         started = time.monotonic()
-        proc = subprocess.run(argv, env=self.env, cwd=self.scratch, input=stdin, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.Popen(argv, env=self.env, cwd=self.scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = proc.stdout.read()
+        _pid, status, usage = os.wait4(proc.pid, 0)
         seconds = time.monotonic() - started
-        if proc.returncode != 0:
-            sys.stderr.write(proc.stdout.decode("utf-8", "replace")[-4000:])
-            raise SystemExit("bench: %s failed with exit status %d" % (argv[0], proc.returncode))
-        return seconds, proc.stdout
+        code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+        if code != 0:
+            sys.stderr.write(out.decode("utf-8", "replace")[-4000:])
+            raise SystemExit("bench: %s failed with exit status %d" % (argv[0], code))
+        self.last_cpu = usage.ru_utime + usage.ru_stime
+        return seconds, out
+
+    def record_run(self, name, seconds):
+        """A run's wall time as ``name`` and its process tree's CPU time as ``name cpu``."""
+        self.record(name, seconds)
+        self.record(name + " cpu", self.last_cpu)
 
     # -- through ansible ----------------------------------------------------------------------
 
-    def adhoc(self, module, args):
+    def adhoc(self, module, args, bundled=False):
         argv = ["ansible", "localhost", "-c", "local", "-m", module]
+        if bundled:  # the module as Ansible ships it, even where the node has the library
+            argv += ["-e", "bcd_devices_node_library=false"]
         if args is not None:
             argv += ["-a", json.dumps(args)]
         return self.timed(argv)
 
     def ping(self):
-        self.record("ping", self.adhoc("ansible.builtin.ping", None)[0])
+        self.record_run("ping", self.adhoc("ansible.builtin.ping", None)[0])
 
-    def module_pass(self, count):
-        number, root, fakehw = self.fresh()
+    def module_pass(self, count, bundled=False):
+        """Bind, no-op and acknowledged no-op of ``count`` holds on a node with the library: run from it, or
+        (``bundled``) as Ansible ships the module; each run checks which code ran."""
+        number, root, fakehw = self.fresh(library=True)
         args = {"root": root, "fakehw": fakehw, "generation": GENERATION, "devices": holds(number, count)}
-        seconds, out = self.adhoc("bcd.devices.holds", args)
-        if b"CHANGED" not in out:
-            raise SystemExit("bench: the bind of %d holds changed nothing:\n%s" % (count, out[-2000:].decode()))
-        self.record("bind %d" % count, seconds)
-        seconds, out = self.adhoc("bcd.devices.holds", args)
-        if b"CHANGED" in out or b"SUCCESS" not in out:
+        suffix = " bundled" if bundled else ""
+        ran = b'"ran_from": "%s"' % (b"bundled" if bundled else b"node-library")
+        seconds, out = self.adhoc("bcd.devices.holds", args, bundled)
+        if b"CHANGED" not in out or ran not in out:
+            raise SystemExit("bench: the bind of %d holds changed nothing or ran the wrong code:\n%s"
+                             % (count, out[-2000:].decode()))
+        self.record_run("bind %d%s" % (count, suffix), seconds)
+        seconds, out = self.adhoc("bcd.devices.holds", args, bundled)
+        if b"CHANGED" in out or b"SUCCESS" not in out or ran not in out:
             raise SystemExit("bench: the no-op pass of %d holds was not a no-op:\n%s" % (count, out[-2000:].decode()))
-        self.record("noop %d" % count, seconds)
+        self.record_run("noop %d%s" % (count, suffix), seconds)
         # the steady state of a node whose events a gateway takes (the role acknowledges them after each
         # delivery): the same pass without the N unacknowledged AllocationBound in its result
         self.timed(self.cli(root, fakehw, "events", "--ack-through", str(2 ** 62)))
-        seconds, out = self.adhoc("bcd.devices.holds", args)
+        seconds, out = self.adhoc("bcd.devices.holds", args, bundled)
         if b"CHANGED" in out or b'"events": []' not in out:
             raise SystemExit("bench: the acknowledged no-op pass of %d holds was not a no-op:\n%s"
                              % (count, out[-2000:].decode()))
-        self.record("noop acked %d" % count, seconds)
+        self.record_run("noop acked %d%s" % (count, suffix), seconds)
+
+    # -- what a user would write instead ---------------------------------------------------------
+
+    def copy_loop(self, count):
+        """The same holds written by a loop of ansible.builtin.copy tasks, a CDI spec and an env file per hold
+        (the converger's own rendering, so the files are alike): the change, then the no-op."""
+        number, root, fakehw = self.fresh()
+        spec = self.spec_file(number, count)
+        self.timed(self.cli(root, fakehw, "converge", "--spec", spec))
+        files = []
+        for directory in ("etc/cdi", "run/bcd/allocations"):
+            for name in sorted(os.listdir(os.path.join(root, directory))):
+                with open(os.path.join(root, directory, name)) as handle:
+                    files.append({"dest": os.path.join(root, "copied", directory, name), "content": handle.read()})
+        for directory in ("etc/cdi", "run/bcd/allocations"):
+            os.makedirs(os.path.join(root, "copied", directory))
+        path = os.path.join(self.scratch, "copy-%d.json" % number)
+        with open(path, "w") as handle:
+            json.dump({"copy_files": files}, handle)
+        play = self.playbook("copy-loop", (
+            "    - ansible.builtin.copy:\n        dest: \"{{ item.dest }}\"\n        content: \"{{ item.content }}\"\n"
+            "        mode: \"0644\"\n      loop: \"{{ copy_files }}\"\n      loop_control:\n        label: \"{{ item.dest }}\"\n"),
+            hosts="localhost")
+        argv = ["ansible-playbook", "-c", "local", "-i", "localhost,", "-e", "@" + path, play]
+        seconds, out = self.timed(argv)
+        if "changed=1" not in out.decode():
+            raise SystemExit("bench: the copy loop changed nothing:\n" + out[-2000:].decode())
+        self.record_run("copy change %d" % count, seconds)
+        seconds, out = self.timed(argv)
+        if "changed=0" not in out.decode():
+            raise SystemExit("bench: the copy loop's second run changed something:\n" + out[-2000:].decode())
+        self.record_run("copy noop %d" % count, seconds)
 
     # -- what a bind cannot be faster than --------------------------------------------------
 
     def floor(self, count, name=None, sliced=False):
         sys.path.insert(0, BUILD)
-        from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic  # noqa: E402
+        from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic
         _number, root, _fakehw = self.fresh()
         data = b"x" * 1500
         started = time.monotonic()
@@ -280,7 +346,7 @@ class Bench(object):
         os.makedirs(os.path.join(directory, "host_vars"))
         names = []
         for h in range(self.args.hosts):
-            number, root, fakehw = self.fresh()
+            number, root, fakehw = self.fresh(library=True)
             name = "node%03d" % h
             names.append(name)
             with open(os.path.join(directory, "host_vars", name + ".json"), "w") as handle:
@@ -291,11 +357,11 @@ class Bench(object):
                          % ("\n".join(names), sys.executable))
         return os.path.join(directory, "hosts.ini")
 
-    def playbook(self, name, task):
+    def playbook(self, name, task, hosts="nodes"):
         path = os.path.join(self.scratch, name + ".yml")
         if not os.path.exists(path):
             with open(path, "w") as handle:
-                handle.write("- hosts: nodes\n  gather_facts: false\n  tasks:\n%s" % task)
+                handle.write("- hosts: %s\n  gather_facts: false\n  tasks:\n%s" % (hosts, task))
         return path
 
     def fleet(self):
@@ -308,15 +374,20 @@ class Bench(object):
             "        generation: %d\n"
             "        devices: \"{{ node_devices }}\"\n" % GENERATION))
         base = ["ansible-playbook", "-i", inventory, "-f", str(self.args.forks)]
-        self.record("fleet ping", self.timed(base + [ping])[0])
+        self.record_run("fleet ping", self.timed(base + [ping])[0])
         seconds, out = self.timed(base + [converge])
         if ("changed=1" not in out.decode()) or ("changed=0" in out.decode()):
             raise SystemExit("bench: the fleet's bind did not change every host:\n" + out[-2000:].decode())
-        self.record("fleet bind", seconds)
+        self.record_run("fleet bind", seconds)
         seconds, out = self.timed(base + [converge])
         if "changed=1" in out.decode():
             raise SystemExit("bench: the fleet's no-op changed a host:\n" + out[-2000:].decode())
-        self.record("fleet noop", seconds)
+        self.record_run("fleet noop", seconds)
+        # the same no-op with the modules as Ansible ships them (every host has the library all the same)
+        seconds, out = self.timed(base + ["-e", "bcd_devices_node_library=false", converge])
+        if "changed=1" in out.decode():
+            raise SystemExit("bench: the fleet's bundled no-op changed a host:\n" + out[-2000:].decode())
+        self.record_run("fleet noop bundled", seconds)
 
 
 def median(values):
@@ -324,22 +395,40 @@ def median(values):
 
 
 def report(bench, args):
-    n, quarter = args.holds, max(1, args.holds // 4)
+    n, quarter, small = args.holds, max(1, args.holds // 4), args.small
     m = dict((name, median(values)) for name, values in bench.times.items())
-    print("figures (median of %d rounds, seconds; memory in MB):" % args.runs)
+    print("figures (median of %d rounds, seconds; \"cpu\": CPU seconds of the process tree; memory in MB):" % args.runs)
     for name in sorted(m):
         spread = bench.times[name]
-        print("  %-22s %8.3f   [%s]" % (name, m[name], ", ".join("%.3f" % v for v in spread)))
+        print("  %-26s %8.3f   [%s]" % (name, m[name], ", ".join("%.3f" % v for v in spread)))
     ratios = {}
+
+    def ratio(name, over, under, less=0.0, over_less=None):
+        """``name`` in wall time and ``name cpu`` in CPU time, where the figures are there."""
+        for suffix in ("", " cpu"):
+            top, bottom = over + suffix, under + suffix
+            if top in m and bottom in m:
+                minus = m[less + suffix] if isinstance(less, str) else less
+                ratios[name + suffix] = (m[top] - minus) / (m[bottom] - (minus if over_less else 0.0))
+
     if "ping" in m:
-        ping = m["ping"]
-        ratios["noop/ping"] = m["noop %d" % n] / ping
-        ratios["noop acked/ping"] = m["noop acked %d" % n] / ping
-        ratios["bind/floor"] = (m["bind %d" % n] - ping) / m["floor %d" % n]
-        ratios["bind N/bind N/4"] = (m["bind %d" % n] - ping) / (m["bind %d" % quarter] - ping)
+        ratio("noop/ping", "noop %d" % n, "ping")
+        ratio("noop acked/ping", "noop acked %d" % n, "ping")
+        ratio("noop small/ping", "noop acked %d" % small, "ping")
+        ratio("noop bundled/ping", "noop %d bundled" % n, "ping")
+        ratio("noop small bundled/ping", "noop acked %d bundled" % small, "ping")
+        if "floor %d" % n in m:
+            ratios["bind/floor"] = (m["bind %d" % n] - m["ping"]) / m["floor %d" % n]
+        if "bind %d" % quarter in m:
+            ratios["bind N/bind N/4"] = (m["bind %d" % n] - m["ping"]) / (m["bind %d" % quarter] - m["ping"])
     if "fleet ping" in m:
-        ratios["fleet noop/ping"] = m["fleet noop"] / m["fleet ping"]
-        ratios["fleet bind/ping"] = m["fleet bind"] / m["fleet ping"]
+        ratio("fleet noop/ping", "fleet noop", "fleet ping")
+        ratio("fleet bind/ping", "fleet bind", "fleet ping")
+        ratio("fleet noop bundled/ping", "fleet noop bundled", "fleet ping")
+    ratio("copy noop/noop", "copy noop %d" % small, "noop acked %d" % small)
+    ratio("copy change/bind", "copy change %d" % small, "bind %d" % small)
+    ratio("copy noop/noop N", "copy noop %d" % n, "noop acked %d" % n)
+    ratio("copy change/bind N", "copy change %d" % n, "bind %d" % n)
     if "memory MB" in m:
         ratios["memory MB"] = m["memory MB"]
     for name in ("worst bind s", "worst noop s", "worst MB"):
@@ -347,17 +436,22 @@ def report(bench, args):
             ratios[name] = m[name]
     if "worst floor" in m:
         ratios["worst bind wall-floor s"] = m["worst bind wall"] - m["worst floor"]
-    print("\nratios (N=%d; fleet: %d hosts x %d holds, forks %d; memory: %d holds):"
-          % (n, args.hosts, args.fleet_holds, args.forks, args.memory_holds))
+    print("\nratios (N=%d, small %d; fleet: %d hosts x %d holds, forks %d; memory: %d holds):"
+          % (n, small, args.hosts, args.fleet_holds, args.forks, args.memory_holds))
     missed = []
-    for name, what, limit in TARGETS:
-        if name not in ratios:
-            continue
-        value = ratios[name]
-        ok = value <= limit
-        if not ok:
-            missed.append(name)
-        print("  %-16s %7.2f  target <= %-6g %s  %s" % (name, value, limit, "ok  " if ok else "MISS", what))
+    for name, what, limit, at_most in TARGETS:
+        for key in (name, name + " cpu"):
+            if key not in ratios:
+                continue
+            value = ratios[key]
+            if limit is None:
+                print("  %-28s %7.2f  %-16s %s  %s" % (key, value, "(reported)", "    ", what))
+                continue
+            ok = value <= limit if at_most else value >= limit
+            if not ok:
+                missed.append(key)
+            print("  %-28s %7.2f  target %s %-6g %s  %s" % (key, value, "<=" if at_most else ">=", limit,
+                                                           "ok  " if ok else "MISS", what))
     if "worst bind s" in m:
         print("\n  worst accepted section (%.2f MB as JSON): bind %.3f s CPU (%.3f s user, %.3f s wall), no-op %.3f s "
               "CPU (%.3f s wall), peak %.1f MB" % (
@@ -375,18 +469,22 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--holds", type=int, default=256, help="N, the holds of one node (default 256)")
     parser.add_argument("--runs", type=int, default=3, help="rounds; medians are compared (default 3)")
+    parser.add_argument("--small", type=int, default=16, help="the small count of holds (default 16)")
+    parser.add_argument("--copy-holds", type=int, action="append",
+                        help="holds of the copy-loop alternative (repeatable; default the small count and N)")
     parser.add_argument("--hosts", type=int, default=50, help="fleet hosts (default 50; 0 skips the fleet)")
     parser.add_argument("--fleet-holds", type=int, default=16, help="holds per fleet host (default 16)")
     parser.add_argument("--forks", type=int, default=10, help="ansible-playbook forks (default 10)")
     parser.add_argument("--memory-holds", type=int, default=1024, help="holds of the memory pass (default 1024)")
-    parser.add_argument("--only", choices=["node", "fleet", "memory", "worst"], action="append",
+    parser.add_argument("--only", choices=["node", "fleet", "copy", "memory", "worst"], action="append",
                         help="measure only this part (repeatable)")
     parser.add_argument("--json", help="also write the figures and ratios to this file")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
     if not os.path.isdir(os.path.join(BUILD, "ansible_collections", "bcd", "devices")):
         raise SystemExit("bench: %s/ansible_collections/bcd/devices is missing; run it through make bench" % BUILD)
-    parts = set(args.only or ["node", "fleet", "memory", "worst"])
+    parts = set(args.only or ["node", "fleet", "copy", "memory", "worst"])
+    copy_holds = args.copy_holds or [args.small, args.holds]
     if args.hosts <= 0:
         parts.discard("fleet")
     scratch = tempfile.mkdtemp(prefix="bcd-bench.")
@@ -397,12 +495,18 @@ def main(argv=None):
             sys.stderr.write("bench: round %d of %d\n" % (round_number + 1, args.runs))
             if "node" in parts:
                 bench.ping()
+                bench.module_pass(args.small)
+                bench.module_pass(args.small, bundled=True)
                 bench.module_pass(quarter)
                 bench.module_pass(args.holds)
+                bench.module_pass(args.holds, bundled=True)
                 bench.floor(args.holds)
                 bench.direct(args.holds)
             if "fleet" in parts:
                 bench.fleet()
+            if "copy" in parts:
+                for count in copy_holds:
+                    bench.copy_loop(count)
             if "memory" in parts:
                 bench.memory(args.memory_holds)
             if "worst" in parts:

@@ -87,6 +87,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ran_from:
+  description:
+    - Which code ran - V(node-library), the library the role bcd.devices.bcd_holds installed on the node (it
+      is this controller's code, verified by content, and root's alone), or V(bundled), the module as Ansible
+      ships it (with a warning naming why the library could not run, unless C(bcd_devices_node_library) is false).
+    - The result is otherwise the same. docs/performance.md, "The node library".
+  returned: always
+  type: str
+  sample: node-library
 events:
   description:
     - The unacknowledged journal after acknowledging, oldest first.
@@ -188,31 +197,13 @@ acknowledged:
   sample: 2
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import basic
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, host_from_params, state_of
-from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
-
-LOCK_TIMEOUT = 120.0
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import events as module_code
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, ack_through=dict(type="int")),
-                           supports_check_mode=True)
-    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
-    try:
-        state = state_of(host_from_params(module.params), module.params)
-        events, acknowledged = state.list_and_acknowledge(module.params["ack_through"], module.check_mode,
-                                                          LOCK_TIMEOUT)
-    except BcdError as exc:
-        module.fail_json(msg=printable(exc))
-    except OSError as exc:
-        module.fail_json(msg=printable("cannot use the state directory %s: %s" % (module.params["state_dir"], exc)))
-    for warning in state.warnings():
-        module.warn(printable(warning))
-    module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
+    module_code.main(basic)
 
 
 if __name__ == "__main__":

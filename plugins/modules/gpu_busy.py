@@ -62,6 +62,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ran_from:
+  description:
+    - Which code ran - V(node-library), the library the role bcd.devices.bcd_holds installed on the node (it
+      is this controller's code, verified by content, and root's alone), or V(bundled), the module as Ansible
+      ships it (with a warning naming why the library could not run, unless C(bcd_devices_node_library) is false).
+    - The result is otherwise the same. docs/performance.md, "The node library".
+  returned: always
+  type: str
+  sample: node-library
 gpus:
   description: One entry per GPU asked about, in the order given.
   returned: always
@@ -116,27 +125,13 @@ gpus:
         - {kind: maintenance, text: "in maintenance (firmware update)", reason: firmware update}
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import basic
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
-from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import gpu_busy as module_code
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(
-        NODE_OPTIONS, LOCK_OPTIONS,
-        gpus=dict(type="list", elements="str", required=True),
-    ), supports_check_mode=True)
-    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
-    params = module.params
-    try:
-        entries = busy_check(host_from_params(params), params["gpus"], params["state_dir"], params["lock_timeout"])
-    except (BcdError, OSError) as exc:
-        module.fail_json(msg=printable(exc))
-    module.exit_json(changed=False, gpus=entries)
+    module_code.main(basic)
 
 
 if __name__ == "__main__":

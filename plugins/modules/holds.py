@@ -193,6 +193,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ran_from:
+  description:
+    - Which code ran - V(node-library), the library the role bcd.devices.bcd_holds installed on the node (it
+      is this controller's code, verified by content, and root's alone), or V(bundled), the module as Ansible
+      ships it (with a warning naming why the library could not run, unless C(bcd_devices_node_library) is false).
+    - The result is otherwise the same. docs/performance.md, "The node library".
+  returned: always
+  type: str
+  sample: node-library
 plan:
   description: The ordered actions of the pass (in check mode, those a real run would perform).
   returned: always
@@ -503,76 +512,13 @@ capabilities:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils import basic
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable, printable_lines
-from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
-    HELPER_OPTIONS,
-    LOCK_OPTIONS,
-    NODE_OPTIONS,
-    RUNTIME_OPTIONS,
-    argument_spec,
-    host_from_params,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
-from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY
-
-# What an Ansible user does about a refusal, after the spec's own message.
-ANSIBLE_FIX = {
-    "node-unprivileged": "; with Ansible: add become: true to the task or play, or set helper_socket to the root "
-                         "helper's socket (the role bcd.devices.bcd_holds runs one)",
-}
-
-
-def module_argument_spec():
-    return argument_spec(
-        NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS,
-        generation=dict(type="int", required=True),
-        # The assignments are checked by the converger, which refuses a bad one with
-        # invalid-assignment instead of failing the whole task: so no suboptions here.
-        devices=dict(type="list", elements="raw", required=True),
-        instances=dict(type="list", elements="dict", default=[], options=dict(
-            instance_id=dict(type="str", required=True),
-            gpus=dict(type="list", elements="str", default=[]),
-        )),
-        fail_on_refusal=dict(type="bool", default=False),
-    )
-
-
-def shown_diff(entry):
-    """A ``--diff`` entry as Ansible prints it to a terminal: each text escaped line by line (the bytes of a
-    spec already in /etc/cdi, a pod's name in the plan), its newlines kept (``domain/text.py``)."""
-    return dict((key, printable_lines(value) if isinstance(value, str) else value) for key, value in entry.items())
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds as module_code
 
 
 def main():
-    module = AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True)
-    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
-    params = module.params
-    if not HAS_CRYPTOGRAPHY:
-        module.fail_json(msg=missing_required_lib("cryptography"))
-    try:
-        host = host_from_params(params)
-        result = run_pass(host, params["generation"], params["devices"], params["instances"],
-                          state_dir=params["state_dir"], check_mode=module.check_mode,
-                          lock_timeout=params["lock_timeout"], cdi_runtimes=params["cdi_runtimes"])
-    except (BcdError, OSError) as exc:
-        module.fail_json(msg=printable(exc))
-    output = result.to_dict()
-    if module._diff:
-        output["diff"] = [shown_diff(entry) for entry in result.plan.diffs()]
-    for warning in result.warnings:
-        module.warn(printable(warning))
-    for failure, text in zip(result.plan.failures, result.refusal_texts()):
-        module.warn(printable(text + ANSIBLE_FIX.get(failure.reason, "")))
-    if result.retry:
-        module.fail_json(msg="the pass could not finish and will be retried: %s" % printable(result.section["message"]),
-                         **output)
-    if params["fail_on_refusal"] and result.plan.failures:
-        module.fail_json(msg="assignments refused: %s" % printable(result.section["message"]), **output)
-    module.exit_json(**output)
+    module_code.main(basic)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ran_from:
+  description:
+    - Which code ran - V(node-library), the library the role bcd.devices.bcd_holds installed on the node (it
+      is this controller's code, verified by content, and root's alone), or V(bundled), the module as Ansible
+      ships it (with a warning naming why the library could not run, unless C(bcd_devices_node_library) is false).
+    - The result is otherwise the same. docs/performance.md, "The node library".
+  returned: always
+  type: str
+  sample: node-library
 holds:
   description:
     - The holds on the node, read back from their CDI specs, as M(bcd.devices.holds) returns them.
@@ -296,33 +305,13 @@ node_public_key:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import basic
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
-    HELPER_OPTIONS,
-    NODE_OPTIONS,
-    RUNTIME_OPTIONS,
-    argument_spec,
-    host_from_params,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
-from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds_info as module_code
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS),
-                           supports_check_mode=True)
-    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
-    try:
-        status = node_status(host_from_params(module.params), module.params["state_dir"], module.params["cdi_runtimes"])
-    except (BcdError, OSError) as exc:
-        module.fail_json(msg=printable(exc))
-    for warning in status.pop("warnings"):
-        module.warn(printable(warning))
-    status["table"] = status_table(status).splitlines()
-    module.exit_json(changed=False, **status)
+    module_code.main(basic)
 
 
 if __name__ == "__main__":

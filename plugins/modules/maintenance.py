@@ -67,6 +67,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ran_from:
+  description:
+    - Which code ran - V(node-library), the library the role bcd.devices.bcd_holds installed on the node (it
+      is this controller's code, verified by content, and root's alone), or V(bundled), the module as Ansible
+      ships it (with a warning naming why the library could not run, unless C(bcd_devices_node_library) is false).
+    - The result is otherwise the same. docs/performance.md, "The node library".
+  returned: always
+  type: str
+  sample: node-library
 maintenance:
   description: The GPUs in maintenance on the node after the change (before it in check mode, as planned).
   returned: always
@@ -88,41 +97,13 @@ maintenance:
       since: 1796300000.0
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import basic
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import set_maintenance
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
-from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
-
-
-def _diff_text(records):
-    # a reason may come from maintenance.json (the account's to write): escaped, one line per record
-    return "".join("%s: %s\n" % (printable(record["uuid"]), printable(record["reason"])) for record in records)
+from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import maintenance as module_code
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(
-        NODE_OPTIONS, LOCK_OPTIONS,
-        gpus=dict(type="list", elements="str", required=True),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
-        reason=dict(type="str"),
-    ), required_if=[("state", "present", ("reason",))], supports_check_mode=True)
-    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
-    params = module.params
-    try:
-        changed, before, after = set_maintenance(
-            host_from_params(params), params["gpus"], params["state"] == "present", params["reason"],
-            params["state_dir"], module.check_mode, params["lock_timeout"])
-    except (BcdError, OSError) as exc:
-        module.fail_json(msg=printable(exc))
-    result = {"changed": changed, "maintenance": after}
-    if module._diff:
-        path = "%s/maintenance.json" % params["state_dir"]
-        result["diff"] = {"before": _diff_text(before), "after": _diff_text(after),
-                          "before_header": path, "after_header": path}
-    module.exit_json(**result)
+    module_code.main(basic)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ class ModuleTarget(base.Target):
            "run_pass as main calls it (check mode at times), the result as main returns it")
 
     def extend_node(self):
-        from ansible_collections.bcd.devices.plugins.modules import holds  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds  # pylint: disable=import-outside-toplevel
         self.argument_spec = holds.module_argument_spec()
 
     def generate(self, rng):
@@ -87,7 +87,7 @@ class ModuleTarget(base.Target):
     def run(self, item):
         from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError  # pylint: disable=import-outside-toplevel
         from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass  # pylint: disable=import-outside-toplevel
-        from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import host_from_params  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params  # pylint: disable=import-outside-toplevel
         from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState  # pylint: disable=import-outside-toplevel
 
         params = item.get("validated")

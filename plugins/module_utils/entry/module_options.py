@@ -1,13 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The options every module shares (documented by the doc fragment ``bcd.devices.node``), and the one
-host and state factory the modules use."""
+"""The options every module shares (documented by the doc fragment ``bcd.devices.node``).
+
+It imports no layer but the domain's one constant: every module imports it, and AnsiballZ ships whatever a
+module's imports reach (the host factory is ``entry/module_host.py``, for the modules that need a host)."""
 
 from __future__ import annotations
 
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
-from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR
 
 NODE_OPTIONS = dict(
     root=dict(type="path", default="/"),
@@ -33,12 +34,3 @@ def argument_spec(*groups, **own):
     spec.update(own)
     return spec
 
-
-def host_from_params(params):
-    """The host the module's options name."""
-    return make_host(params["root"], params.get("fakehw"), helper_socket=params.get("helper_socket"))
-
-
-def state_of(host, params):
-    """The host's state directory the module's options name."""
-    return NodeState(host.path(params["state_dir"]), params["state_dir"])

@@ -356,6 +356,14 @@ def run_maintenance_examples(run, text):
     assert json.loads(run.read("node-a", "/var/lib/bcd/maintenance.json")) == {}
 
 
+def run_node_library_examples(run, text):
+    """The example's node has no library (the role is not run here): the module runs as shipped and says so."""
+    run.node("node-a", "--node-number", "0")
+    run.playbook([run.play(tasks_of(text), vars={"devices": [hold("alloc_a", gpu(0, 0))]})], capture=["converged"])
+    assert run.captured["converged"]["ran_from"] == "bundled" and run.captured["converged"]["changed"]
+    assert "not from the node's library" in run.captured["converged"]["warnings"][0]
+
+
 # -- README.md and roles/*/README.md --------------------------------------------------------------
 
 def run_readme_playbook(run, text):
@@ -605,6 +613,7 @@ SPECS = {
     ("plugins/modules/events.py", "EXAMPLES"): run_events_examples,
     ("plugins/modules/gpu_busy.py", "EXAMPLES"): run_gpu_busy_examples,
     ("plugins/modules/maintenance.py", "EXAMPLES"): run_maintenance_examples,
+    ("plugins/modules/node_library.py", "EXAMPLES"): run_node_library_examples,
     ("plugins/filter/verify_report.py", "EXAMPLES"): run_verify_report_examples,
     ("plugins/filter/delivery.py", "EXAMPLES"): run_delivery_examples,
     ("README.md", "- name: Hold what the control plane booked on each GPU node"): run_readme_playbook,

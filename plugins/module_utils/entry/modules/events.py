@@ -1,0 +1,39 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The module bcd.devices.events: the journaled events, and their acknowledgement.
+
+Its options are documented in plugins/modules/events.py, which runs this bundled; the action plugin of the same
+name runs it from the node's installed library when it is the controller's code (node/library.py)."""
+
+from __future__ import annotations
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root
+from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
+
+LOCK_TIMEOUT = 120.0
+
+
+def main(basic):
+    """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
+    library runs without Ansible too: bcd-holds imports its siblings)."""
+    module = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, ack_through=dict(type="int")),
+                                 supports_check_mode=True)
+    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
+    try:
+        # only the state directory under root: no host, so neither the node's readers nor their imports
+        state = NodeState(join_root(module.params["root"], module.params["state_dir"]), module.params["state_dir"])
+        events, acknowledged = state.list_and_acknowledge(module.params["ack_through"], module.check_mode,
+                                                          LOCK_TIMEOUT)
+    except BcdError as exc:
+        module.fail_json(msg=printable(exc))
+    except OSError as exc:
+        module.fail_json(msg=printable("cannot use the state directory %s: %s" % (module.params["state_dir"], exc)))
+    for warning in state.warnings():
+        module.warn(printable(warning))
+    module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
+

@@ -1,0 +1,33 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The module bcd.devices.gpu_busy: whether GPUs are busy, read only.
+
+Its options are documented in plugins/modules/gpu_busy.py, which runs this bundled; the action plugin of the same
+name runs it from the node's installed library when it is the controller's code (node/library.py)."""
+
+from __future__ import annotations
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
+from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec
+from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
+
+
+def main(basic):
+    """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
+    library runs without Ansible too: bcd-holds imports its siblings)."""
+    module = basic.AnsibleModule(argument_spec=argument_spec(
+        NODE_OPTIONS, LOCK_OPTIONS,
+        gpus=dict(type="list", elements="str", required=True),
+    ), supports_check_mode=True)
+    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
+    params = module.params
+    try:
+        entries = busy_check(host_from_params(params), params["gpus"], params["state_dir"], params["lock_timeout"])
+    except (BcdError, OSError) as exc:
+        module.fail_json(msg=printable(exc))
+    module.exit_json(changed=False, gpus=entries)
+

@@ -1,0 +1,47 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The module bcd.devices.maintenance: GPUs taken out of (or back into) service.
+
+Its options are documented in plugins/modules/maintenance.py, which runs this bundled; the action plugin of the same
+name runs it from the node's installed library when it is the controller's code (node/library.py)."""
+
+from __future__ import annotations
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
+from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import set_maintenance
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec
+from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
+
+
+def _diff_text(records):
+    # a reason may come from maintenance.json (the account's to write): escaped, one line per record
+    return "".join("%s: %s\n" % (printable(record["uuid"]), printable(record["reason"])) for record in records)
+
+
+def main(basic):
+    """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
+    library runs without Ansible too: bcd-holds imports its siblings)."""
+    module = basic.AnsibleModule(argument_spec=argument_spec(
+        NODE_OPTIONS, LOCK_OPTIONS,
+        gpus=dict(type="list", elements="str", required=True),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        reason=dict(type="str"),
+    ), required_if=[("state", "present", ("reason",))], supports_check_mode=True)
+    refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
+    params = module.params
+    try:
+        changed, before, after = set_maintenance(
+            host_from_params(params), params["gpus"], params["state"] == "present", params["reason"],
+            params["state_dir"], module.check_mode, params["lock_timeout"])
+    except (BcdError, OSError) as exc:
+        module.fail_json(msg=printable(exc))
+    result = {"changed": changed, "maintenance": after}
+    if module._diff:
+        path = "%s/maintenance.json" % params["state_dir"]
+        result["diff"] = {"before": _diff_text(before), "after": _diff_text(after),
+                          "before_header": path, "after_header": path}
+    module.exit_json(**result)
+

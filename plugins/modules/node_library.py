@@ -1,0 +1,121 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module bcd.devices.node_library: run one of the collection's modules from the node's installed
+library, when it is the controller's code.
+
+The action plugins of ``holds``, ``holds_info``, ``events``, ``gpu_busy`` and ``maintenance`` run this first
+(plugins/plugin_utils/node_library.py). AnsiballZ ships every ``module_utils`` a module's source imports,
+wherever the import stands, so this file imports only ``node/library.py`` (standard library alone) and
+reaches the module's code through the verified directory by name: its payload is ansible-core's own
+(what ``ping`` ships) and about 10 KB."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_library
+short_description: Run a bcd.devices module from the node's installed library (used by the collection's action plugins)
+version_added: 0.3.0
+description:
+  - Internal to the collection - the action plugins of M(bcd.devices.holds), M(bcd.devices.holds_info),
+    M(bcd.devices.events), M(bcd.devices.gpu_busy) and M(bcd.devices.maintenance) run it so that a node
+    with the role's library runs that code instead of the copy Ansible would ship and compile on every task.
+    A task names those modules, not this one.
+  - It runs O(module) with O(module_args) from the library at O(path) only when every C(*.py) under it has
+    the content whose digest is O(digest), and every file and directory of it and above it is root's and not
+    writable by others, without links. Otherwise it returns C(node_library_refused) and runs nothing; the action plugin
+    then runs the module as Ansible ships it.
+  - It writes nothing; Python reads the library's root-owned byte code where it matches the source.
+author:
+  - bcd.devices developers (@bcd-devices)
+options:
+  module:
+    description: The collection's module to run.
+    type: str
+    required: true
+    choices: [holds, holds_info, events, gpu_busy, maintenance]
+  module_args:
+    description: Its options, as the task gave them.
+    type: dict
+    default: {}
+  path:
+    description: The library's C(module_utils) directory on the node (C(<prefix>/lib/bcd-holds/ansible_collections/bcd/devices/plugins/module_utils)).
+    type: path
+    required: true
+  digest:
+    description: The SHA-256 the controller computed over its collection's C(module_utils) (each C(*.py) file's path and content).
+    type: str
+    required: true
+attributes:
+  check_mode:
+    support: full
+    description: The module it runs does what its own check mode does.
+  diff_mode:
+    support: full
+    description: The module it runs returns what its own diff mode returns.
+notes:
+  - docs/performance.md ("The node library") and docs/security.md say when the library runs and why that trusts nothing new.
+"""
+
+EXAMPLES = r"""
+# Not for tasks: name bcd.devices.holds and its action plugin runs this where the node has the library.
+- name: Converge the node's holds (runs the node library when the role installed the controller's code)
+  bcd.devices.holds:
+    generation: 42
+    devices: "{{ devices }}"
+  become: true
+  register: converged   # converged.ran_from says which code ran: node-library or bundled
+"""
+
+RETURN = r"""
+node_library_refused:
+  description:
+    - Why the library may not run (missing, another version, a link, a file another account owns or may
+      write), when it did not run. Otherwise the result is the module's own.
+  returned: when the library may not run
+  type: str
+  sample: /usr/local/lib/bcd-holds/ansible_collections/bcd/devices/plugins/module_utils is not installed
+"""
+
+import importlib
+import json
+
+from ansible.module_utils import basic
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common import json as module_json
+
+from ansible_collections.bcd.devices.plugins.module_utils.node import library
+
+MODULES = ("holds", "holds_info", "events", "gpu_busy", "maintenance")
+
+
+def run_from_library(module_name, module_args, raw):
+    """Run the module's ``main`` (from the library, now the collection's ``module_utils``) with the task's
+    options and Ansible's own ``_ansible_*`` settings: it exits the process with its own result."""
+    params = dict((key, value) for key, value in raw.items() if key.startswith("_ansible_"))
+    params.update(module_args)
+    params["_ansible_module_name"] = "bcd.devices." + module_name
+    encoder = module_json.get_module_encoder(str(basic._ANSIBLE_PROFILE), module_json.Direction.CONTROLLER_TO_MODULE)
+    basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": params}, cls=encoder).encode()
+    entry = importlib.import_module("%s.entry.modules.%s" % (library.PACKAGE, module_name))
+    entry.main(basic)
+
+
+def main():
+    raw = basic._load_params()
+    module = AnsibleModule(argument_spec=dict(
+        module=dict(type="str", required=True, choices=list(MODULES)),
+        module_args=dict(type="dict", default={}),
+        path=dict(type="path", required=True),
+        digest=dict(type="str", required=True, no_log=False),
+    ), supports_check_mode=True)
+    why = library.refusal(module.params["path"], module.params["digest"])
+    if why is not None:
+        module.exit_json(changed=False, node_library_refused=why)
+    library.use_library(module.params["path"])
+    run_from_library(module.params["module"], raw.get("module_args") or {}, raw)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The controller's half of running a module from the node's installed library (docs/performance.md,
+"The node library"): the action plugins of the modules that can.
+
+A task's module runs first as ``bcd.devices.node_library``, a payload of ansible-core's own files and one
+small verifier, with the digest of this controller's ``module_utils``; where the node's library is that code
+and root's alone, the module's result is that run's. Otherwise the node answers why not, the module runs as
+Ansible ships it (its whole ``module_utils``, as before), and the task warns with the reason. The result
+says which ran in ``ran_from``.
+
+The library's location is the host variable ``bcd_devices_node_library`` (default
+``/usr/local/lib/bcd-holds``, the role's with its default ``bcd_holds_prefix``), a node path under the
+module's ``root`` option; false or empty skips the node library. An async task runs the shipped module."""
+
+from __future__ import annotations
+
+import os
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.bcd.devices.plugins.module_utils.node import library
+
+display = Display()
+VARIABLE = "bcd_devices_node_library"
+MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+_DIGEST = []
+
+
+def controller_digest():
+    """The digest of this controller's collection ``module_utils``, once per process."""
+    if not _DIGEST:
+        _DIGEST.append(library.library_digest(MODULE_UTILS))
+    return _DIGEST[0]
+
+
+def wanted_library(value):
+    """The library's node path from the variable's value, or None when the node library is not wanted."""
+    if value is None or value is True:
+        return library.DEFAULT_LIBRARY
+    if value is False or str(value).strip().lower() in ("", "false", "no", "off", "0"):
+        return None
+    return str(value)
+
+
+class NodeLibraryAction(ActionBase):
+    """Runs ``MODULE`` from the node library when it may, else as shipped."""
+
+    MODULE = ""
+    _supports_check_mode = True
+    _supports_async = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        name = "bcd.devices." + self.MODULE
+        args = dict(self._task.args)
+        wrap_async = self._task.async_val and not self._connection.has_native_async
+        where = None if wrap_async else wanted_library(task_vars.get(VARIABLE))
+        ran = None
+        if where is not None:
+            path = library.library_path(args.get("root") or "/", where)
+            ran = self._execute_module(module_name="bcd.devices.node_library", task_vars=task_vars, module_args=dict(
+                module=self.MODULE, module_args=args, path=path, digest=controller_digest()))
+            if "node_library_refused" in ran:
+                display.warning("%s ran as Ansible ships it, not from the node's library: %s" % (name, ran["node_library_refused"]))
+                ran = None
+            else:
+                ran["ran_from"] = "node-library"
+        if ran is None:
+            ran = self._execute_module(module_name=name, module_args=args, task_vars=task_vars, wrap_async=wrap_async)
+            ran["ran_from"] = "bundled"
+        result.update(ran)
+        if not wrap_async:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        return result
