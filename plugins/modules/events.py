@@ -192,7 +192,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, host_from_params, state_of
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, host_from_params, state_of, warn
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 
 LOCK_TIMEOUT = 120.0
@@ -203,15 +203,15 @@ def main():
                            supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:
-        state = state_of(host_from_params(module.params), module.params)
+        host = host_from_params(module.params)
+        state = state_of(host, module.params)
         events, acknowledged = state.list_and_acknowledge(module.params["ack_through"], module.check_mode,
                                                           LOCK_TIMEOUT)
     except BcdError as exc:
         module.fail_json(msg=printable(exc))
     except OSError as exc:
         module.fail_json(msg=printable("cannot use the state directory %s: %s" % (module.params["state_dir"], exc)))
-    for warning in state.warnings():
-        module.warn(printable(warning))
+    warn(module, host, state.warnings())
     module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
 
 

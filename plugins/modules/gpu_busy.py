@@ -62,6 +62,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+msg:
+  description:
+    - The outcome in words, so that a C(until) loop whose retries run out says why; each busy GPU with what
+      claims it (C(GPU-...1 is busy: MIG instance gi1/ci0 held by alloc_01jz8k3a)), or that none is busy.
+  returned: always
+  type: str
+  sample: "GPU-5f1c2a90-0000-4000-8000-000000000001 is busy: MIG instance gi1/ci0 held by alloc_01jz8k3a"
 gpus:
   description: One entry per GPU asked about, in the order given.
   returned: always
@@ -120,7 +127,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check
+from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check, busy_message
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 
@@ -136,7 +143,7 @@ def main():
         entries = busy_check(host_from_params(params), params["gpus"], params["state_dir"], params["lock_timeout"])
     except (BcdError, OSError) as exc:
         module.fail_json(msg=printable(exc))
-    module.exit_json(changed=False, gpus=entries)
+    module.exit_json(changed=False, msg=busy_message(entries), gpus=entries)
 
 
 if __name__ == "__main__":

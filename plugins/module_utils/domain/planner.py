@@ -58,6 +58,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.admission impor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
     BINDING_HOLD,
     BINDING_KUBERNETES,
+    BINDING_UNSPECIFIED,
     InvalidAssignment,
     Limits,
     hold_request,
@@ -361,6 +362,10 @@ def _release_unwanted(state):
 
 
 def unsupported_binding(binding):
+    """The spec's ``unsupported-binding`` message; proto3's zero value (what a missing or empty binding
+    reads as) is said to be missing, not named by a word the user never wrote."""
+    if binding == BINDING_UNSPECIFIED:
+        return "binding is missing"
     return "binding %s is not supported" % binding
 
 

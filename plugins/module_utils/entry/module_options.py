@@ -6,6 +6,7 @@ host and state factory the modules use."""
 
 from __future__ import annotations
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
@@ -42,3 +43,11 @@ def host_from_params(params):
 def state_of(host, params):
     """The host's state directory the module's options name."""
     return NodeState(host.path(params["state_dir"]), params["state_dir"])
+
+
+def warn(module, host, texts):
+    """Hand warnings to Ansible, each naming the node (the ``node_id`` its events carry), so that on a
+    fleet one can tell which node said "host memory unreadable"; each text escaped (``domain/text.py``)."""
+    node = host.node_id()
+    for text in texts:
+        module.warn(printable("%s: %s" % (node, text)))
