@@ -52,8 +52,8 @@ options:
       - C(reservation_id) is written into the spec's annotations and the env file.
       - C(binding) (required) is V(BINDING_HOLD) (a workload manager on the node) or V(BINDING_KUBERNETES)
         (the kubelet's device plugins; no vendor edits and no C(NVIDIA_VISIBLE_DEVICES) in the spec). Any
-        other binding, a missing or empty one included (proto3's V(BINDING_UNSPECIFIED)), is refused with
-        V(unsupported-binding).
+        other binding is refused with V(unsupported-binding); a missing or empty one too (proto3's
+        V(BINDING_UNSPECIFIED)), with the message C(binding is missing).
       - C(devices) (required, at least one) lists the atoms, each C(id) and C(device_class) (V(gpu),
         V(gpu.mig), V(gpu.slot); empty reads as V(gpu)). A whole GPU is its UUID, a MIG instance
         C(<GPU uuid>/gi<N>/ci<M>), a slot C(<GPU uuid>/s<N>).
@@ -112,8 +112,8 @@ attributes:
   diff_mode:
     support: full
     description:
-      - Shows the before and after of every CDI spec and env file the run writes or removes, and the settings of
-        every slice it creates, sets or stops, then the plan as text. The state files under O(state_dir) are not
+      - Shows the plan as text first, then the before and after of every CDI spec and env file the run writes or
+        removes, and the settings of every slice it creates, sets or stops. The state files under O(state_dir) are not
         shown; the plan's lines say what each step records there.
   idempotent:
     support: full
