@@ -312,10 +312,11 @@ def run_holds_examples(run, text):
 
 def run_holds_info_examples(run, text):
     run.node("node-a", "--node-number", "0")
-    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0))])
+    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0)), hold("alloc_notebook", gpu(0, 1) + "/gi1/ci0")])
     run.playbook([run.play(tasks_of(text))], capture=["node_public_key", "info"])
     assert len(run.captured["node_public_key"]) == 44
-    assert "GPU 0 %s: " % gpu(0, 0) in run.out and "alloc_train" in run.out
+    assert "GPU 0 %s: alloc_train" % gpu(0, 0) in run.out
+    assert "GPU 1 %s: %s/gi1/ci0" % (gpu(0, 1), gpu(0, 1)) in run.out  # not free: one of its MIG instances is held
     assert "GPU 2 %s: free" % gpu(0, 2) in run.out
 
 
@@ -638,6 +639,8 @@ SYNTAX_ONLY = {
     ("README.md", "- hosts: gpu_nodes"): "the role creates the bcd system account and installs bcd-holds on the "
                                          "host itself; molecule/role runs it on a fakehw node",
     ("docs/node.md", "- hosts: gpu_nodes", 1): "the role, as above (molecule/role)",
+    ("docs/node.md", "- hosts: localhost"): "the role on a fakehw node: it creates the bcd system account on the "
+                                          "machine itself; molecule/role runs it with these variables",
     ("roles/bcd_holds/README.md", "- hosts: gpu_nodes", 1): "the role, as above (molecule/role), posting to a "
                                                             "gateway on the internet",
     ("roles/bcd_holds/README.md", "- hosts: gpu_nodes", 2): "posts to https://gateway.example; docs/node.md's "
