@@ -179,12 +179,12 @@ EXAMPLES = r"""
     generation: 43
     devices: []
 
-# hack/fakehw_node.py --root /tmp/node-a makes the node; its GPU 0 is GPU-5f1c2a90-0001-4000-8000-000000000001
+# hack/fakehw_node.py --root /tmp/bcd-nodes/node-a makes the node; its GPU 0 is GPU-5f1c2a90-0001-4000-8000-000000000001
 - name: Converge a fakehw host (a directory and a hardware file, no GPU needed)
   bcd.devices.holds:
     generation: 1
-    root: /tmp/node-a
-    fakehw: /tmp/node-a/fakehw.yml
+    root: /tmp/bcd-nodes/node-a
+    fakehw: /tmp/bcd-nodes/node-a/fakehw.yml
     devices:
       - allocation_id: alloc_demo
         binding: BINDING_HOLD
