@@ -64,8 +64,8 @@ EXAMPLES = r"""
 RETURN = r"""
 msg:
   description:
-    - The outcome in words, so that a C(until) loop whose retries run out says why; each busy GPU with what
-      claims it (C(GPU-...1 is busy: MIG instance gi1/ci0 held by alloc_01jz8k3a)), or that none is busy.
+    - The outcome in words, so that a C(until) loop whose retries run out says why. Each busy GPU with what
+      claims it, joined by C(; ), or that the GPUs are free (C(GPU-... is free)).
   returned: always
   type: str
   sample: "GPU-5f1c2a90-0000-4000-8000-000000000001 is busy: MIG instance gi1/ci0 held by alloc_01jz8k3a"

@@ -639,8 +639,6 @@ SYNTAX_ONLY = {
     ("README.md", "- hosts: gpu_nodes"): "the role creates the bcd system account and installs bcd-holds on the "
                                          "host itself; molecule/role runs it on a fakehw node",
     ("docs/node.md", "- hosts: gpu_nodes", 1): "the role, as above (molecule/role)",
-    ("docs/node.md", "- hosts: localhost"): "the role on a fakehw node: it creates the bcd system account on the "
-                                          "machine itself; molecule/role runs it with these variables",
     ("roles/bcd_holds/README.md", "- hosts: gpu_nodes", 1): "the role, as above (molecule/role), posting to a "
                                                             "gateway on the internet",
     ("roles/bcd_holds/README.md", "- hosts: gpu_nodes", 2): "posts to https://gateway.example; docs/node.md's "
