@@ -80,9 +80,9 @@ EXAMPLES = r"""
     ack_through: "{{ journal.events | map(attribute='seq') | max }}"
   when: journal.events | length > 0
 
-- name: Events of a fakehw test host kept in a directory (hack/fakehw_node.py --root /tmp/node-a)
+- name: Events of a fakehw test host kept in a directory (hack/fakehw_node.py --root /tmp/bcd-nodes/node-a)
   bcd.devices.events:
-    root: /tmp/node-a
+    root: /tmp/bcd-nodes/node-a
     state_dir: /var/lib/bcd
 """
 

@@ -62,6 +62,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+msg:
+  description:
+    - The outcome in words, so that a C(until) loop whose retries run out says why. Each busy GPU with what
+      claims it, joined by C(; ), or that the GPUs are free (C(GPU-... is free)).
+  returned: always
+  type: str
+  sample: "GPU-5f1c2a90-0000-4000-8000-000000000001 is busy: MIG instance gi1/ci0 held by alloc_01jz8k3a"
 ran_from:
   description:
     - Which code ran - V(node-library), the library the role bcd.devices.bcd_holds installed on the node (it

@@ -52,8 +52,9 @@ options:
       - C(reservation_id) is written into the spec's annotations and the env file.
       - C(binding) (required) is V(BINDING_HOLD) (a workload manager on the node) or V(BINDING_KUBERNETES)
         (the kubelet's device plugins; no vendor edits and no C(NVIDIA_VISIBLE_DEVICES) in the spec). Any
-        other binding, a missing or empty one included (proto3's V(BINDING_UNSPECIFIED)), is refused with
-        V(unsupported-binding), whatever else the assignment has wrong (the binding is checked first).
+        other binding is refused with V(unsupported-binding), whatever else the assignment has wrong (the binding
+        is checked first); a missing or empty one too (proto3's V(BINDING_UNSPECIFIED)), with the message
+        C(binding is missing).
       - C(instance_id) is accepted and not read (GPUs for VMs arrive in O(instances)).
       - C(devices) (required, at least one) lists the atoms, each C(id) and C(device_class) (V(gpu),
         V(gpu.mig), V(gpu.slot); empty reads as V(gpu)). A whole GPU is its UUID, a MIG instance
@@ -113,8 +114,8 @@ attributes:
   diff_mode:
     support: full
     description:
-      - Shows the before and after of every CDI spec and env file the run writes or removes, and the settings of
-        every slice it creates, sets or stops, then the plan as text. The state files under O(state_dir) are not
+      - Shows the plan as text first, then the before and after of every CDI spec and env file the run writes or
+        removes, and the settings of every slice it creates, sets or stops. The state files under O(state_dir) are not
         shown; the plan's lines say what each step records there.
   idempotent:
     support: full
@@ -180,12 +181,12 @@ EXAMPLES = r"""
     generation: 43
     devices: []
 
-# hack/fakehw_node.py --root /tmp/node-a makes the node; its GPU 0 is GPU-5f1c2a90-0001-4000-8000-000000000001
+# hack/fakehw_node.py --root /tmp/bcd-nodes/node-a makes the node; its GPU 0 is GPU-5f1c2a90-0001-4000-8000-000000000001
 - name: Converge a fakehw host (a directory and a hardware file, no GPU needed)
   bcd.devices.holds:
     generation: 1
-    root: /tmp/node-a
-    fakehw: /tmp/node-a/fakehw.yml
+    root: /tmp/bcd-nodes/node-a
+    fakehw: /tmp/bcd-nodes/node-a/fakehw.yml
     devices:
       - allocation_id: alloc_demo
         binding: BINDING_HOLD

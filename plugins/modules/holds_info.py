@@ -34,9 +34,13 @@ EXAMPLES = r"""
   bcd.devices.holds_info:
   register: info
 
-- name: Show who holds each GPU
+- name: Show who holds each GPU, whole or in parts (a MIG instance, a slot)
   ansible.builtin.debug:
-    msg: "GPU {{ item.index }} {{ item.uuid }}: {{ item.held_by | default('free', true) }}"
+    msg: >-
+      GPU {{ item.index }} {{ item.uuid }}:
+      {{ item.held_by or (parts | join(', ')) or ('claimed' if item.busy else 'free') }}
+  vars:
+    parts: "{{ (item.mig + item.slots) | selectattr('held_by') | map(attribute='id') | list }}"
   loop: "{{ info.gpus }}"
 
 - name: Fail when a kept hold's spec names driver files the node no longer has (after a driver upgrade)

@@ -92,13 +92,21 @@ class UnsupportedBinding(InvalidAssignment):
     reason = "unsupported-binding"
 
 
+def unsupported_binding(binding):
+    """The spec's ``unsupported-binding`` message; proto3's zero value (what a missing or empty binding
+    reads as) is said to be missing, not named by a word the user never wrote."""
+    if binding == BINDING_UNSPECIFIED:
+        return "binding is missing"
+    return "binding %s is not supported" % binding
+
+
 def check_binding(raw):
     """The binding of a raw assignment, checked before anything else of it (the spec page's order:
     binding, then the rest): proto3 leaves out the zero value, so a missing or empty binding is
     BINDING_UNSPECIFIED, refused with the other bindings bcd does not take, never guessed to be a plain hold."""
     binding = _text(raw.get("binding"), "binding", maximum=64) or BINDING_UNSPECIFIED
     if binding not in BINDINGS:
-        raise UnsupportedBinding("binding %s is not supported" % binding)
+        raise UnsupportedBinding(unsupported_binding(binding))
     return binding
 
 

@@ -63,6 +63,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     hold_request,
     limits_record,
     parse_limits,
+    unsupported_binding,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     AtomRefused,
@@ -358,10 +359,6 @@ def _release_unwanted(state):
             _releasing(state, allocation_id, device_ids, hold.atoms)
         state.live.pop(allocation_id)
     return actions
-
-
-def unsupported_binding(binding):
-    return "binding %s is not supported" % binding
 
 
 def _release_spec_gone(state, keep):

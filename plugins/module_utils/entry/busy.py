@@ -82,6 +82,17 @@ def set_maintenance(host, gpus, present, reason=None, state_dir=DEFAULT_STATE_DI
     return bool(changed), listing(before), listing(after)
 
 
+def busy_message(entries):
+    """The module's ``msg``: each busy GPU and what claims it (maintenance left out: it makes no GPU busy), or
+    that none of them is busy. Escaped like ``busy_lines``."""
+    busy = ["%s is busy: %s" % (printable(entry["uuid"]), "; ".join(
+        printable(claim["text"]) for claim in entry["claimed_by"] if claim["kind"] != "maintenance"))
+        for entry in entries if entry["busy"]]
+    if busy:
+        return "; ".join(busy)
+    return "%s %s free" % (", ".join(printable(entry["uuid"]) for entry in entries), "is" if len(entries) == 1 else "are")
+
+
 def busy_lines(entries):
     """What ``bcd-holds busy`` prints: one line per GPU. A claim's text names what the state directory, a
     hold spec or the VMs say (an allocation id, a path, a reason): each is escaped (``domain/text.py``), so

@@ -58,17 +58,22 @@ def log(level, message):
     sys.stderr.write("%s%s: %s\n" % (prefix, level, printable(message)))
 
 
-def _common(parser):
-    parser.add_argument("--root", default="/", help="prefix of every node path (default /)")
-    parser.add_argument("--fakehw", help="a fakehw hardware file: the host is fakehw")
-    parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="state directory under --root")
+def _common(parser, defaults=True):
+    """``--root``, ``--fakehw`` and ``--state-dir``: taken before the command (``bcd-holds --root X status``)
+    and after it. Only the top parser has defaults: a command's own would overwrite what was given before it."""
+    def default(value):
+        return value if defaults else argparse.SUPPRESS
+    parser.add_argument("--root", default=default("/"), help="prefix of every node path (default /)")
+    parser.add_argument("--fakehw", default=default(None), help="a fakehw hardware file: the host is fakehw")
+    parser.add_argument("--state-dir", default=default(DEFAULT_STATE_DIR), help="state directory under --root")
 
 
 def build_parser():
     common = argparse.ArgumentParser(add_help=False)
-    _common(common)
+    _common(common, defaults=False)
     parser = argparse.ArgumentParser(prog="bcd-holds", description="GPU holds on this node: converge, inspect, "
                                      "and the root helper. The same code as the bcd.devices collection.")
+    _common(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 

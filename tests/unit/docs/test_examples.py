@@ -295,8 +295,8 @@ def gpu(node, index):
 
 def run_holds_examples(run, text):
     run.node("node-a", "--node-number", "0")            # the UUIDs of the real-node examples
-    run.node("fakehw-a", at=run.tmp / "doc" / "node-a")   # hack/fakehw_node.py --root /tmp/node-a
-    tasks = tasks_of(text, {"/tmp/node-a": run.nodes["fakehw-a"]})
+    run.node("fakehw-a", at=run.tmp / "doc" / "node-a")   # hack/fakehw_node.py --root /tmp/bcd-nodes/node-a
+    tasks = tasks_of(text, {"/tmp/bcd-nodes/node-a": run.nodes["fakehw-a"]})
     node_devices = tasks[0]["bcd.devices.holds"]["devices"]  # the first example's, again
     run.playbook([run.play(tasks, vars={"node_devices": node_devices})], capture=["pass_result", "retried"])
     first = run.captured["pass_result"]
@@ -312,10 +312,11 @@ def run_holds_examples(run, text):
 
 def run_holds_info_examples(run, text):
     run.node("node-a", "--node-number", "0")
-    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0))])
+    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0)), hold("alloc_notebook", gpu(0, 1) + "/gi1/ci0")])
     run.playbook([run.play(tasks_of(text))], capture=["node_public_key", "info"])
     assert len(run.captured["node_public_key"]) == 44
-    assert "GPU 0 %s: " % gpu(0, 0) in run.out and "alloc_train" in run.out
+    assert "GPU 0 %s: alloc_train" % gpu(0, 0) in run.out
+    assert "GPU 1 %s: %s/gi1/ci0" % (gpu(0, 1), gpu(0, 1)) in run.out  # not free: one of its MIG instances is held
     assert "GPU 2 %s: free" % gpu(0, 2) in run.out
 
 
@@ -324,7 +325,7 @@ def run_events_examples(run, text):
     run.node("fakehw-a", at=run.tmp / "doc" / "node-a")
     run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0)), hold("alloc_vf", "vf-0", devices=[
         {"id": "vf-0", "device_class": "nic.vf"}])])
-    tasks = tasks_of(text, {"/tmp/node-a": run.nodes["fakehw-a"]})
+    tasks = tasks_of(text, {"/tmp/bcd-nodes/node-a": run.nodes["fakehw-a"]})
     run.playbook([run.play(tasks)], capture=["journal"])
     assert [e["type"] for e in run.captured["journal"]["events"]] == ["AllocationBound", "AllocationFailed"]
     assert "ok: [node-a] => (item=1 AllocationBound)" in run.out  # its signature was checked
@@ -704,5 +705,5 @@ def test_module_examples_use_the_uuids_fakehw_node_makes():
     """The fakehw example of bcd.devices.holds names GPUs of a node hack/fakehw_node.py makes as it says."""
     text = ALL[("plugins/modules/holds.py", "EXAMPLES")]
     fakehw = text.split("Converge a fakehw host", 1)[1]
-    assert "root: /tmp/node-a" in fakehw and "hack/fakehw_node.py --root /tmp/node-a" in text
+    assert "root: /tmp/bcd-nodes/node-a" in fakehw and "hack/fakehw_node.py --root /tmp/bcd-nodes/node-a" in text
     assert re.findall(r"GPU-5f1c2a90-[0-9a-f-]+", fakehw) == [gpu(1, 0)]

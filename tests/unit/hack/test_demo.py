@@ -10,6 +10,7 @@ The demo runs under the ansible-core release of the Python running the tests (DE
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import ansible
+
+from ansible_collections.bcd.devices.tests.unit.docs.quoted import assert_quoted, blocks_marked
 
 REPO = Path(__file__).resolve().parents[3]
 VENV_BIN = Path(sys.executable).parent
@@ -52,6 +55,11 @@ def test_the_demo_reads_as_a_story_with_a_table_before_and_after_generation_2(tm
     assert after[1].split()[:3] == ["0", "GPU-5f1c2a90…000001", "alloc_eval"]
     assert before[2].endswith("gi1/ci0 alloc_notebook, gi2/ci0 free") and after[2].endswith("gi1/ci0 free, gi2/ci0 free")
     assert "make demo DEMO_ARGS=--diff" in out
+    # docs/fakehw.md quotes it: the quote is what the demo prints, its mktemp directory aside
+    [(page, _language, quoted)] = blocks_marked("demo")
+    node_dir = re.search(r"/tmp/bcd-demo\.[A-Za-z0-9]+/node-a", quoted).group(0)
+    actual_dir = re.search(r"A fakehw node in (\S+/node-a):", out).group(1)
+    assert_quoted(quoted.replace(node_dir, actual_dir), out, page)
 
 
 def test_the_demo_with_diff_shows_the_plan_first_then_every_file(tmp_path):

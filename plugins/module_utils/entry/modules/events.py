@@ -8,14 +8,26 @@ name runs it from the node's installed library when it is the controller's code 
 
 from __future__ import annotations
 
+import socket
+
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, warn
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 
 LOCK_TIMEOUT = 120.0
+
+
+def _node_id(events):
+    """The node's name for warnings: the ``node_id`` its journaled events carry (a fakehw node's own id),
+    else the hostname, as a host would say (this module reads no host: docs/performance.md)."""
+    for event in events:
+        body = event.get("body") if isinstance(event, dict) else None
+        if isinstance(body, dict) and isinstance(body.get("node_id"), str) and body["node_id"]:
+            return body["node_id"]
+    return socket.gethostname()
 
 
 def main(basic):
@@ -33,7 +45,6 @@ def main(basic):
         module.fail_json(msg=printable(exc))
     except OSError as exc:
         module.fail_json(msg=printable("cannot use the state directory %s: %s" % (module.params["state_dir"], exc)))
-    for warning in state.warnings():
-        module.warn(printable(warning))
+    warn(module, _node_id(events), state.warnings())
     module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
 

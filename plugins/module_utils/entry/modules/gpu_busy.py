@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check
+from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check, busy_message
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
@@ -29,5 +29,5 @@ def main(basic):
         entries = busy_check(host_from_params(params), params["gpus"], params["state_dir"], params["lock_timeout"])
     except (BcdError, OSError) as exc:
         module.fail_json(msg=printable(exc))
-    module.exit_json(changed=False, gpus=entries)
+    module.exit_json(changed=False, msg=busy_message(entries), gpus=entries)
 

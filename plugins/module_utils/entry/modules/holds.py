@@ -18,6 +18,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
     NODE_OPTIONS,
     RUNTIME_OPTIONS,
     argument_spec,
+    warn,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY
@@ -68,10 +69,8 @@ def main(basic):
     output = result.to_dict()
     if module._diff:
         output["diff"] = [shown_diff(entry) for entry in result.plan.diffs()]
-    for warning in result.warnings:
-        module.warn(printable(warning))
-    for failure, text in zip(result.plan.failures, result.refusal_texts()):
-        module.warn(printable(text + ANSIBLE_FIX.get(failure.reason, "")))
+    warn(module, host.node_id(), result.warnings + [text + ANSIBLE_FIX.get(failure.reason, "")
+                                                    for failure, text in zip(result.plan.failures, result.refusal_texts())])
     if result.retry:
         module.fail_json(msg="the pass could not finish and will be retried: %s" % printable(result.section["message"]),
                          **output)

@@ -16,6 +16,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
     NODE_OPTIONS,
     RUNTIME_OPTIONS,
     argument_spec,
+    warn,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
@@ -28,11 +29,11 @@ def main(basic):
                                  supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:
-        status = node_status(host_from_params(module.params), module.params["state_dir"], module.params["cdi_runtimes"])
+        host = host_from_params(module.params)
+        status = node_status(host, module.params["state_dir"], module.params["cdi_runtimes"])
     except (BcdError, OSError) as exc:
         module.fail_json(msg=printable(exc))
-    for warning in status.pop("warnings"):
-        module.warn(printable(warning))
+    warn(module, host.node_id(), status.pop("warnings"))
     status["table"] = status_table(status).splitlines()
     module.exit_json(changed=False, **status)
 

@@ -309,10 +309,14 @@ def test_a_released_holds_gpus_are_free_for_the_holds_after_it():
 # --- check order and messages -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("binding", ["BINDING_INSTANCE", "BINDING_NODE", "BINDING_UNSPECIFIED"])
-def test_unsupported_binding(binding):
+@pytest.mark.parametrize("binding, message", [
+    ("BINDING_INSTANCE", "binding BINDING_INSTANCE is not supported"),
+    ("BINDING_NODE", "binding BINDING_NODE is not supported"),
+    ("BINDING_UNSPECIFIED", "binding is missing"),  # proto3's zero value: what a missing binding reads as
+])
+def test_unsupported_binding(binding, message):
     result = plan(1, [assign("a1", [GPU_A], binding=binding)], observe())
-    assert fails(result) == [("a1", "unsupported-binding", "binding %s is not supported" % binding)]
+    assert fails(result) == [("a1", "unsupported-binding", message)]
 
 
 @pytest.mark.parametrize("assignment, privileged, reason", [

@@ -20,6 +20,7 @@ from ansible_collections.bcd.devices.plugins.modules import holds
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, open_to_all
 
+NODE_ID = "node-a"  # the fixture node's id, which every warning starts with
 GPU_GONE = "GPU-5f1c2a90-0000-4000-8000-0000000000ff"
 NODE_UNPRIVILEGED = ("bcd node runs without root and without [helper]: it cannot write /etc/cdi or create hold "
                      "slices (run bcd node as root, or under bcd helper)")
@@ -56,14 +57,22 @@ def run(capsys, node, check=False, diff=False, **args):
     return result
 
 
-def warnings(result):
-    """The warning texts of a result: ansible-core 2.19 returns them as structured summaries, or, once
-    controller code is loaded in the same process (another test file), shows them on stderr at once."""
+def warnings(result, node=None):
+    """The warning texts of a result, each without the name of the node it must start with: ansible-core 2.19
+    returns them as structured summaries, or, once controller code is loaded in the same process (another
+    test file), shows them on stderr at once."""
     texts = []
     for warning in result.get("warnings", []):
         texts.append(warning["event"]["msg"] if isinstance(warning, dict) else warning)
     texts.extend(line.split("]: ", 1)[1] for line in result["_stderr"].splitlines() if line.startswith("[WARNING]: "))
-    return texts
+    return without_node(texts, node or NODE_ID)
+
+
+def without_node(texts, node=NODE_ID):
+    """Warning texts without the node's name, which each must start with (on a fleet, the node that said it)."""
+    for text in texts:
+        assert text.startswith(node + ": "), text
+    return [text[len(node) + 2:] for text in texts]
 
 
 def test_a_run_binds_and_returns_plan_section_events_and_holds(capsys, node):
@@ -377,7 +386,7 @@ def test_a_bad_id_or_class_keeps_the_spec_message_and_the_warning_says_what_the_
     assert "a1 refused (device-missing): nvidia0 not present; " + gpus in texts
     assert "a3 refused (device-missing): %s has no MIG instance gi3/ci0; %s has gi1/ci0, gi2/ci0" % (GPU_A, GPU_A) \
         in texts
-    assert ("a4 refused (unsupported-device): device class GPU cannot be held; a device_class is one of gpu, "
-            "gpu.mig, gpu.slot (empty reads as gpu)") in texts
+    assert ("a4 refused (unsupported-device): device class GPU cannot be held; did you mean gpu? a device_class is "
+            "one of gpu, gpu.mig, gpu.slot (empty reads as gpu)") in texts
     assert [e["body"]["message"] for e in result["events"] if e["type"] == "AllocationFailed"] == [
         "nvidia0 not present", "%s has no MIG instance gi3/ci0" % GPU_A, "device class GPU cannot be held"]

@@ -30,12 +30,14 @@ def call(capsys, main, args):
     return result
 
 
-def warnings(result):
-    """The warning texts of a result: structured in the result, or on stderr once controller code
-    is loaded in the same process (another test file)."""
+def warnings(result, node="node-a"):
+    """The warning texts of a result, each without the name of the node it must start with: structured in
+    the result, or on stderr once controller code is loaded in the same process (another test file)."""
     texts = [w["event"]["msg"] if isinstance(w, dict) else w for w in result.get("warnings", [])]
     texts.extend(line.split("]: ", 1)[1] for line in result["_stderr"].splitlines() if line.startswith("[WARNING]: "))
-    return texts
+    for text in texts:
+        assert text.startswith(node + ": "), text
+    return [text[len(node) + 2:] for text in texts]
 
 
 def info(capsys, node, **args):

@@ -69,14 +69,14 @@ def test_a_hold_on_disk_with_an_old_spelling_still_claims_its_mig_instance(capsy
 # -- 3. a missing or empty binding ---------------------------------------------------
 
 @pytest.mark.parametrize("binding", [None, ""])
-def test_a_missing_or_empty_binding_is_binding_unspecified_and_refused(capsys, node, binding):
+def test_a_missing_or_empty_binding_is_refused_as_missing(capsys, node, binding):
     entry = hold("a1", GPU_A)
     if binding is None:
         del entry["binding"]
     else:
         entry["binding"] = binding
     result = run(capsys, node, generation=1, devices=[entry, hold("a2", GPU_B)])
-    assert fails(result) == [("a1", "unsupported-binding", "binding BINDING_UNSPECIFIED is not supported")]
+    assert fails(result) == [("a1", "unsupported-binding", "binding is missing")]
     assert result["section"]["state"] == "FAILED"
     assert types(result) == [("AllocationBound", "a2"), ("AllocationFailed", "a1")]
     assert not node.exists("/etc/cdi/bcd-a1.json") and not node.exists("/run/bcd/allocations/a1.env")
