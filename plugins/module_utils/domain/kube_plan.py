@@ -147,12 +147,19 @@ def plan_kubernetes_releases(state):
     for allocation_id in sorted(releases.pending):
         release = releases.pending[allocation_id]
         assignment = state.wanted.get(allocation_id)
-        if assignment is not None:
+        if assignment is not None and allocation_id in state.superseded:
             actions.extend(_take_back(state, release, assignment))
             continue
-        if release.taken_back:  # old devices of an allocation that was live again: claimed until free
-            actions.extend(_hold_taken_back(state, release, release.device_ids))
-            continue
+        device_ids = release.device_ids
+        if release.taken_back:
+            bound = observed.ledger.bound.get(allocation_id)
+            if allocation_id in observed.live or bound is None:
+                # old devices of an allocation live again (its own release is reported): claimed until free
+                actions.extend(_hold_taken_back(state, release, release.device_ids))
+                continue
+            # taken back for a hold that never became live: the journal's last word on the allocation is
+            # still its old AllocationBound, so it is reported released once free, with those devices
+            device_ids = list(bound.get("device_ids") or release.device_ids)
         # its files, if a crash left them, are withdrawn
         files = withdraw_files(observed, allocation_id)
         state.live.pop(allocation_id, None)
@@ -161,9 +168,8 @@ def plan_kubernetes_releases(state):
             _releasing(state, allocation_id, release.device_ids)
             actions.append(ReportRelease(allocation_id, "report %s released: no pod holds its devices any more"
                                          % allocation_id, files,
-                                         released_event(observed, allocation_id, release.generation,
-                                                        release.device_ids),
-                                         list(release.device_ids), release.generation))
+                                         released_event(observed, allocation_id, release.generation, device_ids),
+                                         list(device_ids), release.generation))
             continue
         state.pending[allocation_id] = release
         state.holders[allocation_id] = holders

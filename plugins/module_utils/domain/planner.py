@@ -244,7 +244,7 @@ class PassState:
     """What one planning pass has decided so far: the holds that stay, what is claimed and committed,
     the Kubernetes releases still pending, and the refusals to report."""
 
-    def __init__(self, generation, parsed, observed, instances):
+    def __init__(self, generation, parsed, observed, instances, superseded=None):
         self.plan = Plan(generation=generation)
         self.generation = generation
         self.parsed = parsed
@@ -262,6 +262,10 @@ class PassState:
                                       unsupported_binding(assignment.binding)))
         self.wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments
                            if assignment.allocation_id not in self.unsupported)
+        # the wanted allocations that are live once the pass is applied (kept, or bound anew): a Kubernetes
+        # release of one of them is taken back unreported, its new AllocationBound standing for it; any other
+        # is reported (``plan_pass`` narrows this from every wanted allocation to those really bound)
+        self.superseded = set(self.wanted) if superseded is None else set(superseded)
         # releases this pass makes: allocation -> (the atoms it frees, the limits it booked, or None when its
         # slice still runs a workload and keeps them): claimed until made; what takes them waits for them
         self.releasing = {}  # type: Dict[str, Tuple[list, Optional[Limits]]]
@@ -278,8 +282,36 @@ class PassState:
 
 
 def plan_pass(generation, parsed, observed, instances=None):
-    """The ordered plan for one pass. Pure: reads only its arguments."""
-    state = PassState(generation, parsed, observed, instances)
+    """The ordered plan for one pass. Pure: reads only its arguments.
+
+    A Kubernetes hold wanted again (moved, or re-bound as a plain hold) is withdrawn unreported only if
+    its new hold is bound in this pass: its new ``AllocationBound`` is what tells the control plane the
+    old devices are free. Whether it is bound is known only once the binds are checked, so the plan is
+    made again without the allocations that were not (refused, or not renderable) until none is left:
+    their old hold is then reported released like any other. Each round can only refuse more, so this
+    ends within as many rounds as there are such allocations."""
+    superseded = None
+    while True:
+        state, plan = _plan_once(generation, parsed, observed, instances, superseded)
+        unbound = state.superseded - _live_after(state, plan) & _kubernetes_released(observed)
+        if not unbound:
+            return plan
+        superseded = state.superseded - unbound
+
+
+def _live_after(state, plan):
+    """The allocations with a live hold once ``plan`` is applied: kept, or bound anew."""
+    return set(state.live) | set(action.allocation_id for action in plan.actions if isinstance(action, Bind))
+
+
+def _kubernetes_released(observed):
+    """Allocations whose Kubernetes hold or pending release a pass may take back unreported."""
+    return set(observed.releases.pending) | set(
+        allocation_id for allocation_id, hold in observed.live.items() if hold.kubernetes)
+
+
+def _plan_once(generation, parsed, observed, instances, superseded):
+    state = PassState(generation, parsed, observed, instances, superseded)
     releases = plan_kubernetes_releases(state) + _finish_releases(state) + _release_unwanted(state)
     claims = _claims(state)
     keeps, claims = _keep_wanted(state, claims)
@@ -290,7 +322,7 @@ def plan_pass(generation, parsed, observed, instances=None):
                                        if isinstance(change, SpecAside)]
     if asides:
         state.plan.conditions.append(damaged_condition(asides))
-    return state.plan
+    return state, state.plan
 
 
 def _finish_releases(state):
@@ -351,7 +383,7 @@ def _release_unwanted(state):
         why = "wanted with other devices" if rebind else "no longer wanted"
         device_ids = hold.device_ids
         if hold.kubernetes:
-            actions.append(release_kubernetes(state, hold, why, wanted=assignment is not None))
+            actions.append(release_kubernetes(state, hold, why, wanted=allocation_id in state.superseded))
         else:
             actions.append(_release_action(Release, observed, allocation_id, state.generation, device_ids, why))
             state.released_slices.add(slice_name(allocation_id))
@@ -735,7 +767,23 @@ def _bind_new(state, claims):
         actions.append(action)
         plan.holds.append(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
                                        assignment.kubernetes, cgroup_parent))
-    return actions, claims
+    return in_need_order(actions), claims
+
+
+def in_need_order(actions):
+    """``actions`` in their order, but each bind after the binds of the allocations it needs: a Kubernetes
+    hold moved unreported frees its old atoms only with its new ``AllocationBound``, so a hold that takes
+    them is bound after it (and, through ``needs``, not at all if it fails)."""
+    binds = set(action.allocation_id for action in actions if isinstance(action, Bind))
+    ordered, placed, left = [], set(), list(actions)
+    while left:
+        ready = next((i for i, action in enumerate(left)
+                      if all(needed in placed or needed not in binds or needed == action.allocation_id
+                             for needed in getattr(action, "needs", ()))), 0)  # a cycle: spec order
+        action = left.pop(ready)
+        ordered.append(action)
+        placed.add(action.allocation_id)
+    return ordered
 
 
 def _check_new(state, claims, assignment):
