@@ -25,6 +25,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy impo
     check_env_value,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 
 # An allocation id names files and a slice: the one pattern every such name is built from.
 ALLOCATION_ID = r"[A-Za-z0-9_]{1,80}"
@@ -471,7 +472,7 @@ def parse_assignments(raw_list):
             parsed.assignments.append(parse_assignment(raw, index))
             atoms += listed
         except InvalidAssignment as exc:
-            parsed.refusals.append(Refusal(key, "invalid-assignment", str(exc)))
+            parsed.refusals.append(Refusal(key, Reason.INVALID_ASSIGNMENT, str(exc)))
             if ALLOCATION_ID_RE.fullmatch(key):
                 parsed.refused_ids.append(key)
     return parsed

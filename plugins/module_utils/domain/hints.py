@@ -12,6 +12,7 @@ device classes a hold may name. The events and ``failures`` keep the bare messag
 from __future__ import annotations
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASSES
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 
 # A node lists at most this many GPUs or MIG instances in a hint; the rest are counted.
 MAX_LISTED = 16
@@ -34,9 +35,9 @@ def node_gpus(inventory):
 
 def refusal_hint(reason, message, inventory):
     """The hint that follows ``message`` ("; ..."), or "" when there is nothing to add."""
-    if reason == "unsupported-device" and message.startswith("device class ") and message.endswith(" cannot be held"):
+    if reason == Reason.UNSUPPORTED_DEVICE and message.startswith("device class ") and message.endswith(" cannot be held"):
         return "; a device_class is one of %s (empty reads as gpu)" % ", ".join(CLASSES)
-    if reason != "device-missing":
+    if reason != Reason.DEVICE_MISSING:
         return ""
     if message.endswith(" not present"):
         return "; " + node_gpus(inventory)

@@ -85,9 +85,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, RELEASING, Claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_FAILED
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
     bound_event,
     damaged_condition,
@@ -258,7 +260,7 @@ class PassState:
         for assignment in parsed.assignments:
             if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES) and assignment.allocation_id in self.live:
                 self.unsupported.add(assignment.allocation_id)
-                self.failures.append((assignment.allocation_id, "unsupported-binding",
+                self.failures.append((assignment.allocation_id, Reason.UNSUPPORTED_BINDING,
                                       unsupported_binding(assignment.binding)))
         self.wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments
                            if assignment.allocation_id not in self.unsupported)
@@ -606,7 +608,7 @@ def _admit_growth(state, claims, assignment, hold):
     try:
         claims = claims.admit(allocation_id, growth)
     except Exhausted as exc:
-        state.failures.append((allocation_id, "resources-exhausted", "%s; the hold keeps its limits" % exc))
+        state.failures.append((allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % exc))
         return kept, claims
     return assignment, claims
 
@@ -707,7 +709,7 @@ def _bind_new(state, claims):
         try:
             atoms, admitted = _check_new(state, claims, assignment)
         except (AtomRefused, Exhausted) as exc:
-            reason = exc.reason if isinstance(exc, AtomRefused) else "resources-exhausted"
+            reason = exc.reason if isinstance(exc, AtomRefused) else Reason.RESOURCES_EXHAUSTED
             state.failures.append((allocation_id, reason, str(exc)))
             if allocation_id in state.damaged:  # its spec still goes aside, and what was bound is released
                 actions.append(_release_damaged(state, state.damaged[allocation_id], "refused"))
@@ -791,9 +793,9 @@ def _check_new(state, claims, assignment):
     atoms and ``claims`` with its memory booked (kept by the caller only if the hold is bound)."""
     observed = state.observed
     if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
-        raise AtomRefused("unsupported-binding", unsupported_binding(assignment.binding))
+        raise AtomRefused(Reason.UNSUPPORTED_BINDING, unsupported_binding(assignment.binding))
     if not observed.privileged:
-        raise AtomRefused("node-unprivileged", NODE_UNPRIVILEGED)
+        raise AtomRefused(Reason.NODE_UNPRIVILEGED, NODE_UNPRIVILEGED)
     atoms = resolve_devices(assignment.devices, observed.inventory)
     sick = []  # type: List[str]
     for atom in atoms:
@@ -801,16 +803,16 @@ def _check_new(state, claims, assignment):
         if message and message not in sick:
             sick.append(message)
     if sick:
-        raise AtomRefused("device-missing", "; ".join(sick))
+        raise AtomRefused(Reason.DEVICE_MISSING, "; ".join(sick))
     found = conflicts(atoms, claims, assignment.allocation_id)
     if found:
-        raise AtomRefused("overlap", "; ".join(found))
+        raise AtomRefused(Reason.OVERLAP, "; ".join(found))
     if cgroup_parent_of(assignment, assignment.kubernetes) is not None and observed.slices_unavailable:
-        raise AtomRefused("invalid-assignment", "limits: this node cannot create hold slices (%s)"
+        raise AtomRefused(Reason.INVALID_ASSIGNMENT, "limits: this node cannot create hold slices (%s)"
                           % observed.slices_unavailable)
     problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, assignment.kubernetes) else None
     if problem is not None:  # a quota that starves the workload (domain.slices.CPU_QUOTA_FLOOR)
-        raise AtomRefused("invalid-assignment", problem)
+        raise AtomRefused(Reason.INVALID_ASSIGNMENT, problem)
     if needs_admission(assignment.limits):
         _unreadable_memory(state, claims)
         return atoms, claims.admit(assignment.allocation_id, assignment.limits)
@@ -853,5 +855,5 @@ def _report_failures(state):
         body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
                 "reason": reason, "message": message}
         actions.append(Refuse(allocation_id, "refuse %s (%s): %s" % (allocation_id, reason, message),
-                              event={"type": "AllocationFailed", "body": body}, generation=generation))
+                              event={"type": ALLOCATION_FAILED, "body": body}, generation=generation))
     return actions
