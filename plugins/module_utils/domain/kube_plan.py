@@ -71,7 +71,7 @@ def _hold_taken_back(state, release, left, why="its old devices are free"):
         return []
     return [TakeBackRelease(allocation_id, "take back the pending Kubernetes release of %s: never reported; "
                             "keep %s claimed until free (%s)" % (allocation_id, ", ".join(left), _held_by(holders)),
-                            device_ids=list(left), generation=release.generation, release=narrowed)]
+                            device_ids=tuple(left), generation=release.generation, release=narrowed)]
 
 
 def release_kubernetes(state, hold, why, wanted=False):
@@ -81,32 +81,34 @@ def release_kubernetes(state, hold, why, wanted=False):
     observed = state.observed
     release = PendingRelease(hold.allocation_id, list(hold.device_ids), state.generation, observed.now,
                              taken_back=wanted)
-    action = ReleaseKubernetes(hold.allocation_id, "", withdraw_files(observed, hold.allocation_id),
-                               device_ids=list(hold.device_ids), generation=state.generation, release=release)
+    files = tuple(withdraw_files(observed, hold.allocation_id))
+    device_ids = tuple(hold.device_ids)
     holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
-    removed = " and ".join(change.path for change in action.files)
+    removed = " and ".join(change.path for change in files)
     if wanted:
         if holders == []:
             _releasing(state, hold.allocation_id, hold.device_ids)
             return Withdraw(hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; no pod holds its old "
                             "devices (the allocation stays: not reported)" % (hold.allocation_id, why, removed),
-                            action.files, device_ids=list(hold.device_ids), generation=state.generation)
+                            files, device_ids, state.generation)
         state.pending[hold.allocation_id] = release
         state.holders[hold.allocation_id] = holders
-        action.text = "withdraw %s (%s, Kubernetes): remove %s; its old devices stay claimed until free (%s), " \
-                      "never reported (the allocation stays)" % (hold.allocation_id, why, removed, _held_by(holders))
-        return action
+        return ReleaseKubernetes(
+            hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; its old devices stay claimed until free "
+            "(%s), never reported (the allocation stays)" % (hold.allocation_id, why, removed, _held_by(holders)),
+            files, device_ids, state.generation, release)
     if holders == []:
         _releasing(state, hold.allocation_id, hold.device_ids)
-        action.event = released_event(observed, hold.allocation_id, state.generation, hold.device_ids)
-        action.text = "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report " \
-                      "AllocationReleased" % (hold.allocation_id, why, removed)
-    else:
-        state.pending[hold.allocation_id] = release
-        state.holders[hold.allocation_id] = holders
-        action.text = "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no " \
-                      "pod holds its devices (%s)" % (hold.allocation_id, why, removed, _held_by(holders))
-    return action
+        return ReleaseKubernetes(
+            hold.allocation_id, "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report "
+            "AllocationReleased" % (hold.allocation_id, why, removed), files, device_ids, state.generation, release,
+            released_event(observed, hold.allocation_id, state.generation, hold.device_ids))
+    state.pending[hold.allocation_id] = release
+    state.holders[hold.allocation_id] = holders
+    return ReleaseKubernetes(
+        hold.allocation_id, "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no "
+        "pod holds its devices (%s)" % (hold.allocation_id, why, removed, _held_by(holders)),
+        files, device_ids, state.generation, release)
 
 
 def _held_by(holders):
@@ -167,14 +169,14 @@ def plan_kubernetes_releases(state):
         if holders == []:
             _releasing(state, allocation_id, release.device_ids)
             actions.append(ReportRelease(allocation_id, "report %s released: no pod holds its devices any more"
-                                         % allocation_id, files,
+                                         % allocation_id, tuple(files),
                                          released_event(observed, allocation_id, release.generation, device_ids),
-                                         list(device_ids), release.generation))
+                                         tuple(device_ids), release.generation))
             continue
         state.pending[allocation_id] = release
         state.holders[allocation_id] = holders
         if files:
             actions.append(Withdraw(allocation_id, "remove %s: %s is being released" % (
-                " and ".join(change.path for change in files), allocation_id), files,
-                device_ids=list(release.device_ids), generation=release.generation))
+                " and ".join(change.path for change in files), allocation_id), tuple(files),
+                device_ids=tuple(release.device_ids), generation=release.generation))
     return actions

@@ -216,15 +216,15 @@ def _release_action(kind, observed, allocation_id, generation, device_ids, why):
     files = withdraw_files(observed, allocation_id)
     removed = " and ".join(change.path for change in files) or "no files left"
     text = "%s %s (%s): remove %s, report AllocationReleased" % (kind.kind, allocation_id, why, removed)
-    action = kind(allocation_id, text, files, released_event(observed, allocation_id, generation, device_ids),
-                  list(device_ids), generation)
     state = observed.slices.get(slice_name(allocation_id))
+    stop = None
     if state is not None and not state.populated:
-        action.slice = SliceStop(state.name, settings_of(state))
-        action.text += ", then stop %s (empty)" % state.name
+        stop = SliceStop(state.name, settings_of(state))
+        text += ", then stop %s (empty)" % state.name
     elif state is not None:
-        action.text += "; %s still runs a workload and is kept with its limits" % state.name
-    return action
+        text += "; %s still runs a workload and is kept with its limits" % state.name
+    return kind(allocation_id, text, tuple(files), released_event(observed, allocation_id, generation, device_ids),
+                tuple(device_ids), generation, stop)
 
 
 def limits_from_record(record):
@@ -320,8 +320,8 @@ def _plan_once(generation, parsed, observed, instances, superseded):
     binds, claims = _bind_new(state, claims)
     # slices of holds gone earlier: after the releases, before anything is bound
     state.plan.actions = releases + _leftover_slices(state) + keeps + binds + _report_failures(state)
-    asides = observed.damaged_specs + [change.aside for action in state.plan.actions for change in action.files
-                                       if isinstance(change, SpecAside)]
+    asides = observed.damaged_specs + [change.aside for action in state.plan.actions
+                                       for change in action.node_files() if isinstance(change, SpecAside)]
     if asides:
         state.plan.conditions.append(damaged_condition(asides))
     return state, state.plan
@@ -438,14 +438,14 @@ def _release_damaged(state, hold, why):
     text = "release %s (%s; its spec is damaged): set %s aside as %s" % (allocation_id, why, hold.path, aside.aside)
     text += "".join(", remove %s" % change.path for change in files[1:])
     text += ", report AllocationReleased" if event else " (never reported bound: nothing to report)"
-    action = Release(allocation_id, text, files, event, device_ids, state.generation)
     _releasing(state, allocation_id, device_ids)
     current = observed.slices.get(slice_name(allocation_id))
+    stop = None
     if current is not None and not current.populated:
-        action.slice = SliceStop(current.name, settings_of(current))
-        action.text += ", then stop %s (empty)" % current.name
+        stop = SliceStop(current.name, settings_of(current))
+        text += ", then stop %s (empty)" % current.name
     state.released_slices.add(slice_name(allocation_id))
-    return action
+    return Release(allocation_id, text, tuple(files), event, tuple(device_ids), state.generation, stop)
 
 
 def _claims(state):
@@ -567,7 +567,7 @@ def _keep_wanted(state, claims):
             continue
         actions.append(ReportBound(allocation_id, "report %s bound (%s)" % (allocation_id, why),
                                    event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
-                                   device_ids=list(hold.device_ids), generation=generation,
+                                   device_ids=tuple(hold.device_ids), generation=generation,
                                    limits=limits_record(assignment.limits)))
     return actions, claims
 
@@ -636,7 +636,7 @@ def _keep_slice(state, assignment, hold):
     if not state.observed.privileged:
         state.needs_root(text)
         return []
-    return [kind(assignment.allocation_id, text, slice=op, device_ids=list(hold.device_ids),
+    return [kind(assignment.allocation_id, text, slice=op, device_ids=tuple(hold.device_ids),
                  generation=state.generation, limits=limits_record(assignment.limits))]
 
 
@@ -684,7 +684,7 @@ def _keep_files(state, assignment, hold, atoms, env_only=False):
         if not observed.privileged:
             state.needs_root(text)
             continue
-        actions.append(kind(allocation_id, text, [change], device_ids=list(hold.device_ids),
+        actions.append(kind(allocation_id, text, change, device_ids=tuple(hold.device_ids),
                             generation=state.generation))
     return actions
 
@@ -759,14 +759,13 @@ def _bind_new(state, claims):
             text = "rebind %s from its assignment (its spec is damaged): set %s aside as %s, write %s, %s%s" % (
                 allocation_id, damaged.path, aside.aside, body["cdi_spec_path"], body["env_file"],
                 ", report AllocationBound" if event else " (already reported bound: nothing to report)")
-        action = kind(allocation_id, text, files, event, [atom.id for atom in atoms], generation,
-                      limits=limits_record(assignment.limits), needs=tuple(sorted(needs)))
+        slice_apply = None
         if cgroup_parent is not None:
             slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent))
-            action.slice = slice_apply
-            action.text += ", in %s" % slice_apply.describe()
+            text += ", in %s" % slice_apply.describe()
             state.sliced.add(cgroup_parent)
-        actions.append(action)
+        actions.append(kind(allocation_id, text, tuple(files), event, tuple(atom.id for atom in atoms), generation,
+                            limits_record(assignment.limits), slice_apply, tuple(sorted(needs))))
         plan.holds.append(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
                                        assignment.kubernetes, cgroup_parent))
     return in_need_order(actions), claims
@@ -781,7 +780,7 @@ def in_need_order(actions):
     while left:
         ready = next((i for i, action in enumerate(left)
                       if all(needed in placed or needed not in binds or needed == action.allocation_id
-                             for needed in getattr(action, "needs", ()))), 0)  # a cycle: spec order
+                             for needed in action.needs)), 0)  # a cycle: spec order
         action = left.pop(ready)
         ordered.append(action)
         placed.add(action.allocation_id)
@@ -855,5 +854,5 @@ def _report_failures(state):
         body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
                 "reason": reason, "message": message}
         actions.append(Refuse(allocation_id, "refuse %s (%s): %s" % (allocation_id, reason, message),
-                              event={"type": ALLOCATION_FAILED, "body": body}, generation=generation))
+                              {"type": ALLOCATION_FAILED, "body": body}, generation))
     return actions

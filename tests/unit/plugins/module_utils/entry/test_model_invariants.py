@@ -130,8 +130,10 @@ class FaultyWriter(object):
         if not name.startswith({"write": ("write",), "remove": ("remove", "set_aside"), "slice": ("apply_slice", "stop_slice")}[op]):
             return False
         names = set()
-        for arg in args:
-            names.add(getattr(arg, "name", arg))
+        for arg in args:  # a kind, an allocation id, a slice; not the content or the hold request (a dict)
+            name = getattr(arg, "name", arg)
+            if isinstance(name, str):
+                names.add(name)
         if kind is not None and kind not in names:
             return False
         return allocation_id in names or "bcd-alloc-%s.slice" % allocation_id in names
@@ -703,6 +705,12 @@ KNOWN = {
         ("pod_takes", {"which": 1}),
         ("runtimes_change", {"runtimes": "podman 4.3.1 (loads cdiVersion 0.5.0 at most: every hold is refused when rendered)"}),
         ("generation_", {"edits": [("rebind", "a5", "BINDING_HOLD")]})],
+    # a hold moved while the releases file is unreadable and its writes fail (found by make soak)
+    "move-while-releases-unreadable-and-writes-fail": [
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None)]}),
+        ("releases_file_unreadable", {}),
+        ("write_failure", {"op": "write", "allocation_id": "a0", "kind": None}),
+        ("generation_", {"edits": [("move", "a0", [GPU_A, GPU_B])]})],
 }
 
 
