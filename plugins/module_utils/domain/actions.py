@@ -27,14 +27,14 @@ what is on disk, finishes the work.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional, Set, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_text
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileChange:
     """One node file a step writes (``after``) or removes (``after`` is None)."""
 
@@ -69,7 +69,7 @@ class FileChange:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class SpecAside:
     """A damaged spec set aside in /etc/cdi (never deleted); ``aside`` is the name planned for it."""
 
@@ -92,7 +92,7 @@ class SpecAside:
                 "before": (self.before or b"").decode("utf-8", "replace"), "after": ""}
 
 
-@dataclass
+@dataclass(frozen=True)
 class SliceApply:
     """Create a hold slice (or set its limits again)."""
 
@@ -120,7 +120,7 @@ class SliceApply:
                 "after": settings_text(self.properties, self.hugetlb_max)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class SliceStop:
     """Stop an empty hold slice."""
 
@@ -139,85 +139,121 @@ class SliceStop:
                 "after": ""}
 
 
-@dataclass
+Event = Dict[str, Any]  # {"type": one of event_types.EVENT_TYPES, "body": {...}}, journaled by apply
+SliceOp = Union[SliceApply, SliceStop]
+
+
+@dataclass(frozen=True)
 class Action(abc.ABC):
-    """One planned step. ``kind`` is its name in the returned plan; ``changes`` is False for a step
-    that is only shown (it changes nothing)."""
+    """One planned step: a sum type. Each kind below carries only its own fields and is built whole,
+    once, by the planner; none is changed after. ``kind`` is its name in the returned plan;
+    ``changes`` is False for a step that is only shown (it changes nothing)."""
 
     kind: ClassVar[str] = ""
     changes: ClassVar[bool] = True
 
     allocation_id: str
     text: str
-    files: List[FileChange] = field(default_factory=list)
-    event: Optional[dict] = None  # {"type": ..., "body": {...}}, journaled by apply
-    device_ids: List[str] = field(default_factory=list)
-    generation: Optional[int] = None
-    slice: Optional[Union[SliceApply, SliceStop]] = None
-    limits: Optional[dict] = None  # the limits the ledger records with the hold
-
-    @property
-    def action(self):
-        return self.kind
 
     @abc.abstractmethod
-    def apply(self, writer, state):
+    def apply(self, writer: Any, state: Any) -> None:
         """Carry the step out through ``writer`` and ``state``; raises on failure (nothing reported)."""
 
-    def recorded_release(self):
+    @property
+    def needs(self) -> Tuple[str, ...]:
+        """The allocations whose steps, earlier in the plan, free what this one takes (a bind's)."""
+        return ()
+
+    def recorded_release(self) -> Optional[Tuple[str, Optional[int], List[str]]]:
         """``(allocation_id, generation, device_ids)`` when the step removes a reported hold's files: the
         release is recorded before the plan touches anything (record before remove)."""
         return None
 
-    def write_files(self, writer):
-        for change in self.files:
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        """The node files the step writes, removes or sets aside (``--diff``)."""
+        return ()
+
+    def slice_op(self) -> Optional[SliceOp]:
+        return None
+
+    def event_type(self) -> Optional[str]:
+        event = getattr(self, "event", None)
+        return event["type"] if event else None
+
+    def write_files(self, writer: Any) -> None:
+        for change in self.node_files():
             change.apply(writer, self.allocation_id)
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         """The step as the module returns it in ``plan``."""
         data = {"action": self.kind, "allocation_id": self.allocation_id, "text": self.text}  # type: Dict[str, Any]
-        if self.slice is not None:
-            data["slice"] = self.slice.to_dict()
-        if self.device_ids:
-            data["device_ids"] = list(self.device_ids)
-        if self.files:
-            data["files"] = [{"path": change.path, "change": change.change} for change in self.files]
-        if self.event:
-            data["event"] = self.event["type"]
+        op = self.slice_op()
+        if op is not None:
+            data["slice"] = op.to_dict()
+        device_ids = getattr(self, "device_ids", ())
+        if device_ids:
+            data["device_ids"] = list(device_ids)
+        files = self.node_files()
+        if files:
+            data["files"] = [{"path": change.path, "change": change.change} for change in files]
+        event_type = self.event_type()
+        if event_type:
+            data["event"] = event_type
+        if self.needs:
+            data["needs"] = list(self.needs)
         return data
 
-    def diffs(self):
+    def diffs(self) -> List[Dict[str, str]]:
         """``--diff`` entries: every file the step writes or removes, and its slice's settings."""
-        entries = [change.diff() for change in self.files]
-        if self.slice is not None:
-            entries.append(self.slice.diff())
+        entries = [change.diff() for change in self.node_files()]
+        op = self.slice_op()
+        if op is not None:
+            entries.append(op.diff())
         return entries
 
 
-@dataclass
+@dataclass(frozen=True)
 class Bind(Action):
     """A new hold: its slice first (the spec names it), then its files, then ``AllocationBound``.
-    ``needs``: the allocations whose release, earlier in the plan, frees its atoms or its memory; when
-    any of them fails, the bind is not applied (retried next pass): one atom is never in two live specs."""
+    ``waits_for``: the allocations whose steps, earlier in the plan, free its atoms or its memory (a
+    release, or the new bind of a hold moving off them unreported); when any of them fails, the bind is
+    not applied (retried next pass): one atom is never in two live specs."""
 
     kind: ClassVar[str] = "bind"
-    needs: Tuple[str, ...] = ()
 
-    def apply(self, writer, state):
+    files: Tuple[Union[FileChange, SpecAside], ...]
+    event: Optional[Event]
+    device_ids: Tuple[str, ...]
+    generation: int
+    limits: Optional[dict]  # the limits the ledger records with the hold
+    slice: Optional[SliceApply] = None
+    waits_for: Tuple[str, ...] = ()
+
+    @property
+    def needs(self) -> Tuple[str, ...]:
+        return self.waits_for
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def slice_op(self) -> Optional[SliceOp]:
+        return self.slice
+
+    def apply(self, writer: Any, state: Any) -> None:
         if self.slice is not None:
             self.slice.run(writer)
         self.write_files(writer)
         state.report(self.event, self.limits)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rebind(Bind):
     """A wanted hold whose spec is damaged: the file set aside, the hold written again from its
     assignment; ``AllocationBound`` only when the node had not reported it bound with these devices."""
 
     kind: ClassVar[str] = "rebind"
 
-    def apply(self, writer, state):
+    def apply(self, writer: Any, state: Any) -> None:
         if self.slice is not None:
             self.slice.run(writer)
         self.write_files(writer)
@@ -227,20 +263,33 @@ class Rebind(Bind):
             state.set_hold_limits(self.allocation_id, self.limits)
 
 
+@dataclass(frozen=True)
 class Release(Action):
     """A plain hold no longer wanted: recorded, its files removed, reported; then its slice stopped
     if empty (after the report: a slice that cannot be stopped now is a leftover next pass)."""
 
-    kind = "release"
+    kind: ClassVar[str] = "release"
 
-    def recorded_release(self):
-        if self.event:  # a damaged spec never reported bound has nothing to report
-            return (self.allocation_id, self.generation, self.device_ids)
+    files: Tuple[Union[FileChange, SpecAside], ...]
+    event: Optional[Event]  # None: a damaged spec never reported bound has nothing to report
+    device_ids: Tuple[str, ...]
+    generation: int
+    slice: Optional[SliceStop] = None
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def slice_op(self) -> Optional[SliceOp]:
+        return self.slice
+
+    def recorded_release(self) -> Optional[Tuple[str, Optional[int], List[str]]]:
+        if self.event:
+            return (self.allocation_id, self.generation, list(self.device_ids))
         return None
 
-    def apply(self, writer, state):
+    def apply(self, writer: Any, state: Any) -> None:
         if self.event:
-            state.begin_release(self.allocation_id, self.generation, self.device_ids)
+            state.begin_release(self.allocation_id, self.generation, list(self.device_ids))
         self.write_files(writer)
         if self.event:
             state.report(self.event)
@@ -248,164 +297,233 @@ class Release(Action):
             self.slice.run(writer)
 
 
+@dataclass(frozen=True)
 class FinishRelease(Release):
     """A plain release an earlier pass recorded but did not finish."""
 
-    kind = "finish-release"
+    kind: ClassVar[str] = "finish-release"
 
 
+@dataclass(frozen=True)
 class RewriteFile(Action):
     """A kept hold's file written again."""
 
-    def apply(self, writer, state):
+    file: FileChange
+    device_ids: Tuple[str, ...]
+    generation: int
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return (self.file,)
+
+    def apply(self, writer: Any, state: Any) -> None:
         self.write_files(writer)
 
 
+@dataclass(frozen=True)
 class Rerender(RewriteFile):
     """A kept hold's spec, when what it renders to changed (vendor spec, reservation id, limits)."""
 
-    kind = "rerender"
+    kind: ClassVar[str] = "rerender"
 
 
+@dataclass(frozen=True)
 class WriteEnv(RewriteFile):
     """A kept hold's env file, when missing (``/run`` is tmpfs) or out of date."""
 
-    kind = "write-env"
+    kind: ClassVar[str] = "write-env"
 
 
+@dataclass(frozen=True)
 class ReportBound(Action):
-    """A hold on disk whose ``AllocationBound`` was never journaled (a pass died in between)."""
+    """A hold on disk whose ``AllocationBound`` was never journaled (a pass died in between), or whose
+    cgroup parent changed."""
 
-    kind = "report-bound"
+    kind: ClassVar[str] = "report-bound"
 
-    def apply(self, writer, state):
+    event: Event
+    device_ids: Tuple[str, ...]
+    generation: int
+    limits: Optional[dict]
+
+    def apply(self, writer: Any, state: Any) -> None:
         state.report(self.event, self.limits)
 
 
+@dataclass(frozen=True)
 class Refuse(Action):
     """An assignment refused at this generation: one ``AllocationFailed``."""
 
-    kind = "refuse"
+    kind: ClassVar[str] = "refuse"
 
-    def apply(self, writer, state):
+    event: Event
+    generation: int
+
+    def apply(self, writer: Any, state: Any) -> None:
         state.report(self.event)
 
 
+@dataclass(frozen=True)
 class CreateSlice(Action):
     """A kept hold's slice created again (gone after a reboot)."""
 
-    kind = "create-slice"
+    kind: ClassVar[str] = "create-slice"
 
-    def apply(self, writer, state):
-        if self.slice is None:  # the planner gives every create-slice its slice
-            raise AssertionError("create-slice without a slice")
+    slice: SliceApply
+    device_ids: Tuple[str, ...]
+    generation: int
+    limits: Optional[dict]
+
+    def slice_op(self) -> Optional[SliceOp]:
+        return self.slice
+
+    def apply(self, writer: Any, state: Any) -> None:
         self.slice.run(writer)
         state.set_hold_limits(self.allocation_id, self.limits)
 
 
+@dataclass(frozen=True)
 class ApplySlice(CreateSlice):
     """A kept hold's slice whose limits differ from the wanted ones, set again."""
 
-    kind = "apply-slice"
+    kind: ClassVar[str] = "apply-slice"
 
 
+@dataclass(frozen=True)
 class StopSlice(Action):
     """A slice whose hold is gone, stopped once empty."""
 
-    kind = "stop-slice"
+    kind: ClassVar[str] = "stop-slice"
 
-    def apply(self, writer, state):
-        if self.slice is None:  # the planner gives every stop-slice its slice
-            raise AssertionError("stop-slice without a slice")
+    slice: SliceStop
+
+    def slice_op(self) -> Optional[SliceOp]:
+        return self.slice
+
+    def apply(self, writer: Any, state: Any) -> None:
         self.slice.run(writer)
 
 
+@dataclass(frozen=True)
 class KeepSlice(Action):
     """Shown only: a slice whose hold is gone still runs a workload, so it is kept."""
 
-    kind = "keep-slice"
-    changes = False
+    kind: ClassVar[str] = "keep-slice"
+    changes: ClassVar[bool] = False
 
-    def apply(self, writer, state):
+    def apply(self, writer: Any, state: Any) -> None:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReleaseKubernetes(Action):
     """A Kubernetes hold no longer wanted: recorded in the pending releases first, its files removed at
     once, and ``AllocationReleased`` journaled only when no pod holds its devices (``event`` set)."""
 
     kind: ClassVar[str] = "release-kube"
-    release: Optional[object] = None  # the PendingRelease recorded before anything is removed
 
-    def apply(self, writer, state):
+    files: Tuple[FileChange, ...]
+    device_ids: Tuple[str, ...]
+    generation: int
+    release: Any  # the kube_release.PendingRelease recorded before anything is removed
+    event: Optional[Event] = None
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def apply(self, writer: Any, state: Any) -> None:
         state.record_kube_release(self.release)
         self.write_files(writer)
         if self.event:
             state.report(self.event)
 
 
+@dataclass(frozen=True)
 class Withdraw(Action):
-    """A pending Kubernetes release's files, left by a crash, removed."""
+    """A Kubernetes hold's files removed unreported: its allocation is bound anew in this pass, or its
+    pending release's files were left by a crash."""
 
-    kind = "withdraw"
+    kind: ClassVar[str] = "withdraw"
 
-    def apply(self, writer, state):
+    files: Tuple[FileChange, ...]
+    device_ids: Tuple[str, ...]
+    generation: int
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def apply(self, writer: Any, state: Any) -> None:
         self.write_files(writer)
 
 
+@dataclass(frozen=True)
 class ReportRelease(Action):
     """A pending Kubernetes release no pod holds any more: reported (which settles its record)."""
 
-    kind = "report-release"
+    kind: ClassVar[str] = "report-release"
 
-    def apply(self, writer, state):
+    files: Tuple[FileChange, ...]
+    event: Event
+    device_ids: Tuple[str, ...]
+    generation: int
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def apply(self, writer: Any, state: Any) -> None:
         self.write_files(writer)
         state.report(self.event)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TakeBackRelease(Action):
     """A pending Kubernetes release the spec takes back while pods still hold old devices the new hold
     does not take: recorded as taken back (never reported), narrowed to those devices."""
 
     kind: ClassVar[str] = "take-back-release"
-    release: Optional[object] = None
 
-    def apply(self, writer, state):
+    device_ids: Tuple[str, ...]
+    generation: int
+    release: Any  # the narrowed kube_release.PendingRelease
+
+    def apply(self, writer: Any, state: Any) -> None:
         state.record_kube_release(self.release)
 
 
+@dataclass(frozen=True)
 class DropRelease(Action):
     """A pending Kubernetes release the spec takes back: dropped unreported."""
 
-    kind = "drop-release"
+    kind: ClassVar[str] = "drop-release"
 
-    def apply(self, writer, state):
+    generation: int
+
+    def apply(self, writer: Any, state: Any) -> None:
         state.drop_kube_release(self.allocation_id)
 
 
-@dataclass
+@dataclass(frozen=True)
 class QuarantineReleases(Action):
     """An unreadable releases file set aside (never deleted) and the marker written."""
 
     kind: ClassVar[str] = "quarantine-releases"
-    now: float = 0.0
 
-    def apply(self, writer, state):
+    now: float
+
+    def apply(self, writer: Any, state: Any) -> None:
         state.quarantine_releases(self.now)
 
 
+@dataclass(frozen=True)
 class ClearMarker(Action):
     """The unreadable-releases marker removed, once the kube side allows."""
 
-    kind = "clear-marker"
+    kind: ClassVar[str] = "clear-marker"
 
-    def apply(self, writer, state):
+    def apply(self, writer: Any, state: Any) -> None:
         state.clear_releases_marker()
 
 
-def apply_plan(plan, writer, state):
+def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[str]]:
     """Run every action in order; return ``(done, errors)``: the actions carried out, and one
     retryable error per action that failed. A failure holds up that allocation's later actions in
     this pass (a hold whose env file could not be written is not reported bound), and every bind that
@@ -421,7 +539,7 @@ def apply_plan(plan, writer, state):
     for action in plan.actions:
         if not action.changes or (action.allocation_id and action.allocation_id in failed):
             continue
-        waits = [needed for needed in getattr(action, "needs", ()) if needed in failed]
+        waits = [needed for needed in action.needs if needed in failed]
         if waits:  # the hold it replaces is still live: binding now would put one atom in two live specs
             errors.append("%s: waits for the release of %s, which failed; retried next pass"
                           % (action.allocation_id, ", ".join(waits)))

@@ -25,6 +25,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy impo
     check_env_value,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 
 # An allocation id names files and a slice: the one pattern every such name is built from.
 ALLOCATION_ID = r"[A-Za-z0-9_]{1,80}"
@@ -83,13 +84,13 @@ class InvalidAssignment(BcdError):
     """An assignment that cannot be honoured as given; the message names the field, ``reason`` is the
     ``AllocationFailed`` reason it is refused with."""
 
-    reason = "invalid-assignment"
+    reason = Reason.INVALID_ASSIGNMENT
 
 
 class UnsupportedBinding(InvalidAssignment):
     """An assignment whose binding bcd does not take (``binding BINDING_INSTANCE is not supported``)."""
 
-    reason = "unsupported-binding"
+    reason = Reason.UNSUPPORTED_BINDING
 
 
 def unsupported_binding(binding):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 
 CLASS_GPU = "gpu"
 CLASS_MIG = "gpu.mig"
@@ -99,16 +100,16 @@ def parse_atom(device_id, device_class="", read_back=False):
     elif device_class == CLASS_MIG:
         match = mig_re.fullmatch(device_id)
         if not match:
-            raise AtomRefused("unsupported-device", '"%s" is not a MIG instance id (<gpu>/gi<n>/ci<n>)' % device_id)
+            raise AtomRefused(Reason.UNSUPPORTED_DEVICE, '"%s" is not a MIG instance id (<gpu>/gi<n>/ci<n>)' % device_id)
         atom = Atom(id=device_id, device_class=CLASS_MIG, gpu_uuid=match.group(1),
                     gi=int(match.group(2)), ci=int(match.group(3)))
     elif device_class == CLASS_SLOT:
         match = slot_re.fullmatch(device_id)
         if not match:
-            raise AtomRefused("unsupported-device", '"%s" is not a slot id (<gpu>/s<n>)' % device_id)
+            raise AtomRefused(Reason.UNSUPPORTED_DEVICE, '"%s" is not a slot id (<gpu>/s<n>)' % device_id)
         atom = Atom(id=device_id, device_class=CLASS_SLOT, gpu_uuid=match.group(1), slot=int(match.group(2)))
     else:
-        raise AtomRefused("unsupported-device", "device class %s cannot be held" % device_class)
+        raise AtomRefused(Reason.UNSUPPORTED_DEVICE, "device class %s cannot be held" % device_class)
     return atom
 
 
@@ -144,7 +145,7 @@ def resolve_devices(refs, inventory):
     for ref in refs:
         atom = parse_atom(ref.id, ref.device_class)
         if not CDI_NAME_RE.fullmatch(atom.cdi_name):
-            raise AtomRefused("unsupported-device", '"%s" cannot name a CDI device' % ref.id)
+            raise AtomRefused(Reason.UNSUPPORTED_DEVICE, '"%s" cannot name a CDI device' % ref.id)
         parsed.append(atom)
     resolved, missing = [], []
     for atom in parsed:
@@ -155,7 +156,7 @@ def resolve_devices(refs, inventory):
         else:
             resolved.append(found)
     if missing:
-        raise AtomRefused("device-missing", "; ".join(missing))
+        raise AtomRefused(Reason.DEVICE_MISSING, "; ".join(missing))
     return resolved
 
 

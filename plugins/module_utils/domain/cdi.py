@@ -47,6 +47,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     version_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import cgroup_parent_of
 
 KIND = "bcd.dev/gpu"
@@ -251,7 +252,7 @@ def _within(hold, spec, required, wanted, runtimes):
         needs = requirements_above(spec, limit)
         fields = ", ".join(reason for _version, reason in needs[:4]) or "its content"
         raise RenderRefused(
-            "invalid-assignment",
+            Reason.INVALID_ASSIGNMENT,
             "its CDI spec needs cdiVersion %s (%s), and %s %s on this node loads at most %s"
             % (required, fields, oldest.name, oldest.version, limit))
     return limit if version_key(wanted) > version_key(limit) else wanted
@@ -263,7 +264,7 @@ def _refuse_unusable(atom, vendor):
     why = vendor.unusable_reason(uuid)
     if why:
         raise RenderRefused(
-            "device-missing",
+            Reason.DEVICE_MISSING,
             "%s has none of the device nodes the vendor spec %s names for it (%s); regenerate the spec "
             "(nvidia-ctk cdi generate)" % (uuid, vendor.path, why))
 

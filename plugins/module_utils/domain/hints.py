@@ -18,6 +18,7 @@ import re
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import BINDING_HOLD, BINDING_KUBERNETES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, CLASS_SLOT, CLASSES, MIG_ID_RE, SLOT_ID_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 
 BINDINGS = (BINDING_HOLD, BINDING_KUBERNETES)
 # The words a person may write for a class: "GPU", "mig", "slot".
@@ -153,15 +154,15 @@ def binding_hint(message):
 
 def refusal_hint(reason, message, inventory):
     """The hint that follows ``message`` ("; ..."), or "" when there is nothing to add."""
-    if reason == "unsupported-binding":
+    if reason == Reason.UNSUPPORTED_BINDING:
         return binding_hint(message)
-    if reason == "unsupported-device":
+    if reason == Reason.UNSUPPORTED_DEVICE:
         if message.startswith("device class ") and message.endswith(" cannot be held"):
             written = message[len("device class "):-len(" cannot be held")]
             meant = CLASS_WORDS.get(written.strip().lower())
             hint = "; did you mean %s? a device_class" % meant if meant else "; a device_class"
             return hint + " is one of %s (empty reads as gpu)" % ", ".join(CLASSES)
         return _malformed_hint(message, inventory)
-    if reason == "device-missing":
+    if reason == Reason.DEVICE_MISSING:
         return _missing_hint(message, inventory)
     return ""

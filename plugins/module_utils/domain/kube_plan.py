@@ -71,7 +71,7 @@ def _hold_taken_back(state, release, left, why="its old devices are free"):
         return []
     return [TakeBackRelease(allocation_id, "take back the pending Kubernetes release of %s: never reported; "
                             "keep %s claimed until free (%s)" % (allocation_id, ", ".join(left), _held_by(holders)),
-                            device_ids=list(left), generation=release.generation, release=narrowed)]
+                            device_ids=tuple(left), generation=release.generation, release=narrowed)]
 
 
 def release_kubernetes(state, hold, why, wanted=False):
@@ -81,32 +81,34 @@ def release_kubernetes(state, hold, why, wanted=False):
     observed = state.observed
     release = PendingRelease(hold.allocation_id, list(hold.device_ids), state.generation, observed.now,
                              taken_back=wanted)
-    action = ReleaseKubernetes(hold.allocation_id, "", withdraw_files(observed, hold.allocation_id),
-                               device_ids=list(hold.device_ids), generation=state.generation, release=release)
+    files = tuple(withdraw_files(observed, hold.allocation_id))
+    device_ids = tuple(hold.device_ids)
     holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
-    removed = " and ".join(change.path for change in action.files)
+    removed = " and ".join(change.path for change in files)
     if wanted:
         if holders == []:
             _releasing(state, hold.allocation_id, hold.device_ids)
             return Withdraw(hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; no pod holds its old "
                             "devices (the allocation stays: not reported)" % (hold.allocation_id, why, removed),
-                            action.files, device_ids=list(hold.device_ids), generation=state.generation)
+                            files, device_ids, state.generation)
         state.pending[hold.allocation_id] = release
         state.holders[hold.allocation_id] = holders
-        action.text = "withdraw %s (%s, Kubernetes): remove %s; its old devices stay claimed until free (%s), " \
-                      "never reported (the allocation stays)" % (hold.allocation_id, why, removed, _held_by(holders))
-        return action
+        return ReleaseKubernetes(
+            hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; its old devices stay claimed until free "
+            "(%s), never reported (the allocation stays)" % (hold.allocation_id, why, removed, _held_by(holders)),
+            files, device_ids, state.generation, release)
     if holders == []:
         _releasing(state, hold.allocation_id, hold.device_ids)
-        action.event = released_event(observed, hold.allocation_id, state.generation, hold.device_ids)
-        action.text = "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report " \
-                      "AllocationReleased" % (hold.allocation_id, why, removed)
-    else:
-        state.pending[hold.allocation_id] = release
-        state.holders[hold.allocation_id] = holders
-        action.text = "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no " \
-                      "pod holds its devices (%s)" % (hold.allocation_id, why, removed, _held_by(holders))
-    return action
+        return ReleaseKubernetes(
+            hold.allocation_id, "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report "
+            "AllocationReleased" % (hold.allocation_id, why, removed), files, device_ids, state.generation, release,
+            released_event(observed, hold.allocation_id, state.generation, hold.device_ids))
+    state.pending[hold.allocation_id] = release
+    state.holders[hold.allocation_id] = holders
+    return ReleaseKubernetes(
+        hold.allocation_id, "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no "
+        "pod holds its devices (%s)" % (hold.allocation_id, why, removed, _held_by(holders)),
+        files, device_ids, state.generation, release)
 
 
 def _held_by(holders):
@@ -147,12 +149,19 @@ def plan_kubernetes_releases(state):
     for allocation_id in sorted(releases.pending):
         release = releases.pending[allocation_id]
         assignment = state.wanted.get(allocation_id)
-        if assignment is not None:
+        if assignment is not None and allocation_id in state.superseded:
             actions.extend(_take_back(state, release, assignment))
             continue
-        if release.taken_back:  # old devices of an allocation that was live again: claimed until free
-            actions.extend(_hold_taken_back(state, release, release.device_ids))
-            continue
+        device_ids = release.device_ids
+        if release.taken_back:
+            bound = observed.ledger.bound.get(allocation_id)
+            if allocation_id in observed.live or bound is None:
+                # old devices of an allocation live again (its own release is reported): claimed until free
+                actions.extend(_hold_taken_back(state, release, release.device_ids))
+                continue
+            # taken back for a hold that never became live: the journal's last word on the allocation is
+            # still its old AllocationBound, so it is reported released once free, with those devices
+            device_ids = list(bound.get("device_ids") or release.device_ids)
         # its files, if a crash left them, are withdrawn
         files = withdraw_files(observed, allocation_id)
         state.live.pop(allocation_id, None)
@@ -160,15 +169,14 @@ def plan_kubernetes_releases(state):
         if holders == []:
             _releasing(state, allocation_id, release.device_ids)
             actions.append(ReportRelease(allocation_id, "report %s released: no pod holds its devices any more"
-                                         % allocation_id, files,
-                                         released_event(observed, allocation_id, release.generation,
-                                                        release.device_ids),
-                                         list(release.device_ids), release.generation))
+                                         % allocation_id, tuple(files),
+                                         released_event(observed, allocation_id, release.generation, device_ids),
+                                         tuple(device_ids), release.generation))
             continue
         state.pending[allocation_id] = release
         state.holders[allocation_id] = holders
         if files:
             actions.append(Withdraw(allocation_id, "remove %s: %s is being released" % (
-                " and ".join(change.path for change in files), allocation_id), files,
-                device_ids=list(release.device_ids), generation=release.generation))
+                " and ".join(change.path for change in files), allocation_id), tuple(files),
+                device_ids=tuple(release.device_ids), generation=release.generation))
     return actions

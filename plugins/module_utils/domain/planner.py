@@ -86,9 +86,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, RELEASING, Claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_FAILED
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
     bound_event,
     damaged_condition,
@@ -215,15 +217,15 @@ def _release_action(kind, observed, allocation_id, generation, device_ids, why):
     files = withdraw_files(observed, allocation_id)
     removed = " and ".join(change.path for change in files) or "no files left"
     text = "%s %s (%s): remove %s, report AllocationReleased" % (kind.kind, allocation_id, why, removed)
-    action = kind(allocation_id, text, files, released_event(observed, allocation_id, generation, device_ids),
-                  list(device_ids), generation)
     state = observed.slices.get(slice_name(allocation_id))
+    stop = None
     if state is not None and not state.populated:
-        action.slice = SliceStop(state.name, settings_of(state))
-        action.text += ", then stop %s (empty)" % state.name
+        stop = SliceStop(state.name, settings_of(state))
+        text += ", then stop %s (empty)" % state.name
     elif state is not None:
-        action.text += "; %s still runs a workload and is kept with its limits" % state.name
-    return action
+        text += "; %s still runs a workload and is kept with its limits" % state.name
+    return kind(allocation_id, text, tuple(files), released_event(observed, allocation_id, generation, device_ids),
+                tuple(device_ids), generation, stop)
 
 
 def limits_from_record(record):
@@ -245,7 +247,7 @@ class PassState:
     """What one planning pass has decided so far: the holds that stay, what is claimed and committed,
     the Kubernetes releases still pending, and the refusals to report."""
 
-    def __init__(self, generation, parsed, observed, instances):
+    def __init__(self, generation, parsed, observed, instances, superseded=None):
         self.plan = Plan(generation=generation)
         self.generation = generation
         self.parsed = parsed
@@ -259,10 +261,14 @@ class PassState:
         for assignment in parsed.assignments:
             if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES) and assignment.allocation_id in self.live:
                 self.unsupported.add(assignment.allocation_id)
-                self.failures.append((assignment.allocation_id, "unsupported-binding",
+                self.failures.append((assignment.allocation_id, Reason.UNSUPPORTED_BINDING,
                                       unsupported_binding(assignment.binding)))
         self.wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments
                            if assignment.allocation_id not in self.unsupported)
+        # the wanted allocations that are live once the pass is applied (kept, or bound anew): a Kubernetes
+        # release of one of them is taken back unreported, its new AllocationBound standing for it; any other
+        # is reported (``plan_pass`` narrows this from every wanted allocation to those really bound)
+        self.superseded = set(self.wanted) if superseded is None else set(superseded)
         # releases this pass makes: allocation -> (the atoms it frees, the limits it booked, or None when its
         # slice still runs a workload and keeps them): claimed until made; what takes them waits for them
         self.releasing = {}  # type: Dict[str, Tuple[list, Optional[Limits]]]
@@ -279,19 +285,47 @@ class PassState:
 
 
 def plan_pass(generation, parsed, observed, instances=None):
-    """The ordered plan for one pass. Pure: reads only its arguments."""
-    state = PassState(generation, parsed, observed, instances)
+    """The ordered plan for one pass. Pure: reads only its arguments.
+
+    A Kubernetes hold wanted again (moved, or re-bound as a plain hold) is withdrawn unreported only if
+    its new hold is bound in this pass: its new ``AllocationBound`` is what tells the control plane the
+    old devices are free. Whether it is bound is known only once the binds are checked, so the plan is
+    made again without the allocations that were not (refused, or not renderable) until none is left:
+    their old hold is then reported released like any other. Each round can only refuse more, so this
+    ends within as many rounds as there are such allocations."""
+    superseded = None
+    while True:
+        state, plan = _plan_once(generation, parsed, observed, instances, superseded)
+        unbound = state.superseded - _live_after(state, plan) & _kubernetes_released(observed)
+        if not unbound:
+            return plan
+        superseded = state.superseded - unbound
+
+
+def _live_after(state, plan):
+    """The allocations with a live hold once ``plan`` is applied: kept, or bound anew."""
+    return set(state.live) | set(action.allocation_id for action in plan.actions if isinstance(action, Bind))
+
+
+def _kubernetes_released(observed):
+    """Allocations whose Kubernetes hold or pending release a pass may take back unreported."""
+    return set(observed.releases.pending) | set(
+        allocation_id for allocation_id, hold in observed.live.items() if hold.kubernetes)
+
+
+def _plan_once(generation, parsed, observed, instances, superseded):
+    state = PassState(generation, parsed, observed, instances, superseded)
     releases = plan_kubernetes_releases(state) + _finish_releases(state) + _release_unwanted(state)
     claims = _claims(state)
     keeps, claims = _keep_wanted(state, claims)
     binds, claims = _bind_new(state, claims)
     # slices of holds gone earlier: after the releases, before anything is bound
     state.plan.actions = releases + _leftover_slices(state) + keeps + binds + _report_failures(state)
-    asides = observed.damaged_specs + [change.aside for action in state.plan.actions for change in action.files
-                                       if isinstance(change, SpecAside)]
+    asides = observed.damaged_specs + [change.aside for action in state.plan.actions
+                                       for change in action.node_files() if isinstance(change, SpecAside)]
     if asides:
         state.plan.conditions.append(damaged_condition(asides))
-    return state.plan
+    return state, state.plan
 
 
 def _finish_releases(state):
@@ -352,7 +386,7 @@ def _release_unwanted(state):
         why = "wanted with other devices" if rebind else "no longer wanted"
         device_ids = hold.device_ids
         if hold.kubernetes:
-            actions.append(release_kubernetes(state, hold, why, wanted=assignment is not None))
+            actions.append(release_kubernetes(state, hold, why, wanted=allocation_id in state.superseded))
         else:
             actions.append(_release_action(Release, observed, allocation_id, state.generation, device_ids, why))
             state.released_slices.add(slice_name(allocation_id))
@@ -401,14 +435,14 @@ def _release_damaged(state, hold, why):
     text = "release %s (%s; its spec is damaged): set %s aside as %s" % (allocation_id, why, hold.path, aside.aside)
     text += "".join(", remove %s" % change.path for change in files[1:])
     text += ", report AllocationReleased" if event else " (never reported bound: nothing to report)"
-    action = Release(allocation_id, text, files, event, device_ids, state.generation)
     _releasing(state, allocation_id, device_ids)
     current = observed.slices.get(slice_name(allocation_id))
+    stop = None
     if current is not None and not current.populated:
-        action.slice = SliceStop(current.name, settings_of(current))
-        action.text += ", then stop %s (empty)" % current.name
+        stop = SliceStop(current.name, settings_of(current))
+        text += ", then stop %s (empty)" % current.name
     state.released_slices.add(slice_name(allocation_id))
-    return action
+    return Release(allocation_id, text, tuple(files), event, tuple(device_ids), state.generation, stop)
 
 
 def _claims(state):
@@ -530,7 +564,7 @@ def _keep_wanted(state, claims):
             continue
         actions.append(ReportBound(allocation_id, "report %s bound (%s)" % (allocation_id, why),
                                    event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
-                                   device_ids=list(hold.device_ids), generation=generation,
+                                   device_ids=tuple(hold.device_ids), generation=generation,
                                    limits=limits_record(assignment.limits)))
     return actions, claims
 
@@ -571,7 +605,7 @@ def _admit_growth(state, claims, assignment, hold):
     try:
         claims = claims.admit(allocation_id, growth)
     except Exhausted as exc:
-        state.failures.append((allocation_id, "resources-exhausted", "%s; the hold keeps its limits" % exc))
+        state.failures.append((allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % exc))
         return kept, claims
     return assignment, claims
 
@@ -599,7 +633,7 @@ def _keep_slice(state, assignment, hold):
     if not state.observed.privileged:
         state.needs_root(text)
         return []
-    return [kind(assignment.allocation_id, text, slice=op, device_ids=list(hold.device_ids),
+    return [kind(assignment.allocation_id, text, slice=op, device_ids=tuple(hold.device_ids),
                  generation=state.generation, limits=limits_record(assignment.limits))]
 
 
@@ -647,7 +681,7 @@ def _keep_files(state, assignment, hold, atoms, env_only=False):
         if not observed.privileged:
             state.needs_root(text)
             continue
-        actions.append(kind(allocation_id, text, [change], device_ids=list(hold.device_ids),
+        actions.append(kind(allocation_id, text, change, device_ids=tuple(hold.device_ids),
                             generation=state.generation))
     return actions
 
@@ -672,7 +706,7 @@ def _bind_new(state, claims):
         try:
             atoms, admitted = _check_new(state, claims, assignment)
         except (AtomRefused, Exhausted) as exc:
-            reason = exc.reason if isinstance(exc, AtomRefused) else "resources-exhausted"
+            reason = exc.reason if isinstance(exc, AtomRefused) else Reason.RESOURCES_EXHAUSTED
             state.failures.append((allocation_id, reason, str(exc)))
             if allocation_id in state.damaged:  # its spec still goes aside, and what was bound is released
                 actions.append(_release_damaged(state, state.damaged[allocation_id], "refused"))
@@ -722,17 +756,32 @@ def _bind_new(state, claims):
             text = "rebind %s from its assignment (its spec is damaged): set %s aside as %s, write %s, %s%s" % (
                 allocation_id, damaged.path, aside.aside, body["cdi_spec_path"], body["env_file"],
                 ", report AllocationBound" if event else " (already reported bound: nothing to report)")
-        action = kind(allocation_id, text, files, event, [atom.id for atom in atoms], generation,
-                      limits=limits_record(assignment.limits), needs=tuple(sorted(needs)))
+        slice_apply = None
         if cgroup_parent is not None:
             slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent))
-            action.slice = slice_apply
-            action.text += ", in %s" % slice_apply.describe()
+            text += ", in %s" % slice_apply.describe()
             state.sliced.add(cgroup_parent)
-        actions.append(action)
+        actions.append(kind(allocation_id, text, tuple(files), event, tuple(atom.id for atom in atoms), generation,
+                            limits_record(assignment.limits), slice_apply, tuple(sorted(needs))))
         plan.holds.append(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
                                        assignment.kubernetes, cgroup_parent))
-    return actions, claims
+    return in_need_order(actions), claims
+
+
+def in_need_order(actions):
+    """``actions`` in their order, but each bind after the binds of the allocations it needs: a Kubernetes
+    hold moved unreported frees its old atoms only with its new ``AllocationBound``, so a hold that takes
+    them is bound after it (and, through ``needs``, not at all if it fails)."""
+    binds = set(action.allocation_id for action in actions if isinstance(action, Bind))
+    ordered, placed, left = [], set(), list(actions)
+    while left:
+        ready = next((i for i, action in enumerate(left)
+                      if all(needed in placed or needed not in binds or needed == action.allocation_id
+                             for needed in action.needs)), 0)  # a cycle: spec order
+        action = left.pop(ready)
+        ordered.append(action)
+        placed.add(action.allocation_id)
+    return ordered
 
 
 def _check_new(state, claims, assignment):
@@ -740,9 +789,9 @@ def _check_new(state, claims, assignment):
     atoms and ``claims`` with its memory booked (kept by the caller only if the hold is bound)."""
     observed = state.observed
     if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
-        raise AtomRefused("unsupported-binding", unsupported_binding(assignment.binding))
+        raise AtomRefused(Reason.UNSUPPORTED_BINDING, unsupported_binding(assignment.binding))
     if not observed.privileged:
-        raise AtomRefused("node-unprivileged", NODE_UNPRIVILEGED)
+        raise AtomRefused(Reason.NODE_UNPRIVILEGED, NODE_UNPRIVILEGED)
     atoms = resolve_devices(assignment.devices, observed.inventory)
     sick = []  # type: List[str]
     for atom in atoms:
@@ -750,16 +799,16 @@ def _check_new(state, claims, assignment):
         if message and message not in sick:
             sick.append(message)
     if sick:
-        raise AtomRefused("device-missing", "; ".join(sick))
+        raise AtomRefused(Reason.DEVICE_MISSING, "; ".join(sick))
     found = conflicts(atoms, claims, assignment.allocation_id)
     if found:
-        raise AtomRefused("overlap", "; ".join(found))
+        raise AtomRefused(Reason.OVERLAP, "; ".join(found))
     if cgroup_parent_of(assignment, assignment.kubernetes) is not None and observed.slices_unavailable:
-        raise AtomRefused("invalid-assignment", "limits: this node cannot create hold slices (%s)"
+        raise AtomRefused(Reason.INVALID_ASSIGNMENT, "limits: this node cannot create hold slices (%s)"
                           % observed.slices_unavailable)
     problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, assignment.kubernetes) else None
     if problem is not None:  # a quota that starves the workload (domain.slices.CPU_QUOTA_FLOOR)
-        raise AtomRefused("invalid-assignment", problem)
+        raise AtomRefused(Reason.INVALID_ASSIGNMENT, problem)
     if needs_admission(assignment.limits):
         _unreadable_memory(state, claims)
         return atoms, claims.admit(assignment.allocation_id, assignment.limits)
@@ -802,5 +851,5 @@ def _report_failures(state):
         body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
                 "reason": reason, "message": message}
         actions.append(Refuse(allocation_id, "refuse %s (%s): %s" % (allocation_id, reason, message),
-                              event={"type": "AllocationFailed", "body": body}, generation=generation))
+                              {"type": ALLOCATION_FAILED, "body": body}, generation))
     return actions

@@ -15,6 +15,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import BINDING_HOLD, BINDING_KUBERNETES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import cdi_device, cdi_spec_path, env_file_path
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import KNOWN_VERSIONS, version_key
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_BOUND, ALLOCATION_RELEASED
 
 
 def base_body(observed, allocation_id, generation, device_ids):
@@ -30,11 +31,11 @@ def bound_event(observed, allocation_id, generation, atoms, cgroup_parent=None):
     body["env_file"] = env_file_path(allocation_id)
     if cgroup_parent:
         body["cgroup_parent"] = cgroup_parent
-    return {"type": "AllocationBound", "body": body}
+    return {"type": ALLOCATION_BOUND, "body": body}
 
 
 def released_event(observed, allocation_id, generation, device_ids):
-    return {"type": "AllocationReleased", "body": base_body(observed, allocation_id, generation, device_ids)}
+    return {"type": ALLOCATION_RELEASED, "body": base_body(observed, allocation_id, generation, device_ids)}
 
 
 def hold_summary(allocation_id, reservation_id, generation, atoms, kubernetes, cgroup_parent=None):

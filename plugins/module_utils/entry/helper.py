@@ -72,6 +72,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
@@ -218,7 +219,7 @@ def _write_hold(host, kind, data):
         try:
             atoms = resolve_devices(assignment.devices, host.inventory())
         except AtomRefused as exc:
-            if kind != "allocation-env" or exc.reason != "device-missing":
+            if kind != "allocation-env" or exc.reason != Reason.DEVICE_MISSING:
                 raise
             atoms = _atoms_on_disk(host, assignment, exc)
         try:  # the node's runtimes by name and version; what each loads is root's own table's word

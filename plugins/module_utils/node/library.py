@@ -38,8 +38,9 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 _OTHER_CODE = tuple(suffix for suffix in importlib.machinery.all_suffixes() if suffix != ".py")
 
 
-class LibraryRefused(Exception):
-    """The node library may not run; the message says why."""
+class _Refused(Exception):
+    """The node library may not run; the message says why. Private: ``refusal`` turns it into its answer (this
+    file imports nothing of the collection, so not even its ``BcdError``)."""
 
 
 def library_path(root, library):
@@ -69,14 +70,14 @@ def library_digest(directory, checked=None):
         for name in dirs + files:
             count += 1
             if count > MAX_ENTRIES:
-                raise LibraryRefused("%s has more than %d entries" % (directory, MAX_ENTRIES))
+                raise _Refused("%s has more than %d entries" % (directory, MAX_ENTRIES))
             path = os.path.join(top, name)
             info = os.lstat(path)
             if checked is not None:
                 checked(path, info)
             if name in files and name.endswith(".py"):
                 if info.st_size > MAX_FILE_BYTES:
-                    raise LibraryRefused("%s is larger than %d bytes" % (path, MAX_FILE_BYTES))
+                    raise _Refused("%s is larger than %d bytes" % (path, MAX_FILE_BYTES))
                 lines.append("%s\0%s\n" % (os.path.relpath(path, directory), _file_digest(path)))
     lines.sort()
     return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
@@ -93,17 +94,17 @@ def _owned_by(info, owner):
 def _entry_check(owner):
     def check(path, info):
         if stat.S_ISLNK(info.st_mode):
-            raise LibraryRefused("%s is a link" % path)
+            raise _Refused("%s is a link" % path)
         if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
-            raise LibraryRefused("%s is neither a file nor a directory" % path)
+            raise _Refused("%s is neither a file nor a directory" % path)
         if not _owned_by(info, owner):
-            raise LibraryRefused("%s is owned by uid %d, not root" % (path, info.st_uid))
+            raise _Refused("%s is owned by uid %d, not root" % (path, info.st_uid))
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise LibraryRefused("%s is writable by group or others (mode %04o)" % (path, stat.S_IMODE(info.st_mode)))
+            raise _Refused("%s is writable by group or others (mode %04o)" % (path, stat.S_IMODE(info.st_mode)))
         name = os.path.basename(path)
         if (stat.S_ISREG(info.st_mode) and name.endswith(_OTHER_CODE)
                 and os.path.basename(os.path.dirname(path)) != "__pycache__"):
-            raise LibraryRefused("%s is code the digest does not cover" % path)
+            raise _Refused("%s is code the digest does not cover" % path)
     return check
 
 
@@ -114,9 +115,9 @@ def _check_ancestors(directory, owner):
     while True:
         info = os.lstat(parent)
         if not _owned_by(info, owner):
-            raise LibraryRefused("%s is owned by uid %d, not root" % (parent, info.st_uid))
+            raise _Refused("%s is owned by uid %d, not root" % (parent, info.st_uid))
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
-            raise LibraryRefused("%s is writable by group or others (mode %04o)" % (parent, stat.S_IMODE(info.st_mode)))
+            raise _Refused("%s is writable by group or others (mode %04o)" % (parent, stat.S_IMODE(info.st_mode)))
         if parent == os.path.dirname(parent):
             return
         parent = os.path.dirname(parent)
@@ -133,7 +134,7 @@ def refusal(directory, digest, owner=0):
         _check_ancestors(real, owner)
         _entry_check(owner)(real, info)
         found = library_digest(real, _entry_check(owner))
-    except LibraryRefused as exc:
+    except _Refused as exc:
         return str(exc)
     except FileNotFoundError:
         return "%s is not installed (the role bcd.devices.bcd_holds installs it)" % directory

@@ -36,6 +36,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError, StateFileError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (  # noqa: F401 (the journal's names)
+    ALLOCATION_BOUND,
+    ALLOCATION_FAILED,
+    ALLOCATION_RELEASED,
+    ATTESTED_TYPES,
+    EVENT_TYPES,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import create_exclusive, ensure_dir, fsync_dir, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, StateFiles, read_file
 
@@ -65,11 +72,6 @@ def _crypto() -> Dict[str, Any]:
 
 
 PURPOSE = "attested-report"
-ALLOCATION_BOUND = "AllocationBound"
-ALLOCATION_RELEASED = "AllocationReleased"
-ALLOCATION_FAILED = "AllocationFailed"
-ATTESTED_TYPES = (ALLOCATION_BOUND, ALLOCATION_RELEASED)
-EVENT_TYPES = (ALLOCATION_BOUND, ALLOCATION_RELEASED, ALLOCATION_FAILED)
 
 JOURNAL_NAME = "events.jsonl"
 SEQ_NAME = "events.seq"

@@ -48,6 +48,7 @@ from typing import Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_BOUND, ALLOCATION_FAILED, ALLOCATION_RELEASED
 
 LEDGER_NAME = "ledger.json"
 # ledger.json of 0.1.0 called the unfinished plain releases "releasing"; read it, write the new name.
@@ -175,18 +176,18 @@ def record_event(ledger, event, limits=None):
     body = event.get("body") or {}
     allocation_id = body.get("allocation_id")
     generation = body.get("generation")
-    if event.get("type") == "AllocationBound":
+    if event.get("type") == ALLOCATION_BOUND:
         record = {"generation": generation, "device_ids": list(body.get("device_ids") or [])}
         if limits:
             record["limits"] = limits
         ledger.bound[allocation_id] = record
-    elif event.get("type") == "AllocationReleased":
+    elif event.get("type") == ALLOCATION_RELEASED:
         ledger.unfinished_releases.pop(allocation_id, None)
         bound = ledger.bound.get(allocation_id)
         # a late Kubernetes release of old devices leaves a newer hold of the same id reported
         if bound is not None and sorted(bound.get("device_ids") or []) == sorted(body.get("device_ids") or []):
             ledger.bound.pop(allocation_id, None)
-    elif event.get("type") == "AllocationFailed" and isinstance(generation, int):
+    elif event.get("type") == ALLOCATION_FAILED and isinstance(generation, int):
         ledger.failures[allocation_id] = {"generation": generation, "reason": body.get("reason"),
                                           "message": body.get("message")}
     ledger.journal_seq = max(ledger.journal_seq, event.get("seq") or 0)

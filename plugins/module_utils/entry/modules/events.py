@@ -13,6 +13,7 @@ import socket
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, warn
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
@@ -20,13 +21,17 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.store import Nod
 LOCK_TIMEOUT = 120.0
 
 
-def _node_id(events):
-    """The node's name for warnings: the ``node_id`` its journaled events carry (a fakehw node's own id),
-    else the hostname, as a host would say (this module reads no host: docs/performance.md)."""
-    for event in events:
-        body = event.get("body") if isinstance(event, dict) else None
-        if isinstance(body, dict) and isinstance(body.get("node_id"), str) and body["node_id"]:
-            return body["node_id"]
+def _node_id(params):
+    """The node's name for warnings, as its host would say it (``host.node_id()``): a fakehw node's own id,
+    else the hostname. Not the journal's ``node_id``: the journal is the account's to write. The fakehw file
+    is read only for a fakehw node; no other host code is loaded (docs/performance.md)."""
+    if params.get("fakehw"):
+        try:
+            node_id = load_fakehw(params["fakehw"]).node_id
+        except (BcdError, OSError):
+            node_id = None
+        if node_id:
+            return node_id
     return socket.gethostname()
 
 
@@ -45,6 +50,6 @@ def main(basic):
         module.fail_json(msg=printable(exc))
     except OSError as exc:
         module.fail_json(msg=printable("cannot use the state directory %s: %s" % (module.params["state_dir"], exc)))
-    warn(module, _node_id(events), state.warnings())
+    warn(module, _node_id(module.params), state.warnings())
     module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
 

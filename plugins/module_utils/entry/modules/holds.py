@@ -9,6 +9,7 @@ name runs it from the node's installed library when it is the controller's code 
 from __future__ import annotations
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable, printable_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
@@ -25,7 +26,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import HA
 
 # What an Ansible user does about a refusal, after the spec's own message.
 ANSIBLE_FIX = {
-    "node-unprivileged": "; with Ansible: add become: true to the task or play, or set helper_socket to the root "
+    Reason.NODE_UNPRIVILEGED: "; with Ansible: add become: true to the task or play, or set helper_socket to the root "
                          "helper's socket (the role bcd.devices.bcd_holds runs one)",
 }
 

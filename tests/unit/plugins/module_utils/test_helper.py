@@ -334,7 +334,7 @@ def test_a_key_the_operation_does_not_take_is_refused_by_name(helper, message, e
     ({"devices": [{"id": "GPU-5f1c2a90-0000-4000-8000-0000000000ff"}]},
      "GPU-5f1c2a90-0000-4000-8000-0000000000ff not present"),
     ({"generation": None}, "generation: required"),
-    ({"binding": None}, "binding BINDING_UNSPECIFIED is not supported"),
+    ({"binding": None}, "binding is missing"),
     ({"binding": "BINDING_INSTANCE"}, "binding BINDING_INSTANCE is not supported"),
     ({"devices": [{"id": GPU_A + "/gi01/ci0", "device_class": "gpu.mig"}]},
      '"%s/gi01/ci0" is not a MIG instance id (<gpu>/gi<n>/ci<n>)' % GPU_A),
@@ -567,7 +567,7 @@ def test_a_pass_through_the_helper_in_process_binds_and_releases(helper, monkeyp
     assert os.path.exists(helper.node("/etc/cdi/bcd-a1.json"))
     host = FakeHwHost(helper.root, helper.fakehw, writer=HelperWriter(HelperClient(helper.socket, timeout=10)))
     released = run_pass(host, 2, [], lock_timeout=5)
-    assert [a.action for a in released.plan.actions] == ["release"]
+    assert [a.kind for a in released.plan.actions] == ["release"]
     assert not os.path.exists(helper.node("/etc/cdi/bcd-a1.json"))
     assert not os.path.exists(helper.node("/run/bcd/allocations/a1.env"))
 
@@ -590,7 +590,7 @@ def test_root_writes_a_kept_holds_env_file_from_its_own_spec_while_its_mig_insta
     os.unlink(env_path)                                                   # a reboot empties /run ...
     Path(helper.fakehw).write_text(json.dumps(HARDWARE))                  # ... before mig-layout runs
     kept = through_helper(1)
-    assert [a.action for a in kept.plan.actions] == ["write-env"]
+    assert [a.kind for a in kept.plan.actions] == ["write-env"]
     assert kept.section["state"] == "CONVERGED", kept.section
     assert Path(env_path).read_bytes() == env
     assert ("NVIDIA_VISIBLE_DEVICES=%s" % mig_uuid).encode() in env
@@ -617,7 +617,7 @@ def test_a_damaged_spec_is_set_aside_by_root_through_the_helper(helper, monkeypa
     good = Path(spec).read_bytes()
     Path(spec).write_bytes(b"{damaged")
     result = through_helper()
-    assert [a.action for a in result.plan.actions] == ["rebind"]
+    assert [a.kind for a in result.plan.actions] == ["rebind"]
     assert Path(spec).read_bytes() == good
     (aside,) = [name for name in os.listdir(helper.node("/etc/cdi")) if ".damaged-" in name]
     assert Path(helper.node("/etc/cdi/" + aside)).read_bytes() == b"{damaged"

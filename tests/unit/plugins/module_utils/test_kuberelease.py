@@ -52,7 +52,7 @@ def pods(node, *device_ids, **kwargs):
 
 
 def steps(result):
-    return [(a.action, a.allocation_id) for a in result.plan.actions]
+    return [(a.kind, a.allocation_id) for a in result.plan.actions]
 
 
 def journal(node):

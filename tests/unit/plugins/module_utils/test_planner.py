@@ -91,7 +91,7 @@ def plan(generation, devices, observed, instances=None):
 
 
 def steps(result):
-    return [(a.action, a.allocation_id) for a in result.actions]
+    return [(a.kind, a.allocation_id) for a in result.actions]
 
 
 def fails(result):
@@ -105,7 +105,7 @@ def test_a_new_hold_is_bound_with_its_files_and_event():
     result = plan(42, [assign("a1", [GPU_A, MIG2])], observe())
     assert steps(result) == [("bind", "a1")]
     (bind,) = result.actions
-    assert [(c.kind, c.path, c.before) for c in bind.files] == [
+    assert [(c.kind, c.path, c.before) for c in bind.node_files()] == [
         ("allocation-env", "/run/bcd/allocations/a1.env", None), ("cdi", "/etc/cdi/bcd-a1.json", None)]
     assert bind.event == {"type": "AllocationBound", "body": {
         "node_id": "node-a", "boot_id": "boot-1", "allocation_id": "a1", "generation": 42,
@@ -121,7 +121,7 @@ def test_a_hold_no_longer_wanted_is_released():
     result = plan(2, [], observe([hold]))
     assert steps(result) == [("release", "a1")]
     (release,) = result.actions
-    assert [(c.path, c.before, c.after) for c in release.files] == [
+    assert [(c.path, c.before, c.after) for c in release.node_files()] == [
         ("/etc/cdi/bcd-a1.json", hold[0].content, None), ("/run/bcd/allocations/a1.env", hold[1], None)]
     assert release.event == {"type": "AllocationReleased", "body": {
         "node_id": "node-a", "boot_id": "boot-1", "allocation_id": "a1", "generation": 2,
@@ -147,27 +147,27 @@ def test_a_kept_hold_is_rendered_again_for_a_new_vendor_spec():
     hold = live("a1", [GPU_A, MIG], spec_vendor=vendor("/dev/nvidia0"))
     result = plan(2, [assign("a1", [GPU_A, MIG])], observe([hold], vendor=vendor("/dev/nvidia7")))
     assert steps(result) == [("rerender", "a1")]
-    (change,) = result.actions[0].files
+    (change,) = result.actions[0].node_files()
     assert (change.kind, change.path, change.before) == ("cdi", "/etc/cdi/bcd-a1.json", hold[0].content)
     assert b"/dev/nvidia7" in change.after and b"/dev/nvidia0" not in change.after
     assert b'"bcd.dev/generation": "1"' in change.after  # still bound at generation 1
-    assert result.actions[0].event is None  # a re-render is no new bind
+    assert result.actions[0].event_type() is None  # a re-render is no new bind
 
 
 def test_a_kept_hold_is_rendered_again_for_a_new_reservation_id():
     hold = live("a1", [GPU_A], reservation="rsv_old")
     result = plan(2, [assign("a1", [GPU_A], reservation_id="rsv_new")], observe([hold]))
-    assert [a.action for a in result.actions] == ["rerender", "write-env"]
+    assert [a.kind for a in result.actions] == ["rerender", "write-env"]
     assert "reservation id" in result.actions[0].text
-    assert b"rsv_new" in result.actions[0].files[0].after
-    assert b"BCD_RESERVATION_ID=rsv_new\n" in result.actions[1].files[0].after
+    assert b"rsv_new" in result.actions[0].node_files()[0].after
+    assert b"BCD_RESERVATION_ID=rsv_new\n" in result.actions[1].node_files()[0].after
 
 
 def test_a_missing_env_file_is_written_again():
     hold, _env = live("a1", [GPU_A])
     result = plan(2, [assign("a1", [GPU_A])], observe([(hold, None)]))
     assert steps(result) == [("write-env", "a1")]
-    (change,) = result.actions[0].files
+    (change,) = result.actions[0].node_files()
     assert (change.path, change.before) == ("/run/bcd/allocations/a1.env", None)
     assert change.after.startswith(b"BCD_ALLOCATION_ID=a1\n")
     assert "missing" in result.actions[0].text
@@ -176,26 +176,26 @@ def test_a_missing_env_file_is_written_again():
 def test_new_env_lines_rewrite_the_env_file():
     result = plan(2, [assign("a1", [GPU_A], env=["TEAM=x"])], observe([live("a1", [GPU_A])]))
     assert steps(result) == [("write-env", "a1")]
-    assert result.actions[0].files[0].after.endswith(b"TEAM=x\n")
+    assert result.actions[0].node_files()[0].after.endswith(b"TEAM=x\n")
 
 
 def test_a_hold_whose_devices_changed_is_released_and_bound_again():
     result = plan(3, [assign("a1", [GPU_B])], observe([live("a1", [GPU_A])]))
     assert steps(result) == [("release", "a1"), ("bind", "a1")]
-    assert result.actions[0].device_ids == [GPU_A]
-    assert result.actions[1].device_ids == [GPU_B]
+    assert list(result.actions[0].device_ids) == [GPU_A]
+    assert list(result.actions[1].device_ids) == [GPU_B]
 
 
 def test_a_hold_whose_binding_changed_is_released_and_bound_again():
     result = plan(3, [assign("a1", [GPU_A], binding="BINDING_KUBERNETES")], observe([live("a1", [GPU_A])]))
     assert steps(result) == [("release", "a1"), ("bind", "a1")]
-    assert b'"bcd.dev/binding": "kubernetes"' in result.actions[1].files[1].after
+    assert b'"bcd.dev/binding": "kubernetes"' in result.actions[1].node_files()[1].after
 
 
 def test_a_hold_written_but_never_reported_is_reported():
     result = plan(2, [assign("a1", [GPU_A])], observe([live("a1", [GPU_A])], ledger=Ledger()))
     assert steps(result) == [("report-bound", "a1")]
-    assert result.actions[0].files == []
+    assert result.actions[0].node_files() == ()
     assert result.actions[0].event["type"] == "AllocationBound"
     assert result.actions[0].event["body"]["device_ids"] == [GPU_A]
 
@@ -207,7 +207,7 @@ def test_a_release_cut_short_is_finished_and_reported():
     result = plan(5, [], observe(ledger=ledger, env_files={"a1": hold[1]}))
     assert steps(result) == [("finish-release", "a1")]
     # only what is still there is removed (and shown in --diff with its real content)
-    assert [(c.path, c.before) for c in result.actions[0].files] == [("/run/bcd/allocations/a1.env", hold[1])]
+    assert [(c.path, c.before) for c in result.actions[0].node_files()] == [("/run/bcd/allocations/a1.env", hold[1])]
     assert result.actions[0].event["body"]["generation"] == 4
     assert result.actions[0].event["body"]["device_ids"] == [GPU_A]
 
@@ -404,7 +404,7 @@ def test_an_unprivileged_pass_refuses_every_new_hold_and_plans_no_writes():
     result = plan(1, devices, observe(privileged=False))
     assert fails(result) == [(a, "node-unprivileged", NODE_UNPRIVILEGED) for a in ("a1", "a2", "a3")]
     assert steps(result) == [("refuse", "a1"), ("refuse", "a2"), ("refuse", "a3")]
-    assert all(action.files == [] for action in result.actions)
+    assert all(action.node_files() == () for action in result.actions)
     assert result.holds == []
 
 
@@ -442,7 +442,7 @@ def test_plan_text_has_one_line_per_action():
 
 def test_env_paths_never_come_from_input():
     result = plan(1, [assign("a1", [GPU_A])], observe())
-    assert [c.path for c in result.actions[0].files] == [env_file_path("a1"), cdi_spec_path("a1")]
+    assert [c.path for c in result.actions[0].node_files()] == [env_file_path("a1"), cdi_spec_path("a1")]
 
 
 def test_changed_limits_are_set_again_where_the_slice_cannot_be_read_back():
@@ -452,7 +452,7 @@ def test_changed_limits_are_set_again_where_the_slice_cannot_be_read_back():
     observed = observe([(hold, env)], ledger=Ledger(bound={"a1": {"generation": 1, "limits": {"cpus": "0-3"}}}),
                        slices={"bcd-alloc-a1.slice": SliceState("bcd-alloc-a1.slice", properties=None)})
     changed = plan(2, [assign("a1", [GPU_A], limits={"cpus": "0-7"})], observed)
-    assert [(a.action, a.slice.properties) for a in changed.actions if a.action == "apply-slice"] == [
+    assert [(a.kind, a.slice.properties) for a in changed.actions if a.kind == "apply-slice"] == [
         ("apply-slice", {"AllowedCPUs": "0-7"})]
     same = plan(2, [assign("a1", [GPU_A], limits={"cpus": "0-3"})], observed)
-    assert "apply-slice" not in [a.action for a in same.actions]
+    assert "apply-slice" not in [a.kind for a in same.actions]

@@ -41,7 +41,7 @@ A1 = hold("a1", GPU_A, limits=LIMITS)
 
 
 def steps(result):
-    return [(a.action, a.allocation_id) for a in result.plan.actions]
+    return [(a.kind, a.allocation_id) for a in result.plan.actions]
 
 
 def events(node, event_type=None, allocation_id=None):

@@ -130,8 +130,10 @@ class FaultyWriter(object):
         if not name.startswith({"write": ("write",), "remove": ("remove", "set_aside"), "slice": ("apply_slice", "stop_slice")}[op]):
             return False
         names = set()
-        for arg in args:
-            names.add(getattr(arg, "name", arg))
+        for arg in args:  # a kind, an allocation id, a slice; not the content or the hold request (a dict)
+            name = getattr(arg, "name", arg)
+            if isinstance(name, str):
+                names.add(name)
         if kind is not None and kind not in names:
             return False
         return allocation_id in names or "bcd-alloc-%s.slice" % allocation_id in names
@@ -678,6 +680,37 @@ KNOWN = {
         ("generation_", {"edits": [("move", "a1", [GPU_C + "/s0"])]}),
         ("generation_", {"edits": [("add", "a5", [GPU_A + "/gi2/ci0", GPU_C + "/s0"], "BINDING_KUBERNETES", {})]}),
         ("generation_", {"edits": [("add", "a1", [GPU_B + "/s0"], "BINDING_KUBERNETES", {"hugepages_2mi": 64})]})],
+    # a Kubernetes hold whose pods hold its atoms, re-bound as a plain hold that is refused when rendered
+    # (/dev/nvidia1 gone): its release was taken back for a hold that never became live, so it was never
+    # reported, and another hold was then bound on its GPU (found by make soak)
+    "kubernetes-hold-rebound-and-refused-is-reported-released": [
+        ("generation_", {"edits": [("add", "a0", [GPU_B + "/s0", GPU_A], "BINDING_KUBERNETES", None)]}),
+        ("pod_takes", {"which": 0}),
+        ("pod_takes", {"which": 1}),
+        ("gpu_b_device_node", {"gone": True}),
+        # a write failure armed on a hold that is not there: no second pass to notice the first one's fault
+        ("write_failure", {"op": "write", "allocation_id": "a3", "kind": None}),
+        ("generation_", {"edits": [("rebind", "a0", "BINDING_HOLD")]}),
+        ("pod_frees", {"which": 0}),
+        ("pod_frees", {"which": 0}),
+        ("timer_pass", {}),
+        ("clear_failure", {}),
+        ("gpu_b_device_node", {"gone": False}),
+        ("generation_", {"edits": [("add", "a4", [GPU_B], "BINDING_HOLD", None),
+                                   ("add", "a0", [GPU_B + "/s0", GPU_A], "BINDING_HOLD", None)]})],
+    # the same refused at render by a runtime's cdiVersion ceiling: the second pass dropped the release it
+    # had just taken back (a second pass planned something; found by make soak)
+    "kubernetes-hold-rebound-and-refused-second-pass-plans-nothing": [
+        ("generation_", {"edits": [("add", "a5", [GPU_C + "/s0", GPU_A + "/gi1/ci0"], "BINDING_KUBERNETES", None)]}),
+        ("pod_takes", {"which": 1}),
+        ("runtimes_change", {"runtimes": "podman 4.3.1 (loads cdiVersion 0.5.0 at most: every hold is refused when rendered)"}),
+        ("generation_", {"edits": [("rebind", "a5", "BINDING_HOLD")]})],
+    # a hold moved while the releases file is unreadable and its writes fail (found by make soak)
+    "move-while-releases-unreadable-and-writes-fail": [
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None)]}),
+        ("releases_file_unreadable", {}),
+        ("write_failure", {"op": "write", "allocation_id": "a0", "kind": None}),
+        ("generation_", {"edits": [("move", "a0", [GPU_A, GPU_B])]})],
 }
 
 

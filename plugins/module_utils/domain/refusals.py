@@ -1,0 +1,38 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Why a hold is refused: the failure reasons of the spec (devices-and-holds, "Failure reasons").
+
+Each is the exact string the control plane and the user see in ``AllocationFailed``, in the module's
+``failures`` and in ``bcd-holds``; every refusal in the code base names one of these constants, and
+the checks of a new hold run in the order ``ORDER`` lists them (the first that fails decides).
+
+Plain string constants, not ``enum.Enum`` members: a reason is journaled, signed, compared with what
+the ledger read back and formatted into messages, and ``str()`` of a ``str`` enum member differs
+between the Pythons the node code runs on (3.8 to 3.13).
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+
+class Reason:
+    """The failure reasons, by name."""
+
+    UNSUPPORTED_BINDING = "unsupported-binding"
+    NODE_UNPRIVILEGED = "node-unprivileged"
+    UNSUPPORTED_DEVICE = "unsupported-device"
+    DEVICE_MISSING = "device-missing"
+    OVERLAP = "overlap"
+    RESOURCES_EXHAUSTED = "resources-exhausted"
+    # the request itself is malformed (a field, limits the node cannot apply, a CDI name); checked
+    # while parsing, before the others
+    INVALID_ASSIGNMENT = "invalid-assignment"
+
+
+# The checks of a new hold, in the spec's order.
+ORDER = (Reason.UNSUPPORTED_BINDING, Reason.NODE_UNPRIVILEGED, Reason.UNSUPPORTED_DEVICE, Reason.DEVICE_MISSING,
+         Reason.OVERLAP, Reason.RESOURCES_EXHAUSTED)  # type: Tuple[str, ...]
+
+REASONS = ORDER + (Reason.INVALID_ASSIGNMENT,)  # type: Tuple[str, ...]
