@@ -246,8 +246,20 @@ def test_mig_spec_names_stay_strings_and_mig_edits_are_found(tmp_path):
     assert spec.edits_for_gpu(MIG_0_0) is None
 
 
+@pytest.fixture(params=["libyaml", "pure-python"])
+def yaml_parser(request, monkeypatch):
+    """Each YAML parser a node may have: libyaml's (used where PyYAML has it) and PyYAML's own."""
+    import yaml
+    if request.param == "libyaml" and not getattr(yaml, "__with_libyaml__", False):
+        pytest.skip("PyYAML here has no libyaml")
+    if request.param == "pure-python":
+        monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    monkeypatch.setattr(_cdi_vendor, "_YAML", {})
+    return request.param
+
+
 @pytest.mark.parametrize("written", ["1:0", "59:59", "010", "1_0", "0x1f", "12"])
-def test_device_names_are_kept_as_written(tmp_path, written):
+def test_device_names_are_kept_as_written(tmp_path, written, yaml_parser):
     put(tmp_path, "/etc/cdi/nvidia.yaml", (
         "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
         "- name: %s\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n"
