@@ -630,7 +630,7 @@ SPECS = {
 COVERED = {
     ("docs/user-guide.md", "# inventory.yml"): "the inventory of first.yml and retry.yml, whose tests use it as written",
     ("docs/examples/gateway.py", "file"): "the gateway of docs/node.md's delivery example here, of molecule/delivery, "
-                                          "and tests/unit/plugins/module_utils/test_cli.py",
+                                          "and tests/unit/plugins/module_utils/entry/test_cli.py",
 }
 
 # Examples that cannot run here: syntax-checked only.

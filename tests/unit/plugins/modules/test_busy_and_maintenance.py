@@ -13,7 +13,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_BU
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock
 from ansible_collections.bcd.devices.plugins.modules import gpu_busy, maintenance
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_cli import cli, write_spec
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_cli import cli, write_spec
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import call, info
 

@@ -14,11 +14,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
 from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy import POLICY, check_env_key
 from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_entry
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
     base,
     helper,
 )
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import (
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import (
     hold as helper_hold,
 )
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run

@@ -32,7 +32,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Fake
 
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2, open_to_all
 
-REPO = Path(__file__).resolve().parents[4]
+REPO = Path(__file__).resolve().parents[5]
 UNPRIVILEGED = ("bcd node runs without root and without [helper]: it cannot write /etc/cdi or create hold "
                 "slices (run bcd node as root, or under bcd helper)")
 

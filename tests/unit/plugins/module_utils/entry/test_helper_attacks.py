@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import check_a_populated_slice_is_kept
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import check_a_populated_slice_is_kept
 
 if os.geteuid() != 0 or shutil.which("useradd") is None or not os.path.exists("/usr/bin/python3"):
     pytest.skip("needs root, useradd and /usr/bin/python3 to play another account", allow_module_level=True)

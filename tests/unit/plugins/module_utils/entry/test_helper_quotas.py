@@ -56,7 +56,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
 
 AS_ROOT = os.geteuid() == 0 and shutil.which("useradd") is not None and os.path.exists("/usr/bin/python3")
 if AS_ROOT:
-    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper_attacks import (
+    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper_attacks import (
         COLLECTIONS_PARENT,
         GPU_A,
         HARDWARE,

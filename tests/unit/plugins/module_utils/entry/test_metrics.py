@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_ERROR, EX_OK
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_cli import cli, hold, write_spec
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_cli import cli, hold, write_spec
 
 
 def samples(text):

@@ -35,7 +35,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.status import WI
 from ansible_collections.bcd.devices.plugins.modules import events as events_module
 from ansible_collections.bcd.devices.plugins.modules import gpu_busy, holds, holds_info, maintenance
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_cli import cli, hold, write_spec
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_cli import cli, hold, write_spec
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import call, warnings
 
 # What an attacker writes: erase the line and return to its start (then draw what they like), a C1
