@@ -17,6 +17,7 @@ Skipped unless run as root with ``useradd`` (CI runs as root).
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import pwd
@@ -32,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
+from ansible_collections.bcd.devices.tests.unit.builders import request
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import check_a_populated_slice_is_kept
 
 if os.geteuid() != 0 or shutil.which("useradd") is None or not os.path.exists("/usr/bin/python3"):
@@ -247,11 +249,8 @@ def world(attacker):
     running.close()
 
 
-def hold(allocation_id="a1", device=GPU_A, **fields):
-    data = {"allocation_id": allocation_id, "reservation_id": "r1", "generation": 1, "binding": "BINDING_HOLD",
-            "devices": [{"id": device}], "limits": None, "env": []}
-    data.update(fields)
-    return data
+# What the attacker sends the helper: a hold of this node's GPU_A, generation 1, reservation r1.
+hold = functools.partial(request, device_id=GPU_A, generation=1, reservation_id="r1")
 
 
 def target_untouched(world):
@@ -269,9 +268,9 @@ def target_untouched(world):
     ({"op": "hold.write", "kind": "cdi", "hold": hold(hooks=[{"hookName": "createRuntime", "path": "/tmp/x"}])},
      "hold.hooks: unknown field"),
     ({"op": "hold.write", "kind": "cdi", "hold": hold(additionalGids=[0])}, "hold.additionalGids: unknown field"),
-    ({"op": "hold.write", "kind": "cdi", "hold": hold(device="all")}, "all not present"),
-    ({"op": "hold.write", "kind": "cdi", "hold": hold(device="/dev/sda")}, "\"/dev/sda\" cannot name a CDI device"),
-    ({"op": "hold.write", "kind": "cdi", "hold": hold(device="GPU-5f1c2a90-00aa-4000-8000-0000000000ff")},
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(device_id="all")}, "all not present"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(device_id="/dev/sda")}, "\"/dev/sda\" cannot name a CDI device"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(device_id="GPU-5f1c2a90-00aa-4000-8000-0000000000ff")},
      "GPU-5f1c2a90-00aa-4000-8000-0000000000ff not present"),
     ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["NVIDIA_VISIBLE_DEVICES=all"])},
      "env[0]: NVIDIA_VISIBLE_DEVICES is set by bcd and cannot be overridden"),

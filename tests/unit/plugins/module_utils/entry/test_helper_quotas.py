@@ -46,6 +46,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
 from ansible_collections.bcd.devices.plugins.module_utils.node import writers as _writers
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
+from ansible_collections.bcd.devices.tests.unit.builders import slot
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
     ASIDE_PER_HOLD,
     ASIDE_TOTAL,
@@ -369,16 +370,11 @@ def base():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def plain(allocation_id, device):
-    return {"allocation_id": allocation_id, "reservation_id": "r-" + allocation_id, "binding": "BINDING_HOLD",
-            "devices": [{"id": device, "device_class": "gpu.slot"}]}
-
-
 def test_a_pass_the_rate_limit_cuts_short_retries_and_converges_after_the_window(base, monkeypatch):
     helper = InProcessHelper(base, RateLimit(rate=20, burst=3, exempt=()))
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the pass's side; the helper thread limits its real uid
     try:
-        devices = [plain("a1", GPU_A + "/s0"), plain("a2", GPU_A + "/s1")]
+        devices = [slot("a1", GPU_A + "/s0", reservation_id="r-a1"), slot("a2", GPU_A + "/s1", reservation_id="r-a2")]
         cut = helper.run_pass(1, devices)
         assert cut.section["state"] == "PROGRESSING" and cut.retry
         (error,) = cut.errors
@@ -402,7 +398,7 @@ def test_a_pass_the_quota_refuses_retries_and_converges_once_there_is_room(base,
         os.makedirs(env_dir)
         for index in range(MAX_HOLD_FILES):  # env files no hold has (a pass never writes those)
             Path(env_dir, "x%d.env" % index).write_text("BCD_ALLOCATION_ID=x\n")
-        devices = [plain("a1", GPU_A + "/s0")]
+        devices = [slot("a1", GPU_A + "/s0", reservation_id="r-a1")]
         refused = helper.run_pass(1, devices)
         assert refused.section["state"] == "PROGRESSING"
         assert refused.errors == [
