@@ -31,6 +31,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.status import sh
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 
 from ansible_collections.bcd.devices.tests.unit.builders import hold, kube, mig, slot
+from ansible_collections.bcd.devices.tests.unit.served_helper import ServedHelper
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2, open_to_all
 
 REPO = Path(__file__).resolve().parents[5]
@@ -70,30 +71,9 @@ def as_user(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
 
 
-class RunningHelper(object):
-    def __init__(self, node):
-        self.socket = os.path.join(node.base, "helper.sock")
-        self.server = listen(self.socket)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=serve, args=(FakeHwHost(node.root, node.fakehw), self.server,
-                                                           Policy(), None, self.stop))
-        self.thread.daemon = True
-        self.thread.start()
-
-    def close(self):
-        self.stop.set()
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
-                wake.connect(self.socket)
-        except OSError:
-            pass
-        self.thread.join(5)
-        self.server.close()
-
-
 @pytest.fixture
 def helper(node):
-    running = RunningHelper(node)
+    running = ServedHelper(FakeHwHost(node.root, node.fakehw), os.path.join(node.base, "helper.sock"))
     yield running
     running.close()
 

@@ -37,6 +37,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client imp
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter
 from ansible_collections.bcd.devices.tests.unit.builders import request
+from ansible_collections.bcd.devices.tests.unit.served_helper import ServedHelper
 
 GPU_A = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 GPU_B = "GPU-5f1c2a90-0000-4000-8000-000000000002"
@@ -46,7 +47,7 @@ HARDWARE = {"node_id": "node-h", "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-2c4f1d2b7a1
 COLLECTIONS_PARENT = _cli.__file__[:_cli.__file__.rindex("/ansible_collections/")]
 
 
-class Helper(object):
+class Helper(ServedHelper):
     """A running helper: ``base`` (a 0755 directory nobody can traverse) holds ``root``,
     the hardware file and the socket; ``outside`` is a sibling of ``root`` that must stay empty."""
 
@@ -59,24 +60,7 @@ class Helper(object):
         self.fakehw = os.path.join(base, "fakehw.json")
         with open(self.fakehw, "w") as handle:
             json.dump(HARDWARE, handle)
-        self.socket = os.path.join(base, "run", "helper.sock")
-        self.log = []
-        self.server = listen(self.socket, list(users))
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=serve, args=(FakeHwHost(self.root, self.fakehw), self.server,
-                                                           Policy(users), self.log.append, self.stop))
-        self.thread.daemon = True
-        self.thread.start()
-
-    def close(self):
-        self.stop.set()
-        try:  # wake the accept loop so that it sees the stop at once
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
-                wake.connect(self.socket)
-        except OSError:
-            pass
-        self.thread.join(5)
-        self.server.close()
+        super().__init__(FakeHwHost(self.root, self.fakehw), os.path.join(base, "run", "helper.sock"), users)
 
     def node(self, node_path):
         return os.path.join(self.root, node_path.lstrip("/"))
