@@ -16,7 +16,6 @@ import base64
 import importlib.util
 import json
 import os
-import socket
 import threading
 import urllib.error
 import urllib.request
@@ -26,7 +25,6 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_CHECK, EX_ERROR, EX_OK, EX_RETRY, main
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import NodeKey
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import short_uuid
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 

@@ -24,7 +24,6 @@ import socket
 import stat
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -38,10 +37,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
     RATE_BURST,
     RATE_PER_SECOND,
     RATED_OPS,
-    Policy,
     RateLimit,
-    listen,
-    serve,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node import writers as _writers
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
