@@ -58,7 +58,7 @@ MPS_PIPE_DIRECTORY = "/run/nvidia-mps"
 BASE_VERSION = "0.6.0"
 # Bump whenever render_hold gives other bytes for the same inputs: a pass trusts a kept hold whose
 # render key and file digests it recorded (``render_record``) without rendering it again, and a new
-# revision makes every key new. tests/unit/plugins/module_utils/test_cdi.py pins the output.
+# revision makes every key new. tests/unit/plugins/module_utils/domain/test_cdi.py pins the output.
 RENDER_REVISION = 2  # 2: a vendor env line setting one of bcd's own keys is dropped (issue 23)
 
 ANN_ALLOCATION = "bcd.dev/allocation-id"

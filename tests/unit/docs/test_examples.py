@@ -48,6 +48,7 @@ import yaml
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
+from ansible_collections.bcd.devices.tests.unit.builders import NO_CLASS, device, hold, kube, mig
 
 REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
@@ -268,15 +269,6 @@ def tasks_of(text, subs=None):
     return yaml.safe_load(textwrap.dedent(text))
 
 
-def hold(allocation_id, device, binding="BINDING_HOLD", **extra):
-    item = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": binding,
-            "devices": [{"id": device}]}
-    if "/gi" in device:
-        item["devices"][0]["device_class"] = "gpu.mig"
-    item.update(extra)
-    return item
-
-
 def holds_task(generation, devices, register="setup_pass", **extra):
     args = {"generation": generation, "devices": devices}
     args.update(extra)
@@ -312,7 +304,7 @@ def run_holds_examples(run, text):
 
 def run_holds_info_examples(run, text):
     run.node("node-a", "--node-number", "0")
-    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0)), hold("alloc_notebook", gpu(0, 1) + "/gi1/ci0")])
+    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0), device_class=NO_CLASS), hold("alloc_notebook", gpu(0, 1) + "/gi1/ci0")])
     run.playbook([run.play(tasks_of(text))], capture=["node_public_key", "info"])
     assert len(run.captured["node_public_key"]) == 44
     assert "GPU 0 %s: alloc_train" % gpu(0, 0) in run.out
@@ -323,8 +315,7 @@ def run_holds_info_examples(run, text):
 def run_events_examples(run, text):
     run.node("node-a", "--node-number", "0")
     run.node("fakehw-a", at=run.tmp / "doc" / "node-a")
-    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0)), hold("alloc_vf", "vf-0", devices=[
-        {"id": "vf-0", "device_class": "nic.vf"}])])
+    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0), device_class=NO_CLASS), hold("alloc_vf", "vf-0", device_class="nic.vf")])
     tasks = tasks_of(text, {"/tmp/bcd-nodes/node-a": run.nodes["fakehw-a"]})
     run.playbook([run.play(tasks)], capture=["journal"])
     assert [e["type"] for e in run.captured["journal"]["events"]] == ["AllocationBound", "AllocationFailed"]
@@ -334,7 +325,7 @@ def run_events_examples(run, text):
 
 def run_verify_report_examples(run, text):
     run.node("node-a", "--node-number", "0")
-    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0))])
+    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0), device_class=NO_CLASS)])
     run.bind("node-a", 2, [])
     run.playbook([run.play(tasks_of(text))], capture=["journal"])
     types = [e["type"] for e in run.captured["journal"]["events"]]
@@ -373,7 +364,7 @@ def run_readme_playbook(run, text):
     for play in plays:
         play["module_defaults"] = run.defaults()
     nodespec = {"generation": 1, "instances": [{"instance_id": "inst_9", "gpus": [gpu(0, 3)]}],
-                "devices": [hold("alloc_ok", gpu(0, 0)), hold("alloc_vm", gpu(0, 3))]}
+                "devices": [hold("alloc_ok", gpu(0, 0), device_class=NO_CLASS), hold("alloc_vm", gpu(0, 3), device_class=NO_CLASS)]}
     run.playbook(plays, capture=["holds"], extra=["-e", json.dumps({"nodespec": nodespec})])
     assert [f["allocation_id"] for f in run.captured["holds"]["failures"]] == ["alloc_vm"]
     assert "alloc_vm" in run.out.split("TASK [Show what was refused and why]", 1)[1]
@@ -407,7 +398,7 @@ def run_readme_assignment(run, text):
 def run_events_md_playbook(run, text):
     run.node("node-a")
     # what the user guide's first playbook bound
-    run.bind("node-a", 1, [hold("alloc_train", gpu(1, 0)), hold("alloc_notebook", gpu(1, 1) + "/gi1/ci0")])
+    run.bind("node-a", 1, [hold("alloc_train", gpu(1, 0), device_class=NO_CLASS), mig("alloc_notebook", gpu(1, 1) + "/gi1/ci0")])
     run.playbook(text, capture=["acked"])
     assert run.captured["acked"]["acknowledged"] == 2
     assert '"msg": "acknowledged 2, 0 left"' in run.out
@@ -418,8 +409,7 @@ def run_events_md_filter_lines(run, text):
     """events.md's lines of a debug task, on a node's journal with a bind and a refusal: pass_result
     (that pass), journal (bcd.devices.events) and info (bcd.devices.holds_info) as the page has them."""
     run.node("node-a")
-    pass_result = run.bind("node-a", 1, [hold("alloc_train", gpu(1, 0)), hold("alloc_vf", "vf-0", devices=[
-        {"id": "vf-0", "device_class": "nic.vf"}])])
+    pass_result = run.bind("node-a", 1, [hold("alloc_train", gpu(1, 0), device_class=NO_CLASS), hold("alloc_vf", "vf-0", device_class="nic.vf")])
     journal = [json.loads(line) for line in run.read("node-a", "/var/lib/bcd/events.jsonl").splitlines()]
     assert [event["type"] for event in journal] == ["AllocationBound", "AllocationFailed"]
     facts = run.tmp / "registered.json"
@@ -444,7 +434,7 @@ def run_fakehw_md_hardware_file(run, text):
     assert yaml.safe_load((root / "fakehw.yml").read_text()) == yaml.safe_load(text)
 
 
-def run_kubelet_fragment(run, kubelet, node_number, device, pods, mig_gpu="1"):
+def run_kubelet_fragment(run, kubelet, node_number, device_ids, pods, mig_gpu="1"):
     """A kubelet section of a hardware file: a Kubernetes hold bound before the pods appear is not
     reported released while they hold its devices."""
     root = run.node("node-a", "--node-number", str(node_number), "--mig-gpu", mig_gpu)
@@ -452,8 +442,7 @@ def run_kubelet_fragment(run, kubelet, node_number, device, pods, mig_gpu="1"):
     hardware["kubelet"] = kubelet
     with_pods = run.tmp / "fakehw-with-pods.yml"
     with_pods.write_text(yaml.safe_dump(hardware))
-    devices = [hold("alloc_kube", d, binding="BINDING_KUBERNETES") for d in device]
-    devices = [dict(devices[0], devices=[d for item in devices for d in item["devices"]])]
+    devices = [kube("alloc_kube", devices=[device(d, "gpu.mig" if "/gi" in d else NO_CLASS) for d in device_ids])]
     assert run.bind("node-a", 1, devices)["section"]["state"] == "CONVERGED"
     with_pods.replace(root / "fakehw.yml")  # the pods start
     run.playbook([run.play([holds_task(2, [], register="released")])], capture=["released"])
@@ -543,7 +532,7 @@ def run_node_md_delivery(run, text):
     """The delivery-only play against docs/examples/gateway.py, with the node's key enrolled."""
     root = run.node("node-a")
     with gateway(run) as (url, keys, store):
-        run.bind("node-a", 1, [hold("alloc_train", gpu(1, 0))])
+        run.bind("node-a", 1, [hold("alloc_train", gpu(1, 0), device_class=NO_CLASS)])
         (keys / "node-a.pub").write_text(run.public_key("node-a"))  # the node enrolled
         plays = yaml.safe_load(text.replace("http://127.0.0.1:46283/events", url))
         run.playbook(plays, capture=["bcd_holds_delivery"],
@@ -558,8 +547,7 @@ def run_delivery_examples(run, text):
     """The filter's example against docs/examples/gateway.py with the node's key enrolled: it takes both
     events, so both are acknowledged."""
     run.node("node-a", "--node-number", "0")
-    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0)), hold("alloc_vf", "vf-0", devices=[
-        {"id": "vf-0", "device_class": "nic.vf"}])])
+    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0), device_class=NO_CLASS), hold("alloc_vf", "vf-0", device_class="nic.vf")])
     with gateway(run) as (url, keys, store):
         (keys / "node-a.pub").write_text(run.public_key("node-a"))
         run.playbook([run.play(tasks_of(text, {"https://gateway.example/events": url}))], capture=["journal", "post"])
@@ -640,7 +628,7 @@ SPECS = {
 COVERED = {
     ("docs/user-guide.md", "# inventory.yml"): "the inventory of first.yml and retry.yml, whose tests use it as written",
     ("docs/examples/gateway.py", "file"): "the gateway of docs/node.md's delivery example here, of molecule/delivery, "
-                                          "and tests/unit/plugins/module_utils/test_cli.py",
+                                          "and tests/unit/plugins/module_utils/entry/test_cli.py",
 }
 
 # Examples that cannot run here: syntax-checked only.

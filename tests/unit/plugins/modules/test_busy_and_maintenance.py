@@ -12,9 +12,10 @@ import json
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_BUSY, EX_ERROR, EX_OK
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock
 from ansible_collections.bcd.devices.plugins.modules import gpu_busy, maintenance
+from ansible_collections.bcd.devices.tests.unit.builders import hold, mig
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_cli import cli, write_spec
-from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_cli import cli, write_spec
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import call, info
 
 UNKNOWN = "GPU-00000000-dead-4000-8000-000000000000"
@@ -38,10 +39,6 @@ def busy(capsys, node, *gpus, **args):
 
 def fails(result):
     return [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]]
-
-
-def mig(allocation_id, device_id):
-    return dict(hold(allocation_id), devices=[{"id": device_id, "device_class": "gpu.mig"}])
 
 
 # -- maintenance ---------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import XID_CLASSES, gpu_health, xids_from_log
 from ansible_collections.bcd.devices.plugins.module_utils.node import inventory as real
+from ansible_collections.bcd.devices.tests.unit.builders import hold
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_cli import cli
-from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_cli import cli
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_busy_and_maintenance import service
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import info
 

@@ -18,19 +18,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import ve
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.modules import holds
 
+from ansible_collections.bcd.devices.tests.unit.builders import hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, open_to_all
 
 NODE_ID = "node-a"  # the fixture node's id, which every warning starts with
 GPU_GONE = "GPU-5f1c2a90-0000-4000-8000-0000000000ff"
 NODE_UNPRIVILEGED = ("bcd node runs without root and without [helper]: it cannot write /etc/cdi or create hold "
                      "slices (run bcd node as root, or under bcd helper)")
-
-
-def hold(allocation_id, *ids, **fields):
-    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": "BINDING_HOLD",
-            "devices": [{"id": i, "device_class": "gpu.slot" if "/s" in i else "gpu"} for i in ids]}
-    data.update(fields)
-    return data
 
 
 def run(capsys, node, check=False, diff=False, **args):
@@ -375,7 +369,6 @@ def test_a_bad_id_or_class_keeps_the_spec_message_and_the_warning_says_what_the_
     (index and UUID), the GPU's MIG instances, or the device classes a hold may name."""
     gpus = "this node has GPU 0 %s, GPU 1 %s, GPU 2 %s" % (GPU_A, GPU_B, GPU_C)
     devices = [hold("a1", "nvidia0"), hold("a2", GPU_A), hold("a3", GPU_A + "/gi3/ci0"), hold("a4", GPU_C)]
-    devices[2]["devices"][0]["device_class"] = "gpu.mig"
     devices[3]["devices"][0]["device_class"] = "GPU"
     result = run(capsys, node, generation=1, devices=devices)
     assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [

@@ -16,6 +16,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.status import st
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
 from ansible_collections.bcd.devices.plugins.modules import holds, holds_info
 
+from ansible_collections.bcd.devices.tests.unit.builders import hold, mig, slot
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2
 
 
@@ -51,11 +52,6 @@ def converge(capsys, node, generation, devices):
                                      "devices": devices})
 
 
-def hold(allocation_id, device_id, device_class="gpu"):
-    return {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": "BINDING_HOLD",
-            "devices": [{"id": device_id, "device_class": device_class}]}
-
-
 def by_uuid(result):
     return dict((gpu["uuid"], gpu) for gpu in result["gpus"])
 
@@ -75,8 +71,8 @@ def test_a_node_without_holds(capsys, node):
 
 def test_who_holds_each_gpu_its_mig_instances_and_slots(capsys, node):
     bound = converge(capsys, node, 7, [
-        hold("a1", GPU_B), hold("a2", GPU_A + "/gi2/ci0", "gpu.mig"),
-        hold("a3", GPU_C + "/s1", "gpu.slot"), hold("a4", GPU_C + "/s2", "gpu.slot")])
+        hold("a1", GPU_B), mig("a2", GPU_A + "/gi2/ci0"),
+        slot("a3", GPU_C + "/s1"), slot("a4", GPU_C + "/s2")])
     assert bound["section"]["state"] == "CONVERGED"
     result = info(capsys, node)
     assert [h["allocation_id"] for h in result["holds"]] == ["a1", "a2", "a3", "a4"]
@@ -120,7 +116,7 @@ def test_reading_a_fresh_node_creates_no_state(capsys, node):
 
 
 def test_a_held_gpu_the_inventory_no_longer_lists(capsys, node):
-    converge(capsys, node, 1, [hold("a1", GPU_C), hold("a2", GPU_A + "/gi1/ci0", "gpu.mig")])
+    converge(capsys, node, 1, [hold("a1", GPU_C), mig("a2", GPU_A + "/gi1/ci0")])
     # GPU_C fell off the bus; GPU_A's MIG layout was changed under the hold
     node.set_hardware(gpus=[{"uuid": GPU_A, "index": 0, "minor": 0, "mig": [{"gi": 2, "ci": 0, "uuid": MIG_A2}]}])
     gpus = by_uuid(info(capsys, node))
@@ -162,7 +158,7 @@ def test_a_bad_fakehw_file_fails_with_a_clear_message(capsys, node, content, wor
 
 
 def test_the_table_is_what_bcd_holds_status_prints_one_line_per_element(capsys, node):
-    converge(capsys, node, 1, [hold("alloc_train", GPU_B), hold("alloc_nb", GPU_A + "/gi1/ci0", "gpu.mig")])
+    converge(capsys, node, 1, [hold("alloc_train", GPU_B), mig("alloc_nb", GPU_A + "/gi1/ci0")])
     result = info(capsys, node)
     table = result["table"]
     assert table[0].split() == ["GPU", "UUID", "HELD", "BY", "RESET", "SERVICE", "MIG", "INSTANCES", "AND", "SLOTS"]

@@ -16,8 +16,9 @@ import re
 
 import pytest
 
+from ansible_collections.bcd.devices.tests.unit.builders import hold, mig
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, MIG_A1
-from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run, warnings
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import info
 
 
@@ -27,12 +28,6 @@ def fails(result):
 
 def types(result):
     return [(e["type"], e["body"]["allocation_id"]) for e in result["events"]]
-
-
-def mig(allocation_id, device_id, **fields):
-    data = hold(allocation_id, **fields)
-    data["devices"] = [{"id": device_id, "device_class": "gpu.mig"}]
-    return data
 
 
 # -- 1. one MIG instance or slot, one hold --------------------------------------------

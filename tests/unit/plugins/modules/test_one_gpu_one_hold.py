@@ -15,7 +15,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.writers import Di
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_admission import write_memory
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.test_admission import write_memory
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_runtimes_and_upgrades import driver, set_vendor_version
 

@@ -15,15 +15,11 @@ import json
 import re
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_CHECK, EX_OK
+from ansible_collections.bcd.devices.tests.unit.builders import hold, mig, request
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_cli import cli, write_spec
-from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_cli import cli, write_spec
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run, warnings
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import info
-
-
-def mig(allocation_id, device_id):
-    """A hold of one MIG instance (``<gpu>/gi<n>/ci<n>``)."""
-    return dict(hold(allocation_id), devices=[{"id": device_id, "device_class": "gpu.mig"}])
 
 
 VENDOR = "/var/run/cdi/nvidia.yaml"
@@ -150,7 +146,7 @@ def _spec_with_runtimes(node):
 
 
 def test_the_helper_renders_at_the_version_the_pass_named_runtimes_allow(capsys, make_node):
-    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import Helper, hold as request
+    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import Helper
     import shutil
     import tempfile
     base = tempfile.mkdtemp(prefix="bcd-helper-test-")

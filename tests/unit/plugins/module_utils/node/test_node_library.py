@@ -16,7 +16,7 @@ import pytest
 from ansible_collections.bcd.devices.plugins.module_utils.node import library
 from ansible_collections.bcd.devices.plugins.plugin_utils.node_library import controller_digest, wanted_library
 
-REPO = Path(__file__).resolve().parents[4]
+REPO = Path(__file__).resolve().parents[5]
 sys.path.insert(0, str(REPO / "hack"))
 import node_library as installer  # noqa: E402  pylint: disable=wrong-import-position
 

@@ -18,7 +18,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain import cdi_vend
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import VendorSpec
 from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
 
-DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia-cdi"
+DATA = Path(__file__).resolve().parents[4] / "data" / "nvidia-cdi"
 
 FULL_YAML = DATA / "salilkadam_nvidia.yaml"
 FULL_JSON = DATA / "ramalama_fullgpu_cdi.json"

@@ -7,7 +7,7 @@ On 0.2.0 an account the helper serves could have root leave about 100 files a se
 ``/etc/cdi``: ``hold.write`` for fresh allocation ids, and ``hold.write`` + ``hold.set_aside``
 in a loop (1 987 specs and 1 243 damaged copies in 16 s), each loaded by every container
 runtime on every start and never pruned. Those reproductions run here against a real helper
-process (``test_helper_attacks.World``), played by a throwaway account, with every loop bounded
+process (``tests/unit/attackers.py``'s ``World``), played by a throwaway account, with every loop bounded
 in count and time: fresh holds past the quota are refused, damaged copies are pruned to a few
 per allocation and a few dozen in all, a flood is rate limited and the limit lifts, and a whole
 pass of the most holds a node may have still goes through. The parts (the token bucket, the
@@ -24,7 +24,6 @@ import socket
 import stat
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -38,10 +37,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
     RATE_BURST,
     RATE_PER_SECOND,
     RATED_OPS,
-    Policy,
     RateLimit,
-    listen,
-    serve,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node import writers as _writers
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
@@ -53,24 +49,24 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
     count_node_files,
     set_aside,
 )
+from ansible_collections.bcd.devices.tests.unit.attackers import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
+    attacker,
+    world,
+)
+from ansible_collections.bcd.devices.tests.unit.attackers import (
+    CAN_PLAY,
+    CANNOT_PLAY,
+    COLLECTIONS_PARENT,
+    GPU_A,
+    HARDWARE,
+    LAUNCHER,
+    hold,
+    target_untouched,
+)
+from ansible_collections.bcd.devices.tests.unit.builders import slot
+from ansible_collections.bcd.devices.tests.unit.served_helper import ServedHelper
 
-AS_ROOT = os.geteuid() == 0 and shutil.which("useradd") is not None and os.path.exists("/usr/bin/python3")
-if AS_ROOT:
-    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper_attacks import (
-        COLLECTIONS_PARENT,
-        GPU_A,
-        HARDWARE,
-        LAUNCHER,
-        Attacker,
-        World,
-        hold,
-        target_untouched,
-    )
-else:
-    GPU_A = "GPU-5f1c2a90-00aa-4000-8000-000000000001"
-    HARDWARE = {"node_id": "node-q", "gpus": [{"uuid": GPU_A, "index": 0, "minor": 0}]}
-
-needs_an_account = pytest.mark.skipif(not AS_ROOT, reason="needs root, useradd and /usr/bin/python3 to play another account")
+needs_an_account = pytest.mark.skipif(not CAN_PLAY, reason=CANNOT_PLAY)
 
 # The account's loop: one connection per request, the requests one JSON object a line on stdin, until
 # they run out, a reply's error contains STOP (when not empty) or SECONDS pass. A line "--" starts a tail:
@@ -105,38 +101,13 @@ print(json.dumps({"replies": replies, "seconds": time.monotonic() - start}))
 """
 
 
-@pytest.fixture(scope="module")
-def attacker():
-    if not AS_ROOT:
-        pytest.skip("needs root, useradd and /usr/bin/python3 to play another account")
-    account = Attacker()
-    yield account
-    account.remove()
-
-
-@pytest.fixture
-def world(attacker):
-    running = World(attacker)
-    yield running
-    running.close()
-
-
-def as_account(account):
-    """A ``preexec_fn`` that makes the child ``account``."""
-    def demote():
-        os.setgroups([])
-        os.setgid(account.gid)
-        os.setuid(account.uid)
-    return demote
-
-
 def loop(world, requests, stop="", seconds=90, tail=()):
     """The account sends ``requests`` (one connection each) in one process, up to a reply whose error
     holds ``stop``, then ``tail`` at once; its replies, in order."""
     lines = [json.dumps(r) for r in requests] + (["--"] + [json.dumps(r) for r in tail] if tail else [])
     proc = subprocess.run(["/usr/bin/python3", "-c", LOOP, world.socket, stop, str(seconds)],
                           input="".join(line + "\n" for line in lines).encode(),
-                          preexec_fn=as_account(world.attacker), cwd="/", stdout=subprocess.PIPE,
+                          preexec_fn=world.attacker.demote, cwd="/", stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=seconds + 60, check=False)
     assert proc.returncode == 0, proc.stderr.decode()
     return json.loads(proc.stdout)["replies"]
@@ -308,7 +279,7 @@ def test_a_whole_pass_of_the_most_holds_goes_through_the_limits_and_the_next_is_
         proc = subprocess.run(["/usr/bin/python3", "-c", LAUNCHER, COLLECTIONS_PARENT, "converge", "--spec", spec,
                                "--root", world.root, "--fakehw", world.fakehw, "--json",
                                "--helper-socket", world.socket],
-                              preexec_fn=as_account(world.attacker), cwd="/", stdout=subprocess.PIPE,
+                              preexec_fn=world.attacker.demote, cwd="/", stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, timeout=300, check=False)
         assert proc.returncode == 0, proc.stderr.decode()[-2000:]
         return json.loads(proc.stdout)
@@ -327,7 +298,7 @@ def test_a_whole_pass_of_the_most_holds_goes_through_the_limits_and_the_next_is_
 
 # -- a pass through the helper retries what the limits refuse ----------------------------------
 
-class InProcessHelper(object):
+class InProcessHelper(ServedHelper):
     """``listen`` + ``serve`` in a thread, with the given ``RateLimit``; the pass runs in this process."""
 
     def __init__(self, base, limiter=None):
@@ -335,14 +306,7 @@ class InProcessHelper(object):
         os.makedirs(self.root)
         self.fakehw = os.path.join(base, "fakehw.json")
         Path(self.fakehw).write_text(json.dumps(HARDWARE))
-        self.socket = os.path.join(base, "run", "helper.sock")
-        self.log = []
-        self.server = listen(self.socket)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=serve, args=(FakeHwHost(self.root, self.fakehw), self.server, Policy(),
-                                                           self.log.append, self.stop), kwargs={"limiter": limiter})
-        self.thread.daemon = True
-        self.thread.start()
+        super().__init__(FakeHwHost(self.root, self.fakehw), os.path.join(base, "run", "helper.sock"), limiter=limiter)
 
     def node(self, path):
         return os.path.join(self.root, path.lstrip("/"))
@@ -350,16 +314,6 @@ class InProcessHelper(object):
     def run_pass(self, generation, devices):
         host = FakeHwHost(self.root, self.fakehw, writer=_writers.HelperWriter(HelperClient(self.socket, timeout=10)))
         return run_pass(host, generation, devices, lock_timeout=5)
-
-    def close(self):
-        self.stop.set()
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
-                wake.connect(self.socket)
-        except OSError:
-            pass
-        self.thread.join(5)
-        self.server.close()
 
 
 @pytest.fixture
@@ -369,17 +323,12 @@ def base():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def plain(allocation_id, device):
-    return {"allocation_id": allocation_id, "reservation_id": "r-" + allocation_id, "binding": "BINDING_HOLD",
-            "devices": [{"id": device, "device_class": "gpu.slot"}]}
-
-
 def test_a_pass_the_rate_limit_cuts_short_retries_and_converges_after_the_window(base, monkeypatch):
     now = [1000.0]  # the limiter's clock stands still within a pass: a slow machine must not refill the bucket
     helper = InProcessHelper(base, RateLimit(rate=20, burst=3, exempt=(), clock=lambda: now[0]))
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the pass's side; the helper thread limits its real uid
     try:
-        devices = [plain("a1", GPU_A + "/s0"), plain("a2", GPU_A + "/s1")]
+        devices = [slot("a1", GPU_A + "/s0", reservation_id="r-a1"), slot("a2", GPU_A + "/s1", reservation_id="r-a2")]
         cut = helper.run_pass(1, devices)
         assert cut.section["state"] == "PROGRESSING" and cut.retry
         (error,) = cut.errors
@@ -403,7 +352,7 @@ def test_a_pass_the_quota_refuses_retries_and_converges_once_there_is_room(base,
         os.makedirs(env_dir)
         for index in range(MAX_HOLD_FILES):  # env files no hold has (a pass never writes those)
             Path(env_dir, "x%d.env" % index).write_text("BCD_ALLOCATION_ID=x\n")
-        devices = [plain("a1", GPU_A + "/s0")]
+        devices = [slot("a1", GPU_A + "/s0", reservation_id="r-a1")]
         refused = helper.run_pass(1, devices)
         assert refused.section["state"] == "PROGRESSING"
         assert refused.errors == [

@@ -19,31 +19,24 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import shutil
 import subprocess
 import sys
+import shutil
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
+from ansible_collections.bcd.devices.tests.unit.attackers import (  # noqa: F401 (fixture)  pylint: disable=unused-import
+    attacker,
+)
+from ansible_collections.bcd.devices.tests.unit.attackers import ATTACKER_PYTHON, CAN_PLAY, CANNOT_PLAY, COLLECTIONS_PARENT, LAUNCHER
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, open_to_all
 
-ATTACKER_PYTHON = "/usr/bin/python3"  # one every account may run (the test's may sit in root's home)
-if os.geteuid() != 0 or shutil.which("useradd") is None or not os.path.exists(ATTACKER_PYTHON):
-    pytest.skip("needs root, useradd and /usr/bin/python3 to play another account", allow_module_level=True)
+if not CAN_PLAY:
+    pytest.skip(CANNOT_PLAY, allow_module_level=True)
 
-COLLECTIONS_PARENT = _cli.__file__[:_cli.__file__.rindex("/ansible_collections/")]
-LAUNCHER = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
 MODULE_LAUNCHER = r"""
 import importlib, json, sys
 sys.path.insert(0, sys.argv[1])
@@ -108,36 +101,6 @@ def big_integer(name, journal):
 ATTACKS = ("fifo", "dev-zero", "deep", "big-integer")
 CASES = [(name, attack, command) for name in sorted(READS) for attack in ATTACKS for command in READS[name]
          if name != "lock" or attack in ("fifo", "dev-zero")]
-
-
-class Attacker:
-    """The throwaway account the state directory belongs to."""
-
-    def __init__(self):
-        self.name = "bcdsta%s" % uuid.uuid4().hex[:8]
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", self.name],
-                       check=True, timeout=60, stdout=subprocess.DEVNULL)
-        account = pwd.getpwnam(self.name)
-        self.uid, self.gid = account.pw_uid, account.pw_gid
-
-    def remove(self):
-        subprocess.run(["userdel", self.name], timeout=60, check=False, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-
-    def _demote(self):
-        os.setgroups([])
-        os.setgid(self.gid)
-        os.setuid(self.uid)
-
-    def python(self, code, *args, timeout=120):
-        """Python code run as the attacker."""
-        proc = subprocess.run([ATTACKER_PYTHON, "-I", "-c", code] + [str(a) for a in args], preexec_fn=self._demote,
-                              cwd="/", capture_output=True, timeout=timeout, check=False)
-        assert proc.returncode == 0, proc.stderr.decode()
-        return proc
-
-    def chown(self, path):
-        os.lchown(path, self.uid, self.gid)
 
 
 class World:
@@ -237,13 +200,6 @@ def tmp_path():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def attacker():
-    account = Attacker()
-    yield account
-    account.remove()
-
-
 @pytest.fixture
 def world(make_node, attacker):
     return World(make_node, attacker).populate()
@@ -315,7 +271,7 @@ def test_a_lock_held_forever_costs_its_timeout_and_no_more(world):
         "fd = os.open(sys.argv[1], os.O_RDWR)\n"
         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
         "print('held', flush=True)\n"
-        "time.sleep(120)\n"), world.path("lock")], preexec_fn=world.attacker._demote, stdout=subprocess.PIPE)
+        "time.sleep(120)\n"), world.path("lock")], preexec_fn=world.attacker.demote, stdout=subprocess.PIPE)
     try:
         assert holder.stdout.readline() == b"held\n"
         code, _out, err, seconds = world.root_cli("busy", GPU_C, "--lock-timeout", "1")
@@ -373,7 +329,7 @@ def test_two_hundred_thousand_planted_files_do_not_slow_a_root_pass(world):
     world.attacker.python("import os, sys\n"
                           "for number in range(200000):\n"
                           "    os.close(os.open(os.path.join(sys.argv[1], 'junk-%d' % number), "
-                          "os.O_CREAT | os.O_WRONLY, 0o600))\n", world.state)
+                          "os.O_CREAT | os.O_WRONLY, 0o600))\n", world.state, timeout=120)
     after = timed()
     assert after < 3 * before + 1.0, (before, after)
     code, _out, err, seconds = world.root_cli("status")

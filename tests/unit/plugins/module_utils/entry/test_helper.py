@@ -32,10 +32,12 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperSetupError, listen, MAX_REQUEST, Policy, serve
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperSetupError, listen, MAX_REQUEST, Policy
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient, HelperError
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter
+from ansible_collections.bcd.devices.tests.unit.builders import request
+from ansible_collections.bcd.devices.tests.unit.served_helper import ServedHelper
 
 GPU_A = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 GPU_B = "GPU-5f1c2a90-0000-4000-8000-000000000002"
@@ -45,15 +47,7 @@ HARDWARE = {"node_id": "node-h", "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-2c4f1d2b7a1
 COLLECTIONS_PARENT = _cli.__file__[:_cli.__file__.rindex("/ansible_collections/")]
 
 
-def hold(allocation_id="a1", device=GPU_A, **fields):
-    """A hold as the unprivileged side sends it (``domain.assignment.hold_request``)."""
-    data = {"allocation_id": allocation_id, "reservation_id": "r-%s" % (allocation_id,), "generation": 3,
-            "binding": "BINDING_HOLD", "devices": [{"id": device}], "limits": None, "env": []}
-    data.update(fields)
-    return data
-
-
-class Helper(object):
+class Helper(ServedHelper):
     """A running helper: ``base`` (a 0755 directory nobody can traverse) holds ``root``,
     the hardware file and the socket; ``outside`` is a sibling of ``root`` that must stay empty."""
 
@@ -66,24 +60,7 @@ class Helper(object):
         self.fakehw = os.path.join(base, "fakehw.json")
         with open(self.fakehw, "w") as handle:
             json.dump(HARDWARE, handle)
-        self.socket = os.path.join(base, "run", "helper.sock")
-        self.log = []
-        self.server = listen(self.socket, list(users))
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=serve, args=(FakeHwHost(self.root, self.fakehw), self.server,
-                                                           Policy(users), self.log.append, self.stop))
-        self.thread.daemon = True
-        self.thread.start()
-
-    def close(self):
-        self.stop.set()
-        try:  # wake the accept loop so that it sees the stop at once
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
-                wake.connect(self.socket)
-        except OSError:
-            pass
-        self.thread.join(5)
-        self.server.close()
+        super().__init__(FakeHwHost(self.root, self.fakehw), os.path.join(base, "run", "helper.sock"), users)
 
     def node(self, node_path):
         return os.path.join(self.root, node_path.lstrip("/"))
@@ -174,8 +151,8 @@ def python_for_nobody():
 
 def test_root_renders_a_hold_written_from_its_data_and_logs_it(helper):
     env_lines = ["OMP_NUM_THREADS=4"]
-    assert helper.request({"op": "hold.write", "kind": "cdi", "hold": hold("a1", env=env_lines)}) == {"ok": True}
-    assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": hold("a1", env=env_lines)}) == {"ok": True}
+    assert helper.request({"op": "hold.write", "kind": "cdi", "hold": request("a1", env=env_lines)}) == {"ok": True}
+    assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": request("a1", env=env_lines)}) == {"ok": True}
     spec_path = helper.node("/etc/cdi/bcd-a1.json")
     env_path = helper.node("/run/bcd/allocations/a1.env")
     spec = json.loads(Path(spec_path).read_text())
@@ -296,7 +273,7 @@ def test_an_allocation_id_that_is_not_an_id_is_refused_and_nothing_is_written(he
     for message in ({"op": "hold.remove", "kind": "allocation-env", "allocation_id": allocation_id},
                     {"op": "slice.apply", "allocation_id": allocation_id, "limits": {"cpus": "0"}},
                     {"op": "slice.stop", "allocation_id": allocation_id},
-                    {"op": "hold.write", "kind": "allocation-env", "hold": hold(allocation_id)}):
+                    {"op": "hold.write", "kind": "allocation-env", "hold": request(allocation_id)}):
         reply = helper.request(message)
         assert reply["ok"] is False
         assert "allocation_id" in reply["error"] and "does not match" in reply["error"], (message, reply)
@@ -307,7 +284,7 @@ def test_an_allocation_id_that_is_not_an_id_is_refused_and_nothing_is_written(he
                                   ["cdi"], {"cdi": 1}])
 def test_a_kind_that_is_not_one_of_the_two_is_refused(helper, kind):
     before = helper.files()
-    for message in ({"op": "hold.write", "kind": kind, "hold": hold()},
+    for message in ({"op": "hold.write", "kind": kind, "hold": request()},
                     {"op": "hold.remove", "kind": kind, "allocation_id": "a1"}):
         reply = helper.request(message)
         assert reply["ok"] is False
@@ -316,7 +293,7 @@ def test_a_kind_that_is_not_one_of_the_two_is_refused(helper, kind):
 
 
 @pytest.mark.parametrize("message, error", [
-    ({"op": "hold.write", "kind": "cdi", "hold": hold(), "content": "{}"}, "hold.write takes no content"),
+    ({"op": "hold.write", "kind": "cdi", "hold": request(), "content": "{}"}, "hold.write takes no content"),
     ({"op": "hold.remove", "kind": "cdi", "allocation_id": "a1", "path": "/etc/shadow"}, "hold.remove takes no path"),
     ({"op": "slice.apply", "allocation_id": "a1", "limits": {"cpus": "0"}, "properties": {"ExecStart": "/bin/sh"}},
      "slice.apply takes no properties"),
@@ -343,7 +320,7 @@ def test_a_key_the_operation_does_not_take_is_refused_by_name(helper, message, e
 ])
 def test_a_hold_is_checked_by_the_rules_network_input_is(helper, fields, error):
     for kind in ("cdi", "allocation-env"):
-        assert helper.request({"op": "hold.write", "kind": kind, "hold": hold(**fields)}) == {"ok": False, "error": error}
+        assert helper.request({"op": "hold.write", "kind": kind, "hold": request(**fields)}) == {"ok": False, "error": error}
     assert helper.files() == {}
 
 
@@ -390,7 +367,7 @@ def test_a_blank_line_is_no_request_and_gets_no_reply(helper):
 
 
 def test_only_the_first_line_of_a_connection_is_served(helper):
-    second = json.dumps({"op": "hold.write", "kind": "allocation-env", "hold": hold("a2")})
+    second = json.dumps({"op": "hold.write", "kind": "allocation-env", "hold": request("a2")})
     replies = helper.send(json.dumps({"op": "slice.stop", "allocation_id": "a1"}) + "\n" + second + "\n")
     assert replies == [{"ok": True}]
     assert not os.path.exists(helper.node("/run/bcd/allocations/a2.env"))
@@ -428,7 +405,7 @@ def test_a_2_mib_line_is_refused_and_the_helper_still_answers_afterwards(helper)
     assert replies == [{"ok": False, "error": "request longer than %d bytes" % MAX_REQUEST}]
     assert helper.files() == {}
     # a fresh connection is served as before
-    assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": hold()}) == {"ok": True}
+    assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": request()}) == {"ok": True}
 
 
 def test_a_peer_that_hangs_up_mid_line_does_not_stop_the_helper(helper):
@@ -596,11 +573,11 @@ def test_root_writes_a_kept_holds_env_file_from_its_own_spec_while_its_mig_insta
     assert ("NVIDIA_VISIBLE_DEVICES=%s" % mig_uuid).encode() in env
     # root takes it from its own spec only for the devices that spec names
     reply = helper.request({"op": "hold.write", "kind": "allocation-env",
-                            "hold": hold("m1", GPU_A + "/gi2/ci0", devices=[{"id": GPU_A + "/gi2/ci0",
+                            "hold": request("m1", GPU_A + "/gi2/ci0", devices=[{"id": GPU_A + "/gi2/ci0",
                                                                             "device_class": "gpu.mig"}])})
     assert reply == {"ok": False, "error": "%s has no MIG instance gi2/ci0" % GPU_A}
     # and never the spec itself
-    reply = helper.request({"op": "hold.write", "kind": "cdi", "hold": hold("m1", devices=devices[0]["devices"])})
+    reply = helper.request({"op": "hold.write", "kind": "cdi", "hold": request("m1", devices=devices[0]["devices"])})
     assert reply == {"ok": False, "error": "%s has no MIG instance gi1/ci0" % GPU_A}
 
 

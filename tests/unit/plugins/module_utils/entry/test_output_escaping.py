@@ -34,8 +34,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_BU
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import WIDTH, status_table
 from ansible_collections.bcd.devices.plugins.modules import events as events_module
 from ansible_collections.bcd.devices.plugins.modules import gpu_busy, holds, holds_info, maintenance
+from ansible_collections.bcd.devices.tests.unit.builders import hold, kube
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_cli import cli, hold, write_spec
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_cli import cli, write_spec
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import call, warnings
 
 # What an attacker writes: erase the line and return to its start (then draw what they like), a C1
@@ -260,7 +261,7 @@ def test_pod_and_vm_names_are_escaped_in_converge_status_and_busy(capsys, node):
     node.set_hardware(kubelet={"reachable": True, "pods": [pod]},
                       domains=[{"instance_id": vm, "state": "running", "gpus": [GPU_C]}])
     code, out, err = cli(capsys, node, "converge", "--spec",
-                         write_spec(node, 1, [hold("k1", GPU_B, binding="BINDING_KUBERNETES")]))
+                         write_spec(node, 1, [kube("k1", GPU_B)]))
     assert code == EX_OK
     assert_inert(out + err)
     code, out, err = cli(capsys, node, "converge", "--spec", write_spec(node, 2, [], "g2.json"))

@@ -29,6 +29,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_lint import
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node import fsutil
 from ansible_collections.bcd.devices.plugins.module_utils.node.cdi_files import read_spec_dirs
+from ansible_collections.bcd.devices.tests.unit.builders import hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, NVIDIA_CDI, vendor_text
 
 
@@ -41,11 +42,6 @@ def spec(device="GPU-1", kind="bcd.dev/gpu", allocation="a1", **extra):
 
 def summaries(findings):
     return [(f.level, f.summary()) for f in findings]
-
-
-def hold(allocation_id, *ids):
-    return {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": "BINDING_HOLD",
-            "devices": [{"id": i, "device_class": "gpu"} for i in ids]}
 
 
 # --- clean directories ------------------------------------------------------------------------------

@@ -21,19 +21,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import Loc
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
 
+from ansible_collections.bcd.devices.tests.unit.builders import hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, vendor_text
 
 GPU_GONE = "GPU-5f1c2a90-0000-4000-8000-0000000000ff"
 MIG = GPU_A + "/gi1/ci0"
-
-
-def hold(allocation_id, *ids, **fields):
-    devices = [{"id": i, "device_class": "gpu.mig" if "/gi" in i else "gpu.slot" if "/s" in i else "gpu"}
-               for i in ids]
-    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id,
-            "binding": "BINDING_HOLD", "devices": devices}
-    data.update(fields)
-    return data
 
 
 def journal(node):

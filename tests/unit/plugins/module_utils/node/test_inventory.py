@@ -17,7 +17,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
     MigInstance,
 )
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "data", "nvidia-smi")
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "data", "nvidia-smi")
 
 H100_GPU = "GPU-b4895dbf-9350-2524-a89b-98161ddd9fe4"
 H100_MIGS = [

@@ -28,6 +28,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import Jo
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
 from ansible_collections.bcd.devices.plugins.modules import holds_info
 
+from ansible_collections.bcd.devices.tests.unit.builders import hold, kube
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2
 
 MIG = GPU_A + "/gi1/ci0"
@@ -36,12 +37,7 @@ RELEASES = "/var/lib/bcd/releasing.json"
 MARKER = "/var/lib/bcd/releasing.unreadable"
 
 
-def hold(allocation_id, device_id, binding="BINDING_KUBERNETES"):
-    return {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": binding,
-            "devices": [{"id": device_id, "device_class": "gpu.mig" if "/gi" in device_id else "gpu"}]}
-
-
-K1 = hold("k1", GPU_A)
+K1 = kube("k1", GPU_A)
 
 
 def pods(node, *device_ids, **kwargs):
@@ -189,13 +185,13 @@ def test_a_spec_that_cannot_be_removed_finds_the_release_recorded(bound, monkeyp
 def test_devices_stay_claimed_while_the_release_is_pending(bound):
     node = bound
     node.run(2, [])
-    result = node.run(3, [hold("a2", GPU_A, "BINDING_HOLD"), hold("a3", MIG, "BINDING_HOLD"), hold("a4", GPU_B)])
+    result = node.run(3, [hold("a2", GPU_A), hold("a3", MIG), kube("a4", GPU_B)])
     assert [(f.allocation_id, f.reason, f.message) for f in result.plan.failures] == [
         ("a2", "overlap", "%s is assigned to k1" % GPU_A),
         ("a3", "overlap", "%s is assigned to k1" % GPU_A)]
     assert [h["allocation_id"] for h in result.plan.holds] == ["a4"]
     pods(node)
-    later = node.run(4, [hold("a2", GPU_A, "BINDING_HOLD"), hold("a4", GPU_B)])
+    later = node.run(4, [hold("a2", GPU_A), kube("a4", GPU_B)])
     assert steps(later) == [("report-release", "k1"), ("bind", "a2")]  # the release first, then the GPU is free
     assert later.section["state"] == "CONVERGED"
 
@@ -230,7 +226,7 @@ def test_an_unreachable_kubelet_counts_as_holding_everything(node):
 
 
 def test_a_mig_instance_is_held_by_its_mig_uuid(node):
-    node.run(1, [hold("k1", MIG)])
+    node.run(1, [kube("k1", MIG)])
     pods(node, MIG_A1)
     node.run(2, [])
     assert released(node) == []
@@ -240,7 +236,7 @@ def test_a_mig_instance_is_held_by_its_mig_uuid(node):
 
 
 def test_a_plain_hold_is_released_at_once_whatever_the_pods(node):
-    node.run(1, [hold("a1", GPU_A, "BINDING_HOLD")])
+    node.run(1, [hold("a1", GPU_A)])
     pods(node, GPU_A)
     result = node.run(2, [])
     assert steps(result) == [("release", "a1")]
@@ -292,7 +288,7 @@ def test_an_unreadable_releases_file_is_set_aside_and_every_gpu_stays_claimed(no
     node.run(1, [])
     node.write(RELEASES, "{ this is not json")
     before = time.gmtime()
-    result = node.run(2, [hold("a1", GPU_B, "BINDING_HOLD"), hold("a2", MIG, "BINDING_HOLD")])
+    result = node.run(2, [hold("a1", GPU_B), hold("a2", MIG)])
     assert steps(result)[0] == ("quarantine-releases", "")
     (aside,) = asides(node)
     match = re.fullmatch(r"releasing\.json\.unreadable-(\d{8}T\d{6}Z)", aside)
@@ -309,13 +305,13 @@ def test_an_unreadable_releases_file_is_set_aside_and_every_gpu_stays_claimed(no
     assert unreadable["status"] == "True"
     assert unreadable["reason"] == "ReleasesFileUnreadable"
     # the pod is still there: the marker stays, and so do the claims
-    again = node.run(3, [hold("a1", GPU_B, "BINDING_HOLD")])
+    again = node.run(3, [hold("a1", GPU_B)])
     assert node.exists(MARKER)
     assert [f.reason for f in again.plan.failures] == ["overlap"]
     assert condition(again, "KubernetesReleasesUnreadable") is not None
     # no pod on a GPU of an unknown allocation: the marker goes and the GPUs are free
     pods(node)
-    freed = node.run(4, [hold("a1", GPU_B, "BINDING_HOLD")])
+    freed = node.run(4, [hold("a1", GPU_B)])
     assert steps(freed) == [("clear-marker", ""), ("bind", "a1")]
     assert not node.exists(MARKER)
     assert condition(freed, "KubernetesReleasesUnreadable") is None
@@ -327,12 +323,12 @@ def test_the_marker_stays_while_the_kubelet_cannot_be_asked_until_an_operator_re
     node.run(1, [])
     pods(node, reachable=False)
     node.write(RELEASES, "[]")
-    result = node.run(2, [hold("a1", GPU_C, "BINDING_HOLD")])
+    result = node.run(2, [hold("a1", GPU_C)])
     assert [f.message for f in result.plan.failures] == ["%s is assigned to %s" % (GPU_C, UNREADABLE_OWNER)]
     assert node.exists(MARKER)
-    assert node.run(2, [hold("a1", GPU_C, "BINDING_HOLD")]).changed is False
+    assert node.run(2, [hold("a1", GPU_C)]).changed is False
     os.unlink(node.path(MARKER))  # the operator checked the node by hand
-    freed = node.run(3, [hold("a1", GPU_C, "BINDING_HOLD")])
+    freed = node.run(3, [hold("a1", GPU_C)])
     assert freed.section["state"] == "CONVERGED"
     assert condition(freed, "KubernetesReleasesUnreadable") is None
 
@@ -359,7 +355,7 @@ def test_an_unreadable_file_in_check_mode_is_left_where_it_is(node):
     pods(node, GPU_C)
     node.write(RELEASES, "{ bad")
     before = node.listing()
-    result = node.run(2, [hold("a1", GPU_B, "BINDING_HOLD")], check_mode=True)
+    result = node.run(2, [hold("a1", GPU_B)], check_mode=True)
     assert node.listing() == before
     assert steps(result)[0] == ("quarantine-releases", "")
     assert [f.reason for f in result.plan.failures] == ["overlap"]
@@ -397,7 +393,7 @@ def status(capsys, node, *extra):
 
 def test_holds_info_and_bcd_holds_status_show_pending_releases_with_their_age(bound, capsys):
     node = bound
-    node.run(1, [K1, hold("k2", GPU_B)])
+    node.run(1, [K1, kube("k2", GPU_B)])
     node.run(2, [])
     set_since(node, "k1", 10 * 60)
     result = info(capsys, node)
@@ -524,7 +520,7 @@ def test_a_pass_killed_while_recording_a_release_pods_hold_loses_nothing(bound, 
     assert list(releases_file(node)["releases"]) == ["k1"]
     assert released(node) == []
     # and a GPU claimed by the pending release stays claimed
-    assert [f.reason for f in node.run(3, [hold("a2", GPU_A, "BINDING_HOLD")]).plan.failures] == ["overlap"]
+    assert [f.reason for f in node.run(3, [hold("a2", GPU_A)]).plan.failures] == ["overlap"]
     pods(node)
     node.run(3, [])
     assert_released_once_and_nothing_left(node, 3)
@@ -547,18 +543,18 @@ def test_a_pass_killed_while_reporting_a_release_reports_it_once(bound, monkeypa
 def test_a_kubernetes_hold_moved_to_other_devices_keeps_its_old_ones_claimed_and_is_never_reported_released(node):
     node.run(1, [K1])
     pods(node, GPU_A)
-    moved = node.run(2, [hold("k1", GPU_B)])
+    moved = node.run(2, [kube("k1", GPU_B)])
     assert steps(moved) == [("release-kube", "k1"), ("bind", "k1")]
     assert "its old devices stay claimed until free (held by default/train-0 (main)), never reported" \
         in moved.plan.actions[0].text
     assert [(r["device_ids"], r["taken_back"]) for r in moved.plan.pending_releases] == [([GPU_A], True)]
-    taken = node.run(3, [hold("k1", GPU_B), hold("p1", GPU_A, binding="BINDING_HOLD")])
+    taken = node.run(3, [kube("k1", GPU_B), hold("p1", GPU_A)])
     assert [(f.allocation_id, f.message) for f in taken.plan.failures] == [("p1", "%s is assigned to k1" % GPU_A)]
     pods(node)
-    freed = node.run(4, [hold("k1", GPU_B)])
+    freed = node.run(4, [kube("k1", GPU_B)])
     assert steps(freed) == [("drop-release", "k1")]
     assert released(node) == []  # k1 is live: never reported released
-    again = node.run(4, [hold("k1", GPU_B)])
+    again = node.run(4, [kube("k1", GPU_B)])
     assert steps(again) == []
     assert hold_files(node) == ["/etc/cdi/bcd-k1.json", "/run/bcd/allocations/k1.env"]
 
@@ -566,7 +562,7 @@ def test_a_kubernetes_hold_moved_to_other_devices_keeps_its_old_ones_claimed_and
 def test_a_moved_kubernetes_hold_whose_old_devices_are_free_is_withdrawn_unreported(node):
     node.run(1, [K1])
     pods(node)
-    moved = node.run(2, [hold("k1", GPU_B)])
+    moved = node.run(2, [kube("k1", GPU_B)])
     assert steps(moved) == [("withdraw", "k1"), ("bind", "k1")]
     assert moved.plan.pending_releases == []
     assert released(node) == []
@@ -575,12 +571,12 @@ def test_a_moved_kubernetes_hold_whose_old_devices_are_free_is_withdrawn_unrepor
 def test_a_release_taken_back_on_other_devices_is_never_reported_and_its_old_devices_stay_claimed(bound):
     node = bound  # k1 on GPU_A, its pod still running
     node.run(2, [])
-    result = node.run(3, [hold("k1", GPU_B), hold("p1", GPU_A, binding="BINDING_HOLD")])
+    result = node.run(3, [kube("k1", GPU_B), hold("p1", GPU_A)])
     assert steps(result)[0] == ("take-back-release", "k1")
     assert [(f.allocation_id, f.message) for f in result.plan.failures] == [("p1", "%s is assigned to k1" % GPU_A)]
     assert releases_file(node)["releases"]["k1"]["taken_back"] is True
     pods(node)
-    freed = node.run(4, [hold("k1", GPU_B), hold("p1", GPU_A, binding="BINDING_HOLD")])
+    freed = node.run(4, [kube("k1", GPU_B), hold("p1", GPU_A)])
     assert steps(freed) == [("drop-release", "k1"), ("bind", "p1")]
     assert released(node) == []
     assert not node.exists(RELEASES)
@@ -589,16 +585,16 @@ def test_a_release_taken_back_on_other_devices_is_never_reported_and_its_old_dev
 def test_a_release_taken_back_as_a_plain_hold_on_the_same_gpu_binds_and_is_never_reported(bound):
     node = bound
     node.run(2, [])
-    result = node.run(3, [hold("k1", GPU_A, binding="BINDING_HOLD")])
+    result = node.run(3, [hold("k1", GPU_A)])
     assert steps(result) == [("drop-release", "k1"), ("bind", "k1")]  # never in conflict with itself
     assert result.plan.failures == []
     assert released(node) == []
 
 
 def test_the_unreadable_marker_clears_while_a_pod_uses_a_mig_instance_of_a_known_hold(node):
-    node.run(1, [hold("k2", MIG)])
+    node.run(1, [kube("k2", MIG)])
     node.write(RELEASES, "{not json")
     pods(node, MIG_A1)  # the kube side reports the MIG device (and so its parent GPU) as held
-    result = node.run(2, [hold("k2", MIG)])
+    result = node.run(2, [kube("k2", MIG)])
     assert ("clear-marker", "") in steps(result)
     assert not node.exists(MARKER)

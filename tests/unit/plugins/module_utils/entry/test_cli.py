@@ -16,7 +16,6 @@ import base64
 import importlib.util
 import json
 import os
-import socket
 import threading
 import urllib.error
 import urllib.request
@@ -26,22 +25,16 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_CHECK, EX_ERROR, EX_OK, EX_RETRY, main
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import NodeKey
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import short_uuid
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 
+from ansible_collections.bcd.devices.tests.unit.builders import hold, kube, mig, slot
+from ansible_collections.bcd.devices.tests.unit.served_helper import ServedHelper
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2, open_to_all
 
-REPO = Path(__file__).resolve().parents[4]
+REPO = Path(__file__).resolve().parents[5]
 UNPRIVILEGED = ("bcd node runs without root and without [helper]: it cannot write /etc/cdi or create hold "
                 "slices (run bcd node as root, or under bcd helper)")
-
-
-def hold(allocation_id, device_id, device_class="gpu", **extra):
-    item = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": "BINDING_HOLD",
-            "devices": [{"id": device_id, "device_class": device_class}]}
-    item.update(extra)
-    return item
 
 
 def cli(capsys, node, *argv):
@@ -76,30 +69,9 @@ def as_user(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
 
 
-class RunningHelper(object):
-    def __init__(self, node):
-        self.socket = os.path.join(node.base, "helper.sock")
-        self.server = listen(self.socket)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=serve, args=(FakeHwHost(node.root, node.fakehw), self.server,
-                                                           Policy(), None, self.stop))
-        self.thread.daemon = True
-        self.thread.start()
-
-    def close(self):
-        self.stop.set()
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
-                wake.connect(self.socket)
-        except OSError:
-            pass
-        self.thread.join(5)
-        self.server.close()
-
-
 @pytest.fixture
 def helper(node):
-    running = RunningHelper(node)
+    running = ServedHelper(FakeHwHost(node.root, node.fakehw), os.path.join(node.base, "helper.sock"))
     yield running
     running.close()
 
@@ -107,7 +79,7 @@ def helper(node):
 # -- converge --------------------------------------------------------------------------
 
 def test_converge_binds_prints_the_plan_and_section_and_keeps_its_input(capsys, node):
-    spec = write_spec(node, 1, [hold("a1", GPU_B), hold("a2", GPU_A + "/gi1/ci0", "gpu.mig")])
+    spec = write_spec(node, 1, [hold("a1", GPU_B), mig("a2", GPU_A + "/gi1/ci0")])
     code, out, err = cli(capsys, node, "converge", "--spec", spec)
     assert code == EX_OK
     assert out.splitlines()[0] == "plan:"
@@ -155,7 +127,7 @@ def test_converge_check_prints_the_plan_and_writes_nothing(capsys, node):
 
 
 def test_converge_json_is_the_modules_result(capsys, node):
-    spec = write_spec(node, 3, [hold("a1", GPU_B), hold("bad", "nic-0", "nic.vf")])
+    spec = write_spec(node, 3, [hold("a1", GPU_B), hold("bad", "nic-0", device_class="nic.vf")])
     code, out, err = cli(capsys, node, "converge", "--spec", spec, "--json")
     assert code == EX_OK  # a FAILED section is an answer, not an error of the command
     result = json.loads(out)
@@ -168,7 +140,7 @@ def test_converge_json_is_the_modules_result(capsys, node):
 
 
 def test_a_failed_section_says_how_much_of_the_pass_stands(capsys, node):
-    spec = write_spec(node, 3, [hold("a1", GPU_B), hold("a2", GPU_C), hold("bad", "nic-0", "nic.vf")])
+    spec = write_spec(node, 3, [hold("a1", GPU_B), hold("a2", GPU_C), hold("bad", "nic-0", device_class="nic.vf")])
     code, out, _err = cli(capsys, node, "converge", "--spec", spec)
     assert code == EX_OK
     assert out.splitlines()[-1] == ("section: FAILED at generation 3 (observed 3): 2 held, 1 refused: "
@@ -318,7 +290,7 @@ def test_the_helper_subcommand_names_an_unknown_allowed_user(capsys, node):
 
 def test_status_shows_each_gpu_its_mig_instances_and_slots_and_who_holds_them(capsys, node):
     cli(capsys, node, "converge", "--spec", write_spec(node, 1, [
-        hold("a_mig", GPU_A + "/gi2/ci0", "gpu.mig"), hold("a_slot", GPU_B + "/s1", "gpu.slot"),
+        mig("a_mig", GPU_A + "/gi2/ci0"), slot("a_slot", GPU_B + "/s1"),
         hold("a_whole", GPU_C)]))
     code, out, err = cli(capsys, node, "status")
     assert code == EX_OK and err == ""
@@ -360,7 +332,7 @@ def test_status_marks_a_held_gpu_the_node_no_longer_has(capsys, node):
 def test_status_and_the_retry_pass_follow_a_pending_kubernetes_release(capsys, node):
     pod = {"namespace": "default", "name": "train-0", "container": "main", "device_ids": [GPU_B]}
     node.set_hardware(kubelet={"reachable": True, "pods": [pod]})
-    cli(capsys, node, "converge", "--spec", write_spec(node, 1, [hold("k1", GPU_B, binding="BINDING_KUBERNETES")]))
+    cli(capsys, node, "converge", "--spec", write_spec(node, 1, [kube("k1", GPU_B)]))
     cli(capsys, node, "converge", "--spec", write_spec(node, 2, [], "g2.json"))
     code, out, _err = cli(capsys, node, "status")
     lines = out.splitlines()
@@ -387,7 +359,7 @@ def test_status_shows_maintenance_and_reset_readiness_within_100_columns(capsys,
         {"uuid": GPU_B, "index": 1, "minor": 1}]
     node = make_node(gpus=gpus)
     cli(capsys, node, "converge", "--spec", write_spec(node, 1, [
-        hold("allocation_%d" % gi, GPU_A + "/gi%d/ci0" % gi, "gpu.mig") for gi in range(1, 8)]))
+        mig("allocation_%d" % gi, GPU_A + "/gi%d/ci0" % gi) for gi in range(1, 8)]))
     state = node.path("/var/lib/bcd/maintenance.json")
     with open(state, "w") as handle:
         json.dump({GPU_B: {"reason": "firmware update", "since": 0}}, handle)
@@ -452,7 +424,7 @@ def test_doctor_warns_without_a_vendor_spec_and_with_a_stale_one(capsys, make_no
 
 def test_doctor_warns_about_holds_on_devices_the_node_no_longer_has(capsys, node):
     cli(capsys, node, "converge", "--spec", write_spec(node, 1, [hold("a1", GPU_C),
-                                                                 hold("a2", GPU_A + "/gi1/ci0", "gpu.mig")]))
+                                                                 mig("a2", GPU_A + "/gi1/ci0")]))
     gpus = json.loads(Path(node.fakehw).read_text())["gpus"]
     gpus[0]["mig"] = [gpus[0]["mig"][1]]          # gi1/ci0 deleted
     node.set_hardware(gpus=gpus[:2])              # GPU_C gone
@@ -567,7 +539,7 @@ def accepted_prefix(events, accepted):
 
 
 def test_events_delivered_to_the_example_gateway_and_acknowledged(capsys, node, gateway):
-    cli(capsys, node, "converge", "--spec", write_spec(node, 1, [hold("a1", GPU_B), hold("bad", "x", "nic.vf")]))
+    cli(capsys, node, "converge", "--spec", write_spec(node, 1, [hold("a1", GPU_B), hold("bad", "x", device_class="nic.vf")]))
     key = NodeKey.load(node.state("node.key")).public_key_b64()
     (gateway.keys / "node-a.pub").write_text(key + "\n")
     _code, out, _err = cli(capsys, node, "events")

@@ -26,8 +26,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     parse_cpulist,
     section_size,
 )
+from ansible_collections.bcd.devices.tests.unit.builders import hold as build_hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold as holds_module_hold
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run as run_module
 
 GPU = "GPU-5f1c2a90-0000-4000-8000-000000000001"
@@ -425,8 +425,8 @@ def test_a_section_nested_deeper_than_16_levels_is_not_read():
 
 
 def test_through_the_module_the_atom_budget_refuses_and_a_section_too_big_fails_writing_nothing(capsys, node):
-    devices = [holds_module_hold("a%d" % n, *["%s/s%d" % (GPU_B, k) for k in range(1024 * n, 1024 * (n + 1))])
-               for n in range(4)] + [holds_module_hold("x1", GPU_C)]
+    devices = [build_hold("a%d" % n, *["%s/s%d" % (GPU_B, k) for k in range(1024 * n, 1024 * (n + 1))])
+               for n in range(4)] + [build_hold("x1", GPU_C)]
     result = run_module(capsys, node, check=True, generation=1, devices=devices)
     assert not result.get("failed")
     assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
@@ -434,7 +434,7 @@ def test_through_the_module_the_atom_budget_refuses_and_a_section_too_big_fails_
                                      "honours (4096 taken by the assignments before it)")]
     assert [p["action"] for p in result["plan"]].count("bind") == 4
     before = node.listing()
-    devices = [holds_module_hold("a%d" % n, GPU_A, env=["K%d=%s" % (k, "x" * 4000) for k in range(256)])
+    devices = [build_hold("a%d" % n, GPU_A, env=["K%d=%s" % (k, "x" * 4000) for k in range(256)])
                for n in range(5)]
     result = run_module(capsys, node, generation=1, devices=devices)
     assert result["failed"] is True
@@ -452,7 +452,7 @@ def test_a_number_root_could_not_read_back_fails_the_section_before_it_is_stored
     """Found by make fuzz: one such number anywhere in the section (here a limit) was stored in nodespec.json,
     whose reader refuses it, so every timer pass after the task failed on its own stored input."""
     before = node.listing()
-    hold = dict(holds_module_hold("a1", GPU_A), limits={"cpus": "0-3", "mems": hostile})
+    hold = dict(build_hold("a1", GPU_A), limits={"cpus": "0-3", "mems": hostile})
     result = run_module(capsys, node, generation=1, devices=[hold])
     assert result["failed"] is True and message in result["msg"]
     assert node.listing() == before
@@ -490,7 +490,7 @@ def test_a_generation_past_64_bits_fails_the_task_before_anything_is_stored(caps
     """Found by make fuzz: the module took any integer and stored it; the stored input's reader takes
     a 64-bit generation only, so every timer pass after the task failed."""
     before = node.listing()
-    result = run_module(capsys, node, generation=generation, devices=[holds_module_hold("a1", GPU_A)])
+    result = run_module(capsys, node, generation=generation, devices=[build_hold("a1", GPU_A)])
     assert result["failed"] is True
     assert "generation must be a 64-bit integer (at most 9223372036854775807)" in result["msg"]
     assert node.listing() == before

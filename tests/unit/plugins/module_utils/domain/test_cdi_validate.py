@@ -24,7 +24,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     version_key,
 )
 
-DATA = Path(__file__).resolve().parents[3] / "data"
+DATA = Path(__file__).resolve().parents[4] / "data"
 SCHEMA_DIR = DATA / "cdi-schema"
 NVIDIA_DIR = DATA / "nvidia-cdi"
 

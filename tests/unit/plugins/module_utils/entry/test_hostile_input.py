@@ -10,6 +10,7 @@ import os
 import random
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError
+from ansible_collections.bcd.devices.tests.unit.builders import device, hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, MIG_A1
 
 ATOMS = [GPU_A, GPU_B, GPU_A + "/gi1/ci0", GPU_B + "/s1", MIG_A1, "../../etc/passwd", "GPU-x\n", "", "a/b/c",
@@ -37,16 +38,18 @@ def junk(rng, depth=0):
 
 
 def assignment(rng):
-    entry = {
-        "allocation_id": rng.choice(TEXT),
-        "reservation_id": rng.choice(TEXT),
-        "binding": rng.choice(["BINDING_HOLD", "BINDING_KUBERNETES", "BINDING_NODE", None, 5, ""]),
-        "devices": rng.choice([[{"id": rng.choice(ATOMS), "device_class": rng.choice(CLASSES)}
-                                for _unused in range(rng.randint(0, 3))], junk(rng)]),
-        "limits": rng.choice([None, {"cpus": rng.choice(["0-3", "3-0", "0-3\n", "x" * 1100, 5]),
-                                     "memory_bytes": rng.choice([1 << 30, -1, "1G", True])}, junk(rng)]),
-        "env": rng.choice([["A=1"], ["BAD"], ["BCD_X=1"], ["A=1\nB=2"], junk(rng)]),
-    }
+    """A hold whose every field is drawn from hostile values, one in ten of them left out; one
+    assignment in ten is junk."""
+    entry = hold(
+        rng.choice(TEXT),
+        reservation_id=rng.choice(TEXT),
+        binding=rng.choice(["BINDING_HOLD", "BINDING_KUBERNETES", "BINDING_NODE", None, 5, ""]),
+        devices=rng.choice([[device(rng.choice(ATOMS), rng.choice(CLASSES)) for _unused in range(rng.randint(0, 3))],
+                            junk(rng)]),
+        limits=rng.choice([None, {"cpus": rng.choice(["0-3", "3-0", "0-3\n", "x" * 1100, 5]),
+                                  "memory_bytes": rng.choice([1 << 30, -1, "1G", True])}, junk(rng)]),
+        env=rng.choice([["A=1"], ["BAD"], ["BCD_X=1"], ["A=1\nB=2"], junk(rng)]),
+    )
     for key in list(entry):
         if rng.random() < 0.1:
             del entry[key]

@@ -11,8 +11,9 @@ import os
 from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_ERROR, EX_OK
+from ansible_collections.bcd.devices.tests.unit.builders import hold, kube, mig
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_cli import cli, hold, write_spec
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_cli import cli, write_spec
 
 
 def samples(text):
@@ -33,9 +34,9 @@ def test_metrics_count_holds_gpus_releases_refusals_the_last_pass_and_events(cap
     pod = {"namespace": "default", "name": "train-0", "container": "main", "device_ids": [GPU_C]}
     node.set_hardware(kubelet={"reachable": True, "pods": [pod]})
     cli(capsys, node, "converge", "--spec", write_spec(node, 1, [
-        hold("a1", GPU_A + "/gi1/ci0", "gpu.mig"), hold("k1", GPU_C, binding="BINDING_KUBERNETES"),
+        mig("a1", GPU_A + "/gi1/ci0"), kube("k1", GPU_C),
         hold("bad", "GPU-00000000-dead-4000-8000-000000000000")]))
-    cli(capsys, node, "converge", "--spec", write_spec(node, 2, [hold("a1", GPU_A + "/gi1/ci0", "gpu.mig")], "g2.json"))
+    cli(capsys, node, "converge", "--spec", write_spec(node, 2, [mig("a1", GPU_A + "/gi1/ci0")], "g2.json"))
     with open(node.path("/var/lib/bcd/maintenance.json"), "w") as handle:
         json.dump({GPU_B: {"reason": "firmware", "since": 0}}, handle)
     code, out, err = cli(capsys, node, "metrics")

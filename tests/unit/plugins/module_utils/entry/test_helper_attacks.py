@@ -23,57 +23,21 @@ import pwd
 import shutil
 import stat
 import subprocess
-import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import check_a_populated_slice_is_kept
+from ansible_collections.bcd.devices.tests.unit.attackers import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
+    attacker,
+    world,
+)
+from ansible_collections.bcd.devices.tests.unit.attackers import CAN_PLAY, CANNOT_PLAY, CLIENT, GPU_A, hold, target_untouched
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import check_a_populated_slice_is_kept
 
-if os.geteuid() != 0 or shutil.which("useradd") is None or not os.path.exists("/usr/bin/python3"):
-    pytest.skip("needs root, useradd and /usr/bin/python3 to play another account", allow_module_level=True)
+if not CAN_PLAY:
+    pytest.skip(CANNOT_PLAY, allow_module_level=True)
 
-GPU_A = "GPU-5f1c2a90-00aa-4000-8000-000000000001"
-GPU_B = "GPU-5f1c2a90-00aa-4000-8000-000000000002"
-HARDWARE = {"node_id": "node-x", "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-2c4f1d2b7a10",
-            "gpus": [{"uuid": GPU_A, "index": 0, "minor": 0}, {"uuid": GPU_B, "index": 1, "minor": 1}]}
-COLLECTIONS_PARENT = _cli.__file__[:_cli.__file__.rindex("/ansible_collections/")]
-LAUNCHER = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
-# The attacker's client: stdlib only, so the system Python of any account runs it. Each argv item
-# after the socket is one connection's raw bytes (base64); it prints one JSON list of replies.
-CLIENT = r"""
-import base64, json, socket, sys
-replies = []
-for payload in sys.argv[2:]:
-    got = b""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-            connection.settimeout(20)
-            connection.connect(sys.argv[1])
-            try:
-                connection.sendall(base64.b64decode(payload))
-                connection.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-            while True:
-                chunk = connection.recv(65536)
-                if not chunk:
-                    break
-                got += chunk
-        replies.append([json.loads(line) for line in got.decode().splitlines()])
-    except OSError as exc:
-        replies.append({"client error": str(exc)})
-print(json.dumps(replies))
-"""
 # Floods the helper: opens N idle connections, asks once more, closes them all, asks again.
 FLOOD = r"""
 import json, socket, sys, time
@@ -126,139 +90,6 @@ with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
 """
 
 
-class Attacker(object):
-    """The throwaway account, and a way to run code as it."""
-
-    def __init__(self):
-        self.name = "bcdatk%s" % uuid.uuid4().hex[:8]
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", self.name],
-                       check=True, timeout=60, stdout=subprocess.DEVNULL)
-        account = pwd.getpwnam(self.name)
-        self.uid, self.gid = account.pw_uid, account.pw_gid
-
-    def remove(self):
-        subprocess.run(["userdel", self.name], timeout=60, check=False, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-
-    def _demote(self):
-        os.setgroups([])
-        os.setgid(self.gid)
-        os.setuid(self.uid)
-
-    def python(self, code, *args, timeout=60):
-        proc = subprocess.run(["/usr/bin/python3", "-c", code] + [str(a) for a in args], preexec_fn=self._demote,
-                              cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
-        assert proc.returncode == 0, proc.stderr.decode()
-        return json.loads(proc.stdout)
-
-    def run(self, argv):
-        """Shell-free file work as the attacker (ln, rm, ...)."""
-        return subprocess.run(argv, preexec_fn=self._demote, cwd="/", timeout=30, check=False,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-class World(object):
-    """A fakehw node whose state directory is the attacker's, and a root helper process for it."""
-
-    def __init__(self, attacker):
-        self.attacker = attacker
-        self.base = tempfile.mkdtemp(prefix="bcd-attack-")
-        os.chmod(self.base, 0o755)
-        self.root = os.path.join(self.base, "root")
-        os.makedirs(self.root)
-        self.fakehw = os.path.join(self.base, "fakehw.json")
-        Path(self.fakehw).write_text(json.dumps(HARDWARE))
-        self.state = os.path.join(self.root, "var/lib/bcd")
-        os.makedirs(self.state, mode=0o700)
-        os.chown(self.state, attacker.uid, attacker.gid)
-        # what the attacker would love to reach: root's, in a directory only root can enter
-        self.secrets = os.path.join(self.base, "secrets")
-        os.makedirs(self.secrets, mode=0o700)
-        self.target = os.path.join(self.secrets, "shadow")
-        Path(self.target).write_text("root:secret-hash\n")
-        os.chmod(self.target, 0o600)
-        self.socket = os.path.join(self.base, "run", "helper.sock")
-        os.makedirs(os.path.dirname(self.socket), mode=0o755)
-        self.log = open(os.path.join(self.base, "helper.log"), "wb")
-        self.helper = subprocess.Popen([sys.executable, "-I", "-c", LAUNCHER, COLLECTIONS_PARENT, "helper", "--root",
-                                        self.root, "--fakehw", self.fakehw, "--socket", self.socket,
-                                        "--allow-user", attacker.name], stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(self.socket):
-            assert self.helper.poll() is None, self.helper_log()
-            assert time.monotonic() < deadline, "the helper did not start: %s" % self.helper_log()
-            time.sleep(0.05)
-
-    def helper_log(self):
-        self.log.flush()
-        return Path(self.log.name).read_text(errors="replace")
-
-    def close(self):
-        self.helper.kill()
-        self.helper.wait(10)
-        self.log.close()
-        shutil.rmtree(self.base, ignore_errors=True)
-
-    def node(self, path):
-        return os.path.join(self.root, path.lstrip("/"))
-
-    def send(self, *payloads):
-        """Raw payloads, one connection each, sent by the attacker; the replies of each connection."""
-        encoded = [base64.b64encode(p if isinstance(p, bytes) else p.encode()).decode() for p in payloads]
-        return self.attacker.python(CLIENT, self.socket, *encoded)
-
-    def request(self, message):
-        (replies,) = self.send(json.dumps(message) + "\n")
-        assert len(replies) == 1, replies
-        return replies[0]
-
-    def alive(self):
-        """The helper still runs and serves the attacker a harmless request."""
-        assert self.helper.poll() is None, self.helper_log()
-        return self.request({"op": "slice.stop", "allocation_id": "nothing_here"}) == {"ok": True}
-
-    def root_cli(self, *argv, timeout=120):
-        """``bcd-holds ARGV`` as root, as the module under become or a root timer would run it."""
-        proc = subprocess.run([sys.executable, "-I", "-c", LAUNCHER, COLLECTIONS_PARENT] + list(argv)
-                              + ["--root", self.root, "--fakehw", self.fakehw], cwd="/", timeout=timeout,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
-        return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
-
-    def files(self, under="/"):
-        found = {}
-        for dirpath, _dirs, names in os.walk(self.node(under)):
-            for name in names:
-                path = os.path.join(dirpath, name)
-                found[os.path.relpath(path, self.root)] = os.lstat(path).st_uid
-        return found
-
-
-@pytest.fixture(scope="module")
-def attacker():
-    account = Attacker()
-    yield account
-    account.remove()
-
-
-@pytest.fixture
-def world(attacker):
-    running = World(attacker)
-    yield running
-    running.close()
-
-
-def hold(allocation_id="a1", device=GPU_A, **fields):
-    data = {"allocation_id": allocation_id, "reservation_id": "r1", "generation": 1, "binding": "BINDING_HOLD",
-            "devices": [{"id": device}], "limits": None, "env": []}
-    data.update(fields)
-    return data
-
-
-def target_untouched(world):
-    info = os.stat(world.target)
-    return (Path(world.target).read_text(), info.st_uid, stat.S_IMODE(info.st_mode)) == ("root:secret-hash\n", 0, 0o600)
-
-
 # -- root builds what it writes --------------------------------------------------------
 
 @pytest.mark.parametrize("message, error", [
@@ -269,9 +100,9 @@ def target_untouched(world):
     ({"op": "hold.write", "kind": "cdi", "hold": hold(hooks=[{"hookName": "createRuntime", "path": "/tmp/x"}])},
      "hold.hooks: unknown field"),
     ({"op": "hold.write", "kind": "cdi", "hold": hold(additionalGids=[0])}, "hold.additionalGids: unknown field"),
-    ({"op": "hold.write", "kind": "cdi", "hold": hold(device="all")}, "all not present"),
-    ({"op": "hold.write", "kind": "cdi", "hold": hold(device="/dev/sda")}, "\"/dev/sda\" cannot name a CDI device"),
-    ({"op": "hold.write", "kind": "cdi", "hold": hold(device="GPU-5f1c2a90-00aa-4000-8000-0000000000ff")},
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(device_id="all")}, "all not present"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(device_id="/dev/sda")}, "\"/dev/sda\" cannot name a CDI device"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(device_id="GPU-5f1c2a90-00aa-4000-8000-0000000000ff")},
      "GPU-5f1c2a90-00aa-4000-8000-0000000000ff not present"),
     ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["NVIDIA_VISIBLE_DEVICES=all"])},
      "env[0]: NVIDIA_VISIBLE_DEVICES is set by bcd and cannot be overridden"),
@@ -415,7 +246,7 @@ def test_a_malformed_or_hostile_request_gets_a_clear_error_and_the_helper_goes_o
 
 
 def test_a_flood_of_idle_peers_gets_busy_at_once_and_the_helper_serves_after(world):
-    result = world.attacker.python(FLOOD, world.socket, 40, "ask-during", timeout=90)
+    result = world.attacker.python_json(FLOOD, world.socket, 40, "ask-during", timeout=90)
     assert result["held"] == 40
     assert result["during"] == {"ok": False, "error": "busy: 16 requests are being served; try again"}
     assert result["during_seconds"] < 5
@@ -424,7 +255,7 @@ def test_a_flood_of_idle_peers_gets_busy_at_once_and_the_helper_serves_after(wor
 
 
 def test_a_slow_peer_is_cut_off_at_the_deadline_and_others_are_served_meanwhile(world):
-    slow = subprocess.Popen(["/usr/bin/python3", "-c", SLOW, world.socket], preexec_fn=world.attacker._demote,
+    slow = subprocess.Popen(["/usr/bin/python3", "-c", SLOW, world.socket], preexec_fn=world.attacker.demote,
                             cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         time.sleep(1.5)
@@ -444,7 +275,7 @@ def test_running_the_helper_out_of_file_descriptors_pauses_it_and_never_stops_it
     limit = subprocess.run(["prlimit", "--pid", str(world.helper.pid), "--nofile=12:12"], timeout=30, check=False)
     if limit.returncode != 0:
         pytest.skip("prlimit cannot lower the helper's descriptor limit here")
-    result = world.attacker.python(FLOOD, world.socket, 30, "no", timeout=120)
+    result = world.attacker.python_json(FLOOD, world.socket, 30, "no", timeout=120)
     assert world.helper.poll() is None, world.helper_log()
     assert result["after"] == {"ok": True}
     subprocess.run(["prlimit", "--pid", str(world.helper.pid), "--nofile=1024:1024"], timeout=30, check=False)

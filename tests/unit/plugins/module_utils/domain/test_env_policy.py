@@ -13,15 +13,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain import assignme
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy import POLICY, check_env_key
 from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_entry
+from ansible_collections.bcd.devices.tests.unit.builders import hold, request
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
     base,
     helper,
 )
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.test_helper import (
-    hold as helper_hold,
-)
-from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run
 
 DOC = '(docs/security.md, "The env policy")'
 # What the issue names at least, and what docs/security.md adds, each as a key the policy must refuse.
@@ -176,8 +174,8 @@ def test_the_helper_checks_a_hold_with_the_same_function():
 ])
 def test_a_helper_request_carrying_a_refused_line_is_refused_and_writes_nothing(helper, env, error):  # noqa: F811
     for kind in ("cdi", "allocation-env"):
-        reply = helper.request({"op": "hold.write", "kind": kind, "hold": helper_hold(env=env)})
+        reply = helper.request({"op": "hold.write", "kind": kind, "hold": request(env=env)})
         assert reply == {"ok": False, "error": error}
     assert helper.files() == {}
     # and the same hold without the line is written
-    assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": helper_hold(env=["OK=1"])})["ok"]
+    assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": request(env=["OK=1"])})["ok"]

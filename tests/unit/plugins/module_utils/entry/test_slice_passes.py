@@ -20,6 +20,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import S
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
 
+from ansible_collections.bcd.devices.tests.unit.builders import hold, kube
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 
 GIB = 1 << 30
@@ -27,14 +28,6 @@ MIB = 1 << 20
 LIMITS = {"cpus": "0-3", "mems": "0", "cpu_millis": 1500, "memory_bytes": 4 * GIB, "hugepages_2mi": 2}
 SLICE = "bcd-alloc-a1.slice"
 RECORD = "/run/bcd/slices/%s.json" % SLICE
-
-
-def hold(allocation_id, device_id, binding="BINDING_HOLD", limits=None):
-    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": binding,
-            "devices": [{"id": device_id, "device_class": "gpu"}]}
-    if limits is not None:
-        data["limits"] = limits
-    return data
 
 
 A1 = hold("a1", GPU_A, limits=LIMITS)
@@ -161,7 +154,7 @@ def test_a_slice_that_cannot_be_made_leaves_no_spec_naming_it(node, monkeypatch)
 
 
 def test_a_kubernetes_hold_with_limits_gets_no_slice(node):
-    result = node.run(1, [hold("k1", GPU_A, binding="BINDING_KUBERNETES", limits=LIMITS)])
+    result = node.run(1, [kube("k1", GPU_A, limits=LIMITS)])
     assert result.section["state"] == "CONVERGED"
     assert not node.exists("/run/bcd/slices")
     spec = json.loads(node.read("/etc/cdi/bcd-k1.json"))
@@ -421,7 +414,7 @@ def test_a_new_sliced_hold_under_the_cpu_floor_is_refused_at_admission(node, mil
 
 def test_the_cpu_floor_leaves_kubernetes_holds_and_no_quota_alone(node):
     # a pod may ask for 50m; the kubelet enforces it, no slice is made. cpu_millis 0 sets no quota.
-    result = node.run(1, [hold("a1", GPU_A, binding="BINDING_KUBERNETES", limits={"cpu_millis": 50}),
+    result = node.run(1, [kube("a1", GPU_A, limits={"cpu_millis": 50}),
                           hold("a2", GPU_B, limits={"cpu_millis": 0}),
                           hold("a3", GPU_C, limits={"cpu_millis": 91})])  # 91 rounds up to 10 %
     assert result.section["state"] == "CONVERGED", result.section
