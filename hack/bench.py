@@ -451,7 +451,7 @@ def report(bench, args):
             if not ok:
                 missed.append(key)
             print("  %-28s %7.2f  target %s %-6g %s  %s" % (key, value, "<=" if at_most else ">=", limit,
-                                                           "ok  " if ok else "MISS", what))
+                                                            "ok  " if ok else "MISS", what))
     if "worst bind s" in m:
         print("\n  worst accepted section (%.2f MB as JSON): bind %.3f s CPU (%.3f s user, %.3f s wall), no-op %.3f s "
               "CPU (%.3f s wall), peak %.1f MB" % (

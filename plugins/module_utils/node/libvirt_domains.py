@@ -63,6 +63,7 @@ def pci_address_from_libvirt(domain, bus, slot, function):
         return None
     return format_pci_address(d, b, s, f)
 
+
 _MEMORY_UNITS = {
     "b": 1, "bytes": 1,
     "kb": 1000, "k": 1024, "kib": 1024,

@@ -165,6 +165,7 @@ class QueriedGpu:
         # type: () -> Dict[int, Tuple[int, int]]
         return {index: (gi, ci) for index, gi, ci in self.mig_devices}
 
+
 def parse_nvidia_smi_query_xml(text):
     # type: (str) -> List[QueriedGpu]
     """Parse ``nvidia-smi -q -x``: per GPU its UUID, PCI bus id (normalised,

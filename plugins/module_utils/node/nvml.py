@@ -104,6 +104,7 @@ def _nvml_health(nvml, handle):
     return problems(retired_pages_pending=pending == enabled and pending is not None, row_remap_failure=remap_failed,
                     row_remap_pending=remap_pending)
 
+
 def _nvml_mig(nvml, handle):
     # type: (Any, object) -> tuple
     mode = _nvml_optional(getattr(nvml, "nvmlDeviceGetMigMode", None), handle)

@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError, StateFileError, type_name
-from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (  # noqa: F401 (the journal's names)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (  # noqa: F401 (the journal's names)  pylint: disable=unused-import
     ALLOCATION_BOUND,
     ALLOCATION_FAILED,
     ALLOCATION_RELEASED,
@@ -383,7 +383,7 @@ class Journal:
             ensure_dir(self.state_dir, STATE_DIR_MODE)
         except OSError as exc:
             raise JournalUnwritable("cannot create the state directory %s: %s"
-                              % (self.state_dir, exc.strerror or exc))
+                                    % (self.state_dir, exc.strerror or exc))
 
     def append(self, event_type: str, body: Dict[str, Any], key: Optional[NodeKey] = None) -> Dict[str, Any]:
         """Journal one event (fsynced before returning) and return it with its seq.

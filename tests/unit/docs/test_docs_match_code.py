@@ -158,7 +158,7 @@ def holds_return_kinds():
 def table_after(page, header):
     """The rows of the Markdown table under ``header`` (its first line) on ``page``."""
     lines = read(page).split(header + "\n", 1)[1].splitlines()
-    return [line for line in itertools.takewhile(lambda line: line.startswith("|"), lines)][1:]
+    return list(itertools.takewhile(lambda line: line.startswith("|"), lines))[1:]
 
 
 def test_the_planner_has_the_step_kinds_this_test_reads():

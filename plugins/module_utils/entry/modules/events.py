@@ -52,4 +52,3 @@ def main(basic):
         module.fail_json(msg=printable("cannot use the state directory %s: %s" % (module.params["state_dir"], exc)))
     warn(module, _node_id(module.params), state.warnings())
     module.exit_json(changed=acknowledged > 0, events=events, acknowledged=acknowledged)
-

@@ -30,4 +30,3 @@ def main(basic):
     except (BcdError, OSError) as exc:
         module.fail_json(msg=printable(exc))
     module.exit_json(changed=False, msg=busy_message(entries), gpus=entries)
-

@@ -26,8 +26,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import HA
 
 # What an Ansible user does about a refusal, after the spec's own message.
 ANSIBLE_FIX = {
-    Reason.NODE_UNPRIVILEGED: "; with Ansible: add become: true to the task or play, or set helper_socket to the root "
-                         "helper's socket (the role bcd.devices.bcd_holds runs one)",
+    Reason.NODE_UNPRIVILEGED: ("; with Ansible: add become: true to the task or play, or set helper_socket to the "
+                               "root helper's socket (the role bcd.devices.bcd_holds runs one)"),
 }
 
 
@@ -78,4 +78,3 @@ def main(basic):
     if params["fail_on_refusal"] and result.plan.failures:
         module.fail_json(msg="assignments refused: %s" % printable(result.section["message"]), **output)
     module.exit_json(**output)
-

@@ -36,4 +36,3 @@ def main(basic):
     warn(module, host.node_id(), status.pop("warnings"))
     status["table"] = status_table(status).splitlines()
     module.exit_json(changed=False, **status)
-

@@ -44,4 +44,3 @@ def main(basic):
         result["diff"] = {"before": _diff_text(before), "after": _diff_text(after),
                           "before_header": path, "after_header": path}
     module.exit_json(**result)
-

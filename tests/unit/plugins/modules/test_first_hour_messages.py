@@ -114,8 +114,8 @@ def test_a_device_class_in_another_case_gets_the_class_meant(capsys, node):
     ("kubernetes", "did you mean BINDING_KUBERNETES? " + TAKES),
     ("BINDING_INSTANCE", TAKES),
 ])
-def test_an_unsupported_binding_keeps_the_spec_message_and_names_the_bindings_the_node_takes(capsys, node, binding,
-                                                                                              hint):
+def test_an_unsupported_binding_keeps_the_spec_message_and_names_the_bindings_the_node_takes(
+        capsys, node, binding, hint):
     failure, text = refusal(capsys, node, hold("a1", GPU_A, binding=binding))
     assert failure == ("unsupported-binding", "binding %s is not supported" % binding)
     assert text == "a1 refused (unsupported-binding): binding %s is not supported; %s" % (binding, hint)

@@ -66,8 +66,8 @@ def test_a_bind_waits_for_the_release_that_frees_its_gpu(capsys, node, monkeypat
     assert ("AllocationBound", "alloc_new") not in journaled(node)
     # the release was recorded before its files went: the next pass finishes it, then binds
     checked = run(capsys, node, check=True, generation=2, devices=[hold("alloc_new", GPU_B)])
-    assert [(p["action"], p["allocation_id"]) for p in checked["plan"]] == [("finish-release", "alloc_old"),
-                                                                           ("bind", "alloc_new")]
+    assert [(p["action"], p["allocation_id"]) for p in checked["plan"]] == [
+        ("finish-release", "alloc_old"), ("bind", "alloc_new")]
     monkeypatch.setattr(DirectWriter, "remove_node_file", real)
     done = run(capsys, node, generation=2, devices=[hold("alloc_new", GPU_B)])
     assert done["section"]["state"] == "CONVERGED"
@@ -105,7 +105,7 @@ def test_a_hold_refused_while_rendering_books_no_memory(capsys, node):
     write_memory(node, 16 * GIB)
     node.set_hardware(driver=driver(drop=["/dev/nvidia1"]))
     result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B, limits={"memory_bytes": 10 * GIB}),
-                                                       hold("a2", GPU_A, limits={"memory_bytes": 10 * GIB})])
+                                                      hold("a2", GPU_A, limits={"memory_bytes": 10 * GIB})])
     assert [(f["allocation_id"], f["reason"]) for f in result["failures"]] == [("a1", "device-missing")]
     assert node.exists("/etc/cdi/bcd-a2.json")
     assert ("AllocationBound", "a2") in journaled(node)
