@@ -26,7 +26,7 @@ it is made; a new value copies only the index of the GPUs it adds claims on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import Admission, HostMemory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_GPU, Atom
@@ -143,7 +143,7 @@ class Claims:
     def sick(self, gpu_uuid: str, message: str) -> Claims:
         return replace(self, unhealthy=_first(self.unhealthy, [(gpu_uuid, message)]))
 
-    def book(self, owner: str, limits, current: Optional[dict] = None, kind: str = LIVE) -> Claims:
+    def book(self, owner: str, limits: Any, current: Optional[dict] = None, kind: str = LIVE) -> Claims:
         if limits is None:
             return self
         booking = Booking(owner, limits, current, kind)
@@ -201,7 +201,7 @@ class Claims:
         """The host's memory ledger: VMs and every booking but those a release in this pass frees."""
         return self.ledger
 
-    def admit(self, owner: str, limits) -> Claims:
+    def admit(self, owner: str, limits: Any) -> Claims:
         """``owner``'s limits booked, when the host has room; raises ``admission.Exhausted`` otherwise. Without
         a reading of the host's memory, booked unchecked (the planner warns)."""
         if self.ledger is not None:
