@@ -45,12 +45,12 @@ class FileChange:
     hold: Optional[dict] = None  # what the file is rendered from (assignment.hold_request): the helper's input
 
     @property
-    def change(self):
+    def change(self) -> str:
         if self.after is None:
             return "remove"
         return "create" if self.before is None else "update"
 
-    def apply(self, writer, allocation_id):
+    def apply(self, writer: Any, allocation_id: str) -> None:
         try:
             if self.after is None:
                 writer.remove_node_file(self.kind, allocation_id)
@@ -60,7 +60,7 @@ class FileChange:
             raise RetryableError("cannot %s %s: %s" % ("remove" if self.after is None else "write", self.path,
                                                        exc.strerror or exc))
 
-    def diff(self):
+    def diff(self) -> Dict[str, str]:
         return {
             "before_header": self.path if self.before is not None else "%s (absent)" % self.path,
             "after_header": self.path if self.after is not None else "%s (removed)" % self.path,
@@ -81,13 +81,13 @@ class SpecAside:
     after: Optional[bytes] = None
     change: str = "set-aside"
 
-    def apply(self, writer, allocation_id):
+    def apply(self, writer: Any, allocation_id: str) -> None:
         try:
             writer.set_aside_spec(allocation_id, self.now)
         except OSError as exc:
             raise RetryableError("cannot set %s aside: %s" % (self.path, exc.strerror or exc))
 
-    def diff(self):
+    def diff(self) -> Dict[str, str]:
         return {"before_header": self.path, "after_header": "%s (set aside as %s)" % (self.path, self.aside),
                 "before": (self.before or b"").decode("utf-8", "replace"), "after": ""}
 
@@ -102,18 +102,18 @@ class SliceApply:
     before: Optional[str] = None  # the slice's settings as the host shows them now, for --diff
     limits: Optional[dict] = None  # what the properties are built from: the helper's input
 
-    def describe(self):
+    def describe(self) -> str:
         settings = settings_text(self.properties, self.hugetlb_max).splitlines()
         return "%s (%s)" % (self.name, ", ".join(settings) or "no limits")
 
-    def run(self, writer):
+    def run(self, writer: Any) -> None:
         writer.apply_slice(self)
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return {"op": "apply", "name": self.name, "properties": dict(self.properties),
                 "hugetlb_max": dict(self.hugetlb_max)}
 
-    def diff(self):
+    def diff(self) -> Dict[str, str]:
         header = "slice %s" % self.name
         return {"before_header": header if self.before is not None else "%s (absent)" % header,
                 "after_header": header, "before": self.before or "",
@@ -127,13 +127,13 @@ class SliceStop:
     name: str
     before: Optional[str] = None
 
-    def run(self, writer):
+    def run(self, writer: Any) -> None:
         writer.stop_slice(self.name)
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return {"op": "remove", "name": self.name}
 
-    def diff(self):
+    def diff(self) -> Dict[str, str]:
         header = "slice %s" % self.name
         return {"before_header": header, "after_header": "%s (stopped)" % header, "before": self.before or "",
                 "after": ""}

@@ -15,12 +15,18 @@ A release that has not happened keeps its atoms claimed (``releasing``): a new
 hold on them is no conflict, but it *needs* that release (``needs``) and the
 planner makes its bind depend on it, so a bind never runs while the hold it
 replaces is still live (``actions.apply_plan``).
+
+A pass asks once per atom, over up to 4096 atoms and as many claims, so the
+claims are indexed by GPU and atom key as they are added: each question costs
+what the claims on one GPU cost at most (``conflicts``, ``needs``), never a
+scan of every claim. The indexes are plain dicts a value never changes after
+it is made; a new value copies only the index of the GPUs it adds claims on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Iterable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import Admission, HostMemory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_GPU, Atom
@@ -48,28 +54,78 @@ class Booking:
     kind: str = LIVE
 
 
-def _overlap(one, other):
-    """Whether two atoms share hardware: the same atom, or a whole GPU and anything on it."""
-    return one.key == other.key or (one.gpu_uuid == other.gpu_uuid and (one.whole or other.whole))
+@dataclass(frozen=True)
+class OnGpu:
+    """The claims on one GPU, in the order they were made: on the whole GPU, on its parts, and by atom key."""
+
+    whole: Tuple[Claim, ...] = ()
+    parts: Tuple[Claim, ...] = ()
+    keyed: Mapping[tuple, Tuple[Claim, ...]] = field(default_factory=dict)  # never changed once made
+
+    def adding(self, claims: Sequence[Claim]) -> OnGpu:
+        whole, parts, keyed = self.whole, self.parts, dict(self.keyed)
+        for claim in claims:
+            if claim.atom.whole:
+                whole = whole + (claim,)
+            else:
+                parts = parts + (claim,)
+            keyed[claim.atom.key] = keyed.get(claim.atom.key, ()) + (claim,)
+        return OnGpu(whole, parts, keyed)
+
+    def on(self, atom: Atom) -> Iterable[Claim]:
+        """The claims sharing hardware with ``atom``: the same atom, or a whole GPU and anything on it."""
+        if atom.whole:
+            return self.whole + self.parts
+        return self.whole + tuple(claim for claim in self.keyed.get(atom.key, ()) if not claim.atom.whole)
+
+
+_NOTHING = OnGpu()
+GpuIndex = Mapping[str, OnGpu]
+
+
+def _indexed(index: GpuIndex, claims: Sequence[Claim]) -> Dict[str, OnGpu]:
+    """``index`` with ``claims`` added: a new dict, sharing every GPU's entry but those ``claims`` are on."""
+    by_gpu = {}  # type: Dict[str, List[Claim]]
+    for claim in claims:
+        by_gpu.setdefault(claim.atom.gpu_uuid, []).append(claim)
+    new = dict(index)
+    for gpu_uuid, on_gpu in by_gpu.items():
+        new[gpu_uuid] = new.get(gpu_uuid, _NOTHING).adding(on_gpu)
+    return new
+
+
+def _first(table: Mapping[str, str], pairs: Iterable[Tuple[str, str]]) -> Dict[str, str]:
+    """``table`` with each (GPU UUID, value) of ``pairs`` added unless the GPU has one already."""
+    new = dict(table)
+    for uuid, value in pairs:
+        new.setdefault(uuid, value)
+    return new
 
 
 @dataclass(frozen=True)
 class Claims:
-    """Every claim on the node's GPUs and memory. Immutable: each method returns a new ``Claims``."""
+    """Every claim on the node's GPUs and memory. Immutable: each method returns a new ``Claims`` (its dicts
+    are never changed once made)."""
 
-    atoms: Tuple[Claim, ...] = ()
-    vms: Tuple[Tuple[str, str], ...] = ()  # (GPU UUID, instance id) a VM has or is to have
-    maintenance: Tuple[Tuple[str, str], ...] = ()  # (GPU UUID, reason)
-    unhealthy: Tuple[Tuple[str, str], ...] = ()  # (GPU UUID, message)
+    held: GpuIndex = field(default_factory=dict)  # GPU UUID -> live and pending claims on it
+    releasing: GpuIndex = field(default_factory=dict)  # GPU UUID -> claims of releases this pass makes
+    vms: Mapping[str, str] = field(default_factory=dict)  # GPU UUID -> instance id a VM has or is to have it
+    maintenance: Mapping[str, str] = field(default_factory=dict)  # GPU UUID -> reason
+    unhealthy: Mapping[str, str] = field(default_factory=dict)  # GPU UUID -> message
     memory: Optional[HostMemory] = None  # None: the host's memory was not read (no admission)
     domains: Tuple = ()  # the running domains whose memory is committed
     bookings: Tuple[Booking, ...] = ()
+    released_memory: Tuple[str, ...] = ()  # owners whose booking a release in this pass frees
+    ledger: Optional[Admission] = None  # the admission of ``memory``, ``domains`` and the bookings kept
 
     # --- adding claims -----------------------------------------------------------------------------------------
 
     def hold(self, owner: str, atoms: Iterable[Atom], kind: str = LIVE) -> Claims:
         """``owner`` holds ``atoms`` (a live hold, a pending release, a release this pass makes)."""
-        return replace(self, atoms=self.atoms + tuple(Claim(atom, owner, kind) for atom in atoms))
+        claims = [Claim(atom, owner, kind) for atom in atoms]
+        if kind == RELEASING:
+            return replace(self, releasing=_indexed(self.releasing, claims))
+        return replace(self, held=_indexed(self.held, claims))
 
     def every_gpu(self, owner: str, gpu_uuids: Iterable[str]) -> Claims:
         """``owner`` holds every GPU whole (an unreadable releases file)."""
@@ -77,106 +133,77 @@ class Claims:
                          PENDING)
 
     def pass_through(self, instance_id: str, gpu_uuids: Iterable[str]) -> Claims:
-        return replace(self, vms=self.vms + tuple((uuid, instance_id) for uuid in gpu_uuids))
+        return replace(self, vms=_first(self.vms, ((uuid, instance_id) for uuid in gpu_uuids)))
 
-    def out_of_service(self, records) -> Claims:
+    def out_of_service(self, records: Mapping[str, Mapping[str, str]]) -> Claims:
         """GPUs in maintenance (``{uuid: {reason, ...}}``): no new hold may claim them."""
-        return replace(self, maintenance=self.maintenance + tuple(
-            (uuid, records[uuid]["reason"]) for uuid in sorted(records)))
+        return replace(self, maintenance=_first(self.maintenance,
+                                                ((uuid, records[uuid]["reason"]) for uuid in sorted(records))))
 
     def sick(self, gpu_uuid: str, message: str) -> Claims:
-        return replace(self, unhealthy=self.unhealthy + ((gpu_uuid, message),))
+        return replace(self, unhealthy=_first(self.unhealthy, [(gpu_uuid, message)]))
 
-    def book(self, owner: str, limits, current=None, kind: str = LIVE) -> Claims:
+    def book(self, owner: str, limits: Any, current: Optional[dict] = None, kind: str = LIVE) -> Claims:
         if limits is None:
             return self
-        return replace(self, bookings=self.bookings + (Booking(owner, limits, current, kind),))
+        booking = Booking(owner, limits, current, kind)
+        if kind == RELEASING:
+            released = self.released_memory if owner in self.released_memory else self.released_memory + (owner,)
+            return replace(self, bookings=self.bookings + (booking,), released_memory=released)
+        ledger = self.ledger.counted(limits, current) if self.ledger is not None else None
+        return replace(self, bookings=self.bookings + (booking,), ledger=ledger)
 
     def with_memory(self, memory: Optional[HostMemory], domains: Sequence = ()) -> Claims:
-        return replace(self, memory=memory, domains=tuple(domains))
-
-    # --- a release --------------------------------------------------------------------------------------------
-
-    def releasing(self, owner: str, keep_booking: bool = False) -> Claims:
-        """``owner``'s release is planned in this pass: its atoms (and, unless ``keep_booking``, its memory)
-        are claimed until the release is made, and whatever takes them needs it."""
-        atoms = tuple(replace(claim, kind=RELEASING) if claim.owner == owner and claim.kind == LIVE else claim
-                      for claim in self.atoms)
-        bookings = self.bookings
-        if not keep_booking:
-            bookings = tuple(replace(booking, kind=RELEASING) if booking.owner == owner and booking.kind == LIVE
-                             else booking for booking in bookings)
-        return replace(self, atoms=atoms, bookings=bookings)
-
-    def pending(self, owner: str, device_atoms: Iterable[Atom]) -> Claims:
-        """``owner``'s hold is gone but pods hold its devices: claimed (a conflict) until the release is reported."""
-        kept = tuple(claim for claim in self.atoms if claim.owner != owner)
-        return replace(self, atoms=kept).hold(owner, device_atoms, PENDING)
-
-    def without(self, owner: str) -> Claims:
-        """``owner`` no longer claims anything (a release made in an earlier pass, being dropped)."""
-        return replace(self, atoms=tuple(claim for claim in self.atoms if claim.owner != owner),
-                       bookings=tuple(booking for booking in self.bookings if booking.owner != owner))
+        ledger = None
+        if memory is not None:
+            ledger = Admission(memory, domains)
+            for booking in self.bookings:
+                if booking.kind != RELEASING:
+                    ledger = ledger.counted(booking.limits, booking.current)
+        return replace(self, memory=memory, domains=tuple(domains), ledger=ledger)
 
     # --- questions ----------------------------------------------------------------------------------------------
 
-    def owners(self, kind: str = LIVE) -> List[str]:
-        found = []  # type: List[str]
-        for claim in self.atoms:
-            if claim.kind == kind and claim.owner not in found:
-                found.append(claim.owner)
-        return found
-
-    def atoms_of(self, owner: str) -> List[Atom]:
-        return [claim.atom for claim in self.atoms if claim.owner == owner]
-
     def vm_of(self, gpu_uuid: str) -> Optional[str]:
-        return next((instance for uuid, instance in self.vms if uuid == gpu_uuid), None)
+        return self.vms.get(gpu_uuid)
 
     def maintenance_of(self, gpu_uuid: str) -> Optional[str]:
-        return next((reason for uuid, reason in self.maintenance if uuid == gpu_uuid), None)
+        return self.maintenance.get(gpu_uuid)
 
     def unhealthy_of(self, gpu_uuid: str) -> Optional[str]:
-        return next((message for uuid, message in self.unhealthy if uuid == gpu_uuid), None)
+        return self.unhealthy.get(gpu_uuid)
 
-    def holding(self, atoms: Iterable[Atom], owner: Optional[str] = None):
-        """Claims other than ``owner``'s and other than releases this pass makes, on ``atoms``' GPUs."""
-        gpus = set(atom.gpu_uuid for atom in atoms)
-        return [claim for claim in self.atoms
-                if claim.kind != RELEASING and claim.owner != owner and claim.atom.gpu_uuid in gpus]
+    def holding(self, atom: Atom, owner: Optional[str] = None) -> Tuple[Optional[Claim], Optional[Claim], Optional[Claim]]:
+        """The first claim other than ``owner``'s (and other than releases this pass makes) on ``atom`` itself,
+        on a part of its GPU and on its whole GPU, each None when there is none."""
+        on_gpu = self.held.get(atom.gpu_uuid, _NOTHING)
+
+        def first(claims: Iterable[Claim]) -> Optional[Claim]:
+            return next((claim for claim in claims if claim.owner != owner), None)
+
+        return first(on_gpu.keyed.get(atom.key, ())), first(on_gpu.parts), first(on_gpu.whole)
 
     def needs(self, atoms: Iterable[Atom]) -> List[str]:
         """The owners whose release, planned in this pass, frees atoms of ``atoms``: a hold on them waits for it.
         A hold's own release counts too (it moves to other devices, or is written again)."""
-        atoms = list(atoms)
-        found = []  # type: List[str]
-        for claim in self.atoms:
-            if claim.kind == RELEASING and claim.owner not in found and any(_overlap(claim.atom, a) for a in atoms):
-                found.append(claim.owner)
-        return found
+        found = {}  # type: Dict[str, None]
+        for atom in atoms:
+            on_gpu = self.releasing.get(atom.gpu_uuid)
+            if on_gpu is not None:
+                found.update((claim.owner, None) for claim in on_gpu.on(atom))
+        return list(found)
 
     def memory_released(self) -> List[str]:
         """The owners whose memory or huge pages a release in this pass frees: an admitted hold waits for them."""
-        found = []  # type: List[str]
-        for booking in self.bookings:
-            if booking.kind == RELEASING and booking.owner not in found:
-                found.append(booking.owner)
-        return found
+        return list(self.released_memory)
 
     def admission(self) -> Optional[Admission]:
         """The host's memory ledger: VMs and every booking but those a release in this pass frees."""
-        if self.memory is None:
-            return None
-        admission = Admission(self.memory, self.domains)
-        for booking in self.bookings:
-            if booking.kind != RELEASING:
-                admission = admission.counted(booking.limits, booking.current)
-        return admission
+        return self.ledger
 
-    def admit(self, owner: str, limits) -> Claims:
+    def admit(self, owner: str, limits: Any) -> Claims:
         """``owner``'s limits booked, when the host has room; raises ``admission.Exhausted`` otherwise. Without
         a reading of the host's memory, booked unchecked (the planner warns)."""
-        admission = self.admission()
-        if admission is not None:
-            admission.check(limits)
+        if self.ledger is not None:
+            self.ledger.check(limits)
         return self.book(owner, limits)

@@ -19,23 +19,23 @@ makes is no conflict: the hold waits for it instead (``Claims.needs``).
 
 from __future__ import annotations
 
-from typing import List
+from typing import Dict, List, Optional, Sequence, Set
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import Atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import Claims
 
 UNREADABLE_RELEASES = "(pending Kubernetes releases that could not be read)"
 
 
-def conflicts(atoms, claims: Claims, owner=None) -> List[str]:
+def conflicts(atoms: Sequence[Atom], claims: Claims, owner: Optional[str] = None) -> List[str]:
     """Every conflict of a new hold's atoms with ``claims``, as messages; empty when none. Claims of
     ``owner`` itself (its own pending release taken back) are no conflict."""
-    found = []  # type: List[str]
+    found = {}  # type: Dict[str, None]  # in order, each once
 
-    def add(message):
-        if message not in found:
-            found.append(message)
+    def add(message: str) -> None:
+        found.setdefault(message)
 
-    seen = set()
+    seen = set()  # type: Set[tuple]
     for atom in atoms:
         if atom.key in seen:
             add("a device is listed twice")
@@ -49,16 +49,12 @@ def conflicts(atoms, claims: Claims, owner=None) -> List[str]:
         if reason is not None:
             add("%s is in maintenance (%s)" % (atom.gpu_uuid, reason))
             continue
-        others = claims.holding([atom], owner)
-        same = next((claim for claim in others if claim.atom.key == atom.key), None)
+        same, part, whole = claims.holding(atom, owner)
         if same is not None:
             add("%s is assigned to %s" % (atom.id, same.owner))
         elif atom.whole:
-            part = next((claim for claim in others if not claim.atom.whole), None)
             if part is not None:
                 add("%s has %s assigned to %s" % (atom.gpu_uuid, part.atom.id, part.owner))
-        else:
-            whole = next((claim for claim in others if claim.atom.whole), None)
-            if whole is not None:
-                add("%s is assigned to %s" % (atom.gpu_uuid, whole.owner))
-    return found
+        elif whole is not None:
+            add("%s is assigned to %s" % (atom.gpu_uuid, whole.owner))
+    return list(found)

@@ -8,16 +8,16 @@ withdrawn at once, reported only once no pod holds its devices, and claimed
 meanwhile. Each pass first settles what earlier passes left pending: an
 unreadable releases file is set aside, the marker cleared once the kube side
 allows, a release the spec takes back dropped unreported, and a release no
-pod holds any more reported. Called by ``planner.plan_pass``; ``state`` is its
-``PassState``.
+pod holds any more reported. Called by ``planner.plan_pass`` with its
+``decisions.Pass``; each function returns what it decided (``decisions.Decided``)
+and changes nothing.
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, List, Optional, Sequence
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
-    Action,
     ClearMarker,
     DropRelease,
     QuarantineReleases,
@@ -28,6 +28,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import InvalidAssignment, parse_limits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.decisions import Decided, Pass
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
     PendingRelease,
     device_names,
@@ -36,103 +37,103 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import released_event, withdraw_files
 
 
-def _releasing(state, allocation_id, device_ids):
+def _releasing(ctx: Pass, allocation_id: str, device_ids: Sequence[str]) -> Decided:
     """A release this pass makes (reported, withdrawn or dropped): its devices and what it booked stay
     claimed until it is made, and a hold that takes them waits for it (``claims.Claims.needs``)."""
     try:
-        booked = parse_limits((state.observed.ledger.bound.get(allocation_id) or {}).get("limits"))
+        booked = parse_limits((ctx.observed.ledger.bound.get(allocation_id) or {}).get("limits"))
     except InvalidAssignment:
         booked = None
-    state.releasing[allocation_id] = (atoms_of(device_ids), booked)
+    return Decided(releasing=((allocation_id, tuple(atoms_of(device_ids)), booked),))
 
 
-def _take_back(state, release, assignment):
+def _pending(release: PendingRelease, holders: Optional[List[str]]) -> Decided:
+    """A Kubernetes release still pending after this pass: its devices claimed while ``holders`` hold them."""
+    return Decided(pending=((release.allocation_id, release, holders),))
+
+
+def _take_back(ctx: Pass, release: PendingRelease, assignment: Any) -> Decided:
     """The spec wants an allocation with a pending release again: the release is never reported. Old
     devices the new hold does not take stay claimed while pods hold them, then go unreported."""
     wanted = set(atom.key for atom in atoms_of(ref.id for ref in assignment.devices))
     left = [device_id for device_id in release.device_ids
             if all(atom.key not in wanted for atom in atoms_of([device_id]))]
-    return _hold_taken_back(state, release, left, "the spec wants it again")
+    return _hold_taken_back(ctx, release, left, "the spec wants it again")
 
 
-def _hold_taken_back(state, release, left, why="its old devices are free"):
+def _hold_taken_back(ctx: Pass, release: PendingRelease, left: Sequence[str],
+                     why: str = "its old devices are free") -> Decided:
     """A taken-back release: dropped unreported once no pod holds ``left`` (the old devices the
     allocation's hold does not take), else kept, narrowed to them, and claimed."""
-    observed, allocation_id = state.observed, release.allocation_id
+    observed, allocation_id = ctx.observed, release.allocation_id
     holders = pods_holding(observed.kube, left, observed.inventory) if left else []
     if holders == []:
-        _releasing(state, allocation_id, release.device_ids)
-        return [DropRelease(allocation_id, "drop the pending Kubernetes release of %s: %s (not reported)"
-                            % (allocation_id, why), generation=release.generation)]
+        return _releasing(ctx, allocation_id, release.device_ids) + Decided(actions=(
+            DropRelease(allocation_id, "drop the pending Kubernetes release of %s: %s (not reported)"
+                        % (allocation_id, why), generation=release.generation),))
     narrowed = PendingRelease(allocation_id, list(left), release.generation, release.since, taken_back=True)
-    state.pending[allocation_id] = narrowed
-    state.holders[allocation_id] = holders
     if narrowed == release:
-        return []
-    return [TakeBackRelease(allocation_id, "take back the pending Kubernetes release of %s: never reported; "
-                            "keep %s claimed until free (%s)" % (allocation_id, ", ".join(left), _held_by(holders)),
-                            device_ids=tuple(left), generation=release.generation, release=narrowed)]
+        return _pending(narrowed, holders)
+    return _pending(narrowed, holders) + Decided(actions=(
+        TakeBackRelease(allocation_id, "take back the pending Kubernetes release of %s: never reported; "
+                        "keep %s claimed until free (%s)" % (allocation_id, ", ".join(left), _held_by(holders)),
+                        device_ids=tuple(left), generation=release.generation, release=narrowed),))
 
 
-def release_kubernetes(state, hold, why, wanted=False):
+def release_kubernetes(ctx: Pass, hold: Any, why: str, wanted: bool = False) -> Decided:
     """A Kubernetes hold that goes: recorded, withdrawn, and reported only if no pod holds its devices.
     ``wanted``: the allocation stays, on other devices or as a plain hold: never reported released;
     its old devices stay claimed (taken back) while pods hold them."""
-    observed = state.observed
-    release = PendingRelease(hold.allocation_id, list(hold.device_ids), state.generation, observed.now,
+    observed, generation = ctx.observed, ctx.generation
+    release = PendingRelease(hold.allocation_id, list(hold.device_ids), generation, observed.now,
                              taken_back=wanted)
     files = tuple(withdraw_files(observed, hold.allocation_id))
     device_ids = tuple(hold.device_ids)
     holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
     removed = " and ".join(change.path for change in files)
+    gone = Decided(gone=frozenset([hold.allocation_id]))
     if wanted:
         if holders == []:
-            _releasing(state, hold.allocation_id, hold.device_ids)
-            return Withdraw(hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; no pod holds its old "
-                            "devices (the allocation stays: not reported)" % (hold.allocation_id, why, removed),
-                            files, device_ids, state.generation)
-        state.pending[hold.allocation_id] = release
-        state.holders[hold.allocation_id] = holders
-        return ReleaseKubernetes(
+            return gone + _releasing(ctx, hold.allocation_id, hold.device_ids) + Decided(actions=(Withdraw(
+                hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; no pod holds its old devices (the "
+                "allocation stays: not reported)" % (hold.allocation_id, why, removed), files, device_ids,
+                generation),))
+        return gone + _pending(release, holders) + Decided(actions=(ReleaseKubernetes(
             hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; its old devices stay claimed until free "
             "(%s), never reported (the allocation stays)" % (hold.allocation_id, why, removed, _held_by(holders)),
-            files, device_ids, state.generation, release)
+            files, device_ids, generation, release),))
     if holders == []:
-        _releasing(state, hold.allocation_id, hold.device_ids)
-        return ReleaseKubernetes(
+        return gone + _releasing(ctx, hold.allocation_id, hold.device_ids) + Decided(actions=(ReleaseKubernetes(
             hold.allocation_id, "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report "
-            "AllocationReleased" % (hold.allocation_id, why, removed), files, device_ids, state.generation, release,
-            released_event(observed, hold.allocation_id, state.generation, hold.device_ids))
-    state.pending[hold.allocation_id] = release
-    state.holders[hold.allocation_id] = holders
-    return ReleaseKubernetes(
+            "AllocationReleased" % (hold.allocation_id, why, removed), files, device_ids, generation, release,
+            released_event(observed, hold.allocation_id, generation, hold.device_ids)),))
+    return gone + _pending(release, holders) + Decided(actions=(ReleaseKubernetes(
         hold.allocation_id, "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no "
         "pod holds its devices (%s)" % (hold.allocation_id, why, removed, _held_by(holders)),
-        files, device_ids, state.generation, release)
+        files, device_ids, generation, release),))
 
 
-def _held_by(holders):
+def _held_by(holders: Optional[List[str]]) -> str:
     if holders is None:
         return "the kubelet cannot be asked: counted as held"
     return "held by " + ", ".join(holders)
 
 
-def plan_kubernetes_releases(state):
+def plan_kubernetes_releases(ctx: Pass) -> Decided:
     """Kubernetes releases pending from earlier passes: set an unreadable file aside, clear the marker
     once the kube side allows, drop releases the spec takes back, report those no pod holds."""
-    observed = state.observed
-    actions: List[Action] = []
+    observed = ctx.observed
+    decided = Decided()
     releases = observed.releases
     if releases.unreadable is not None:
-        actions.append(QuarantineReleases("", "set %s/releasing.json aside (%s) and claim every GPU until the "
-                                          "kube side is known" % (observed.state_dir, releases.unreadable),
-                                          now=observed.now))
         # said in the pass that does it, whether or not the marker can be cleared at once: the releases
         # the file held are lost, and someone must learn of it
-        state.plan.warnings.append("%s/releasing.json is unreadable (%s): it is set aside, never deleted; the "
-                                   "Kubernetes releases it held cannot be reported" % (observed.state_dir,
-                                                                                       releases.unreadable))
-    if state.marker and observed.kube is not None and observed.kube.error is None:
+        decided += Decided(actions=(QuarantineReleases(
+            "", "set %s/releasing.json aside (%s) and claim every GPU until the kube side is known"
+            % (observed.state_dir, releases.unreadable), now=observed.now),), warnings=(
+            "%s/releasing.json is unreadable (%s): it is set aside, never deleted; the Kubernetes releases it "
+            "held cannot be reported" % (observed.state_dir, releases.unreadable),))
+    if ctx.marker and observed.kube is not None and observed.kube.error is None:
         known = set()  # what pods may hold of allocations the node knows: their devices and parent GPUs
         for device_ids in [hold.device_ids for hold in observed.live.values()] + \
                 [release.device_ids for release in releases.pending.values()]:
@@ -143,40 +144,41 @@ def plan_kubernetes_releases(state):
         gpus |= set(inst.uuid for gpu in observed.inventory.gpus for inst in gpu.mig)
         # a slot is named by its atom id (GPU-…/s<n>): one of an unknown allocation counts by its GPU
         if not [name for name in unknown if name.split("/", 1)[0] in gpus]:
-            actions.append(ClearMarker("", "remove %s/releasing.unreadable: no pod holds a GPU of an allocation "
-                                       "this node does not know" % observed.state_dir))
-            state.marker = False
+            decided += Decided(actions=(ClearMarker("", "remove %s/releasing.unreadable: no pod holds a GPU of an "
+                                                    "allocation this node does not know" % observed.state_dir),),
+                               marker_cleared=True)
     for allocation_id in sorted(releases.pending):
-        release = releases.pending[allocation_id]
-        assignment = state.wanted.get(allocation_id)
-        if assignment is not None and allocation_id in state.superseded:
-            actions.extend(_take_back(state, release, assignment))
-            continue
-        device_ids = release.device_ids
-        if release.taken_back:
-            bound = observed.ledger.bound.get(allocation_id)
-            if allocation_id in observed.live or bound is None:
-                # old devices of an allocation live again (its own release is reported): claimed until free
-                actions.extend(_hold_taken_back(state, release, release.device_ids))
-                continue
-            # taken back for a hold that never became live: the journal's last word on the allocation is
-            # still its old AllocationBound, so it is reported released once free, with those devices
-            device_ids = list(bound.get("device_ids") or release.device_ids)
-        # its files, if a crash left them, are withdrawn
-        files = withdraw_files(observed, allocation_id)
-        state.live.pop(allocation_id, None)
-        holders = pods_holding(observed.kube, release.device_ids, observed.inventory)
-        if holders == []:
-            _releasing(state, allocation_id, release.device_ids)
-            actions.append(ReportRelease(allocation_id, "report %s released: no pod holds its devices any more"
-                                         % allocation_id, tuple(files),
-                                         released_event(observed, allocation_id, release.generation, device_ids),
-                                         tuple(device_ids), release.generation))
-            continue
-        state.pending[allocation_id] = release
-        state.holders[allocation_id] = holders
-        if files:
-            actions.append(Withdraw(allocation_id, "remove %s: %s is being released" % (
-                " and ".join(change.path for change in files), allocation_id), tuple(files),
-                device_ids=tuple(release.device_ids), generation=release.generation))
-    return actions
+        decided += _settle(ctx, releases.pending[allocation_id])
+    return decided
+
+
+def _settle(ctx: Pass, release: PendingRelease) -> Decided:
+    """One Kubernetes release pending from an earlier pass: taken back, reported, or left pending."""
+    observed, allocation_id = ctx.observed, release.allocation_id
+    assignment = ctx.wanted.get(allocation_id)
+    if assignment is not None and allocation_id in ctx.superseded:
+        return _take_back(ctx, release, assignment)
+    device_ids = release.device_ids
+    if release.taken_back:
+        bound = observed.ledger.bound.get(allocation_id)
+        if allocation_id in observed.live or bound is None:
+            # old devices of an allocation live again (its own release is reported): claimed until free
+            return _hold_taken_back(ctx, release, release.device_ids)
+        # taken back for a hold that never became live: the journal's last word on the allocation is
+        # still its old AllocationBound, so it is reported released once free, with those devices
+        device_ids = list(bound.get("device_ids") or release.device_ids)
+    # its files, if a crash left them, are withdrawn
+    files = withdraw_files(observed, allocation_id)
+    gone = Decided(gone=frozenset([allocation_id]))
+    holders = pods_holding(observed.kube, release.device_ids, observed.inventory)
+    if holders == []:
+        return gone + _releasing(ctx, allocation_id, release.device_ids) + Decided(actions=(ReportRelease(
+            allocation_id, "report %s released: no pod holds its devices any more" % allocation_id, tuple(files),
+            released_event(observed, allocation_id, release.generation, device_ids), tuple(device_ids),
+            release.generation),))
+    if not files:
+        return gone + _pending(release, holders)
+    return gone + _pending(release, holders) + Decided(actions=(Withdraw(
+        allocation_id, "remove %s: %s is being released" % (" and ".join(change.path for change in files),
+                                                           allocation_id), tuple(files),
+        device_ids=tuple(release.device_ids), generation=release.generation),))

@@ -32,7 +32,7 @@ executes exactly it. ``plan_pass`` runs the phases of a pass in this order
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Set, Tuple, Type
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
     Action,
@@ -66,6 +66,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     unsupported_binding,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
+    Atom,
     AtomRefused,
     atoms_of,
     resolve_atom,
@@ -86,6 +87,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, RELEASING, Claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.decisions import Decided, Pass, Refusal
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_FAILED
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
@@ -123,20 +125,20 @@ class Observed:
 
     node_id: str
     boot_id: str
-    inventory: object
-    vendor: object
-    live: Dict[str, object]  # allocation id -> LiveHold, from /etc/cdi
+    inventory: Any
+    vendor: Any
+    live: Dict[str, Any]  # allocation id -> LiveHold, from /etc/cdi
     env_files: Dict[str, Optional[bytes]]  # allocation id -> current env file content
-    ledger: object
+    ledger: Any
     privileged: bool = True
     mps: bool = False
     domains: List = field(default_factory=list)
     domains_error: Optional[str] = None
-    slices: Dict[str, object] = field(default_factory=dict)  # slice name -> SliceState
+    slices: Dict[str, Any] = field(default_factory=dict)  # slice name -> SliceState
     slices_unavailable: Optional[str] = None  # why this host cannot make hold slices
-    memory: Optional[object] = None  # HostMemory, read only when a new hold needs admission
+    memory: Optional[Any] = None  # HostMemory, read only when a new hold needs admission
     releases: Releases = field(default_factory=Releases)  # pending Kubernetes releases
-    kube: Optional[object] = None  # KubeView: what pods hold, asked only when a Kubernetes release needs it
+    kube: Optional[Any] = None  # KubeView: what pods hold, asked only when a Kubernetes release needs it
     now: float = 0.0
     state_dir: str = DEFAULT_STATE_DIR
     damaged_specs: List[str] = field(default_factory=list)  # node paths of damaged specs set aside earlier
@@ -153,7 +155,7 @@ class Failure:
     reason: str
     message: str
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return {"allocation_id": self.allocation_id, "generation": self.generation,
                 "reason": self.reason, "message": self.message}
 
@@ -172,16 +174,16 @@ class Plan:
     renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
 
     @property
-    def changes(self):
+    def changes(self) -> List[Action]:
         return [action for action in self.actions if action.changes]
 
-    def text(self):
+    def text(self) -> str:
         lines = [action.text for action in self.actions] or ["nothing to do"]
         lines.extend("warning: %s" % warning for warning in self.warnings)
         lines.extend("retry: %s" % error for error in self.errors)
         return "\n".join(lines)
 
-    def diffs(self):
+    def diffs(self) -> List[Dict[str, Any]]:
         """Ansible ``--diff`` output: the plan as text first (what a reader scans), then every file (and
         slice) each action changes, in full."""
         entries = [{"prepared": "plan:\n" + "\n".join("  " + line for line in self.text().splitlines()) + "\n"}]
@@ -189,7 +191,7 @@ class Plan:
         return entries
 
 
-def vfio_claims(instances, observed):
+def vfio_claims(instances: Any, observed: Observed) -> Tuple[Dict[str, str], Dict[str, str]]:
     """GPUs VMs have or are to have: the instance specs, the running domains, and
     what still-running domains had at the last pass (a GPU dropped from a running
     VM's spec stays the VM's until its next start)."""
@@ -213,7 +215,8 @@ def vfio_claims(instances, observed):
     return claims, merged
 
 
-def _release_action(kind, observed, allocation_id, generation, device_ids, why):
+def _release_action(kind: Type[Release], observed: Observed, allocation_id: str, generation: int,
+                    device_ids: Sequence[str], why: str) -> Release:
     files = withdraw_files(observed, allocation_id)
     removed = " and ".join(change.path for change in files) or "no files left"
     text = "%s %s (%s): remove %s, report AllocationReleased" % (kind.kind, allocation_id, why, removed)
@@ -228,7 +231,7 @@ def _release_action(kind, observed, allocation_id, generation, device_ids, why):
                 tuple(device_ids), generation, stop)
 
 
-def limits_from_record(record):
+def limits_from_record(record: Any) -> Optional[Limits]:
     """The ``Limits`` a ledger record keeps (None when it keeps none, or none that pass the input's checks:
     the ledger is data like any other)."""
     try:
@@ -237,54 +240,35 @@ def limits_from_record(record):
         return None
 
 
-def _slice_apply(assignment, current=None):
+def _slice_apply(assignment: Any, current: Any = None) -> SliceApply:
     properties, huge = wanted_slice(assignment.limits)
     return SliceApply(slice_name(assignment.allocation_id), properties, huge,
                       settings_of(current) if current is not None else None, limits_record(assignment.limits))
 
 
-class PassState:
-    """What one planning pass has decided so far: the holds that stay, what is claimed and committed,
-    the Kubernetes releases still pending, and the refusals to report."""
-
-    def __init__(self, generation, parsed, observed, instances, superseded=None):
-        self.plan = Plan(generation=generation)
-        self.generation = generation
-        self.parsed = parsed
-        self.observed = observed
-        self.instances = instances
-        self.live = dict(observed.live)
-        self.failures = []  # (allocation_id, reason, message)
-        # A live hold re-sent with a binding the node does not take is refused (unsupported-binding) and kept
-        # as it is, as for any refused input: the node never drops a hold on its own.
-        self.unsupported = set()  # type: Set[str]
-        for assignment in parsed.assignments:
-            if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES) and assignment.allocation_id in self.live:
-                self.unsupported.add(assignment.allocation_id)
-                self.failures.append((assignment.allocation_id, Reason.UNSUPPORTED_BINDING,
-                                      unsupported_binding(assignment.binding)))
-        self.wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments
-                           if assignment.allocation_id not in self.unsupported)
-        # the wanted allocations that are live once the pass is applied (kept, or bound anew): a Kubernetes
-        # release of one of them is taken back unreported, its new AllocationBound standing for it; any other
-        # is reported (``plan_pass`` narrows this from every wanted allocation to those really bound)
-        self.superseded = set(self.wanted) if superseded is None else set(superseded)
-        # releases this pass makes: allocation -> (the atoms it frees, the limits it booked, or None when its
-        # slice still runs a workload and keeps them): claimed until made; what takes them waits for them
-        self.releasing = {}  # type: Dict[str, Tuple[list, Optional[Limits]]]
-        self.memory_warned = False
-        self.sliced = set()  # slices wanted after this pass
-        self.released_slices = set()  # slices whose release this pass handles
-        self.pending = {}  # Kubernetes releases still pending after this pass: allocation -> PendingRelease
-        self.holders = {}  # allocation -> who holds its devices (None: the kube side cannot be asked)
-        self.damaged = {}  # allocation -> its LiveHold whose spec is damaged: set aside, never deleted
-        self.marker = observed.releases.marker or observed.releases.unreadable is not None
-
-    def needs_root(self, what):
-        self.plan.errors.append("%s needs root or the helper; this pass is unprivileged" % what)
+def _pass_of(generation: int, parsed: Any, observed: Observed, instances: Any,
+             superseded: Optional[FrozenSet[str]]) -> Tuple[Pass, Decided]:
+    """The pass's inputs, and the refusal of each live hold re-sent with a binding the node does not take:
+    refused (unsupported-binding) and kept as it is, as for any refused input: the node never drops a hold
+    on its own."""
+    unsupported = frozenset(assignment.allocation_id for assignment in parsed.assignments
+                            if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES)
+                            and assignment.allocation_id in observed.live)
+    failures = tuple((assignment.allocation_id, Reason.UNSUPPORTED_BINDING, unsupported_binding(assignment.binding))
+                     for assignment in parsed.assignments if assignment.allocation_id in unsupported)
+    wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments
+                  if assignment.allocation_id not in unsupported)
+    marker = bool(observed.releases.marker or observed.releases.unreadable is not None)
+    ctx = Pass(generation, parsed, observed, instances, wanted, unsupported,
+               frozenset(wanted) if superseded is None else superseded, marker)
+    return ctx, Decided(failures=failures)
 
 
-def plan_pass(generation, parsed, observed, instances=None):
+def _needs_root(what: str) -> Decided:
+    return Decided(errors=("%s needs root or the helper; this pass is unprivileged" % what,))
+
+
+def plan_pass(generation: int, parsed: Any, observed: Observed, instances: Any = None) -> Plan:
     """The ordered plan for one pass. Pure: reads only its arguments.
 
     A Kubernetes hold wanted again (moved, or re-bound as a plain hold) is withdrawn unreported only if
@@ -293,86 +277,109 @@ def plan_pass(generation, parsed, observed, instances=None):
     made again without the allocations that were not (refused, or not renderable) until none is left:
     their old hold is then reported released like any other. Each round can only refuse more, so this
     ends within as many rounds as there are such allocations."""
-    superseded = None
+    superseded = None  # type: Optional[FrozenSet[str]]
     while True:
-        state, plan = _plan_once(generation, parsed, observed, instances, superseded)
-        unbound = state.superseded - _live_after(state, plan) & _kubernetes_released(observed)
+        ctx, plan, live_after = _plan_once(generation, parsed, observed, instances, superseded)
+        unbound = (ctx.superseded - live_after) & _kubernetes_released(observed)
         if not unbound:
             return plan
-        superseded = state.superseded - unbound
+        superseded = ctx.superseded - unbound
 
 
-def _live_after(state, plan):
-    """The allocations with a live hold once ``plan`` is applied: kept, or bound anew."""
-    return set(state.live) | set(action.allocation_id for action in plan.actions if isinstance(action, Bind))
-
-
-def _kubernetes_released(observed):
+def _kubernetes_released(observed: Observed) -> Set[str]:
     """Allocations whose Kubernetes hold or pending release a pass may take back unreported."""
     return set(observed.releases.pending) | set(
         allocation_id for allocation_id, hold in observed.live.items() if hold.kubernetes)
 
 
-def _plan_once(generation, parsed, observed, instances, superseded):
-    state = PassState(generation, parsed, observed, instances, superseded)
-    releases = plan_kubernetes_releases(state) + _finish_releases(state) + _release_unwanted(state)
-    claims = _claims(state)
-    keeps, claims = _keep_wanted(state, claims)
-    binds, claims = _bind_new(state, claims)
-    # slices of holds gone earlier: after the releases, before anything is bound
-    state.plan.actions = releases + _leftover_slices(state) + keeps + binds + _report_failures(state)
-    asides = observed.damaged_specs + [change.aside for action in state.plan.actions
-                                       for change in action.node_files() if isinstance(change, SpecAside)]
-    if asides:
-        state.plan.conditions.append(damaged_condition(asides))
-    return state, state.plan
+def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
+               superseded: Optional[FrozenSet[str]]) -> Tuple[Pass, Plan, Set[str]]:
+    """One round of the phases, in the spec's order, each a function of the observation and the claims;
+    the plan is built once from what they returned. Returns the allocations live once it is applied too."""
+    ctx, refused = _pass_of(generation, parsed, observed, instances, superseded)
+    # 1. Kubernetes releases pending from earlier passes; plain releases cut short
+    released = plan_kubernetes_releases(ctx)
+    released += _finish_releases(ctx)
+    # 2. holds no longer wanted (those the phases above settled are no longer live)
+    released += _release_unwanted(ctx, _live(observed, released), set(owner for owner, _a, _b in released.releasing))
+    live = _live(observed, released)
+    claims, seen = _claims(ctx, live, released)
+    # 3. holds still wanted; 4. new holds
+    kept, claims = _keep_wanted(ctx, live, claims)
+    bound, claims = _bind_new(ctx, live, dict(released.damaged), claims)
+    # slices of holds gone earlier: decided once the slices the kept and bound holds want are known,
+    # placed after the releases, before anything is bound
+    handled = released + kept + bound
+    leftover = _leftover_slices(observed, handled.released_slices | handled.sliced)
+    decided = refused + released + seen + kept + bound + leftover
+    # 5. refusals
+    refusals, failures = _report_failures(ctx, decided.failures)
+    actions = list(released.actions + leftover.actions + kept.actions + bound.actions + refusals)
+    asides = list(observed.damaged_specs) + [change.aside for action in actions for change in action.node_files()
+                                             if isinstance(change, SpecAside)]
+    warnings = list(decided.warnings)
+    if warnings.count(UNREADABLE) > 1:  # said once a pass
+        first = warnings.index(UNREADABLE) + 1
+        warnings = warnings[:first] + [warning for warning in warnings[first:] if warning != UNREADABLE]
+    plan = Plan(generation=generation, actions=actions, failures=failures, warnings=warnings,
+                errors=list(decided.errors), holds=list(decided.holds),
+                conditions=list(decided.conditions) + ([damaged_condition(asides)] if asides else []),
+                pending_releases=list(decided.pending_releases), vfio=dict(decided.vfio),
+                renders=dict(decided.renders))
+    return ctx, plan, set(live) | set(action.allocation_id for action in actions if isinstance(action, Bind))
 
 
-def _finish_releases(state):
+def _live(observed: Observed, decided: Decided) -> Dict[str, Any]:
+    """The live holds, but those ``decided`` releases, withdraws or sets aside."""
+    return dict((allocation_id, hold) for allocation_id, hold in observed.live.items()
+                if allocation_id not in decided.gone)
+
+
+def _finish_releases(ctx: Pass) -> Decided:
     """1. Releases an earlier pass recorded but did not finish."""
-    observed, generation, actions = state.observed, state.generation, []
+    observed, generation, decided = ctx.observed, ctx.generation, Decided()
     for allocation_id in sorted(observed.ledger.unfinished_releases):
         record = observed.ledger.unfinished_releases[allocation_id]
         action = _release_action(FinishRelease, observed, allocation_id, record.get("generation", generation),
                                  record.get("device_ids") or [], "cut short by an earlier pass")
         if (action.files or action.slice) and not observed.privileged:
-            state.needs_root("finishing the release of %s" % allocation_id)
+            decided += _needs_root("finishing the release of %s" % allocation_id)
             continue
-        actions.append(action)
-        state.released_slices.add(slice_name(allocation_id))
-        state.live.pop(allocation_id, None)
-        _releasing(state, allocation_id, record.get("device_ids") or [])
-    return actions
+        decided += Decided(actions=(action,), released_slices=frozenset([slice_name(allocation_id)]),
+                           gone=frozenset([allocation_id]))
+        decided += _releasing(observed, allocation_id, record.get("device_ids") or [])
+    return decided
 
 
-def _releasing(state, allocation_id, device_ids, atoms=None):
-    """Record a release this pass makes: its atoms and what it booked stay claimed until it is made."""
-    current = state.observed.slices.get(slice_name(allocation_id))
+def _releasing(observed: Observed, allocation_id: str, device_ids: Sequence[str],
+               atoms: Optional[Sequence[Atom]] = None) -> Decided:
+    """A release this pass makes: its atoms and what it booked stay claimed until it is made."""
+    current = observed.slices.get(slice_name(allocation_id))
     booked = None
     if current is None or not current.populated:  # a slice still running a workload keeps what it booked
-        booked = limits_from_record((state.observed.ledger.bound.get(allocation_id) or {}).get("limits"))
-    state.releasing[allocation_id] = (list(atoms if atoms is not None else atoms_of(device_ids)), booked)
+        booked = limits_from_record((observed.ledger.bound.get(allocation_id) or {}).get("limits"))
+    return Decided(releasing=((allocation_id, tuple(atoms if atoms is not None else atoms_of(device_ids)), booked),),
+                   released_slices=frozenset([slice_name(allocation_id)]))
 
 
-def _release_unwanted(state):
+def _release_unwanted(ctx: Pass, live: Mapping[str, Any], releasing: Set[str]) -> Decided:
     """2. Holds no longer wanted, or wanted with other devices or another binding."""
-    observed, actions = state.observed, []
-    keep = set(state.wanted) | set(state.parsed.refused_ids) | state.unsupported
-    actions.extend(_release_spec_gone(state, keep))
-    for allocation_id in sorted(state.live):
-        hold = state.live[allocation_id]
-        assignment = state.wanted.get(allocation_id)
+    observed = ctx.observed
+    keep = set(ctx.wanted) | set(ctx.parsed.refused_ids) | ctx.unsupported
+    decided = _release_spec_gone(ctx, keep, releasing)
+    for allocation_id in sorted(live):
+        hold = live[allocation_id]
+        assignment = ctx.wanted.get(allocation_id)
         if hold.problem is not None and (assignment is not None or allocation_id not in keep):
             # A damaged spec (its devices cannot be read back) is never deleted: set aside, and the hold is
             # written again from its assignment (_bind_new) or, no longer wanted, released
             if not observed.privileged:
-                state.needs_root("setting the damaged %s aside" % hold.path)
+                decided += _needs_root("setting the damaged %s aside" % hold.path)
                 continue
-            state.plan.warnings.append("%s; it is set aside as %s" % (hold.problem, _aside(state, hold).aside))
-            state.damaged[allocation_id] = hold
-            state.live.pop(allocation_id)
+            decided += Decided(warnings=("%s; it is set aside as %s" % (hold.problem, _aside(observed, hold).aside),),
+                               damaged=((allocation_id, hold),), gone=frozenset([allocation_id]))
             if assignment is None:
-                actions.append(_release_damaged(state, hold, "no longer wanted"))
+                decided += _release_damaged(ctx, hold, "no longer wanted")
             continue
         rebind = assignment is not None and (
             sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
@@ -380,78 +387,71 @@ def _release_unwanted(state):
         if allocation_id in keep and not rebind:
             continue
         if not observed.privileged:
-            state.needs_root("releasing %s" % allocation_id)
-            state.plan.holds.append(summary_of(hold))
+            decided += _needs_root("releasing %s" % allocation_id) + Decided(holds=(summary_of(hold),))
             continue
         why = "wanted with other devices" if rebind else "no longer wanted"
-        device_ids = hold.device_ids
         if hold.kubernetes:
-            actions.append(release_kubernetes(state, hold, why, wanted=allocation_id in state.superseded))
+            decided += release_kubernetes(ctx, hold, why, wanted=allocation_id in ctx.superseded)
         else:
-            actions.append(_release_action(Release, observed, allocation_id, state.generation, device_ids, why))
-            state.released_slices.add(slice_name(allocation_id))
-            _releasing(state, allocation_id, device_ids, hold.atoms)
-        state.live.pop(allocation_id)
-    return actions
+            decided += Decided(actions=(_release_action(Release, observed, allocation_id, ctx.generation,
+                                                        hold.device_ids, why),), gone=frozenset([allocation_id]))
+            decided += _releasing(observed, allocation_id, hold.device_ids, hold.atoms)
+    return decided
 
 
-def _release_spec_gone(state, keep):
+def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: Set[str]) -> Decided:
     """Holds the node reported bound whose spec is gone (deleted by hand) and that are no longer wanted:
     released, so their env file goes with them and the control plane learns of it. One still wanted is
     bound again from its assignment (``_bind_new``)."""
-    observed = state.observed
-    actions: List[Action] = []
+    observed, decided = ctx.observed, Decided()
     if not observed.spec_dir:
-        return actions
+        return decided
     for allocation_id in sorted(observed.ledger.bound):
-        if allocation_id in keep or allocation_id in observed.live or allocation_id in state.releasing or \
+        if allocation_id in keep or allocation_id in observed.live or allocation_id in releasing or \
                 allocation_id in observed.releases.pending or allocation_id in observed.ledger.unfinished_releases:
             continue
         if not observed.privileged:
-            state.needs_root("releasing %s" % allocation_id)
+            decided += _needs_root("releasing %s" % allocation_id)
             continue
         device_ids = list(observed.ledger.bound[allocation_id].get("device_ids") or [])
-        actions.append(_release_action(Release, observed, allocation_id, state.generation, device_ids,
-                                       "its spec is gone"))
-        state.released_slices.add(slice_name(allocation_id))
-        _releasing(state, allocation_id, device_ids)
-    return actions
+        decided += Decided(actions=(_release_action(Release, observed, allocation_id, ctx.generation, device_ids,
+                                                    "its spec is gone"),))
+        decided += _releasing(observed, allocation_id, device_ids)
+    return decided
 
 
-def _aside(state, hold):
-    return SpecAside(hold.path, hold.content, damaged_spec_path(hold.allocation_id, state.observed.now),
-                     state.observed.now)
+def _aside(observed: Observed, hold: Any) -> SpecAside:
+    return SpecAside(hold.path, hold.content, damaged_spec_path(hold.allocation_id, observed.now), observed.now)
 
 
-def _release_damaged(state, hold, why):
+def _release_damaged(ctx: Pass, hold: Any, why: str) -> Decided:
     """A hold whose spec is damaged that goes: the spec set aside, the env file removed, and
     ``AllocationReleased`` with the devices the node last reported bound (nothing if it never did)."""
-    observed, allocation_id = state.observed, hold.allocation_id
-    aside = _aside(state, hold)
+    observed, allocation_id = ctx.observed, hold.allocation_id
+    aside = _aside(observed, hold)
     files = [aside] + [change for change in withdraw_files(observed, allocation_id) if change.kind != "cdi"]
     bound = observed.ledger.bound.get(allocation_id)
     device_ids = list((bound or {}).get("device_ids") or [])
-    event = released_event(observed, allocation_id, state.generation, device_ids) if bound else None
+    event = released_event(observed, allocation_id, ctx.generation, device_ids) if bound else None
     text = "release %s (%s; its spec is damaged): set %s aside as %s" % (allocation_id, why, hold.path, aside.aside)
     text += "".join(", remove %s" % change.path for change in files[1:])
     text += ", report AllocationReleased" if event else " (never reported bound: nothing to report)"
-    _releasing(state, allocation_id, device_ids)
     current = observed.slices.get(slice_name(allocation_id))
     stop = None
     if current is not None and not current.populated:
         stop = SliceStop(current.name, settings_of(current))
         text += ", then stop %s (empty)" % current.name
-    state.released_slices.add(slice_name(allocation_id))
-    return Release(allocation_id, text, tuple(files), event, tuple(device_ids), state.generation, stop)
+    return _releasing(observed, allocation_id, device_ids) + Decided(actions=(
+        Release(allocation_id, text, tuple(files), event, tuple(device_ids), ctx.generation, stop),))
 
 
-def _claims(state):
+def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Claims, Decided]:
     """Who claims what once the releases are planned, as one value: VMs, maintenance, unhealthy GPUs,
     the holds that stay, the Kubernetes releases pending on pods, the releases this pass makes (claimed
     until made), and what they booked of the host's memory. Also the pass's conditions."""
-    observed = state.observed
+    observed = ctx.observed
     claims = Claims()
-    vfio, state.plan.vfio = vfio_claims(state.instances, observed)
+    vfio, now = vfio_claims(ctx.instances, observed)
     for gpu, instance in vfio.items():
         claims = claims.pass_through(instance, [gpu])
     claims = claims.out_of_service(observed.maintenance)
@@ -460,99 +460,97 @@ def _claims(state):
         if health:
             claims = claims.sick(gpu.uuid, unhealthy_message(gpu.uuid, health))
     bound = observed.ledger.bound
-    for allocation_id in sorted(state.live):
-        claims = claims.hold(allocation_id, state.live[allocation_id].atoms)
+    for allocation_id in sorted(live):
+        claims = claims.hold(allocation_id, live[allocation_id].atoms)
         # what the hold was bound with; a kept hold's growth is admitted on top (_admit_growth)
-        assignment = state.wanted.get(allocation_id)
+        assignment = ctx.wanted.get(allocation_id)
         if allocation_id in bound or assignment is None:
             limits = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
         else:
             limits = assignment.limits
         current = observed.slices.get(slice_name(allocation_id))
         claims = claims.book(allocation_id, limits, current.hugetlb_current if current is not None else None)
-    for allocation_id in sorted(state.pending):
-        claims = claims.hold(allocation_id, atoms_of(state.pending[allocation_id].device_ids), PENDING)
-        if allocation_id not in state.live:  # a pending Kubernetes release keeps what it booked until reported
+    pending = dict((allocation_id, release) for allocation_id, release, _holders in released.pending)
+    holders = dict((allocation_id, who) for allocation_id, _release, who in released.pending)
+    for allocation_id in sorted(pending):
+        claims = claims.hold(allocation_id, atoms_of(pending[allocation_id].device_ids), PENDING)
+        if allocation_id not in live:  # a pending Kubernetes release keeps what it booked until reported
             claims = claims.book(allocation_id, limits_from_record((bound.get(allocation_id) or {}).get("limits")))
-    for allocation_id in sorted(state.releasing):
-        atoms, booked = state.releasing[allocation_id]
+    releasing = dict((allocation_id, (atoms, booked)) for allocation_id, atoms, booked in released.releasing)
+    for allocation_id in sorted(releasing):
+        atoms, booked = releasing[allocation_id]
         claims = claims.hold(allocation_id, atoms, RELEASING).book(allocation_id, booked, kind=RELEASING)
     for name in sorted(observed.slices):
         # A slice whose hold is gone but whose workload still runs keeps what it was promised.
         current = observed.slices[name]
-        if current.populated and allocation_of(name) not in state.live:
+        if current.populated and allocation_of(name) not in live:
             claims = claims.book(allocation_of(name), limits_of_slice(current), current.hugetlb_current)
-    if state.marker:
+    marker = ctx.marker and not released.marker_cleared
+    if marker:
         claims = claims.every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
     if observed.memory is not None:
         claims = claims.with_memory(observed.memory, observed.domains)
     # the pass that sets an unreadable file aside raises the condition even when it clears the marker too
-    unreadable = state.marker or observed.releases.unreadable is not None
-    state.plan.conditions = release_conditions(state.pending.values(), unreadable, observed.now, observed.state_dir)
-    for condition in (stale_condition(observed.vendor), unknown_version_condition(observed.vendor)):
-        if condition is not None:
-            state.plan.conditions.append(condition)
-    holders = {}  # type: Dict[str, List[str]]
-    for allocation_id in sorted(state.live):
-        for atom in state.live[allocation_id].atoms:
-            if allocation_id not in holders.setdefault(atom.gpu_uuid, []):
-                holders[atom.gpu_uuid].append(allocation_id)
-    sick = unhealthy_condition(observed.inventory, holders, observed.health_cleared)
+    unreadable = marker or observed.releases.unreadable is not None
+    conditions = list(release_conditions(pending.values(), unreadable, observed.now, observed.state_dir))
+    conditions.extend(condition for condition in (stale_condition(observed.vendor),
+                                                  unknown_version_condition(observed.vendor)) if condition is not None)
+    by_gpu = {}  # type: Dict[str, List[str]]
+    for allocation_id in sorted(live):
+        for atom in live[allocation_id].atoms:
+            if allocation_id not in by_gpu.setdefault(atom.gpu_uuid, []):
+                by_gpu[atom.gpu_uuid].append(allocation_id)
+    sick = unhealthy_condition(observed.inventory, by_gpu, observed.health_cleared)
     if sick is not None:
-        state.plan.conditions.append(sick)
-    state.plan.pending_releases = pending_summary(state.pending.values(), observed.now, state.holders)
-    return claims
+        conditions.append(sick)
+    return claims, Decided(conditions=tuple(conditions), vfio=tuple(sorted(now.items())),
+                           pending_releases=tuple(pending_summary(pending.values(), observed.now, holders)))
 
 
-def _unreadable_memory(state, claims):
-    """Whether admission cannot be checked (the host's memory was not read): said once a pass."""
-    if claims.memory is not None:
-        return False
-    if not state.memory_warned:
-        state.plan.warnings.append(UNREADABLE)
-        state.memory_warned = True
-    return True
+def _unreadable_memory(claims: Claims) -> Decided:
+    """Admission cannot be checked (the host's memory was not read): said (once a pass, ``_plan_once``)."""
+    return Decided(warnings=(UNREADABLE,)) if claims.memory is None else Decided()
 
 
-def _keep_wanted(state, claims):
+def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[Decided, Claims]:
     """3. Holds still wanted: recreate a missing slice, re-render, rewrite env, report if never reported.
-    Returns the actions and the claims with what kept holds' grown limits booked."""
-    plan, observed, generation, actions = state.plan, state.observed, state.generation, []
-    for allocation_id in [a.allocation_id for a in state.parsed.assignments] + sorted(state.parsed.refused_ids):
-        hold = state.live.get(allocation_id)
+    Returns what it decided and the claims with what kept holds' grown limits booked."""
+    observed, generation, decided = ctx.observed, ctx.generation, Decided()
+    for allocation_id in [a.allocation_id for a in ctx.parsed.assignments] + sorted(ctx.parsed.refused_ids):
+        hold = live.get(allocation_id)
         if hold is None:
             continue
-        assignment = state.wanted.get(allocation_id)
+        assignment = ctx.wanted.get(allocation_id)
         atoms, missing = [], False
         for atom in hold.atoms:
             found, why = resolve_atom(atom, observed.inventory)
             atoms.append(found)
             if found is None:
                 missing = True
-                plan.warnings.append("%s: %s; its spec is left as it is" % (allocation_id, why))
+                decided += Decided(warnings=("%s: %s; its spec is left as it is" % (allocation_id, why),))
         if hold.problem:
-            plan.warnings.append(hold.problem)
+            decided += Decided(warnings=(hold.problem,))
         if assignment is None:  # refused this pass: kept exactly as it is
             if hold.cgroup_parent:
-                state.sliced.add(hold.cgroup_parent)
+                decided += Decided(sliced=frozenset([hold.cgroup_parent]))
         else:
-            assignment, claims = _admit_growth(state, claims, assignment, hold)
-            actions.extend(_keep_slice(state, assignment, hold))
+            grown, assignment, claims = _admit_growth(ctx, claims, assignment, hold)
+            decided += grown + _keep_slice(ctx, assignment, hold)
             if not hold.problem and not missing:
-                actions.extend(_keep_files(state, assignment, hold, atoms))
+                decided += _keep_files(ctx, assignment, hold, atoms)
             elif not hold.problem:
                 # /run is emptied by a reboot before mig-layout makes the MIG instances again: the env
                 # file is written from what the spec on disk says, the spec itself left as it is
                 known = env_atoms(hold, atoms)
                 if known is not None:
-                    actions.extend(_keep_files(state, assignment, hold, known, env_only=True))
+                    decided += _keep_files(ctx, assignment, hold, known, env_only=True)
                 else:
-                    plan.warnings.append("%s: its env file waits until its devices are back (its spec does "
-                                         "not name them)" % allocation_id)
+                    decided += Decided(warnings=("%s: its env file waits until its devices are back (its spec "
+                                                 "does not name them)" % allocation_id,))
         cgroup_parent = cgroup_parent_of(assignment, hold.kubernetes) if assignment is not None else hold.cgroup_parent
-        plan.holds.append(hold_summary(allocation_id, hold.reservation_id if assignment is None else
-                                       assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
-                                       cgroup_parent))
+        decided += Decided(holds=(hold_summary(allocation_id, hold.reservation_id if assignment is None else
+                                               assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
+                                               cgroup_parent),))
         if assignment is None:
             continue
         if allocation_id not in observed.ledger.bound:
@@ -562,42 +560,41 @@ def _keep_wanted(state, claims):
             why = "again: its cgroup parent is now %s" % (cgroup_parent or "none (its slice is gone)")
         else:
             continue
-        actions.append(ReportBound(allocation_id, "report %s bound (%s)" % (allocation_id, why),
-                                   event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
-                                   device_ids=tuple(hold.device_ids), generation=generation,
-                                   limits=limits_record(assignment.limits)))
-    return actions, claims
+        decided += Decided(actions=(ReportBound(
+            allocation_id, "report %s bound (%s)" % (allocation_id, why),
+            event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
+            device_ids=tuple(hold.device_ids), generation=generation, limits=limits_record(assignment.limits)),))
+    return decided, claims
 
 
-def grows(old, new):
+def grows(old: Any, new: Any) -> bool:
     """Whether ``new`` limits book more memory or huge pages than ``old``."""
     return any((getattr(new, name, None) or 0) > (getattr(old, name, None) or 0)
                for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi"))
 
 
-def _admit_growth(state, claims, assignment, hold):
+def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tuple[Decided, Any, Claims]:
     """A kept hold whose limits grow gets them only if the host has room; otherwise it keeps what it was
-    bound with and is refused (``resources-exhausted``) at this generation, finally. Returns the
-    assignment as kept and the claims with the growth booked."""
-    observed, allocation_id = state.observed, assignment.allocation_id
+    bound with and is refused (``resources-exhausted``) at this generation, finally. Returns what it
+    decided, the assignment as kept and the claims with the growth booked."""
+    observed, allocation_id = ctx.observed, assignment.allocation_id
     if allocation_id not in observed.ledger.bound:  # never reported: bound with these limits already
-        return assignment, claims
+        return Decided(), assignment, claims
     recorded = limits_from_record(observed.ledger.bound[allocation_id].get("limits"))
     current = observed.slices.get(hold.cgroup_parent) if hold.cgroup_parent else None
     if recorded is None and current is not None:  # a ledger that kept no limits: the slice says
         recorded = limits_of_slice(current)
     kept = replace(assignment, limits=recorded)
-    final = observed.ledger.refusal_at(allocation_id, state.generation)
+    final = observed.ledger.refusal_at(allocation_id, ctx.generation)
     if final is not None:
-        state.failures.append((allocation_id,) + final)
-        return kept, claims
+        return Decided(failures=((allocation_id,) + tuple(final),)), kept, claims
     if not grows(recorded, assignment.limits):
-        return assignment, claims
-    if _unreadable_memory(state, claims):
-        return assignment, claims
+        return Decided(), assignment, claims
+    if claims.memory is None:
+        return _unreadable_memory(claims), assignment, claims
     new = assignment.limits
 
-    def grown(name):
+    def grown(name: str) -> Optional[int]:
         return max(0, (getattr(new, name) or 0) - (getattr(recorded, name, None) or 0)) or None
 
     growth = Limits(mems=new.mems, memory_bytes=grown("memory_bytes"), hugepages_2mi=grown("hugepages_2mi"),
@@ -605,20 +602,22 @@ def _admit_growth(state, claims, assignment, hold):
     try:
         claims = claims.admit(allocation_id, growth)
     except Exhausted as exc:
-        state.failures.append((allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % exc))
-        return kept, claims
-    return assignment, claims
+        return Decided(failures=((allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % exc),)), \
+            kept, claims
+    return Decided(), assignment, claims
 
 
-def _keep_slice(state, assignment, hold):
+def _keep_slice(ctx: Pass, assignment: Any, hold: Any) -> Decided:
     """A kept hold's slice: created again when missing (systemd forgets runtime properties on a reboot),
     set again when its properties (as the host shows them) or its recorded limits differ from the wanted ones."""
     if cgroup_parent_of(assignment, hold.kubernetes) is None:
-        return []
-    current = state.observed.slices.get(slice_name(assignment.allocation_id))
+        return Decided()
+    observed = ctx.observed
+    current = observed.slices.get(slice_name(assignment.allocation_id))
     op = _slice_apply(assignment, current)
-    state.sliced.add(op.name)
-    recorded = (state.observed.ledger.bound.get(assignment.allocation_id) or {}).get("limits")
+    sliced = Decided(sliced=frozenset([op.name]))
+    recorded = (observed.ledger.bound.get(assignment.allocation_id) or {}).get("limits")
+    kind: Type[CreateSlice]
     if current is None:
         kind, text = CreateSlice, "create %s again: the hold is kept but its slice is gone" % op.describe()
     elif current.properties is not None and not same_properties(current.properties, op.properties):
@@ -629,41 +628,36 @@ def _keep_slice(state, assignment, hold):
         # where the host cannot show a property, the limits the hold was bound with are the ledger's
         kind, text = ApplySlice, "set %s: its limits changed" % op.describe()
     else:
-        return []
-    if not state.observed.privileged:
-        state.needs_root(text)
-        return []
-    return [kind(assignment.allocation_id, text, slice=op, device_ids=tuple(hold.device_ids),
-                 generation=state.generation, limits=limits_record(assignment.limits))]
+        return sliced
+    if not observed.privileged:
+        return sliced + _needs_root(text)
+    return sliced + Decided(actions=(kind(assignment.allocation_id, text, slice=op, device_ids=tuple(hold.device_ids),
+                                          generation=ctx.generation, limits=limits_record(assignment.limits)),))
 
 
-def _keep_files(state, assignment, hold, atoms, env_only=False):
+def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env_only: bool = False) -> Decided:
     """A kept hold: write again what no longer matches what it would render to now (``env_only``: its
     env file alone, when some of its devices are missing and its spec is left as it is)."""
-    plan, observed = state.plan, state.observed
+    observed = ctx.observed
     allocation_id = assignment.allocation_id
-    bound_generation = hold.generation if hold.generation is not None else state.generation
+    bound_generation = hold.generation if hold.generation is not None else ctx.generation
     key = None
     if not env_only:  # what the last pass rendered for these very inputs is on disk: nothing to do
         key = render_key(assignment, atoms, bound_generation, observed.vendor, observed.mps, observed.runtimes)
         record = observed.ledger.renders.get(allocation_id)
         if unchanged(record, key, hold.content, observed.env_files.get(allocation_id)):
-            plan.warnings.extend(record.get("notes") or [])
-            plan.renders[allocation_id] = record
-            return []
+            return Decided(warnings=tuple(record.get("notes") or []), renders=((allocation_id, record),))
     notes = []  # type: List[str]
     try:
         spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps, notes,
                                 observed.runtimes)
     except RenderRefused as exc:  # a kept hold is the control plane's to release: left as it is, said
-        plan.warnings.append("%s is kept as it is: %s" % (allocation_id, exc))
-        return []
+        return Decided(warnings=("%s is kept as it is: %s" % (allocation_id, exc),))
     except RenderError as exc:
-        plan.errors.append(str(exc))
-        return []
+        return Decided(errors=(str(exc),))
+    decided = Decided()
     if not env_only:
-        plan.warnings.extend(notes)
-        plan.renders[allocation_id] = render_record(key, spec, env, notes)
+        decided += Decided(warnings=tuple(notes), renders=((allocation_id, render_record(key, spec, env, notes)),))
     changes: List[Tuple[Type[RewriteFile], FileChange, str]] = []
     request = hold_request(assignment, bound_generation, observed.runtimes)
     if spec != hold.content and not env_only:
@@ -676,118 +670,127 @@ def _keep_files(state, assignment, hold, atoms, env_only=False):
         why = "missing" if current_env is None else "out of date"
         changes.append((WriteEnv, FileChange("allocation-env", env_file_path(allocation_id), current_env, env, request),
                         "rewrite %s (%s)" % (env_file_path(allocation_id), why)))
-    actions = []
     for kind, change, text in changes:
         if not observed.privileged:
-            state.needs_root(text)
+            decided += _needs_root(text)
             continue
-        actions.append(kind(allocation_id, text, change, device_ids=tuple(hold.device_ids),
-                            generation=state.generation))
-    return actions
+        decided += Decided(actions=(kind(allocation_id, text, change, device_ids=tuple(hold.device_ids),
+                                         generation=ctx.generation),))
+    return decided
 
 
-def _bind_new(state, claims):
+def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], claims: Claims) -> Tuple[Decided, Claims]:
     """4. New holds, in spec order: checked, then bound (slice, spec, env file, event). Each bound hold's
     atoms and memory are claimed against the holds after it; a hold refused at any check claims nothing
     (the claims its checks would have taken are dropped with it). A bind that takes atoms or memory a
     release of this pass frees needs that release (``Bind.needs``)."""
-    plan, observed, generation, actions = state.plan, state.observed, state.generation, []
-    refused = set(refusal.allocation_id for refusal in state.parsed.refusals)
-    for refusal in state.parsed.refusals:
-        state.failures.append((refusal.allocation_id, refusal.reason, refusal.message))
-    for assignment in state.parsed.assignments:
+    observed, generation = ctx.observed, ctx.generation
+    refused = set(refusal.allocation_id for refusal in ctx.parsed.refusals)
+    decided = Decided(failures=tuple((refusal.allocation_id, refusal.reason, refusal.message)
+                                     for refusal in ctx.parsed.refusals))
+    actions = []  # type: List[Action]
+    for assignment in ctx.parsed.assignments:
         allocation_id = assignment.allocation_id
-        if allocation_id in state.live or allocation_id in refused:
+        if allocation_id in live or allocation_id in refused:
             continue
         final = observed.ledger.refusal_at(allocation_id, generation)
         if final is not None:  # refused at this generation already: final, whatever has changed since
-            state.failures.append((allocation_id,) + final)
+            decided += Decided(failures=((allocation_id,) + tuple(final),))
             continue
         try:
-            atoms, admitted = _check_new(state, claims, assignment)
+            checked, atoms, admitted = _check_new(ctx, claims, assignment)
         except (AtomRefused, Exhausted) as exc:
             reason = exc.reason if isinstance(exc, AtomRefused) else Reason.RESOURCES_EXHAUSTED
-            state.failures.append((allocation_id, reason, str(exc)))
-            if allocation_id in state.damaged:  # its spec still goes aside, and what was bound is released
-                actions.append(_release_damaged(state, state.damaged[allocation_id], "refused"))
+            decided += Decided(failures=((allocation_id, reason, str(exc)),))
+            if allocation_id in damaged:  # its spec still goes aside, and what was bound is released
+                released = _release_damaged(ctx, damaged[allocation_id], "refused")
+                actions.extend(released.actions)
+                decided += replace(released, actions=())
             continue
+        decided += checked
         notes = []  # type: List[str]
         try:
             spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, notes,
                                     observed.runtimes)
         except RenderRefused as exc:
-            state.failures.append((allocation_id, exc.reason, str(exc)))
-            if allocation_id in state.damaged:
-                actions.append(_release_damaged(state, state.damaged[allocation_id], "refused"))
+            decided += Decided(failures=((allocation_id, exc.reason, str(exc)),))
+            if allocation_id in damaged:
+                released = _release_damaged(ctx, damaged[allocation_id], "refused")
+                actions.extend(released.actions)
+                decided += replace(released, actions=())
             continue
         except RenderError as exc:
-            plan.errors.append(str(exc))
+            decided += Decided(errors=(str(exc),))
             continue
-        plan.warnings.extend(notes)
-        plan.renders[allocation_id] = render_record(
+        decided += Decided(warnings=tuple(notes), renders=((allocation_id, render_record(
             render_key(assignment, atoms, generation, observed.vendor, observed.mps, observed.runtimes),
-            spec, env, notes)
-        needs = claims.needs(atoms)
+            spec, env, notes)),))
+        needs = set(claims.needs(atoms))
         if needs_admission(assignment.limits):
-            needs += [owner for owner in claims.memory_released() if owner not in needs]
+            needs |= set(claims.memory_released())
         claims = admitted.hold(allocation_id, atoms)
         cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
-        event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)
-        body = event["body"]
+        event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)  # type: Optional[dict]
+        body = event["body"] if event is not None else {}
         request = hold_request(assignment, generation, observed.runtimes)
         # the env file first: the spec makes the hold live, so a hold is never live without its env file
         files = [FileChange("allocation-env", env_file_path(allocation_id),
                             observed.env_files.get(allocation_id), env, request),
-                 FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request)]
+                 FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request)]  # type: List[Union[FileChange, SpecAside]]
         text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
                                           body["cdi_spec_path"], body["env_file"])
         kind: Type[Bind] = Bind
-        damaged = state.damaged.get(allocation_id)
-        if damaged is not None:
+        old = damaged.get(allocation_id)
+        if old is not None:
             # written again from its assignment: no AllocationBound when the node already reported it
             # bound with these devices and this cgroup parent
-            aside = _aside(state, damaged)
+            aside = _aside(observed, old)
             files.insert(0, aside)
-            bound = observed.ledger.bound.get(allocation_id) or {}
-            if sorted(bound.get("device_ids") or []) == sorted(atom.id for atom in atoms) and \
-                    limits_record(assignment.limits) == bound.get("limits"):
+            was = observed.ledger.bound.get(allocation_id) or {}
+            if sorted(was.get("device_ids") or []) == sorted(atom.id for atom in atoms) and \
+                    limits_record(assignment.limits) == was.get("limits"):
                 event = None
             kind = Rebind
             text = "rebind %s from its assignment (its spec is damaged): set %s aside as %s, write %s, %s%s" % (
-                allocation_id, damaged.path, aside.aside, body["cdi_spec_path"], body["env_file"],
+                allocation_id, old.path, aside.aside, body["cdi_spec_path"], body["env_file"],
                 ", report AllocationBound" if event else " (already reported bound: nothing to report)")
         slice_apply = None
         if cgroup_parent is not None:
             slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent))
             text += ", in %s" % slice_apply.describe()
-            state.sliced.add(cgroup_parent)
+            decided += Decided(sliced=frozenset([cgroup_parent]))
         actions.append(kind(allocation_id, text, tuple(files), event, tuple(atom.id for atom in atoms), generation,
                             limits_record(assignment.limits), slice_apply, tuple(sorted(needs))))
-        plan.holds.append(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
-                                       assignment.kubernetes, cgroup_parent))
-    return in_need_order(actions), claims
+        decided += Decided(holds=(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
+                                               assignment.kubernetes, cgroup_parent),))
+    return decided + Decided(actions=tuple(in_need_order(actions))), claims
 
 
-def in_need_order(actions):
+def in_need_order(actions: Sequence[Action]) -> List[Action]:
     """``actions`` in their order, but each bind after the binds of the allocations it needs: a Kubernetes
     hold moved unreported frees its old atoms only with its new ``AllocationBound``, so a hold that takes
     them is bound after it (and, through ``needs``, not at all if it fails)."""
     binds = set(action.allocation_id for action in actions if isinstance(action, Bind))
-    ordered, placed, left = [], set(), list(actions)
+    ordered, placed, left = [], set(), list(actions)  # type: List[Action], Set[str], List[Action]
     while left:
         ready = next((i for i, action in enumerate(left)
                       if all(needed in placed or needed not in binds or needed == action.allocation_id
-                             for needed in action.needs)), 0)  # a cycle: spec order
+                             for needed in _needs(action))), 0)  # a cycle: spec order
         action = left.pop(ready)
         ordered.append(action)
         placed.add(action.allocation_id)
     return ordered
 
 
-def _check_new(state, claims, assignment):
-    """The checks of a new hold in order: binding, privilege, atoms, conflicts, host admission. Returns its
-    atoms and ``claims`` with its memory booked (kept by the caller only if the hold is bound)."""
-    observed = state.observed
+def _needs(action: Action) -> Tuple[str, ...]:
+    return action.needs if isinstance(action, Bind) else ()
+
+
+def _check_new(ctx: Pass, claims: Claims, assignment: Any) -> Tuple[Decided, List[Atom], Claims]:
+    """The checks of a new hold in order: binding, privilege, atoms, conflicts, host admission. Returns what
+    it says (a warning), its atoms and ``claims`` with its memory booked (kept by the caller only if the hold
+    is bound)."""
+    observed = ctx.observed
     if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
         raise AtomRefused(Reason.UNSUPPORTED_BINDING, unsupported_binding(assignment.binding))
     if not observed.privileged:
@@ -810,46 +813,44 @@ def _check_new(state, claims, assignment):
     if problem is not None:  # a quota that starves the workload (domain.slices.CPU_QUOTA_FLOOR)
         raise AtomRefused(Reason.INVALID_ASSIGNMENT, problem)
     if needs_admission(assignment.limits):
-        _unreadable_memory(state, claims)
-        return atoms, claims.admit(assignment.allocation_id, assignment.limits)
-    return atoms, claims
+        return _unreadable_memory(claims), atoms, claims.admit(assignment.allocation_id, assignment.limits)
+    return Decided(), atoms, claims
 
 
-def _leftover_slices(state):
-    """Slices whose hold is neither wanted nor released in this pass: stopped again once empty,
-    so a slice whose workload outlived its release goes when that workload exits."""
-    observed = state.observed
-    actions: List[Action] = []
+def _leftover_slices(observed: Observed, wanted: FrozenSet[str]) -> Decided:
+    """Slices whose hold is neither wanted nor released in this pass (``wanted``: the slices the
+    releases, the kept and the bound holds handle): stopped again once empty, so a slice whose
+    workload outlived its release goes when that workload exits."""
+    decided = Decided()
     for name in sorted(observed.slices):
-        if name in state.sliced or name in state.released_slices:
+        if name in wanted:
             continue
         current = observed.slices[name]
         allocation_id = allocation_of(name)
         if current.populated:
-            actions.append(KeepSlice(allocation_id, "keep %s: its hold is gone but it still runs a workload; it "
-                                     "is stopped once empty" % name))
+            decided += Decided(actions=(KeepSlice(allocation_id, "keep %s: its hold is gone but it still runs a "
+                                                  "workload; it is stopped once empty" % name),))
         elif not observed.privileged:
-            state.needs_root("stopping %s" % name)
+            decided += _needs_root("stopping %s" % name)
         else:
-            actions.append(StopSlice(allocation_id, "stop %s: its hold is gone and it is empty" % name,
-                                     slice=SliceStop(name, settings_of(current))))
-    return actions
+            decided += Decided(actions=(StopSlice(allocation_id, "stop %s: its hold is gone and it is empty" % name,
+                                                  slice=SliceStop(name, settings_of(current))),))
+    return decided
 
 
-def _report_failures(state):
+def _report_failures(ctx: Pass, refusals: Sequence[Refusal]) -> Tuple[Tuple[Action, ...], List[Failure]]:
     """5. Failures, in spec order: one AllocationFailed per allocation and generation."""
-    observed, generation, actions = state.observed, state.generation, []
-    state.failures.sort(key=lambda failure: state.parsed.position(failure[0]))
-    reported = set()
-    for allocation_id, reason, message in state.failures:
+    observed, generation = ctx.observed, ctx.generation
+    actions, failures, reported = [], [], set()  # type: List[Action], List[Failure], Set[str]
+    for allocation_id, reason, message in sorted(refusals, key=lambda failure: ctx.parsed.position(failure[0])):
         if allocation_id in reported:  # an allocation sent twice: its first refusal stands
             continue
         reported.add(allocation_id)
-        state.plan.failures.append(Failure(allocation_id, generation, reason, message))
+        failures.append(Failure(allocation_id, generation, reason, message))
         if observed.ledger.refused_at(allocation_id) == generation:
             continue
         body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
                 "reason": reason, "message": message}
         actions.append(Refuse(allocation_id, "refuse %s (%s): %s" % (allocation_id, reason, message),
                               {"type": ALLOCATION_FAILED, "body": body}, generation))
-    return actions
+    return tuple(actions), failures

@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a phase of the planner decided, as one immutable value.
+
+Each phase of a pass (``planner.plan_pass``) is a function of what was observed
+and of the claims; it returns its actions and everything else it decided
+(warnings, retryable errors, refusals, holds, renders, the releases it makes,
+the Kubernetes releases left pending, ...) as a ``Decided``, never by writing
+into a shared pass. ``plan_pass`` adds the phases' values up (``+``) in the
+spec's order and builds the ``Plan`` once, from the sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Dict, FrozenSet, Optional, Tuple
+
+# (allocation, reason, message): a refusal to report
+Refusal = Tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The decisions of one phase (or of several, added up in order)."""
+
+    actions: Tuple[Any, ...] = ()  # actions.Action, in the plan's order
+    warnings: Tuple[str, ...] = ()
+    errors: Tuple[str, ...] = ()  # retryable: the pass cannot finish now
+    failures: Tuple[Refusal, ...] = ()
+    holds: Tuple[dict, ...] = ()  # the holds once the plan is applied (summaries)
+    renders: Tuple[Tuple[str, dict], ...] = ()  # (allocation, render_record) for the next pass
+    conditions: Tuple[dict, ...] = ()
+    pending_releases: Tuple[dict, ...] = ()  # the pending releases' summaries
+    vfio: Tuple[Tuple[str, str], ...] = ()  # (GPU UUID, instance) running domains have now
+    # a release this pass makes: (allocation, the atoms it frees, the limits it booked or None)
+    releasing: Tuple[Tuple[str, Tuple[Any, ...], Optional[Any]], ...] = ()
+    # a Kubernetes release still pending after this pass: (allocation, PendingRelease, who holds its devices)
+    pending: Tuple[Tuple[str, Any, Any], ...] = ()
+    gone: FrozenSet[str] = frozenset()  # allocations live before the pass that are no longer
+    damaged: Tuple[Tuple[str, Any], ...] = ()  # (allocation, LiveHold) whose damaged spec is set aside
+    released_slices: FrozenSet[str] = frozenset()  # slices whose release this pass handles
+    sliced: FrozenSet[str] = frozenset()  # slices wanted after this pass
+    marker_cleared: bool = False  # releasing.unreadable is removed in this pass
+
+    def __add__(self, other: Decided) -> Decided:
+        """Both phases' decisions, this one's first."""
+        merged = {}  # type: Dict[str, Any]
+        for item in fields(self):
+            mine, theirs = getattr(self, item.name), getattr(other, item.name)
+            merged[item.name] = (mine or theirs) if isinstance(mine, bool) else mine + theirs if \
+                isinstance(mine, tuple) else mine | theirs
+        return Decided(**merged)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What every phase of one pass reads: its inputs, and what follows from them alone."""
+
+    generation: int
+    parsed: Any  # assignment.Parsed
+    observed: Any  # planner.Observed
+    instances: Any  # the VM instance specs
+    wanted: Any  # Mapping[str, Assignment]: the allocations wanted (but those re-sent with an unsupported binding)
+    unsupported: FrozenSet[str]  # live holds re-sent with a binding the node does not take: kept as they are
+    # the wanted allocations that are live once the pass is applied (kept, or bound anew): a Kubernetes
+    # release of one of them is taken back unreported, its new AllocationBound standing for it
+    superseded: FrozenSet[str]
+    marker: bool  # releasing.unreadable is there (or the releases file is unreadable): every GPU claimed
