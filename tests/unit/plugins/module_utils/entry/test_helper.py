@@ -573,8 +573,8 @@ def test_root_writes_a_kept_holds_env_file_from_its_own_spec_while_its_mig_insta
     assert ("NVIDIA_VISIBLE_DEVICES=%s" % mig_uuid).encode() in env
     # root takes it from its own spec only for the devices that spec names
     reply = helper.request({"op": "hold.write", "kind": "allocation-env",
-                            "hold": request("m1", GPU_A + "/gi2/ci0", devices=[{"id": GPU_A + "/gi2/ci0",
-                                                                            "device_class": "gpu.mig"}])})
+                            "hold": request("m1", GPU_A + "/gi2/ci0",
+                                            devices=[{"id": GPU_A + "/gi2/ci0", "device_class": "gpu.mig"}])})
     assert reply == {"ok": False, "error": "%s has no MIG instance gi2/ci0" % GPU_A}
     # and never the spec itself
     reply = helper.request({"op": "hold.write", "kind": "cdi", "hold": request("m1", devices=devices[0]["devices"])})
