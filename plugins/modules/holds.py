@@ -40,10 +40,17 @@ requirements:
 options:
   generation:
     description:
-      - The NodeSpec generation these assignments belong to.
+      - The NodeSpec generation these assignments belong to, as a control plane numbers its specs. A refusal
+        is final at its generation, and reported once per allocation and generation.
+      - Left out, the node numbers its inputs itself - the generation of the input it stored at the last pass
+        when O(devices) and O(instances) are the same (a run with the same input does nothing new), else one
+        more - so a fixed input is judged afresh. This is the way for playbooks a person writes.
+      - Given, and equal to the generation of the stored input while O(devices) or O(instances) differ, the
+        task fails before anything is written -
+        C(generation 3 was already applied with a different devices section; raise generation, or leave it out to let the node number its inputs)
+        (C(instances section) when only the instances differ, C(devices and instances sections) when both do).
       - A generation older than the last one the node finished is refused.
     type: int
-    required: true
   devices:
     description:
       - The C(DeviceAssignment)s, one mapping per allocation. An empty list releases every hold.
@@ -159,9 +166,10 @@ EXAMPLES = r"""
     msg: "{{ item.allocation_id }}: {{ item.reason }}: {{ item.message }}"
   loop: "{{ pass_result.failures }}"
 
+# Without generation the node numbers the input: the generation it stored when devices and instances are
+# the same (here 42: nothing new to do), one more when they changed.
 - name: Retry while a write keeps failing
   bcd.devices.holds:
-    generation: 42
     devices: "{{ node_devices }}"
   register: retried
   until: retried is succeeded

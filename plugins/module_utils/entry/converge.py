@@ -19,7 +19,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.admission impor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER, InvalidAssignment, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.generations import GenerationConflict, pass_generation
 from ansible_collections.bcd.devices.plugins.module_utils.domain.hints import refusal_hint
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
@@ -179,13 +180,12 @@ def section_of(generation, plan, errors, previous_observed):
 def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_DIR, check_mode=False,
              lock_timeout=120.0, store_input=True, cdi_runtimes="auto"):
     """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing.
+    ``generation`` None: the node numbers the input (``domain/generations.py``); one given that the node
+    applied with another input is a ``PassError`` before anything is written.
     A real pass stores its input for the node's timers unless ``store_input`` is false.
     ``cdi_runtimes``: ``auto`` (find them) or the node's container runtimes as ``{name, version}``."""
-    # the stored input's reader (state.store.nodespec_from_data) takes back a 64-bit generation only: a larger
-    # one, stored, would stop every timer pass after this one (found by make fuzz)
-    if isinstance(generation, bool) or not isinstance(generation, int) or \
-            not -MAX_INTEGER - 1 <= generation <= MAX_INTEGER:
-        raise PassError("generation must be a 64-bit integer (at most %d)" % MAX_INTEGER)
+    if generation is not None:
+        _check_generation(generation)
     try:
         parsed = parse_assignments(devices)
     except InvalidAssignment as exc:
@@ -198,8 +198,15 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
     unrecorded = None if host.privileged else state.unwritable()
     writes = not check_mode and unrecorded is None
     with state.lock(lock_timeout, create=writes):
+        try:
+            stored = state.load_nodespec()
+        except StateFileError:  # unreadable: replaced by this pass's input; a generation is new to it
+            stored = None
+        if generation is not None:  # refused before the load, which may write (the journal's catch-up)
+            _numbered(generation, stored, None, devices, instances)
         state.load(write=writes)
         ledger = state.ledger
+        generation = _numbered(generation, stored, ledger.observed_generation, devices, instances)
         if ledger.observed_generation is not None and generation < ledger.observed_generation:
             raise PassError("generation %d is older than the observed generation %d; refusing to go back"
                             % (generation, ledger.observed_generation))
@@ -239,6 +246,23 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
     return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,
                       capabilities=capabilities(host, observed.inventory), errors=errors,
                       inventory=observed.inventory)
+
+
+def _numbered(generation, stored, observed, devices, instances):
+    try:
+        generation = pass_generation(generation, stored, observed, devices, instances)
+    except GenerationConflict as exc:
+        raise PassError(str(exc))
+    _check_generation(generation)
+    return generation
+
+
+def _check_generation(generation):
+    # the stored input's reader (state.store.nodespec_from_data) takes back a 64-bit generation only: a larger
+    # one, stored, would stop every timer pass after this one (found by make fuzz)
+    if isinstance(generation, bool) or not isinstance(generation, int) or \
+            not -MAX_INTEGER - 1 <= generation <= MAX_INTEGER:
+        raise PassError("generation must be a 64-bit integer (at most %d)" % MAX_INTEGER)
 
 
 def _observation_warnings(observed):

@@ -33,7 +33,7 @@ ANSIBLE_FIX = {
 def module_argument_spec():
     return argument_spec(
         NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS,
-        generation=dict(type="int", required=True),
+        generation=dict(type="int"),  # left out: the node numbers its inputs
         # The assignments are checked by the converger, which refuses a bad one with
         # invalid-assignment instead of failing the whole task: so no suboptions here.
         devices=dict(type="list", elements="raw", required=True),

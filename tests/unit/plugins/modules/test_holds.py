@@ -204,7 +204,6 @@ def test_a_stale_generation_fails_the_task(capsys, node):
 
 
 @pytest.mark.parametrize("args, words", [
-    ({"devices": []}, "generation"),
     ({"generation": "latest", "devices": []}, "generation"),
     ({"generation": 1}, "devices"),
 ])

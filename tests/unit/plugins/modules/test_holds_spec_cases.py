@@ -274,11 +274,13 @@ def test_a_kept_hold_grows_only_if_the_host_has_room_and_otherwise_keeps_its_lim
     assert record["properties"]["MemoryMax"] == str(4 * GIB)  # the old limits stay
     assert node.read("/etc/cdi/bcd-a1.json") == spec
     assert grown["section"]["state"] == "FAILED"
-    # final at that generation: the retry timer's pass keeps the old limits though a2 went meanwhile
-    again = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"memory_bytes": 6 * GIB})])
+    # final at that generation: the retry timer's pass keeps the old limits though the host has room meanwhile
+    with_memory(node, 20)
+    again = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"memory_bytes": 6 * GIB}),
+                                                     hold("a2", GPU_B, limits={"memory_bytes": 4 * GIB})])
     assert fails(again) == fails(grown)
     assert json.loads(node.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))["properties"]["MemoryMax"] == str(4 * GIB)
-    # the next generation, with a2 gone, has room
+    # the next generation is checked again, and fits
     placed = run(capsys, node, generation=3, devices=[hold("a1", GPU_A, limits={"memory_bytes": 6 * GIB})])
     assert fails(placed) == []
     assert json.loads(node.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))["properties"]["MemoryMax"] == str(6 * GIB)
