@@ -70,8 +70,9 @@ options:
         C(hugepages_1gi)). A plain hold with limits gets the slice C(bcd-alloc-<allocation_id>.slice), created
         before its spec names it; a hold whose limits carry memory or huge pages is first admitted against the
         host's committed memory (V(resources-exhausted) when it does not fit). A Kubernetes hold never gets a
-        slice, but its memory counts against later holds. As in proto3, V(0) and an empty string are a field
-        left unset, so no limit.
+        slice, but its memory counts against later holds. C(cpus) and C(mems) are cpulists (V(0-3,8)); an
+        integer is the one CPU or NUMA node it names (V(0) is CPU 0). As in proto3, a number's V(0) and a cpulist's
+        empty string are a field left unset, so no limit; the task warns about each.
       - C(env) lists extra C(KEY=VALUE) lines for the env file (or is a mapping). Keys match
         C(^[A-Za-z_][A-Za-z0-9_]{0,127}$); C(BCD_*), C(NVIDIA_VISIBLE_DEVICES) and C(CUDA_MPS_PIPE_DIRECTORY)
         are bcd's own, and keys that change what programs load or run (C(PATH), C(LD_*), C(PYTHON*),

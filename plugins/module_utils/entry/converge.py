@@ -215,7 +215,7 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
         observed = observe(host, ledger, parsed.assignments, state.releases, now, state_dir, runtimes,
                            state.maintenance, state.health_cleared)
         plan = plan_pass(generation, parsed, observed, instances)
-        warnings = _observation_warnings(observed) + runtime_warnings + plan.warnings
+        warnings = _observation_warnings(observed) + runtime_warnings + parsed.warnings + plan.warnings
         errors = list(plan.errors)
         changed = bool(plan.changes)
         if unrecorded:

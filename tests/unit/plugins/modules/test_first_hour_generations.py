@@ -80,3 +80,42 @@ def test_a_given_generation_applied_with_another_input_fails_before_writing(caps
     raised = run(capsys, node, generation=4, devices=[hold("a1", GPU_B)])
     assert not raised.get("failed") and raised["section"]["generation"] == 4
     assert NodeState(node.state()).load(write=False).ledger.observed_generation == 4
+
+
+# -- 3. input means what it says ----------------------------------------------------------------------
+
+def slice_properties(node, allocation_id):
+    return json.loads(node.read("/run/bcd/slices/bcd-alloc-%s.slice.json" % allocation_id))["properties"]
+
+
+def test_an_integer_cpulist_names_that_cpu_or_node(capsys, node):
+    result = run(capsys, node, devices=[hold("a0", GPU_A, limits={"cpus": 0, "mems": 0}),
+                                        hold("a3", GPU_B, limits={"cpus": 3})])
+    assert not result.get("failed") and result["failures"] == []
+    assert slice_properties(node, "a0")["AllowedCPUs"] == "0"
+    assert slice_properties(node, "a0")["AllowedMemoryNodes"] == "0"
+    assert slice_properties(node, "a3")["AllowedCPUs"] == "3"
+    assert [h["cgroup_parent"] for h in result["holds"]] == ["bcd-alloc-a0.slice", "bcd-alloc-a3.slice"]
+    # the same CPUs written as text are the same input: nothing to do, no new generation
+    again = run(capsys, node, devices=[hold("a0", GPU_A, limits={"cpus": "0", "mems": "0"}),
+                                       hold("a3", GPU_B, limits={"cpus": "3"})])
+    assert again["changed"] is False and again["section"]["generation"] == 1
+
+
+def test_a_limit_given_as_its_zero_value_is_dropped_with_a_warning(capsys, node):
+    result = run(capsys, node, devices=[hold("a1", GPU_A, limits={"cpus": "0-1", "memory_bytes": 0,
+                                                                  "cpu_millis": "0", "mems": ""})])
+    assert result["failures"] == []
+    assert slice_properties(node, "a1") == {"AllowedCPUs": "0-1"}
+    assert [w for w in warnings(result) if "limits." in w] == [
+        'a1: limits.mems: "" reads as unset (proto3\'s zero value), so no mems limit is set',
+        "a1: limits.cpu_millis: \"0\" reads as unset (proto3's zero value), so no cpu_millis limit is set",
+        "a1: limits.memory_bytes: 0 reads as unset (proto3's zero value), so no memory_bytes limit is set"]
+
+
+def test_a_negative_or_boolean_cpulist_is_still_refused(capsys, node):
+    result = run(capsys, node, devices=[hold("a1", GPU_A, limits={"cpus": -1}),
+                                        hold("a2", GPU_B, limits={"cpus": True})])
+    assert [(f["allocation_id"], f["message"]) for f in result["failures"]] == [
+        ("a1", "limits.cpus: '-1' is not a cpulist such as 0-3,8"),
+        ("a2", "limits.cpus: must be a cpulist string such as 0-3,8")]
