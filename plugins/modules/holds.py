@@ -102,12 +102,25 @@ options:
         type: list
         elements: str
         default: []
+  on_refusal:
+    description:
+      - What a refused assignment does to the task. The others of the pass are bound either way, and every
+        refusal is returned in RV(failures), shown as a warning and journaled as C(AllocationFailed).
+      - "V(fail) fails the task, as a state module that did not reach the asked state, with every return value
+        still there; C(msg) lists C(<allocation_id>: <reason>: <message>) for each refusal."
+      - V(report) lets the task succeed with RV(section.state=FAILED), for a play that delivers the events to a
+        control plane which reads the refusals there (the role bcd.devices.bcd_holds does).
+      - "A pass without root and without the helper (V(node-unprivileged)) fails the task whatever this says, its
+        C(msg) starting with C(add become: true); it writes nothing, no state file either."
+      - Defaults to V(fail), or to what the deprecated O(fail_on_refusal) says when that is set.
+    type: str
+    choices: [fail, report]
+    version_added: 0.3.0
   fail_on_refusal:
     description:
-      - Fail the task when any assignment is refused. Otherwise refusals are returned in RV(failures),
-        shown as warnings, and the task succeeds with RV(section.state=FAILED).
+      - Deprecated, use O(on_refusal) - V(true) is O(on_refusal=fail), V(false) O(on_refusal=report).
+      - Until 0.2.0 a refusal failed the task only with V(true).
     type: bool
-    default: false
 extends_documentation_fragment:
   - bcd.devices.node
   - bcd.devices.node.helper

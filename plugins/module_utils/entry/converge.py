@@ -192,11 +192,12 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
         raise PassError(str(exc))
     runtimes, runtime_warnings = node_runtimes(host, cdi_runtimes)
     state = NodeState(host.path(state_dir), state_dir)
-    # Without root, a helper or a state directory of its own (become forgotten on a node the role
-    # never set up), a real pass can record nothing: it is check mode's pass, which refuses every new
-    # hold just the same, and says so instead of failing on the first write. Check mode says the same.
+    # Without root and without the helper (become forgotten), a real pass is check mode's pass: it refuses
+    # every new hold just the same and writes nothing, not even a state file or its refusals' events (a
+    # state directory it could write is the role's, whose passes run beside the helper), and says so
+    # instead of failing on the first write. Check mode says the same.
     unrecorded = None if host.privileged else state.unwritable()
-    writes = not check_mode and unrecorded is None
+    writes = not check_mode and host.privileged
     with state.lock(lock_timeout, create=writes):
         try:
             stored = state.load_nodespec()
@@ -217,9 +218,8 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
         plan = plan_pass(generation, parsed, observed, instances)
         warnings = _observation_warnings(observed) + runtime_warnings + parsed.warnings + plan.warnings
         errors = list(plan.errors)
-        changed = bool(plan.changes)
+        changed = bool(plan.changes) and host.privileged
         if unrecorded:
-            changed = False
             warnings.append("%s: this pass wrote nothing and journaled no event" % unrecorded)
         if writes:
             done, apply_errors = apply_plan(plan, host.writer, state)

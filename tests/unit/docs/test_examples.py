@@ -502,7 +502,7 @@ def run_slices_worked_example(run, text):
          "devices": [{"id": gpu(1, 1)}], "limits": {"cpus": "16-23", "memory_bytes": 17179869184}}]
     generation_2 = generation_1 + yaml.safe_load(textwrap.dedent(text))
     assert run.bind("node-s", 1, generation_1)["failures"] == []
-    run.playbook([run.play([holds_task(2, generation_2, register="second")])], capture=["second"])
+    run.playbook([run.play([holds_task(2, generation_2, register="second", on_refusal="report")])], capture=["second"])
     assert plan(run.captured["second"]) == [
         "bind alloc_small: bcd.dev/gpu=%s_s0 -> /etc/cdi/bcd-alloc_small.json, /run/bcd/allocations/alloc_small.env, "
         "in bcd-alloc-alloc_small.slice (MemoryMax=2147483648, MemoryHigh=1932735283)" % gpu(1, 2),

@@ -12,9 +12,20 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
-from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
+from ansible_collections.bcd.devices.tests.unit.conftest import open_to_all
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import (
+    NODE_UNPRIVILEGED,
+    UNPRIVILEGED_MSG,
+    hold,
+    node_tree,
+    run,
+    run_as,
+    warnings,
+)
 
 CONFLICT = ("generation %d was already applied with a different %s; raise generation, or leave it out to let the "
             "node number its inputs")
@@ -114,8 +125,58 @@ def test_a_limit_given_as_its_zero_value_is_dropped_with_a_warning(capsys, node)
 
 
 def test_a_negative_or_boolean_cpulist_is_still_refused(capsys, node):
-    result = run(capsys, node, devices=[hold("a1", GPU_A, limits={"cpus": -1}),
-                                        hold("a2", GPU_B, limits={"cpus": True})])
+    result = run(capsys, node, on_refusal="report", devices=[hold("a1", GPU_A, limits={"cpus": -1}),
+                                                             hold("a2", GPU_B, limits={"cpus": True})])
     assert [(f["allocation_id"], f["message"]) for f in result["failures"]] == [
         ("a1", "limits.cpus: '-1' is not a cpulist such as 0-3,8"),
         ("a2", "limits.cpus: must be a cpulist string such as 0-3,8")]
+
+
+# -- 2. a pass that did not reach the asked state fails the task ----------------------------------------
+
+GONE = "GPU-5f1c2a90-0000-4000-8000-0000000000ff"
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_a_refusal_fails_the_task_with_every_return_value_and_the_others_held(capsys, node, check):
+    result = run(capsys, node, check=check, devices=[hold("a1", GONE), hold("a2", GPU_A),
+                                                     hold("a3", GPU_A)])
+    assert result["failed"] is True
+    assert result["msg"] == ("assignments refused (the others of the pass are held): a1: device-missing: %s not "
+                             "present; a3: overlap: %s is assigned to a2" % (GONE, GPU_A))
+    assert result["changed"] is True
+    assert [h["allocation_id"] for h in result["holds"]] == ["a2"]
+    assert [(f["allocation_id"], f["reason"]) for f in result["failures"]] == [("a1", "device-missing"),
+                                                                               ("a3", "overlap")]
+    assert result["section"]["state"] == "FAILED"
+    assert set(result) >= {"plan", "section", "failures", "events", "holds", "conditions", "pending_releases",
+                           "capabilities"}
+    assert node.exists("/etc/cdi/bcd-a2.json") is not check
+    if not check:
+        assert [e["type"] for e in result["events"]] == ["AllocationBound", "AllocationFailed", "AllocationFailed"]
+
+
+def test_on_refusal_report_keeps_the_task_ok_for_a_control_plane_reading_the_events(capsys, node):
+    result = run(capsys, node, on_refusal="report", devices=[hold("a1", GONE), hold("a2", GPU_A)])
+    assert "failed" not in result and result["changed"] is True
+    assert result["section"]["state"] == "FAILED"
+    assert [e["type"] for e in result["events"]] == ["AllocationBound", "AllocationFailed"]
+    assert "a1 refused (device-missing): %s not present" % GONE in " ".join(warnings(result))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops root for another uid")
+@pytest.mark.parametrize("check", [False, True])
+def test_without_become_on_a_writable_state_dir_the_task_fails_and_writes_no_state_file(capsys, node, check):
+    open_to_all(node.root)
+    os.makedirs(node.state(), mode=0o777)
+    os.chmod(node.state(), 0o777)  # the state directory this account could write (the role's, become forgotten)
+    before = node_tree(node.base)
+    result = run_as(65534, capsys, node, check=check, on_refusal="report",
+                    devices=[hold("a1", GPU_A), hold("a2", GPU_B + "/s1")])
+    assert result["failed"] is True
+    assert result["msg"] == UNPRIVILEGED_MSG
+    assert result["msg"].startswith("add become: true")
+    assert result["changed"] is False and result["events"] == []
+    assert [f["message"] for f in result["failures"]] == [NODE_UNPRIVILEGED] * 2
+    assert node_tree(node.base) == before  # nothing at all: no lock, ledger, journal, key or stored input
+    assert os.listdir(node.state()) == []
