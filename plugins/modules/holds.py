@@ -45,8 +45,8 @@ options:
       - Left out, the node numbers its inputs itself - the generation of the input it stored at the last pass
         when O(devices) and O(instances) are the same (a run with the same input does nothing new), else one
         more - so a fixed input is judged afresh. This is the way for playbooks a person writes.
-      - Given, and equal to the generation of the stored input while O(devices) or O(instances) differ, the
-        task fails before anything is written -
+      - Given, and equal to the generation the node finished with the stored input while O(devices) or
+        O(instances) differ, the task fails before anything is written -
         C(generation 3 was already applied with a different devices section; raise generation, or leave it out to let the node number its inputs)
         (C(instances section) when only the instances differ, C(devices and instances sections) when both do).
       - A generation older than the last one the node finished is refused.

@@ -63,10 +63,11 @@ def pass_generation(given, stored, observed, devices, instances):
     """The generation of a pass over ``devices``/``instances``: ``given`` when it is not None, else the
     node's numbering. ``stored`` is the stored input ``(generation, devices, instances, cdi_runtimes)`` or
     None, ``observed`` the ledger's observed generation or None. ``GenerationConflict`` for a ``given``
-    generation equal to the stored one with another input."""
+    generation equal to the stored one, which the node finished (observed), with another input; a pass
+    left ``PROGRESSING`` at it may still be sent its fixed input."""
     differ = differing_sections(stored, devices, instances)
     if given is not None:
-        if stored is not None and given == stored[0] and differ:
+        if stored is not None and given == stored[0] == observed and differ:
             raise GenerationConflict(
                 "generation %d was already applied with a different %s; raise generation, or leave it out to let "
                 "the node number its inputs" % (given, " and ".join(differ) + (" sections" if len(differ) > 1

@@ -86,6 +86,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, RELEASING, Claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.diffs import plan_diffs
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
@@ -180,10 +181,10 @@ class Plan:
         return "\n".join(lines)
 
     def diffs(self):
-        """Ansible ``--diff`` output: the plan as text first (what a reader scans), then every file (and
-        slice) each action changes, in full."""
+        """Ansible ``--diff`` output: the plan as text first (what a reader scans), then each file (and
+        slice) the actions change, one diff each (``domain/diffs.py``)."""
         entries = [{"prepared": "plan:\n" + "\n".join("  " + line for line in self.text().splitlines()) + "\n"}]
-        entries.extend(entry for action in self.actions for entry in action.diffs())
+        entries.extend(plan_diffs(self.actions))
         return entries
 
 

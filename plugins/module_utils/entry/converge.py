@@ -203,11 +203,11 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
             stored = state.load_nodespec()
         except StateFileError:  # unreadable: replaced by this pass's input; a generation is new to it
             stored = None
-        if generation is not None:  # refused before the load, which may write (the journal's catch-up)
-            _numbered(generation, stored, None, devices, instances)
-        state.load(write=writes)
+        state.load(write=False)  # numbered (or refused) before anything is written, the journal's catch-up too
+        generation = _numbered(generation, stored, state.ledger.observed_generation, devices, instances)
+        if writes:
+            state.load(write=True)
         ledger = state.ledger
-        generation = _numbered(generation, stored, ledger.observed_generation, devices, instances)
         if ledger.observed_generation is not None and generation < ledger.observed_generation:
             raise PassError("generation %d is older than the observed generation %d; refusing to go back"
                             % (generation, ledger.observed_generation))
