@@ -16,6 +16,8 @@ entry here is one diff a person can read:
 
 from __future__ import annotations
 
+from typing import Dict
+
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import PROPERTY_ORDER
 
 
@@ -63,7 +65,7 @@ def _moved(removed, created):
 def plan_diffs(actions):
     """The ``--diff`` entries of ``actions``' files and slices, in the order the plan first touches them."""
     slots = []  # a _File, or a finished entry (a slice, a spec set aside)
-    files = {}
+    files = {}  # type: Dict[str, _File]
     for action in actions:
         for change in action.files:
             if change.change not in ("create", "update", "remove"):  # a damaged spec set aside: its own entry
