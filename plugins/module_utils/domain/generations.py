@@ -17,9 +17,10 @@ import dataclasses
 import json
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import InvalidAssignment, parse_assignment
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 
 
-class GenerationConflict(ValueError):
+class GenerationConflict(BcdError):
     """A generation given with an input other than the one the node applied at it."""
 
 
