@@ -40,10 +40,17 @@ requirements:
 options:
   generation:
     description:
-      - The NodeSpec generation these assignments belong to.
+      - The NodeSpec generation these assignments belong to, as a control plane numbers its specs. A refusal
+        is final at its generation, and reported once per allocation and generation.
+      - Left out, the node numbers its inputs itself - the generation of the input it stored at the last pass
+        when O(devices) and O(instances) are the same (a run with the same input does nothing new), else one
+        more - so a fixed input is judged afresh. This is the way for playbooks a person writes.
+      - Given, and equal to the generation the node finished with the stored input while O(devices) or
+        O(instances) differ, the task fails before anything is written -
+        C(generation 3 was already applied with a different devices section; raise generation, or leave it out to let the node number its inputs)
+        (C(instances section) when only the instances differ, C(devices and instances sections) when both do).
       - A generation older than the last one the node finished is refused.
     type: int
-    required: true
   devices:
     description:
       - The C(DeviceAssignment)s, one mapping per allocation. An empty list releases every hold.
@@ -63,8 +70,9 @@ options:
         C(hugepages_1gi)). A plain hold with limits gets the slice C(bcd-alloc-<allocation_id>.slice), created
         before its spec names it; a hold whose limits carry memory or huge pages is first admitted against the
         host's committed memory (V(resources-exhausted) when it does not fit). A Kubernetes hold never gets a
-        slice, but its memory counts against later holds. As in proto3, V(0) and an empty string are a field
-        left unset, so no limit.
+        slice, but its memory counts against later holds. C(cpus) and C(mems) are cpulists (V(0-3,8)); an
+        integer is the one CPU or NUMA node it names (V(0) is CPU 0). As in proto3, a number's V(0) and a cpulist's
+        empty string are a field left unset, so no limit; the task warns about each.
       - C(env) lists extra C(KEY=VALUE) lines for the env file (or is a mapping). Keys match
         C(^[A-Za-z_][A-Za-z0-9_]{0,127}$); C(BCD_*), C(NVIDIA_VISIBLE_DEVICES) and C(CUDA_MPS_PIPE_DIRECTORY)
         are bcd's own, and keys that change what programs load or run (C(PATH), C(LD_*), C(PYTHON*),
@@ -94,12 +102,25 @@ options:
         type: list
         elements: str
         default: []
+  on_refusal:
+    description:
+      - What a refused assignment does to the task. The others of the pass are bound either way, and every
+        refusal is returned in RV(failures), shown as a warning and journaled as C(AllocationFailed).
+      - "V(fail) fails the task, as a state module that did not reach the asked state, with every return value
+        still there; C(msg) lists C(<allocation_id>: <reason>: <message>) for each refusal."
+      - V(report) lets the task succeed with RV(section.state=FAILED), for a play that delivers the events to a
+        control plane which reads the refusals there (the role bcd.devices.bcd_holds does).
+      - "A pass without root and without the helper (V(node-unprivileged)) fails the task whatever this says, its
+        C(msg) starting with C(add become: true); it writes nothing, no state file either."
+      - Defaults to V(fail), or to what the deprecated O(fail_on_refusal) says when that is set.
+    type: str
+    choices: [fail, report]
+    version_added: 0.3.0
   fail_on_refusal:
     description:
-      - Fail the task when any assignment is refused. Otherwise refusals are returned in RV(failures),
-        shown as warnings, and the task succeeds with RV(section.state=FAILED).
+      - Deprecated, use O(on_refusal) - V(true) is O(on_refusal=fail), V(false) O(on_refusal=report).
+      - Until 0.2.0 a refusal failed the task only with V(true).
     type: bool
-    default: false
 extends_documentation_fragment:
   - bcd.devices.node
   - bcd.devices.node.helper
@@ -159,9 +180,10 @@ EXAMPLES = r"""
     msg: "{{ item.allocation_id }}: {{ item.reason }}: {{ item.message }}"
   loop: "{{ pass_result.failures }}"
 
+# Without generation the node numbers the input: the generation it stored when devices and instances are
+# the same (here 42: nothing new to do), one more when they changed.
 - name: Retry while a write keeps failing
   bcd.devices.holds:
-    generation: 42
     devices: "{{ node_devices }}"
   register: retried
   until: retried is succeeded

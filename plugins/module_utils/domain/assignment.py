@@ -13,6 +13,7 @@ a slice.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -168,6 +169,8 @@ class ParsedInput:
     refused_ids: List[str] = field(default_factory=list)
     # Every entry's key (allocation id, or ``devices[N]``) in input order, for reporting in spec order.
     order: List[str] = field(default_factory=list)
+    # What the pass read otherwise than written: a limit given as its zero value, which is unset.
+    warnings: List[str] = field(default_factory=list)
 
     def position(self, key):
         return self.order.index(key) if key in self.order else len(self.order)
@@ -266,14 +269,31 @@ def parse_limits(raw):
     if not isinstance(raw, dict):
         raise InvalidAssignment("limits: must be a mapping")
     check_fields(raw, LIMIT_LISTS + LIMIT_NUMBERS, "limits")
-    values = {"cpus": check_cpulist(raw.get("cpus") or None, "limits.cpus"),
-              "mems": check_nodelist(raw.get("mems") or None, "limits.mems")}
+    values = {"cpus": check_cpulist(_cpulist_text(raw.get("cpus")), "limits.cpus"),
+              "mems": check_nodelist(_cpulist_text(raw.get("mems")), "limits.mems")}
     for name in LIMIT_NUMBERS:
         # proto3 sends a field left unset as 0, as it sends an unset cpulist as "": both mean no limit
         # (a MemoryMax=0 or a CPUQuota of 0 % would kill or starve the workload the hold is for)
         values[name] = _number(raw.get(name), "limits.%s" % name, strings=True) or None
     limits = Limits(**values)
     return None if limits.is_empty() else limits
+
+
+def _cpulist_text(value):
+    """A cpulist as text: an integer is the one CPU or node it names (YAML reads ``cpus: 3`` as a number,
+    and ``0`` is CPU 0, not unset); an empty string is unset (proto3's zero value), so None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None if value == "" else value
+
+
+def unset_limits(raw):
+    """The fields of raw ``limits`` given as proto3's zero value, which reads as unset: ``0`` (or ``"0"``) for a
+    number, ``""`` for a cpulist. Each is dropped, and the pass warns about it (``ParsedInput.warnings``)."""
+    if not isinstance(raw, dict):
+        return []
+    return [name for name in LIMIT_LISTS if raw.get(name) == ""] + [
+        name for name in LIMIT_NUMBERS if not isinstance(raw.get(name), bool) and raw.get(name) in (0, "0")]
 
 
 def _env_pairs(raw):
@@ -500,6 +520,9 @@ def parse_assignments(raw_list):
                                         % (listed, atoms + listed, MAX_ATOMS, atoms))
             parsed.assignments.append(parse_assignment(raw, index))
             atoms += listed
+            parsed.warnings.extend("%s: limits.%s: %s reads as unset (proto3's zero value), so no %s limit is set"
+                                   % (key, name, json.dumps(raw["limits"][name]), name)
+                                   for name in unset_limits(raw.get("limits")))
         except InvalidAssignment as exc:
             parsed.refusals.append(Refusal(key, exc.reason, str(exc)))
             if ALLOCATION_ID_RE.fullmatch(key):

@@ -88,6 +88,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness i
 from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, RELEASING, Claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, conflicts
 from ansible_collections.bcd.devices.plugins.module_utils.domain.decisions import Decided, Pass, Refusal
+from ansible_collections.bcd.devices.plugins.module_utils.domain.diffs import plan_diffs
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_FAILED
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
@@ -184,10 +185,10 @@ class Plan:
         return "\n".join(lines)
 
     def diffs(self) -> List[Dict[str, Any]]:
-        """Ansible ``--diff`` output: the plan as text first (what a reader scans), then every file (and
-        slice) each action changes, in full."""
+        """Ansible ``--diff`` output: the plan as text first (what a reader scans), then each file (and
+        slice) the actions change, one diff each (``domain/diffs.py``)."""
         entries = [{"prepared": "plan:\n" + "\n".join("  " + line for line in self.text().splitlines()) + "\n"}]
-        entries.extend(entry for action in self.actions for entry in action.diffs())
+        entries.extend(plan_diffs(self.actions))
         return entries
 
 

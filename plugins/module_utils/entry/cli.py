@@ -79,7 +79,7 @@ def build_parser():
 
     converge = commands.add_parser("converge", parents=[common], help="run one pass")
     source = converge.add_mutually_exclusive_group(required=True)
-    source.add_argument("--spec", help="a JSON file {generation, devices, instances}")
+    source.add_argument("--spec", help="a JSON file {generation, devices, instances}; without generation, the node numbers it")
     source.add_argument("--stored", action="store_true", help="the input of the last pass (<state-dir>/nodespec.json)")
     converge.add_argument("--check", action="store_true", help="plan only; write nothing")
     converge.add_argument("--retry-only", action="store_true",
@@ -167,7 +167,7 @@ def cmd_converge(args):
             log("ERROR", "cannot read the spec %s: %s" % (args.spec, exc))
             return EX_ERROR
         try:
-            generation, devices, instances, cdi_runtimes = nodespec_from_data(data, args.spec)
+            generation, devices, instances, cdi_runtimes = nodespec_from_data(data, args.spec, generation_required=False)
         except StateFileError as exc:
             log("ERROR", "cannot read the spec %s" % exc)
             return EX_ERROR

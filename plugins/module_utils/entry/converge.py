@@ -19,7 +19,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.admission impor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER, InvalidAssignment, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.generations import GenerationConflict, pass_generation
 from ansible_collections.bcd.devices.plugins.module_utils.domain.hints import refusal_hint
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
@@ -179,26 +180,33 @@ def section_of(generation, plan, errors, previous_observed):
 def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_DIR, check_mode=False,
              lock_timeout=120.0, store_input=True, cdi_runtimes="auto"):
     """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing.
+    ``generation`` None: the node numbers the input (``domain/generations.py``); one given that the node
+    applied with another input is a ``PassError`` before anything is written.
     A real pass stores its input for the node's timers unless ``store_input`` is false.
     ``cdi_runtimes``: ``auto`` (find them) or the node's container runtimes as ``{name, version}``."""
-    # the stored input's reader (state.store.nodespec_from_data) takes back a 64-bit generation only: a larger
-    # one, stored, would stop every timer pass after this one (found by make fuzz)
-    if isinstance(generation, bool) or not isinstance(generation, int) or \
-            not -MAX_INTEGER - 1 <= generation <= MAX_INTEGER:
-        raise PassError("generation must be a 64-bit integer (at most %d)" % MAX_INTEGER)
+    if generation is not None:
+        _check_generation(generation)
     try:
         parsed = parse_assignments(devices)
     except InvalidAssignment as exc:
         raise PassError(str(exc))
     runtimes, runtime_warnings = node_runtimes(host, cdi_runtimes)
     state = NodeState(host.path(state_dir), state_dir)
-    # Without root, a helper or a state directory of its own (become forgotten on a node the role
-    # never set up), a real pass can record nothing: it is check mode's pass, which refuses every new
-    # hold just the same, and says so instead of failing on the first write. Check mode says the same.
+    # Without root and without the helper (become forgotten), a real pass is check mode's pass: it refuses
+    # every new hold just the same and writes nothing, not even a state file or its refusals' events (a
+    # state directory it could write is the role's, whose passes run beside the helper), and says so
+    # instead of failing on the first write. Check mode says the same.
     unrecorded = None if host.privileged else state.unwritable()
-    writes = not check_mode and unrecorded is None
+    writes = not check_mode and host.privileged
     with state.lock(lock_timeout, create=writes):
-        state.load(write=writes)
+        try:
+            stored = state.load_nodespec()
+        except StateFileError:  # unreadable: replaced by this pass's input; a generation is new to it
+            stored = None
+        state.load(write=False)  # numbered (or refused) before anything is written, the journal's catch-up too
+        generation = _numbered(generation, stored, state.ledger.observed_generation, devices, instances)
+        if writes:
+            state.load(write=True)
         ledger = state.ledger
         if ledger.observed_generation is not None and generation < ledger.observed_generation:
             raise PassError("generation %d is older than the observed generation %d; refusing to go back"
@@ -208,11 +216,10 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
         observed = observe(host, ledger, parsed.assignments, state.releases, now, state_dir, runtimes,
                            state.maintenance, state.health_cleared)
         plan = plan_pass(generation, parsed, observed, instances)
-        warnings = _observation_warnings(observed) + runtime_warnings + plan.warnings
+        warnings = _observation_warnings(observed) + runtime_warnings + parsed.warnings + plan.warnings
         errors = list(plan.errors)
-        changed = bool(plan.changes)
+        changed = bool(plan.changes) and host.privileged
         if unrecorded:
-            changed = False
             warnings.append("%s: this pass wrote nothing and journaled no event" % unrecorded)
         if writes:
             done, apply_errors = apply_plan(plan, host.writer, state)
@@ -239,6 +246,23 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
     return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,
                       capabilities=capabilities(host, observed.inventory), errors=errors,
                       inventory=observed.inventory)
+
+
+def _numbered(generation, stored, observed, devices, instances):
+    try:
+        generation = pass_generation(generation, stored, observed, devices, instances)
+    except GenerationConflict as exc:
+        raise PassError(str(exc))
+    _check_generation(generation)
+    return generation
+
+
+def _check_generation(generation):
+    # the stored input's reader (state.store.nodespec_from_data) takes back a 64-bit generation only: a larger
+    # one, stored, would stop every timer pass after this one (found by make fuzz)
+    if isinstance(generation, bool) or not isinstance(generation, int) or \
+            not -MAX_INTEGER - 1 <= generation <= MAX_INTEGER:
+        raise PassError("generation must be a 64-bit integer (at most %d)" % MAX_INTEGER)
 
 
 def _observation_warnings(observed):

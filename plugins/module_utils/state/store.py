@@ -135,17 +135,20 @@ def _instances(value, where):
     return checked
 
 
-def nodespec_from_data(data, where):
+def nodespec_from_data(data, where, generation_required=True):
     """``(generation, devices, instances, cdi_runtimes)`` from a ``{generation, devices, instances,
     cdi_runtimes}`` mapping, as the timers' stored input and ``bcd-holds converge --spec`` carry it
     (``cdi_runtimes`` is ``auto`` when absent, and checked by the pass; the devices by the pass, one by
-    one); ``StateFileError`` naming ``where``."""
+    one); ``StateFileError`` naming ``where``. Unless ``generation_required`` (a spec a person wrote:
+    the node numbers it), a missing generation is None."""
     if not isinstance(data, dict):
         raise StateFileError(where, "must be a mapping with generation and devices, not %s" % type_name(data))
     generation, devices = data.get("generation"), data.get("devices")
-    if isinstance(generation, bool) or not isinstance(generation, int):
+    if generation is None and not generation_required:
+        pass
+    elif isinstance(generation, bool) or not isinstance(generation, int):
         raise StateFileError(where, "generation must be an integer, not %s" % type_name(generation))
-    if not -MAX_INTEGER - 1 <= generation <= MAX_INTEGER:
+    elif not -MAX_INTEGER - 1 <= generation <= MAX_INTEGER:
         raise StateFileError(where, "generation must be a 64-bit integer")
     if not isinstance(devices, list):
         raise StateFileError(where, "devices must be a list, not %s" % type_name(devices))

@@ -491,7 +491,7 @@ def run_slices_worked_example(run, text):
          "devices": [{"id": gpu(1, 1)}], "limits": {"cpus": "16-23", "memory_bytes": 17179869184}}]
     generation_2 = generation_1 + yaml.safe_load(textwrap.dedent(text))
     assert run.bind("node-s", 1, generation_1)["failures"] == []
-    run.playbook([run.play([holds_task(2, generation_2, register="second")])], capture=["second"])
+    run.playbook([run.play([holds_task(2, generation_2, register="second", on_refusal="report")])], capture=["second"])
     assert plan(run.captured["second"]) == [
         "bind alloc_small: bcd.dev/gpu=%s_s0 -> /etc/cdi/bcd-alloc_small.json, /run/bcd/allocations/alloc_small.env, "
         "in bcd-alloc-alloc_small.slice (MemoryMax=2147483648, MemoryHigh=1932735283)" % gpu(1, 2),
@@ -594,6 +594,20 @@ def run_user_guide_retry(run, text):
     assert run.path("node-c", "/etc/cdi/bcd-alloc_train.json").exists()
 
 
+def run_user_guide_numbered(run, text):
+    run.node("node-a", "--node-number", "0")
+    [task] = tasks_of(text)
+    task["register"] = "pass_result"
+    edited = json.loads(json.dumps(task))
+    edited["bcd.devices.holds"]["devices"][0]["reservation_id"] = "rsv_edited"
+    play = run.play([task, dict(task, register="again"), dict(edited, register="edited")])
+    run.playbook([play], capture=["pass_result", "again", "edited"])
+    assert run.captured["pass_result"]["section"]["generation"] == 1
+    assert run.captured["again"]["section"]["generation"] == 1 and run.captured["again"]["changed"] is False
+    assert run.captured["edited"]["section"]["generation"] == 2  # an edited input: the next number
+    assert run.path("node-a", "/etc/cdi/bcd-alloc_train.json").exists()
+
+
 # -- the registry ---------------------------------------------------------------------------------
 
 SPECS = {
@@ -622,6 +636,7 @@ SPECS = {
     ("docs/user-guide.md", "# real.yml"): run_user_guide_real,
     ("docs/user-guide.md", "# first.yml"): run_user_guide_first,
     ("docs/user-guide.md", "# retry.yml"): run_user_guide_retry,
+    ("docs/user-guide.md", "# numbered.yml"): run_user_guide_numbered,
 }
 
 # Examples that are not run on their own, and what runs them.

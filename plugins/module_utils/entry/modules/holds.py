@@ -25,16 +25,36 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY
 
 # What an Ansible user does about a refusal, after the spec's own message.
+BECOME = ("add become: true to the task or play, or set helper_socket to the root helper's socket (the role "
+          "bcd.devices.bcd_holds runs one)")
 ANSIBLE_FIX = {
-    Reason.NODE_UNPRIVILEGED: ("; with Ansible: add become: true to the task or play, or set helper_socket to the "
-                               "root helper's socket (the role bcd.devices.bcd_holds runs one)"),
+    Reason.NODE_UNPRIVILEGED: "; with Ansible: " + BECOME,
 }
+
+
+def refusal_message(failures):
+    """The task's ``msg`` for a pass that did not reach the asked state: ``allocation: reason: message`` for each
+    refusal; ``become: true`` first when the pass ran without root and without the helper."""
+    listed = "; ".join("%s: %s: %s" % (f.allocation_id, f.reason, f.message) for f in failures)
+    if any(f.reason == Reason.NODE_UNPRIVILEGED for f in failures):
+        return ("%s: this pass ran without root and without the root helper, so it refused every new hold and wrote "
+                "nothing; refused: %s" % (BECOME, listed))
+    return "assignments refused (the others of the pass are held): %s" % listed
+
+
+def on_refusal(params):
+    """``fail`` or ``report``: ``on_refusal``, else what the deprecated ``fail_on_refusal`` said, else ``fail``."""
+    if params.get("on_refusal") is not None:
+        return params["on_refusal"]
+    if params.get("fail_on_refusal") is False:
+        return "report"
+    return "fail"
 
 
 def module_argument_spec():
     return argument_spec(
         NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS,
-        generation=dict(type="int", required=True),
+        generation=dict(type="int"),  # left out: the node numbers its inputs
         # The assignments are checked by the converger, which refuses a bad one with
         # invalid-assignment instead of failing the whole task: so no suboptions here.
         devices=dict(type="list", elements="raw", required=True),
@@ -42,7 +62,10 @@ def module_argument_spec():
             instance_id=dict(type="str", required=True),
             gpus=dict(type="list", elements="str", default=[]),
         )),
-        fail_on_refusal=dict(type="bool", default=False),
+        # fail (the default): a refused assignment fails the task, as a state module that did not reach its
+        # state; report: the task succeeds and a control plane reads the refusals from the events
+        on_refusal=dict(type="str", choices=["fail", "report"]),
+        fail_on_refusal=dict(type="bool", removed_in_version="1.0.0", removed_from_collection="bcd.devices"),
     )
 
 
@@ -55,7 +78,8 @@ def shown_diff(entry):
 def main(basic):
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module = basic.AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True)
+    module = basic.AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True,
+                                 mutually_exclusive=[("on_refusal", "fail_on_refusal")])
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     params = module.params
     if not HAS_CRYPTOGRAPHY:
@@ -75,6 +99,7 @@ def main(basic):
     if result.retry:
         module.fail_json(msg="the pass could not finish and will be retried: %s" % printable(result.section["message"]),
                          **output)
-    if params["fail_on_refusal"] and result.plan.failures:
-        module.fail_json(msg="assignments refused: %s" % printable(result.section["message"]), **output)
+    failures = result.plan.failures
+    if failures and (on_refusal(params) == "fail" or any(f.reason == Reason.NODE_UNPRIVILEGED for f in failures)):
+        module.fail_json(msg=printable(refusal_message(failures)), **output)
     module.exit_json(**output)

@@ -27,6 +27,12 @@ NODE_UNPRIVILEGED = ("bcd node runs without root and without [helper]: it cannot
                      "slices (run bcd node as root, or under bcd helper)")
 
 
+UNPRIVILEGED_MSG = ("add become: true to the task or play, or set helper_socket to the root helper's socket (the role "
+                    "bcd.devices.bcd_holds runs one): this pass ran without root and without the root helper, so it "
+                    "refused every new hold and wrote nothing; refused: a1: node-unprivileged: %s; a2: node-unprivileged: "
+                    "%s" % (NODE_UNPRIVILEGED, NODE_UNPRIVILEGED))
+
+
 def run(capsys, node, check=False, diff=False, **args):
     """Run the module's main() and return its JSON result."""
     args.setdefault("root", node.root)
@@ -126,8 +132,8 @@ def test_diff_shows_each_files_before_and_after_and_the_plan(capsys, node):
     assert node.read("/etc/cdi/bcd-a1.json").decode() == old_spec
 
 
-def test_refusals_are_warned_and_the_task_succeeds(capsys, node):
-    result = run(capsys, node, generation=3, devices=[hold("a1", GPU_GONE), hold("a2", GPU_A)])
+def test_refusals_are_warned_and_with_on_refusal_report_the_task_succeeds(capsys, node):
+    result = run(capsys, node, generation=3, on_refusal="report", devices=[hold("a1", GPU_GONE), hold("a2", GPU_A)])
     assert not result.get("failed")
     assert result["section"]["state"] == "FAILED"
     assert result["section"]["message"] == "a1: %s not present" % GPU_GONE
@@ -137,21 +143,37 @@ def test_refusals_are_warned_and_the_task_succeeds(capsys, node):
     assert node.exists("/etc/cdi/bcd-a2.json")
 
 
-def test_fail_on_refusal_fails_the_task(capsys, node):
-    result = run(capsys, node, generation=3, fail_on_refusal=True, devices=[hold("a1", GPU_GONE), hold("a2", GPU_A)])
+def test_a_refusal_fails_the_task_by_default(capsys, node):
+    result = run(capsys, node, generation=3, devices=[hold("a1", GPU_GONE), hold("a2", GPU_A)])
     assert result["failed"] is True
-    assert "a1" in result["msg"] and GPU_GONE in result["msg"]
+    assert result["msg"] == ("assignments refused (the others of the pass are held): a1: device-missing: %s not present"
+                             % GPU_GONE)
     assert result["failures"][0]["reason"] == "device-missing"
     assert node.exists("/etc/cdi/bcd-a2.json")  # the others of the pass are bound anyway
 
 
+@pytest.mark.parametrize("fail_on_refusal, failed", [(True, True), (False, False)])
+def test_the_deprecated_fail_on_refusal_still_says_fail_or_report(capsys, node, fail_on_refusal, failed):
+    result = run(capsys, node, generation=3, fail_on_refusal=fail_on_refusal, devices=[hold("a1", GPU_GONE)])
+    assert bool(result.get("failed")) is failed
+    assert result["section"]["state"] == "FAILED"
+
+
+def test_on_refusal_and_fail_on_refusal_together_are_an_argument_error(capsys, node):
+    result = run(capsys, node, generation=3, on_refusal="report", fail_on_refusal=True, devices=[])
+    assert result["failed"] is True
+    assert result["msg"] == "parameters are mutually exclusive: on_refusal|fail_on_refusal"
+
+
 def test_an_unprivileged_run_refuses_every_hold_and_writes_none(capsys, node, monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A), hold("a2", GPU_B + "/s1")])
+    before = node.listing()
+    result = run(capsys, node, generation=1, on_refusal="report", devices=[hold("a1", GPU_A), hold("a2", GPU_B + "/s1")])
+    assert result["failed"] is True and result["changed"] is False  # whatever on_refusal says
     assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
         ("a1", "node-unprivileged", NODE_UNPRIVILEGED), ("a2", "node-unprivileged", NODE_UNPRIVILEGED)]
-    assert not node.exists("/etc/cdi") and not node.exists("/run/bcd/allocations")
-    assert [e["type"] for e in result["events"]] == ["AllocationFailed", "AllocationFailed"]
+    assert node.listing() == before  # no hold, and no state file either
+    assert result["events"] == []
     assert not {"cdi", "devices.limits", "binding.kubernetes"} & set(result["capabilities"])
     assert any(NODE_UNPRIVILEGED in w for w in warnings(result))
 
@@ -198,7 +220,6 @@ def test_a_stale_generation_fails_the_task(capsys, node):
 
 
 @pytest.mark.parametrize("args, words", [
-    ({"devices": []}, "generation"),
     ({"generation": "latest", "devices": []}, "generation"),
     ({"generation": 1}, "devices"),
 ])
@@ -218,7 +239,7 @@ def test_a_damaged_event_journal_fails_clearly(capsys, node):
 def test_hostile_input_is_refused_not_crashed_on(capsys, node):
     devices = [hold("../../etc/passwd", GPU_A), "x", {"allocation_id": "a2", "devices": [{"id": GPU_A}],
                                                       "binding": "BINDING_HOLD", "env": ["A=1\nB=2"]}, hold("a3", GPU_B)]
-    result = run(capsys, node, generation=1, devices=devices)
+    result = run(capsys, node, generation=1, on_refusal="report", devices=devices)
     assert not result.get("failed")
     assert [f["reason"] for f in result["failures"]] == ["invalid-assignment"] * 3
     assert [h["allocation_id"] for h in result["holds"]] == ["a3"]
@@ -312,8 +333,8 @@ def run_as(uid, capsys, node, check=False, **args):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop it in a child")
 def test_without_become_the_real_run_refuses_as_check_mode_said(capsys, node):
     """Forgetting become on a node the role never set up: no helper, and no state directory this
-    account may create. Check mode and the real run give the same refusals, the real run writes nothing
-    and does not fail, and the warning tells an Ansible user what to do."""
+    account may create. Check mode and the real run give the same refusals, the real run writes nothing,
+    both fail the task, and the message says first what an Ansible user does."""
     open_to_all(node.root)
     os.makedirs(node.path("/var/lib"), mode=0o755)  # root's, as on a real node: /var/lib/bcd cannot be made
     before = node_tree(node.base)
@@ -321,7 +342,8 @@ def test_without_become_the_real_run_refuses_as_check_mode_said(capsys, node):
     planned = run_as(65534, capsys, node, check=True, generation=1, devices=devices)
     done = run_as(65534, capsys, node, generation=1, devices=devices)
     for result in (planned, done):
-        assert "failed" not in result, result.get("msg")
+        assert result["failed"] is True
+        assert result["msg"] == UNPRIVILEGED_MSG
         assert result["changed"] is False
         assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
             ("a1", "node-unprivileged", NODE_UNPRIVILEGED), ("a2", "node-unprivileged", NODE_UNPRIVILEGED)]

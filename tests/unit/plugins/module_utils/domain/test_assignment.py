@@ -195,11 +195,26 @@ def test_env_of_the_wrong_shape_is_refused(env):
 
 
 @pytest.mark.parametrize("field", ["cpus", "mems"])
-@pytest.mark.parametrize("value", ["0-3,", ",1", "a", "0-3-5", "3-1", "0 -3", "1,,2", 3, ["0-3"],
+@pytest.mark.parametrize("value", ["0-3,", ",1", "a", "0-3-5", "3-1", "0 -3", "1,,2", -3, True, 4.0, ["0-3"],
                                    "0," * 600 + "1"])
 def test_a_bad_cpulist_is_refused_naming_its_field(field, value):
     refusal = refusal_of(entry(limits={field: value}))
     assert refusal.message.startswith("limits.%s: " % field)
+
+
+@pytest.mark.parametrize("field", ["cpus", "mems"])
+@pytest.mark.parametrize("value, cpulist", [(0, "0"), (3, "3"), ("0", "0"), ("", None)])
+def test_an_integer_cpulist_is_that_number_and_an_empty_one_unset(field, value, cpulist):
+    assert getattr(parse_assignment(entry(limits={field: value, "cpu_millis": 100})).limits, field) == cpulist
+
+
+def test_a_limit_given_as_its_zero_value_is_warned_about():
+    parsed = parse_assignments([entry(limits={"cpus": 0, "hugepages_2mi": 0, "hugepages_1gi": "0", "mems": ""})])
+    assert parsed.assignments[0].limits.cpus == "0"
+    assert parsed.warnings == [
+        "alloc_1: limits.mems: \"\" reads as unset (proto3's zero value), so no mems limit is set",
+        "alloc_1: limits.hugepages_2mi: 0 reads as unset (proto3's zero value), so no hugepages_2mi limit is set",
+        "alloc_1: limits.hugepages_1gi: \"0\" reads as unset (proto3's zero value), so no hugepages_1gi limit is set"]
 
 
 @pytest.mark.parametrize("field", ["cpus", "mems"])
@@ -427,7 +442,7 @@ def test_a_section_nested_deeper_than_16_levels_is_not_read():
 def test_through_the_module_the_atom_budget_refuses_and_a_section_too_big_fails_writing_nothing(capsys, node):
     devices = [build_hold("a%d" % n, *["%s/s%d" % (GPU_B, k) for k in range(1024 * n, 1024 * (n + 1))])
                for n in range(4)] + [build_hold("x1", GPU_C)]
-    result = run_module(capsys, node, check=True, generation=1, devices=devices)
+    result = run_module(capsys, node, check=True, generation=1, on_refusal="report", devices=devices)
     assert not result.get("failed")
     assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
         ("x1", "invalid-assignment", "devices: 1 atoms would take the section to 4097, past the 4096 atoms a pass "

@@ -146,7 +146,7 @@ def test_the_module_refuses_an_assignment_with_a_loader_key_and_binds_the_others
                hold("a2", GPU_B, env=["PATH=/var/lib/bcd/bin:/usr/bin"]),
                hold("a3", GPU_B + "/s0", env=["NOTE=a\x0bb"]),
                hold("a4", GPU_B + "/s1", env=["TEAM=vision"])]
-    result = run(capsys, node, generation=1, devices=devices)
+    result = run(capsys, node, generation=1, on_refusal="report", devices=devices)
     assert not result.get("failed")
     failures = dict((f["allocation_id"], (f["reason"], f["message"])) for f in result["failures"])
     assert failures == {

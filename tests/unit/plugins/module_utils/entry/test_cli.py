@@ -154,7 +154,7 @@ def test_converge_without_stored_input_does_nothing(capsys, node):
     assert not node.exists("/var/lib/bcd")
 
 
-@pytest.mark.parametrize("content", ["{not json", json.dumps({"devices": []}),
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"generation": 1.5, "devices": []}),
                                      json.dumps({"generation": "1", "devices": []}),
                                      json.dumps({"generation": 1, "devices": {"a": 1}})])
 def test_a_spec_file_that_cannot_be_read_is_an_error_with_a_message(capsys, node, content):
@@ -178,6 +178,19 @@ def test_a_root_pass_leaves_every_state_file_to_the_owner_of_the_state_directory
     owners = dict((name, os.stat(node.state(name)).st_uid) for name in os.listdir(node.state()))
     assert {"events.jsonl", "ledger.json", "node.key", "nodespec.json"} <= set(owners)
     assert set(owners.values()) == {65534}, owners
+
+
+def test_a_spec_without_generation_is_numbered_by_the_node(capsys, node):
+    path = os.path.join(node.base, "spec.json")
+    for devices, generation in (([hold("a1", GPU_A)], 1), ([hold("a1", GPU_A)], 1), ([], 2)):
+        Path(path).write_text(json.dumps({"devices": devices}))
+        code, out, _err = cli(capsys, node, "converge", "--spec", path)
+        assert code == EX_OK
+        assert "section: CONVERGED at generation %d (observed %d)" % (generation, generation) in out
+    code, _out, err = cli(capsys, node, "converge", "--spec", write_spec(node, 2, [hold("a1", GPU_B)]))
+    assert code == EX_ERROR
+    assert err == ("ERROR: generation 2 was already applied with a different devices section; raise generation, "
+                   "or leave it out to let the node number its inputs\n")
 
 
 def test_a_stale_generation_is_an_error(capsys, node):

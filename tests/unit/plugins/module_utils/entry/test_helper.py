@@ -330,7 +330,7 @@ def test_a_hold_is_checked_by_the_rules_network_input_is(helper, fields, error):
     ({"mems": "0-2000"}, "limits.mems: NUMA node 2000 is beyond 1023, the most any host has"),
     ({"cpus": "0-3;rm -rf /"}, "limits.cpus: '0-3;rm -rf /' is not a cpulist such as 0-3,8"),
     ({"cpus": "3-1"}, "limits.cpus: range 3-1 runs backwards"),
-    ({"cpus": 5}, "limits.cpus: must be a cpulist string such as 0-3,8"),
+    ({"cpus": True}, "limits.cpus: must be a cpulist string such as 0-3,8"),
     ({"ExecStart": "/bin/sh"}, "limits.ExecStart: unknown field (known: cpus, mems, cpu_millis, memory_bytes, hugepages_2mi, hugepages_1gi)"),
     ({"memory_bytes": -1}, "limits.memory_bytes: must be a non-negative integer"),
     ({"hugepages_2mi": True}, "limits.hugepages_2mi: must be a non-negative integer"),

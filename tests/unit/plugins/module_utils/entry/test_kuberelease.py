@@ -393,14 +393,14 @@ def status(capsys, node, *extra):
 
 def test_holds_info_and_bcd_holds_status_show_pending_releases_with_their_age(bound, capsys):
     node = bound
-    node.run(1, [K1, kube("k2", GPU_B)])
-    node.run(2, [])
+    node.run(2, [K1, kube("k2", GPU_B)])
+    node.run(3, [])
     set_since(node, "k1", 10 * 60)
     result = info(capsys, node)
     pending = dict((p["allocation_id"], p) for p in result["pending_releases"])
     assert sorted(pending) == ["k1"]  # k2 had no pod: it was reported at once
     assert pending["k1"]["device_ids"] == [GPU_A]
-    assert pending["k1"]["generation"] == 2
+    assert pending["k1"]["generation"] == 3
     assert 600 <= pending["k1"]["age_seconds"] <= 660
     stuck = condition(result["conditions"], "KubernetesReleaseStuck")
     assert stuck["reason"] == "PodsHoldDevices"
@@ -522,8 +522,8 @@ def test_a_pass_killed_while_recording_a_release_pods_hold_loses_nothing(bound, 
     # and a GPU claimed by the pending release stays claimed
     assert [f.reason for f in node.run(3, [hold("a2", GPU_A)]).plan.failures] == ["overlap"]
     pods(node)
-    node.run(3, [])
-    assert_released_once_and_nothing_left(node, 3)
+    node.run(4, [])
+    assert_released_once_and_nothing_left(node, 4)
 
 
 @pytest.mark.parametrize("name, at, after", cases(REPORTING), ids=ids(REPORTING))

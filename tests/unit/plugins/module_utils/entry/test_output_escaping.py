@@ -285,7 +285,7 @@ def test_a_hostile_assignment_is_escaped_in_the_warnings_msg_and_diff_of_holds(c
                hold("a2", "GPU-" + BIDI + "x" + C1_CSI),
                dict(hold("a3", GPU_B), reservation_id=BIDI + "rsv" + LINE_SEP)]
     result = call(capsys, holds.main, {"root": node.root, "fakehw": node.fakehw, "generation": 1,
-                                       "devices": devices, "fail_on_refusal": True, "_ansible_diff": True})
+                                       "devices": devices, "on_refusal": "fail", "_ansible_diff": True})
     assert result["failed"] is True
     assert_inert(result["msg"], "msg", newlines=False)
     texts = warnings(result)

@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The generation of a pass: the one its input carries, or the one the node numbers it with.
+
+A control plane numbers its NodeSpecs and sends each with its generation; the spec's rules (a refusal
+is final at its generation, one ``AllocationFailed`` per allocation and generation) hold for it as they
+are. A person writing a playbook does not raise a number with every edit, so an input without a
+generation is numbered by the node: the stored input's generation when the devices and instances are
+the same (the same input: nothing new to do), else one more. Given, a generation the node already
+applied with another input is refused before anything is written: the fixed input would otherwise be
+judged by the refusals of the input it replaces."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import InvalidAssignment, parse_assignment
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+
+
+class GenerationConflict(BcdError):
+    """A generation given with an input other than the one the node applied at it."""
+
+
+def _instances(instances):
+    return [{"instance_id": instance.get("instance_id"), "gpus": list(instance.get("gpus") or [])}
+            for instance in instances or [] if isinstance(instance, dict)]
+
+
+def _meaning(devices):
+    """The devices section as the pass reads it: each assignment checked (``"4294967296"`` and ``4294967296``
+    are one limit, a key order is no change), an entry the pass refuses as written."""
+    if not isinstance(devices, list):
+        return devices
+    meant = []
+    for index, raw in enumerate(devices):
+        try:
+            meant.append(dataclasses.asdict(parse_assignment(raw, index)))
+        except InvalidAssignment:
+            meant.append(raw)
+    return meant
+
+
+def _same(left, right):
+    return json.dumps(left, sort_keys=True, default=repr) == json.dumps(right, sort_keys=True, default=repr)
+
+
+def differing_sections(stored, devices, instances):
+    """The sections (``devices``, ``instances``) in which ``devices``/``instances`` differ from ``stored``
+    ``(generation, devices, instances, ...)``; every section when nothing is stored."""
+    if stored is None:
+        return ["devices", "instances"]
+    differ = []
+    if not _same(_meaning(stored[1]), _meaning(devices)):
+        differ.append("devices")
+    if not _same(_instances(stored[2]), _instances(instances)):
+        differ.append("instances")
+    return differ
+
+
+def pass_generation(given, stored, observed, devices, instances):
+    """The generation of a pass over ``devices``/``instances``: ``given`` when it is not None, else the
+    node's numbering. ``stored`` is the stored input ``(generation, devices, instances, cdi_runtimes)`` or
+    None, ``observed`` the ledger's observed generation or None. ``GenerationConflict`` for a ``given``
+    generation equal to the stored one, which the node finished (observed), with another input; a pass
+    left ``PROGRESSING`` at it may still be sent its fixed input."""
+    differ = differing_sections(stored, devices, instances)
+    if given is not None:
+        if stored is not None and given == stored[0] == observed and differ:
+            raise GenerationConflict(
+                "generation %d was already applied with a different %s; raise generation, or leave it out to let "
+                "the node number its inputs" % (given, " and ".join(differ) + (" sections" if len(differ) > 1
+                                                                                else " section")))
+        return given
+    base = max(stored[0] if stored is not None else 0, observed or 0)
+    if not differ and stored is not None and stored[0] >= (observed or 0):
+        return base
+    return base + 1
