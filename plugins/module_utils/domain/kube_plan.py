@@ -178,7 +178,7 @@ def _settle(ctx: Pass, release: PendingRelease) -> Decided:
             release.generation),))
     if not files:
         return gone + _pending(release, holders)
+    removed = " and ".join(change.path for change in files)
     return gone + _pending(release, holders) + Decided(actions=(Withdraw(
-        allocation_id, "remove %s: %s is being released" % (" and ".join(change.path for change in files),
-                                                           allocation_id), tuple(files),
+        allocation_id, "remove %s: %s is being released" % (removed, allocation_id), tuple(files),
         device_ids=tuple(release.device_ids), generation=release.generation),))

@@ -88,9 +88,9 @@ def writes_into_what_it_did_not_create(source):
     while outer:
         function, inherited = outer.pop()
         bindings = _bindings(function)
+        parameters = set(arg.arg for arg in ast.walk(function.args) if isinstance(arg, ast.arg))
         own = (inherited | set(name for name, fresh in bindings if fresh)) - \
-            set(name for name, fresh in bindings if not fresh) - set(arg.arg for arg in ast.walk(function.args)
-                                                                 if isinstance(arg, ast.arg))
+            set(name for name, fresh in bindings if not fresh) - parameters
         for node in _own_nodes(function):
             found.extend(_writes(function.name, node, own))
             outer.extend((child, own) for child in ast.iter_child_nodes(node)
