@@ -418,6 +418,7 @@ def apply_plan(plan, writer, state):
         state.begin_releases([release for release in releases if release is not None])
     except (OSError, RetryableError) as exc:  # nothing may be removed unrecorded: nothing is done
         return done, ["cannot record this pass's releases: %s" % exc]
+    writer.batch()  # each directory fsynced once, at writer.flush(), not once per file
     for action in plan.actions:
         if not action.changes or (action.allocation_id and action.allocation_id in failed):
             continue
@@ -435,6 +436,7 @@ def apply_plan(plan, writer, state):
                 failed.add(action.allocation_id)
             continue
         done.append(action)
+    writer.flush()  # the pass's renames and removals durable before any event reporting them is journaled
     try:
         state.flush(save=False)  # the pass's reports, journaled before any is returned; the pass saves the ledger
     except (OSError, RetryableError) as exc:
