@@ -15,12 +15,17 @@ A release that has not happened keeps its atoms claimed (``releasing``): a new
 hold on them is no conflict, but it *needs* that release (``needs``) and the
 planner makes its bind depend on it, so a bind never runs while the hold it
 replaces is still live (``actions.apply_plan``).
+
+The questions a bind asks of every atom (``holding``, ``needs``) look only at the
+claims on that atom's GPU, through an index built once per value and extended by
+``hold``: asked of all claims, they made a bind of the largest section accepted
+(4 096 atoms) quadratic, 4 s of its CPU.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Iterable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import Admission, HostMemory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_GPU, Atom
@@ -64,12 +69,22 @@ class Claims:
     memory: Optional[HostMemory] = None  # None: the host's memory was not read (no admission)
     domains: Tuple = ()  # the running domains whose memory is committed
     bookings: Tuple[Booking, ...] = ()
+    # The positions in ``atoms`` of the claims on each GPU; not an init field, so ``replace`` never copies it
+    # to a value whose atoms differ: built when first asked (``_on_gpu``), extended by ``hold``.
+    _by_gpu: Optional[Dict[str, Tuple[int, ...]]] = field(default=None, init=False, repr=False, compare=False)
 
     # --- adding claims -----------------------------------------------------------------------------------------
 
     def hold(self, owner: str, atoms: Iterable[Atom], kind: str = LIVE) -> Claims:
         """``owner`` holds ``atoms`` (a live hold, a pending release, a release this pass makes)."""
-        return replace(self, atoms=self.atoms + tuple(Claim(atom, owner, kind) for atom in atoms))
+        added = tuple(Claim(atom, owner, kind) for atom in atoms)
+        held = replace(self, atoms=self.atoms + added)
+        if self._by_gpu is not None:  # the new value's index is this one's and the added claims
+            index = dict(self._by_gpu)
+            for position, claim in enumerate(added, len(self.atoms)):
+                index[claim.atom.gpu_uuid] = index.get(claim.atom.gpu_uuid, ()) + (position,)
+            object.__setattr__(held, "_by_gpu", index)
+        return held
 
     def every_gpu(self, owner: str, gpu_uuids: Iterable[str]) -> Claims:
         """``owner`` holds every GPU whole (an unreadable releases file)."""
@@ -139,18 +154,29 @@ class Claims:
     def unhealthy_of(self, gpu_uuid: str) -> Optional[str]:
         return next((message for uuid, message in self.unhealthy if uuid == gpu_uuid), None)
 
+    def _on_gpu(self, gpu_uuids: Iterable[str]) -> List[Claim]:
+        """The claims on these GPUs, in the order of ``atoms``."""
+        if self._by_gpu is None:
+            index = {}  # type: Dict[str, Tuple[int, ...]]
+            for position, claim in enumerate(self.atoms):
+                index[claim.atom.gpu_uuid] = index.get(claim.atom.gpu_uuid, ()) + (position,)
+            object.__setattr__(self, "_by_gpu", index)
+        index = self._by_gpu or {}
+        positions = [position for uuid in set(gpu_uuids) for position in index.get(uuid, ())]
+        return [self.atoms[position] for position in sorted(positions)]
+
     def holding(self, atoms: Iterable[Atom], owner: Optional[str] = None):
         """Claims other than ``owner``'s and other than releases this pass makes, on ``atoms``' GPUs."""
-        gpus = set(atom.gpu_uuid for atom in atoms)
-        return [claim for claim in self.atoms
-                if claim.kind != RELEASING and claim.owner != owner and claim.atom.gpu_uuid in gpus]
+        return [claim for claim in self._on_gpu(atom.gpu_uuid for atom in atoms)
+                if claim.kind != RELEASING and claim.owner != owner]
 
     def needs(self, atoms: Iterable[Atom]) -> List[str]:
         """The owners whose release, planned in this pass, frees atoms of ``atoms``: a hold on them waits for it.
-        A hold's own release counts too (it moves to other devices, or is written again)."""
+        A hold's own release counts too (it moves to other devices, or is written again). Two atoms overlap only
+        on one GPU, so only the claims on ``atoms``' GPUs are looked at."""
         atoms = list(atoms)
         found = []  # type: List[str]
-        for claim in self.atoms:
+        for claim in self._on_gpu(atom.gpu_uuid for atom in atoms):
             if claim.kind == RELEASING and claim.owner not in found and any(_overlap(claim.atom, a) for a in atoms):
                 found.append(claim.owner)
         return found

@@ -50,7 +50,8 @@ def conflicts(atoms, claims: Claims, owner=None) -> List[str]:
             add("%s is in maintenance (%s)" % (atom.gpu_uuid, reason))
             continue
         others = claims.holding([atom], owner)
-        same = next((claim for claim in others if claim.atom.key == atom.key), None)
+        key = atom.key
+        same = next((claim for claim in others if claim.atom.key == key), None)
         if same is not None:
             add("%s is assigned to %s" % (atom.id, same.owner))
         elif atom.whole:
