@@ -536,6 +536,7 @@ def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[s
         state.begin_releases([release for release in releases if release is not None])
     except (OSError, RetryableError) as exc:  # nothing may be removed unrecorded: nothing is done
         return done, ["cannot record this pass's releases: %s" % exc]
+    writer.batch()  # each directory fsynced once, at writer.flush(), not once per file
     for action in plan.actions:
         if not action.changes or (action.allocation_id and action.allocation_id in failed):
             continue
@@ -553,6 +554,7 @@ def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[s
                 failed.add(action.allocation_id)
             continue
         done.append(action)
+    writer.flush()  # the pass's renames and removals durable before any event reporting them is journaled
     try:
         state.flush(save=False)  # the pass's reports, journaled before any is returned; the pass saves the ledger
     except (OSError, RetryableError) as exc:

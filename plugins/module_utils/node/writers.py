@@ -9,6 +9,12 @@ A host is handed one writer that does them: ``DirectWriter`` does them here
 (privileged only when this process is root), ``HelperWriter`` sends them to the
 root helper over its socket. The host, and everything above it, never asks which.
 
+A pass's apply loop brackets its work with ``batch()`` and ``flush()``: in between,
+``DirectWriter`` fsyncs each file before its rename as always but each directory it
+changed only once, at ``flush()``, which the loop calls before it journals the events
+that report the writes (``node/fsutil.py``, ``directory_syncs_into``). The helper
+fsyncs every request's directory itself: its ``batch`` and ``flush`` do nothing.
+
 No bytes cross the helper's socket: ``HelperWriter`` sends what a file is
 rendered from (the hold's checked assignment and generation) and what a slice
 is built from (its limits), and root renders and builds them itself
@@ -25,7 +31,8 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Dict, List, Set, Tuple
+from contextlib import nullcontext
+from typing import Dict, List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID, ALLOCATION_ID_RE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
@@ -39,7 +46,12 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
+    directory_syncs_into,
+    remove_file,
+    sync_directories,
+    write_atomic,
+)
 
 # The node files a pass writes, by kind: the root helper accepts exactly these.
 NODE_FILE_KINDS = {
@@ -194,17 +206,35 @@ class DirectWriter:
 
     def __init__(self, host):
         self.host = host
+        self._unsynced = None  # type: Optional[Set[str]]  # between batch() and flush(): directories to fsync
 
     @property
     def privileged(self):
         return os.geteuid() == 0
 
+    def batch(self):
+        """From now until ``flush``, each directory this writer changes is fsynced once, at ``flush``."""
+        if self._unsynced is None:
+            self._unsynced = set()
+
+    def flush(self):
+        """Make every rename and removal since ``batch`` durable: fsync each directory they changed, once.
+        Before anything reports them (the apply loop calls it before it journals the pass's events)."""
+        if self._unsynced is not None:
+            sync_directories(self._unsynced)
+            self._unsynced = None
+
+    def _writing(self):
+        return directory_syncs_into(self._unsynced) if self._unsynced is not None else nullcontext()
+
     def write_node_file(self, kind, allocation_id, content, hold=None):
         """Write a hold's file atomically (0644); ``hold`` (what it was rendered from) is the helper's."""
-        write_atomic(self.host.path(node_file_path(kind, allocation_id)), content, NODE_FILE_MODE)
+        with self._writing():
+            write_atomic(self.host.path(node_file_path(kind, allocation_id)), content, NODE_FILE_MODE)
 
     def remove_node_file(self, kind, allocation_id):
-        remove_file(self.host.path(node_file_path(kind, allocation_id)))
+        with self._writing():
+            remove_file(self.host.path(node_file_path(kind, allocation_id)))
 
     def set_aside_spec(self, allocation_id, now):
         """A damaged spec renamed aside in /etc/cdi; the oldest copies beyond the bounds are removed."""
@@ -218,10 +248,12 @@ class DirectWriter:
 
     def apply_slice(self, op):
         """Create a slice or set its limits (an ``actions.SliceApply``)."""
-        self.host.slices.apply(op.name, op.properties, op.hugetlb_max)
+        with self._writing():  # a fakehw node's slices are files
+            self.host.slices.apply(op.name, op.properties, op.hugetlb_max)
 
     def stop_slice(self, name):
-        self.host.slices.remove(name)
+        with self._writing():
+            self.host.slices.remove(name)
 
     def kube_side(self, host):
         return host.direct_kube_side()
@@ -234,6 +266,12 @@ class HelperWriter:
 
     def __init__(self, client):
         self.client = client
+
+    def batch(self):
+        """The helper fsyncs each request's directory before it answers: nothing to batch here."""
+
+    def flush(self):
+        """Nothing is left to fsync: see ``batch``."""
 
     def write_node_file(self, kind, allocation_id, content, hold=None):
         """The helper renders the file itself from ``hold``; ``content`` never leaves this process."""

@@ -672,3 +672,24 @@ def test_a_fifo_or_a_huge_file_in_a_holds_place_does_not_stop_a_pass(node, plant
 
     assert result.section["state"] == "CONVERGED"
     assert json.loads(node.read("/etc/cdi/bcd-a1.json"))["annotations"]["bcd.dev/allocation-id"] == "a1"
+
+
+def test_a_bind_fsyncs_each_directory_once_and_before_it_journals(node, monkeypatch):
+    """Eight holds: sixteen files, each fsynced before its rename; /etc/cdi and the env directory fsynced once
+    each (not once per file), and both before the journal's append that reports the binds."""
+    calls = []
+    real_fsync, real_rename = os.fsync, os.rename
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(("fsync", os.readlink("/proc/self/fd/%d" % fd))),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(os, "rename", lambda src, dst: (calls.append(("rename", src, dst)), real_rename(src, dst))[1])
+    result = node.run(1, [hold("a%d" % i, "%s/s%d" % (GPU_B, i)) for i in range(8)])
+    assert len(result.events) == 8
+    cdi, env = node.path("/etc/cdi"), node.path("/run/bcd/allocations")
+    syncs = [call[1] for call in calls if call[0] == "fsync"]
+    assert syncs.count(cdi) == 1 and syncs.count(env) == 1
+    holds = [call for call in calls if call[0] == "rename" and os.path.dirname(call[2]) in (cdi, env)]
+    assert len(holds) == 16
+    for call in holds:
+        assert calls.index(("fsync", call[1])) < calls.index(call)
+    journaled = syncs.index(node.state("events.jsonl"))
+    assert syncs.index(cdi) < journaled and syncs.index(env) < journaled

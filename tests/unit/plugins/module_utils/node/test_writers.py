@@ -219,3 +219,50 @@ def test_the_helper_writer_sends_what_a_file_is_rendered_from_never_its_bytes():
     ]
     assert "rendered bytes" not in repr(client.requests)
     assert writer.privileged is True
+
+
+def recording(monkeypatch):
+    """Every fsync (by the path of what it syncs), rename and unlink, in order."""
+    calls = []
+    real_fsync, real_rename, real_unlink = os.fsync, os.rename, os.unlink
+    monkeypatch.setattr(fsutil.os, "fsync", lambda fd: (calls.append(("fsync", os.readlink("/proc/self/fd/%d" % fd))),
+                                                        real_fsync(fd))[1])
+    monkeypatch.setattr(fsutil.os, "rename", lambda src, dst: (calls.append(("rename", src, dst)), real_rename(src, dst))[1])
+    monkeypatch.setattr(fsutil.os, "unlink", lambda path: (calls.append(("unlink", path)), real_unlink(path))[1])
+    return calls
+
+
+def test_a_batch_fsyncs_every_file_before_its_rename_and_each_directory_once_at_flush(node, host, monkeypatch):
+    node.write("/etc/cdi/bcd-old.json", b"{}")
+    calls = recording(monkeypatch)
+    writer = DirectWriter(host)
+    writer.batch()
+    for allocation_id in ("a1", "a2", "a3"):
+        writer.write_node_file("allocation-env", allocation_id, b"X=1\n")
+        writer.write_node_file("cdi", allocation_id, b"{}")
+    writer.remove_node_file("cdi", "old")
+    cdi, env = node.path("/etc/cdi"), node.path("/run/bcd/allocations")
+    for call in calls:
+        if call[0] == "rename":
+            assert calls.index(("fsync", call[1])) < calls.index(call)  # the data is on disk before the rename
+    assert ("fsync", cdi) not in calls and ("fsync", env) not in calls  # the directories wait for flush
+    before = len(calls)
+    writer.flush()
+    flushed = [call[1] for call in calls[before:]]
+    assert sorted(flushed) == sorted(set(flushed)) and {cdi, env} <= set(flushed)  # once each, nothing else
+    assert node.read("/run/bcd/allocations/a3.env") == b"X=1\n" and not node.exists("/etc/cdi/bcd-old.json")
+    # after flush, a write fsyncs its directory at once again
+    writer.write_node_file("cdi", "a4", b"{}")
+    assert calls[-1] == ("fsync", cdi)
+
+
+def test_a_batched_slice_of_a_fakehw_node_waits_for_flush_too(node, host, monkeypatch):
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import SliceApply  # pylint: disable=import-outside-toplevel
+    calls = recording(monkeypatch)
+    writer = DirectWriter(host)
+    writer.batch()
+    writer.apply_slice(SliceApply("bcd-alloc-a1.slice", {"CPUQuota": "100%"}, {}))
+    renamed = [call[2] for call in calls if call[0] == "rename"]
+    assert len(renamed) == 1 and ("fsync", os.path.dirname(renamed[0])) not in calls
+    writer.flush()
+    assert calls[-1] == ("fsync", os.path.dirname(renamed[0]))

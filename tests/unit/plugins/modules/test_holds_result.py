@@ -1,0 +1,113 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the holds module prints: every documented return value, and a no-op's result small (issue 24):
+Ansible's echo of the task's options names the assignments by count and digest instead of all of them."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import sys
+
+import pytest
+import yaml
+from ansible.module_utils.common import warnings as ansible_warnings
+
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
+from ansible_collections.bcd.devices.plugins.modules import holds
+from ansible_collections.bcd.devices.tests.unit.module_args import patch_module_args
+
+# What Ansible itself may add to any result; ran_from is the action plugin's (tests/unit/plugins/action).
+ANSIBLE_KEYS = {"changed", "failed", "msg", "invocation", "warnings", "deprecations", "diff"}
+GPUS = 8
+
+
+def documented_returns():
+    """The top-level keys of the holds module's RETURN, each with its ``returned``."""
+    with open(holds.__file__) as handle:
+        tree = ast.parse(handle.read())
+    text = next(node.value.value for node in tree.body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "RETURN")
+    return dict((key, value.get("returned")) for key, value in yaml.safe_load(text).items())
+
+
+def gpus():
+    return [{"uuid": "GPU-5f1c2a90-0000-4000-8000-%012x" % (i + 1), "index": i, "minor": i} for i in range(GPUS)]
+
+
+def assignments(count):
+    return [{"allocation_id": "a%d" % i, "reservation_id": "rsv_%d" % i, "binding": "BINDING_HOLD",
+             "devices": [{"id": "GPU-5f1c2a90-0000-4000-8000-%012x/s%d" % (i % GPUS + 1, i // GPUS),
+                          "device_class": "gpu.slot"}]}
+            for i in range(count)]
+
+
+def run(capsys, node, **args):
+    """The module's main(): ``(bytes it printed, its result)``."""
+    args.setdefault("root", node.root)
+    args.setdefault("fakehw", node.fakehw)
+    args.setdefault("lock_timeout", 5)
+    getattr(ansible_warnings, "_global_warnings", {}).clear()
+    getattr(ansible_warnings, "_global_deprecations", {}).clear()
+    if "ansible.utils.display" in sys.modules:
+        getattr(sys.modules["ansible.utils.display"].Display(), "_warns", set()).clear()
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            holds.main()
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return out.encode("utf-8"), json.loads(out)
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
+def test_every_documented_return_value_is_in_a_bind_and_a_no_op(capsys, make_node, check):
+    node = make_node(gpus=gpus())
+    documented = documented_returns()
+    always = set(key for key, returned in documented.items() if returned == "always") - {"ran_from"}
+    for what in ("bind", "no-op"):
+        _out, result = run(capsys, node, generation=1, devices=assignments(4), _ansible_check_mode=check)
+        assert not result.get("failed"), result
+        assert always <= set(result), "%s lacks %s" % (what, sorted(always - set(result)))
+        assert set(result) <= set(documented) | ANSIBLE_KEYS, "%s returns undocumented %s" % (
+            what, sorted(set(result) - set(documented) - ANSIBLE_KEYS))
+        if check:
+            break
+
+
+def test_the_echo_of_the_task_names_the_assignments_by_count_and_digest(capsys, make_node):
+    node = make_node(gpus=gpus())
+    devices = assignments(3)
+    _out, result = run(capsys, node, generation=1, devices=devices)
+    echo = result["invocation"]["module_args"]
+    digest = hashlib.sha256(json.dumps(devices, sort_keys=True).encode("utf-8")).hexdigest()
+    assert echo["devices"] == "3 assignments, sha256 %s (not echoed)" % digest
+    # every other option as the module read it, defaults included
+    assert echo["generation"] == 1 and echo["root"] == node.root and echo["on_refusal"] == "fail"
+
+
+def test_a_refused_input_echoes_the_same_way(capsys, make_node):
+    node = make_node(gpus=gpus())
+    _out, result = run(capsys, node, generation=1, devices=assignments(1), cdi_runtimes="neither-auto-nor-a-list")
+    assert result.get("failed")
+    assert result["invocation"]["module_args"]["devices"].startswith("1 assignment, sha256 ")
+
+
+def test_a_no_op_of_256_holds_prints_under_100_kb(capsys, make_node):
+    node = make_node(gpus=gpus())
+    devices = assignments(256)
+    _out, bound = run(capsys, node, generation=1, devices=devices)
+    assert len(bound["holds"]) == 256 and len(bound["events"]) == 256
+    out, result = run(capsys, node, generation=1, devices=devices)
+    assert result["changed"] is False and len(result["events"]) == 256  # journaled, not yet acknowledged
+    # The task's 256 assignments are not echoed back: the echo is under 1 KB (it was 46 KB), and the
+    # result is the holds and events the module documents (each hold ~330 bytes, each event ~530).
+    assert len(json.dumps(result["invocation"])) < 1024
+    assert len(out) < 230 * 1024
+    # once acknowledged (the role's delivery does), the events leave the result: the holds are most of it
+    _events, acknowledged = NodeState(node.state()).list_and_acknowledge(2 ** 62)
+    assert acknowledged == 256
+    out, result = run(capsys, node, generation=1, devices=devices)
+    assert result["changed"] is False and result["events"] == []
+    assert len(out) < 100 * 1024
