@@ -84,7 +84,7 @@ def test_the_echo_of_the_task_names_the_assignments_by_count_and_digest(capsys, 
     digest = hashlib.sha256(json.dumps(devices, sort_keys=True).encode("utf-8")).hexdigest()
     assert echo["devices"] == "3 assignments, sha256 %s (not echoed)" % digest
     # every other option as the module read it, defaults included
-    assert echo["generation"] == 1 and echo["root"] == node.root and echo["on_refusal"] == "fail"
+    assert echo["generation"] == 1 and echo["root"] == node.root and echo["on_refusal"] is None  # not given: fail (see on_refusal in the docs)
 
 
 def test_a_refused_input_echoes_the_same_way(capsys, make_node):
