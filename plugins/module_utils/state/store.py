@@ -65,7 +65,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError, type_name
@@ -106,7 +106,7 @@ StateError = StateFileError  # the name 0.2.0 gave it
 _INSTANCE_KEYS = ("instance_id", "gpus")
 
 
-def _instances(value, where):
+def _instances(value: Any, where: str) -> List[Dict[str, Any]]:
     """The VM instances of an input, as the holds module's options take them: mappings of an
     ``instance_id`` (text) and ``gpus`` (a list of text), nothing else."""
     instances = [] if value is None else value
@@ -135,7 +135,7 @@ def _instances(value, where):
     return checked
 
 
-def nodespec_from_data(data, where, generation_required=True):
+def nodespec_from_data(data: Any, where: str, generation_required: bool = True) -> Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any]:
     """``(generation, devices, instances, cdi_runtimes)`` from a ``{generation, devices, instances,
     cdi_runtimes}`` mapping, as the timers' stored input and ``bcd-holds converge --spec`` carry it
     (``cdi_runtimes`` is ``auto`` when absent, and checked by the pass; the devices by the pass, one by
@@ -167,10 +167,10 @@ class Change:
     journaled: List[Dict[str, Any]] = field(default_factory=list)
 
 
-def _as_owner(method):
+def _as_owner(method: Callable[..., Any]) -> Callable[..., Any]:
     """Run a ``NodeState`` method as the state directory's owner (see the module docstring)."""
     @functools.wraps(method)
-    def run(self, *args, **kwargs):
+    def run(self: NodeState, *args: Any, **kwargs: Any) -> Any:
         with self.as_owner():
             return method(self, *args, **kwargs)
     return run
@@ -179,7 +179,7 @@ def _as_owner(method):
 class NodeState:
     """The state directory of one node: ``path`` is its real path, ``node_path`` the one messages name."""
 
-    def __init__(self, path, node_path=DEFAULT_STATE_DIR):
+    def __init__(self, path: str, node_path: str = DEFAULT_STATE_DIR) -> None:
         self.path = path
         self.node_path = node_path
         self.files = StateFiles(path, node_path)
@@ -187,16 +187,16 @@ class NodeState:
         self._adopted = False
         self.ledger = Ledger()
         self.releases = Releases()
-        self._key = None
+        self._key = None  # type: Optional[NodeKey]
         self._dropped = False
-        self._queued = []  # [(event, limits)] reported, not yet journaled
-        self.maintenance = {}  # GPU UUID -> {reason, since}: GPUs out of service (domain/maintenance.py)
-        self.maintenance_problem = None
-        self.health_cleared = {}  # GPU UUID -> when it last left maintenance (domain/health.gpu_health)
+        self._queued = []  # type: List[Tuple[Dict[str, Any], Optional[dict]]]  # reported, not yet journaled
+        self.maintenance = {}  # type: Dict[str, Any]  # GPU UUID -> {reason, since}: GPUs out of service
+        self.maintenance_problem = None  # type: Optional[str]
+        self.health_cleared = {}  # type: Dict[str, Any]  # GPU UUID -> when it last left maintenance (domain/health.gpu_health)
 
     # -- root acts as the owner ------------------------------------------------------
     @contextlib.contextmanager
-    def as_owner(self):
+    def as_owner(self) -> Iterator[None]:
         """Within this block, a root process has the state directory owner's uid, gid and groups."""
         if self._dropped or os.geteuid() != 0:
             yield
@@ -229,10 +229,10 @@ class NodeState:
             os.setegid(egid)
             os.setgroups(groups)
 
-    def _file(self, name):
+    def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
-    def _stored(self, name):
+    def _stored(self, name: str) -> Optional[bytes]:
         """What ``name`` holds, to compare before replacing it: a file the reader refuses compares
         unequal, and is replaced (by a rename, which never opens it)."""
         try:
@@ -240,12 +240,12 @@ class NodeState:
         except StateFileError:
             return None
 
-    def _write(self, name, content):
+    def _write(self, name: str, content: bytes) -> None:
         """State files take the state directory's owner, so root's passes and the bcd account's share them."""
         write_atomic(self._file(name), content, STATE_FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
 
     # -- a pass ----------------------------------------------------------------------
-    def unwritable(self):
+    def unwritable(self) -> Optional[str]:
         """Why this process cannot keep the state directory, or None: it is not writable, or it is
         missing and its nearest existing parent is not (a pass without root on a node the role never
         set up). Only asked of a process without root, for which the permission bits are the truth."""
@@ -262,7 +262,7 @@ class NodeState:
         return "state_dir %s does not exist and uid %d cannot create it" % (self.node_path, os.geteuid())
 
     @contextlib.contextmanager
-    def lock(self, timeout=120.0, create=True, shared=False):
+    def lock(self, timeout: float = 120.0, create: bool = True, shared: bool = False) -> Iterator[Any]:
         """The pass lock; ``create=False`` (check mode, listing) creates nothing; ``shared`` for readers."""
         pass_lock = PassLock(self.path, timeout=timeout, create=create, shared=shared, node_path=self.node_path)
         with self.as_owner():
@@ -273,7 +273,7 @@ class NodeState:
             pass_lock.release()
 
     @_as_owner
-    def load(self, write=True):
+    def load(self, write: bool = True) -> NodeState:
         """Read the ledger and the pending releases, and catch them up with the journal: every event
         journaled after the ledger's ``journal_seq`` is settled now (saved unless ``write`` is false)."""
         files = self.files
@@ -294,7 +294,7 @@ class NodeState:
                 self._settle(event)
         return self
 
-    def _settle(self, event, limits=None):
+    def _settle(self, event: Dict[str, Any], limits: Optional[dict] = None) -> None:
         """What a journaled event means for the ledger and the pending releases (in memory): a pending
         release is settled once its ``AllocationReleased`` is out."""
         record_event(self.ledger, event, limits)
@@ -307,8 +307,7 @@ class NodeState:
 
     # -- the one way the state changes -----------------------------------------------
     @contextlib.contextmanager
-    def change(self, save_ledger=True):
-        # type: (bool) -> Iterator[Change]
+    def change(self, save_ledger: bool = True) -> Iterator[Change]:
         """Journal the queued reports and settle them, let the block change the ledger and the pending
         releases, then save the releases and the ledger where they changed (the module docstring's order).
         ``save_ledger=False`` leaves the ledger to the caller's next change (a pass's last reports, saved
@@ -324,13 +323,13 @@ class NodeState:
             if save_ledger:
                 self._save_ledger()
 
-    def _save_ledger(self):
+    def _save_ledger(self) -> None:
         """Write the ledger when it changed (a pass that changes nothing rewrites nothing); ``change`` only."""
         content = self.ledger.to_json()
         if self._stored(LEDGER_NAME) != content:
             self._write(LEDGER_NAME, content)
 
-    def _journal(self, queued):
+    def _journal(self, queued: List[Any]) -> List[Dict[str, Any]]:
         """Append ``queued`` ``[(event, limits)]`` to the journal (one fsynced write) and settle them in
         memory; the journaled events."""
         if not queued:
@@ -343,7 +342,8 @@ class NodeState:
             self._settle(event, limits)
         return journaled
 
-    def finish(self, generation, state, vfio, kept_failures, finished, renders=None, started=None):
+    def finish(self, generation: int, state: str, vfio: Dict[str, str], kept_failures: Any, finished: Any,
+               renders: Optional[Dict[str, dict]] = None, started: Optional[float] = None) -> None:
         """Record the end of a real pass: its section state, the VMs' GPUs, the refusals still relevant,
         the holds' render records, and (``finished``: nothing left to retry) the generation it observed;
         with ``started`` (when it took the lock), its time and result for ``bcd-holds metrics``."""
@@ -364,17 +364,17 @@ class NodeState:
 
     # -- what the actions of a plan do to the state -----------------------------------
     @_as_owner
-    def key(self):
+    def key(self) -> NodeKey:
         """The node key, created on first use (only when an attested event is due)."""
         if self._key is None:
             self._key = NodeKey.load_or_create(self._file(KEY_NAME))
         return self._key
 
-    def report(self, event, limits=None):
+    def report(self, event: Dict[str, Any], limits: Optional[dict] = None) -> None:
         """Queue ``event`` for the next ``flush``; nothing counts as reported before it is journaled."""
         self._queued.append((event, limits))
 
-    def flush(self, save=True):
+    def flush(self, save: bool = True) -> List[Dict[str, Any]]:
         """Journal the queued reports and settle them (a change that changes nothing else); ``save=False``
         leaves the ledger to the caller's next change. Returns the journaled events."""
         with self.change(save_ledger=save) as change:
@@ -382,7 +382,7 @@ class NodeState:
         return change.journaled
 
     # The changes a plan's actions make (domain/actions.py), each one ``change`` block.
-    def begin_releases(self, releases):
+    def begin_releases(self, releases: Sequence[Tuple[str, Optional[int], List[str]]]) -> None:
         """Record plain releases ``[(allocation_id, generation, device_ids)]`` before any of their files
         is removed (kept until each is reported): one ledger save for all of a pass's releases."""
         new = [release for release in releases if release[0] not in self.ledger.unfinished_releases]
@@ -393,38 +393,38 @@ class NodeState:
                 change.ledger.unfinished_releases[allocation_id] = {"generation": generation,
                                                                     "device_ids": list(device_ids)}
 
-    def begin_release(self, allocation_id, generation, device_ids):
+    def begin_release(self, allocation_id: str, generation: Optional[int], device_ids: List[str]) -> None:
         """Record one plain release before its files are removed (no write when already recorded)."""
         self.begin_releases([(allocation_id, generation, device_ids)])
 
-    def set_hold_limits(self, allocation_id, limits):
+    def set_hold_limits(self, allocation_id: str, limits: Optional[dict]) -> None:
         """The limits a kept hold's slice now has."""
         with self.change() as change:
             if allocation_id in change.ledger.bound:
                 change.ledger.bound[allocation_id]["limits"] = limits
 
-    def record_kube_release(self, release):
+    def record_kube_release(self, release: Any) -> None:
         """A Kubernetes release, pending until no pod holds its devices (recorded before its files go)."""
         with self.change() as change:
             change.releases.pending[release.allocation_id] = release
 
-    def drop_kube_release(self, allocation_id):
+    def drop_kube_release(self, allocation_id: str) -> None:
         with self.change() as change:
             change.releases.pending.pop(allocation_id, None)
 
-    def quarantine_releases(self, now):
+    def quarantine_releases(self, now: Any) -> None:
         """Set an unreadable releases file aside and write the marker."""
         with self.change() as change:
             quarantine(self.path, now)
             change.releases.unreadable, change.releases.marker = None, True
 
-    def clear_releases_marker(self):
+    def clear_releases_marker(self) -> None:
         with self.change() as change:
             clear_marker(self.path)
             change.releases.marker = False
 
     @_as_owner
-    def last_pass(self):
+    def last_pass(self) -> Optional[Dict[str, Any]]:
         """``{generation, state, started, finished, duration_seconds}`` of the last real pass, or None
         (none yet, or a file that is not that: the unprivileged account writes this directory)."""
         try:
@@ -439,7 +439,7 @@ class NodeState:
 
     # -- maintenance -------------------------------------------------------------------
     @_as_owner
-    def save_maintenance(self, records, back_in_service=(), now=None):
+    def save_maintenance(self, records: Dict[str, Any], back_in_service: Sequence[str] = (), now: Any = None) -> Any:
         """Record the GPUs in maintenance (under the pass lock); the GPUs ``back_in_service`` were reset and
         checked, so the faults logged for them before ``now`` stop counting (``health.json``)."""
         if back_in_service:
@@ -452,7 +452,7 @@ class NodeState:
 
     # -- the stored input --------------------------------------------------------------
     @_as_owner
-    def store_nodespec(self, generation, devices, instances, cdi_runtimes="auto"):
+    def store_nodespec(self, generation: int, devices: List[Any], instances: List[Any], cdi_runtimes: Any = "auto") -> None:
         """Keep the last input for the timers' passes; rewritten only when it changed."""
         data = {"generation": generation, "devices": devices, "instances": instances or []}
         if cdi_runtimes != "auto":
@@ -462,7 +462,7 @@ class NodeState:
             self._write(NODESPEC_NAME, content)
 
     @_as_owner
-    def load_nodespec(self):
+    def load_nodespec(self) -> Optional[Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any]]:
         """The stored input as ``(generation, devices, instances, cdi_runtimes)``, or None when there is none."""
         content = self.files.read(NODESPEC_NAME)
         if content is None:
@@ -476,7 +476,7 @@ class NodeState:
 
     # -- reading without a pass --------------------------------------------------------
     @_as_owner
-    def public_key(self):
+    def public_key(self) -> Optional[str]:
         """The node's public key (base64), or None before the first attested event created it."""
         if not self.files.exists(KEY_NAME):
             return None
@@ -486,17 +486,18 @@ class NodeState:
             return None
 
     @_as_owner
-    def unacked(self):
+    def unacked(self) -> Any:
         """Every journaled event not yet acknowledged, oldest first."""
         return self.journal.unacked()
 
-    def warnings(self):
+    def warnings(self) -> List[str]:
         """What the reads of this state found wrong, once each."""
         return ([self.ledger.problem] if self.ledger.problem else []) + list(self.journal.warnings) + (
             [self.maintenance_problem] if self.maintenance_problem else [])
 
     @_as_owner
-    def list_and_acknowledge(self, ack_through=None, check_mode=False, lock_timeout=120.0):
+    def list_and_acknowledge(self, ack_through: Optional[int] = None, check_mode: bool = False,
+                             lock_timeout: float = 120.0) -> Tuple[List[Dict[str, Any]], int]:
         """The unacknowledged events after acknowledging through ``ack_through``: ``(events, acknowledged)``.
 
         Only an acknowledgement writes; listing and check mode create nothing, not even the lock (and
