@@ -705,6 +705,12 @@ KNOWN = {
         ("pod_takes", {"which": 1}),
         ("runtimes_change", {"runtimes": "podman 4.3.1 (loads cdiVersion 0.5.0 at most: every hold is refused when rendered)"}),
         ("generation_", {"edits": [("rebind", "a5", "BINDING_HOLD")]})],
+    # two Kubernetes holds swap their GPUs in one generation, no pod on either: each is withdrawn unreported,
+    # and neither new AllocationBound may come before the release of the atom it takes (issue 23)
+    "kubernetes-holds-swap-gpus": [
+        ("generation_", {"edits": [("add", "a1", [GPU_B], "BINDING_KUBERNETES", None),
+                                   ("add", "a2", [GPU_C], "BINDING_KUBERNETES", None)]}),
+        ("generation_", {"edits": [("move", "a1", [GPU_C]), ("move", "a2", [GPU_B])]})],
     # a hold moved while the releases file is unreadable and its writes fail (found by make soak)
     "move-while-releases-unreadable-and-writes-fail": [
         ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None)]}),
