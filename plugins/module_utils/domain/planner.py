@@ -580,8 +580,12 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
                                                cgroup_parent),))
         if assignment is None:
             continue
-        if allocation_id not in observed.ledger.bound:
+        reported = observed.ledger.bound.get(allocation_id)
+        if reported is None:
             why = "its AllocationBound was never journaled"
+        elif reported.get("device_ids") and sorted(reported["device_ids"]) != sorted(hold.device_ids):
+            # moved unreported (a Kubernetes hold's new devices), and the pass died before its AllocationBound
+            why = "on its new devices: the node last reported it bound on %s" % ", ".join(reported["device_ids"])
         elif cgroup_parent != hold.cgroup_parent and observed.privileged:
             # the control plane learns where the hold's workload now runs (a slice added or gone)
             why = "again: its cgroup parent is now %s" % (cgroup_parent or "none (its slice is gone)")
