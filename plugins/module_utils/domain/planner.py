@@ -502,7 +502,13 @@ def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Clai
     for allocation_id in sorted(pending):
         claims = claims.hold(allocation_id, atoms_of(pending[allocation_id].device_ids), PENDING)
         if allocation_id not in live:  # a pending Kubernetes release keeps what it booked until reported
-            claims = claims.book(allocation_id, limits_from_record((bound.get(allocation_id) or {}).get("limits")))
+            booked = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
+            if pending[allocation_id].taken_back and allocation_id in ctx.superseded:
+                # taken back for the allocation's new hold, whose AllocationBound replaces the old booking:
+                # what it booked is freed by this pass, not counted against the new hold (or any other)
+                claims = claims.book(allocation_id, booked, kind=RELEASING)
+            else:
+                claims = claims.book(allocation_id, booked)
     releasing = dict((allocation_id, (atoms, booked)) for allocation_id, atoms, booked in released.releasing)
     for allocation_id in sorted(releasing):
         atoms, booked = releasing[allocation_id]
