@@ -52,13 +52,16 @@ def _pending(release: PendingRelease, holders: Optional[List[str]]) -> Decided:
     return Decided(pending=((release.allocation_id, release, holders),))
 
 
+def _not_taken(device_ids: Sequence[str], assignment: Any) -> List[str]:
+    """The old devices ``assignment`` (the allocation's new hold) does not take."""
+    wanted = set(atom.key for atom in atoms_of(ref.id for ref in assignment.devices))
+    return [device_id for device_id in device_ids if all(atom.key not in wanted for atom in atoms_of([device_id]))]
+
+
 def _take_back(ctx: Pass, release: PendingRelease, assignment: Any) -> Decided:
     """The spec wants an allocation with a pending release again: the release is never reported. Old
     devices the new hold does not take stay claimed while pods hold them, then go unreported."""
-    wanted = set(atom.key for atom in atoms_of(ref.id for ref in assignment.devices))
-    left = [device_id for device_id in release.device_ids
-            if all(atom.key not in wanted for atom in atoms_of([device_id]))]
-    return _hold_taken_back(ctx, release, left, "the spec wants it again")
+    return _hold_taken_back(ctx, release, _not_taken(release.device_ids, assignment), "the spec wants it again")
 
 
 def _hold_taken_back(ctx: Pass, release: PendingRelease, left: Sequence[str],
@@ -85,11 +88,17 @@ def release_kubernetes(ctx: Pass, hold: Any, why: str, wanted: bool = False) -> 
     ``wanted``: the allocation stays, on other devices or as a plain hold: never reported released;
     its old devices stay claimed (taken back) while pods hold them."""
     observed, generation = ctx.observed, ctx.generation
-    release = PendingRelease(hold.allocation_id, list(hold.device_ids), generation, observed.now,
-                             taken_back=wanted)
     files = tuple(withdraw_files(observed, hold.allocation_id))
     device_ids = tuple(hold.device_ids)
-    holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
+    if wanted:
+        # what stays claimed is what a later pass's take-back keeps (``_take_back``): the old devices the
+        # new hold does not take, while pods hold them; the new hold's own are the allocation's still
+        left = _not_taken(hold.device_ids, ctx.wanted[hold.allocation_id])
+        release = PendingRelease(hold.allocation_id, left, generation, observed.now, taken_back=True)
+        holders = pods_holding(observed.kube, left, observed.inventory) if left else []  # type: Optional[List[str]]
+    else:
+        release = PendingRelease(hold.allocation_id, list(hold.device_ids), generation, observed.now)
+        holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
     removed = " and ".join(change.path for change in files)
     gone = Decided(gone=frozenset([hold.allocation_id]))
     if wanted:

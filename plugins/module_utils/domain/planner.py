@@ -276,15 +276,42 @@ def plan_pass(generation: int, parsed: Any, observed: Observed, instances: Any =
     its new hold is bound in this pass: its new ``AllocationBound`` is what tells the control plane the
     old devices are free. Whether it is bound is known only once the binds are checked, so the plan is
     made again without the allocations that were not (refused, or not renderable) until none is left:
-    their old hold is then reported released like any other. Each round can only refuse more, so this
-    ends within as many rounds as there are such allocations."""
+    their old hold is then reported released like any other. Holds withdrawn unreported that take each
+    other's atoms (two Kubernetes holds swapping GPUs) cannot all be bound after the new bind that frees
+    their atoms: the first of such a cycle in spec order is reported released instead, before any bind.
+    Each round only shrinks the allocations withdrawn unreported, so this ends within as many rounds as
+    there are such allocations."""
     superseded = None  # type: Optional[FrozenSet[str]]
     while True:
         ctx, plan, live_after = _plan_once(generation, parsed, observed, instances, superseded)
-        unbound = (ctx.superseded - live_after) & _kubernetes_released(observed)
+        unreported = ctx.superseded & _kubernetes_released(observed)
+        unbound = (ctx.superseded - live_after) & unreported
+        if not unbound:
+            unbound = _unreported_cycle(ctx, plan.actions, unreported)
         if not unbound:
             return plan
         superseded = ctx.superseded - unbound
+
+
+def _unreported_cycle(ctx: Pass, actions: Sequence[Action], unreported: FrozenSet[str]) -> FrozenSet[str]:
+    """The first allocation, in spec order, of a cycle of binds that each need the release of one withdrawn
+    unreported (``unreported``): its new ``AllocationBound`` is what frees its old atoms, so no order of
+    the binds journals every release before the bind that takes its atoms. Empty when there is none."""
+    needs = {}  # type: Dict[str, Set[str]]
+    for action in actions:
+        if isinstance(action, Bind) and action.allocation_id in unreported:
+            needs[action.allocation_id] = set(action.needs) & unreported
+    for start in sorted(needs, key=ctx.parsed.position):
+        seen, path = set(), [start]  # type: Set[str], List[str]
+        while path:
+            current = path.pop()
+            for needed in sorted(needs.get(current, set()) - {current}):
+                if needed == start:
+                    return frozenset([start])
+                if needed not in seen:
+                    seen.add(needed)
+                    path.append(needed)
+    return frozenset()
 
 
 def _kubernetes_released(observed: Observed) -> Set[str]:
@@ -476,7 +503,13 @@ def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Clai
     for allocation_id in sorted(pending):
         claims = claims.hold(allocation_id, atoms_of(pending[allocation_id].device_ids), PENDING)
         if allocation_id not in live:  # a pending Kubernetes release keeps what it booked until reported
-            claims = claims.book(allocation_id, limits_from_record((bound.get(allocation_id) or {}).get("limits")))
+            booked = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
+            if pending[allocation_id].taken_back and allocation_id in ctx.superseded:
+                # taken back for the allocation's new hold, whose AllocationBound replaces the old booking:
+                # what it booked is freed by this pass, not counted against the new hold (or any other)
+                claims = claims.book(allocation_id, booked, kind=RELEASING)
+            else:
+                claims = claims.book(allocation_id, booked)
     releasing = dict((allocation_id, (atoms, booked)) for allocation_id, atoms, booked in released.releasing)
     for allocation_id in sorted(releasing):
         atoms, booked = releasing[allocation_id]
@@ -554,8 +587,12 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
                                                cgroup_parent),))
         if assignment is None:
             continue
-        if allocation_id not in observed.ledger.bound:
+        reported = observed.ledger.bound.get(allocation_id)
+        if reported is None:
             why = "its AllocationBound was never journaled"
+        elif reported.get("device_ids") and sorted(reported["device_ids"]) != sorted(hold.device_ids):
+            # moved unreported (a Kubernetes hold's new devices), and the pass died before its AllocationBound
+            why = "on its new devices: the node last reported it bound on %s" % ", ".join(reported["device_ids"])
         elif cgroup_parent != hold.cgroup_parent and observed.privileged:
             # the control plane learns where the hold's workload now runs (a slice added or gone)
             why = "again: its cgroup parent is now %s" % (cgroup_parent or "none (its slice is gone)")
@@ -764,14 +801,16 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
                             limits_record(assignment.limits), slice_apply, tuple(sorted(needs))))
         decided += Decided(holds=(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
                                                assignment.kubernetes, cgroup_parent),))
-    return decided + Decided(actions=tuple(in_need_order(actions))), claims
+    unreported = ctx.superseded & _kubernetes_released(observed)
+    return decided + Decided(actions=tuple(in_need_order(actions, unreported))), claims
 
 
-def in_need_order(actions: Sequence[Action]) -> List[Action]:
-    """``actions`` in their order, but each bind after the binds of the allocations it needs: a Kubernetes
-    hold moved unreported frees its old atoms only with its new ``AllocationBound``, so a hold that takes
-    them is bound after it (and, through ``needs``, not at all if it fails)."""
-    binds = set(action.allocation_id for action in actions if isinstance(action, Bind))
+def in_need_order(actions: Sequence[Action], unreported: FrozenSet[str]) -> List[Action]:
+    """``actions`` in their order, but each bind after the binds of the allocations it needs that are
+    withdrawn ``unreported``: a Kubernetes hold moved unreported frees its old atoms only with its new
+    ``AllocationBound``, so a hold that takes them is bound after it (and, through ``needs``, not at all if
+    it fails). A release that is reported comes before every bind already."""
+    binds = set(action.allocation_id for action in actions if isinstance(action, Bind)) & unreported
     ordered, placed, left = [], set(), list(actions)  # type: List[Action], Set[str], List[Action]
     while left:
         ready = next((i for i, action in enumerate(left)

@@ -17,7 +17,8 @@ the signed journal:
   freed it;
 * admission never commits more memory or huge pages than the host has, and never refuses a hold
   that fits in what the live holds, pending releases and VMs left;
-* an ``overlap`` refusal names an atom something really claims;
+* an ``overlap`` refusal names an atom something really claims when it is made (a refusal is final at
+  its generation: later passes return it as it was);
 * check mode plans what the real pass then does;
 * a pass with no fault injected converges: each wanted hold is live as asked or refused, each hold no
   longer wanted is released unless a pod holds one of its atoms, and a second pass plans nothing;
@@ -438,8 +439,9 @@ class NodeMachine(RuleBasedStateMachine):
         for size, field_name in PAGE_FIELDS.items():
             if any(booked((self.wanted.get(e["body"]["allocation_id"]) or {}).get("limits"), field_name) for e in new_binds):
                 assert lo[size] <= PAGES[size], "admission overcommitted %s pages: %d of %d" % (size, lo[size], PAGES[size])
+        made = self.refused_now(result)
         for failure in result.to_dict()["failures"]:
-            if failure["reason"] != "resources-exhausted":
+            if failure["reason"] != "resources-exhausted" or failure["allocation_id"] not in made:
                 continue
             allocation_id = failure["allocation_id"]
             limits = (self.wanted.get(allocation_id) or {}).get("limits") or {}
@@ -457,11 +459,18 @@ class NodeMachine(RuleBasedStateMachine):
                 "huge pages free %s" % (allocation_id, failure["message"], memory_left // MIB,
                                         dict((s, PAGES[s] - (hi[s] - mine.get(s, 0))) for s in PAGES)))
 
+    def refused_now(self, result):
+        """The allocations this step refused: a refusal is final at its generation, and one an earlier step
+        made is returned again as it was, whatever has changed since (a VM stopped); it is judged when made."""
+        return set(e["body"]["allocation_id"] for e in result.events if e["type"] == "AllocationFailed"
+                   and e["seq"] > self.seen_seq and e["body"]["generation"] == self.generation)
+
     def check_overlaps(self, result, outstanding, marker, vm_gpus):
         if marker or not self.reachable:
             return  # every GPU is claimed while the releases file is unreadable, every pending release while the kubelet is
+        made = self.refused_now(result)
         for failure in result.to_dict()["failures"]:
-            if failure["reason"] != "overlap":
+            if failure["reason"] != "overlap" or failure["allocation_id"] not in made:
                 continue
             allocation_id = failure["allocation_id"]
             atoms = [d["id"] for d in self.wanted[allocation_id]["devices"]]
@@ -705,6 +714,41 @@ KNOWN = {
         ("pod_takes", {"which": 1}),
         ("runtimes_change", {"runtimes": "podman 4.3.1 (loads cdiVersion 0.5.0 at most: every hold is refused when rendered)"}),
         ("generation_", {"edits": [("rebind", "a5", "BINDING_HOLD")]})],
+    # two Kubernetes holds swap their GPUs in one generation, no pod on either: each is withdrawn unreported,
+    # and neither new AllocationBound may come before the release of the atom it takes (issue 23)
+    "kubernetes-holds-swap-gpus": [
+        ("generation_", {"edits": [("add", "a1", [GPU_B], "BINDING_KUBERNETES", None),
+                                   ("add", "a2", [GPU_C], "BINDING_KUBERNETES", None)]}),
+        ("generation_", {"edits": [("move", "a1", [GPU_C]), ("move", "a2", [GPU_B])]})],
+    # a Kubernetes hold moved to its whole GPU, withdrawn unreported; the pass dies after writing the new
+    # spec, before its AllocationBound: the next pass kept the hold without reporting it on its new devices
+    # (found by make soak, seed 176909520019855772675827309677493942496)
+    "kubernetes-move-crash-before-its-bind-is-reported": [
+        ("generation_", {"edits": [("add", "a2", [GPU_C + "/s1"], "BINDING_KUBERNETES", None)]}),
+        ("crash_next_pass", {"at": 4, "after": True}),
+        ("generation_", {"edits": [("move", "a2", [GPU_C])]})],
+    # a Kubernetes hold a pod holds, re-bound as a plain hold on the same GPU: refused (overlap, the pod
+    # has it), its release pending; the second pass dropped that release as taken back (found by make soak,
+    # seed 176909520019855772675827309677493942496)
+    "kubernetes-hold-rebound-while-its-pod-runs-second-pass-plans-nothing": [
+        ("generation_", {"edits": [("add", "a5", [GPU_A], "BINDING_KUBERNETES", None)]}),
+        ("pod_takes", {"which": 0}),
+        ("generation_", {"edits": [("add", "a5", [GPU_A], "BINDING_HOLD", None)]})],
+    # a hold refused (overlap) for a VM's GPU: the refusal is final at its generation, returned again by the
+    # timer passes after the VM stopped (found by make soak, seed 176909520019855772675827309677493942496)
+    "overlap-refusal-stays-after-the-vm-stops": [
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None)]}),
+        ("vm_starts", {"gpu": GPU_B, "hugepages": False, "memory": 4 * GIB}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A, GPU_B], "BINDING_HOLD", None)]}),
+        ("vm_stops", {"which": 0}),
+        ("timer_pass", {}),
+        ("timer_pass", {})],
+    # a Kubernetes hold re-bound as a plain hold while the kubelet cannot be asked: its release is taken back,
+    # pending; what the old hold booked was counted against the new one (found by make soak, seed 1)
+    "kubernetes-hold-rebound-while-kubelet-unreachable-keeps-no-double-booking": [
+        ("kubelet_flips", {}),
+        ("generation_", {"edits": [("add", "a0", [GPU_C], "BINDING_KUBERNETES", {"memory_bytes": 16 * GIB})]}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 12 * GIB})]})],
     # a hold moved while the releases file is unreadable and its writes fail (found by make soak)
     "move-while-releases-unreadable-and-writes-fail": [
         ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None)]}),
