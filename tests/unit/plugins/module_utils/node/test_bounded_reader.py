@@ -105,6 +105,36 @@ def test_the_skeleton_is_the_structure_json_sees(text):
     assert bounded_json._skeleton(text) == structure(json.loads(text))
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_the_skeleton_is_the_structure_json_sees_on_generated_documents(seed):
+    """Both ways of finding the strings (one split where no quote is escaped, the walk where one is) give
+    the structure of the parsed value, whatever brackets, commas and backslashes the strings hold."""
+    import json
+    import random
+    rng = random.Random(seed)
+
+    def value(depth):
+        roll = rng.random()
+        if depth > 4 or roll < 0.3:
+            return "".join(rng.choice('[]{},\\ab"' if seed % 2 else "[]{},\\ab") for _ in range(rng.randrange(6)))
+        if roll < 0.4:
+            return rng.randrange(100)
+        if roll < 0.7:
+            return [value(depth + 1) for _ in range(rng.randrange(4))]
+        return dict((value(5), value(depth + 1)) for _ in range(rng.randrange(4)))
+
+    def structure(parsed):
+        if isinstance(parsed, list):
+            return b"[" + b",".join(structure(item) for item in parsed) + b"]"
+        if isinstance(parsed, dict):
+            return b"[" + b",".join(structure(item) for item in parsed.values()) + b"]"
+        return b""
+
+    for _document in range(20):
+        text = json.dumps(value(0)).encode()
+        assert bounded_json._skeleton(text) == structure(json.loads(text)), text
+
+
 def test_more_quotes_than_the_bound_are_refused_before_the_strings_are_walked():
     """make fuzz found 16 MiB of ``"",`` costing 955 MB in a regular expression's ``sub``."""
     content = b"[" + b'"",' * (bounded_json.MAX_QUOTES // 2 + 1) + b"0]"
