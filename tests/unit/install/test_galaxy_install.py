@@ -56,6 +56,8 @@ PLAY = """
 - name: Hold a GPU through the installed collection
   hosts: node-a
   gather_facts: false
+  vars:
+    bcd_devices_node_library: false  # a fakehw node without the role: the shipped modules, no probe, no warning
   tasks:
     - name: Converge the node's holds
       bcd.devices.holds:
