@@ -31,7 +31,8 @@ def test_the_slice_record_carries_the_limits(host):
         "MemoryMax": str(8 * GIB),
         "MemoryHigh": str(8 * GIB * 9 // 10),  # 90% of MemoryMax
     }
-    assert record["hugetlb_max"] == {"1GB": 2 * GIB}
+    # every size the node has is limited, the unbooked one to 0: its workload cannot fault in pages promised to others
+    assert record["hugetlb_max"] == {"1GB": 2 * GIB, "2MB": 0}
     assert record["populated"] is False
 
 
