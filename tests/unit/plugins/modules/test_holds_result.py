@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import json
 import sys
 
 import pytest
 import yaml
+from ansible.module_utils import basic
 from ansible.module_utils.common import warnings as ansible_warnings
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
@@ -44,11 +46,17 @@ def assignments(count):
             for i in range(count)]
 
 
+# ansible-core 2.19 returns the echo always; later releases only when the controller asks (verbose runs)
+INJECT_INVOCATION = "_ansible_inject_invocation" in inspect.getsource(basic.AnsibleModule)
+
+
 def run(capsys, node, **args):
     """The module's main(): ``(bytes it printed, its result)``."""
     args.setdefault("root", node.root)
     args.setdefault("fakehw", node.fakehw)
     args.setdefault("lock_timeout", 5)
+    if INJECT_INVOCATION:
+        args.setdefault("_ansible_inject_invocation", True)  # what the controller asks at -vvv, from 2.20 on
     getattr(ansible_warnings, "_global_warnings", {}).clear()
     getattr(ansible_warnings, "_global_deprecations", {}).clear()
     if "ansible.utils.display" in sys.modules:
