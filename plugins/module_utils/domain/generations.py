@@ -71,10 +71,10 @@ def pass_generation(given, stored, observed, devices, instances):
     differ = differing_sections(stored, devices, instances)
     if given is not None:
         if stored is not None and given == stored[0] == observed and differ:
+            sections = " and ".join(differ) + (" sections" if len(differ) > 1 else " section")
             raise GenerationConflict(
                 "generation %d was already applied with a different %s; raise generation, or leave it out to let "
-                "the node number its inputs" % (given, " and ".join(differ) + (" sections" if len(differ) > 1
-                                                                                else " section")))
+                "the node number its inputs" % (given, sections))
         return given
     base = max(stored[0] if stored is not None else 0, observed or 0)
     if not differ and stored is not None and stored[0] >= (observed or 0):

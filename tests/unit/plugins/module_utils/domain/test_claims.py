@@ -53,10 +53,10 @@ def test_the_index_answers_what_a_walk_over_every_claim_answers(seed):
     for _step in range(80):
         owner = "a%d" % rng.randrange(12)
         kind = rng.choice([LIVE, LIVE, PENDING, RELEASING])
-        atoms = [atom(rng) for _ in range(rng.randrange(1, 4))]
+        atoms = [atom(rng) for _count in range(rng.randrange(1, 4))]
         claims = claims.hold(owner, atoms, kind)
         made.extend(Claim(a, owner, kind) for a in atoms)
-        asked = [atom(rng) for _ in range(rng.randrange(1, 4))]
+        asked = [atom(rng) for _count in range(rng.randrange(1, 4))]
         other = "a%d" % rng.randrange(12)
         for one in asked:
             assert claims.holding(one, other) == walked_holding(made, one, other)

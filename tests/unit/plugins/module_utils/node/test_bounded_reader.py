@@ -116,12 +116,12 @@ def test_the_skeleton_is_the_structure_json_sees_on_generated_documents(seed):
     def value(depth):
         roll = rng.random()
         if depth > 4 or roll < 0.3:
-            return "".join(rng.choice('[]{},\\ab"' if seed % 2 else "[]{},\\ab") for _ in range(rng.randrange(6)))
+            return "".join(rng.choice('[]{},\\ab"' if seed % 2 else "[]{},\\ab") for _count in range(rng.randrange(6)))
         if roll < 0.4:
             return rng.randrange(100)
         if roll < 0.7:
-            return [value(depth + 1) for _ in range(rng.randrange(4))]
-        return dict((value(5), value(depth + 1)) for _ in range(rng.randrange(4)))
+            return [value(depth + 1) for _count in range(rng.randrange(4))]
+        return dict((value(5), value(depth + 1)) for _count in range(rng.randrange(4)))
 
     def structure(parsed):
         if isinstance(parsed, list):
