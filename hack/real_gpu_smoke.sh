@@ -39,9 +39,12 @@ ls -la /etc/cdi /var/run/cdi 2>/dev/null
 
 mkdir -p "$lib/ansible_collections/bcd"
 ln -s "$PWD" "$lib/ansible_collections/bcd/devices"
+# BCD_SMOKE_PYTHONPATH: extra folders (colon-separated) for the launcher's sys.path, e.g. carried
+# wheels of 'cryptography' on a machine whose Python lacks it (-I ignores PYTHONPATH, as the role's does).
+extra=${BCD_SMOKE_PYTHONPATH:-}
 cat > "$lib/bcd-holds" <<EOF
 import sys
-sys.path.insert(0, "$lib")
+sys.path[:0] = ["$lib"] + [p for p in "$extra".split(":") if p]
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import main
 sys.exit(main())
 EOF
