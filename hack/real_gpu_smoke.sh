@@ -34,7 +34,7 @@ command -v nvidia-smi nvidia-ctk podman docker containerd ctr systemd-run 2>/dev
 [[ -d /run/systemd/system ]] && echo "systemd is PID 1" || echo "systemd is not PID 1 (no slices)"
 nvidia-smi -L
 nvidia-smi --query-gpu=index,uuid,name,driver_version,mig.mode.current,pci.bus_id,memory.total --format=csv
-python3 -c 'import cryptography; print("cryptography", cryptography.__version__)' || echo "no cryptography: events cannot be signed"
+PYTHONPATH="${BCD_SMOKE_PYTHONPATH:-}" python3 -c 'import cryptography; print("cryptography", cryptography.__version__)' || echo "no cryptography: events cannot be signed"
 ls -la /etc/cdi /var/run/cdi 2>/dev/null
 
 mkdir -p "$lib/ansible_collections/bcd"
