@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import (
     CLASS_MIG,
@@ -278,7 +279,7 @@ def _edit_rank(key):
 
 
 def spec_bytes(spec):
-    return (json.dumps(spec, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    return (pretty_json.dumps(spec, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _hold_render(assignment, atoms, generation, mps):

@@ -30,6 +30,7 @@ version it does not know (CDI library 0.8.0, as in Podman 5.4, refuses
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -103,6 +104,12 @@ def version_key(version):
     for comparing versions. Raises ``CdiVersionError`` for anything else."""
     if not isinstance(version, str):
         raise CdiVersionError("CDI version %r is not a string" % (version,))
+    return _parsed_version(version)
+
+
+@functools.lru_cache(maxsize=64)  # a pass compares the same few versions thousands of times
+def _parsed_version(version):
+    # type: (str) -> Tuple[int, int, int]
     match = _VERSION_RE.fullmatch(version)
     if match is None:
         raise CdiVersionError("%r is not a CDI version (X.Y.Z)" % (version,))
@@ -205,8 +212,13 @@ def minimum_version(spec):
     ``additionalGids`` or ``intelRdt``; 1.1.0 for ``netDevices`` (and
     ``intelRdt.schemata``/``enableMonitoring``). Parts that are malformed are
     ignored here (``validate_spec`` reports them)."""
+    return _highest(_requirements(spec))
+
+
+def _highest(requirements):
+    # type: (List[Tuple[str, str]]) -> str
     best = EARLIEST_VERSION
-    for version, _reason in _requirements(spec):
+    for version, _reason in requirements:
         if version_key(version) > version_key(best):
             best = version
     return best
@@ -535,7 +547,7 @@ def validate_spec(spec):
             )
         else:
             reqs = _requirements(spec)
-            need = minimum_version(spec)
+            need = _highest(reqs)
             if version_key(need) > version_key(version):
                 why = [reason for ver, reason in reqs if ver == need]
                 checker.add(

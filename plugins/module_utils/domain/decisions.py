@@ -14,7 +14,8 @@ spec's order and builds the ``Plan`` once, from the sum.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Dict, FrozenSet, Optional, Tuple
+from itertools import chain
+from typing import Any, Dict, FrozenSet, Iterable, Optional, Tuple
 
 # (allocation, reason, message): a refusal to report
 Refusal = Tuple[str, str, str]
@@ -45,12 +46,31 @@ class Decided:
 
     def __add__(self, other: Decided) -> Decided:
         """Both phases' decisions, this one's first."""
+        return Decided.join((self, other))
+
+    @staticmethod
+    def join(parts: Iterable[Decided]) -> Decided:
+        """The decisions of ``parts`` added up in order, in one step: a loop that collects each item's
+        ``Decided`` and joins them once costs what its items do, where ``+=`` in the loop would copy
+        what was decided so far at every item."""
+        parts = [part for part in parts if part != _NOTHING]
+        if len(parts) < 2:
+            return parts[0] if parts else _NOTHING
         merged = {}  # type: Dict[str, Any]
-        for item in fields(self):
-            mine, theirs = getattr(self, item.name), getattr(other, item.name)
-            merged[item.name] = (mine or theirs) if isinstance(mine, bool) else mine + theirs if \
-                isinstance(mine, tuple) else mine | theirs
+        for name, kind in _FIELDS:
+            values = [getattr(part, name) for part in parts]
+            if kind is bool:
+                merged[name] = any(values)
+            elif kind is tuple:
+                merged[name] = tuple(chain.from_iterable(values))
+            else:
+                merged[name] = frozenset().union(*values)
         return Decided(**merged)
+
+
+_NOTHING = Decided()
+# (field name, its kind): how ``Decided.join`` adds each field up
+_FIELDS = tuple((item.name, type(getattr(_NOTHING, item.name))) for item in fields(Decided))
 
 
 @dataclass(frozen=True)

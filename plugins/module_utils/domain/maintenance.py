@@ -15,11 +15,10 @@ a GPU so that it can be reset or re-partitioned once its holds are gone (``domai
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Dict, List, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 
 MAINTENANCE_NAME = "maintenance.json"
@@ -82,7 +81,7 @@ def parse_maintenance(content, where):
 
 
 def render_maintenance(records):
-    return (json.dumps(records, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    return (pretty_json.dumps(records, sort_keys=True) + "\n").encode("utf-8")
 
 
 def change(records, gpus, present, reason, now):

@@ -394,7 +394,7 @@ def _release_unwanted(ctx: Pass, live: Mapping[str, Any], releasing: Set[str]) -
     """2. Holds no longer wanted, or wanted with other devices or another binding."""
     observed = ctx.observed
     keep = set(ctx.wanted) | set(ctx.parsed.refused_ids) | ctx.unsupported
-    decided = _release_spec_gone(ctx, keep, releasing)
+    decided = [_release_spec_gone(ctx, keep, releasing)]  # joined once, at the end
     for allocation_id in sorted(live):
         hold = live[allocation_id]
         assignment = ctx.wanted.get(allocation_id)
@@ -402,12 +402,12 @@ def _release_unwanted(ctx: Pass, live: Mapping[str, Any], releasing: Set[str]) -
             # A damaged spec (its devices cannot be read back) is never deleted: set aside, and the hold is
             # written again from its assignment (_bind_new) or, no longer wanted, released
             if not observed.privileged:
-                decided += _needs_root("setting the damaged %s aside" % hold.path)
+                decided.append(_needs_root("setting the damaged %s aside" % hold.path))
                 continue
-            decided += Decided(warnings=("%s; it is set aside as %s" % (hold.problem, _aside(observed, hold).aside),),
-                               damaged=((allocation_id, hold),), gone=frozenset([allocation_id]))
+            decided.append(Decided(warnings=("%s; it is set aside as %s" % (hold.problem, _aside(observed, hold).aside),),
+                                   damaged=((allocation_id, hold),), gone=frozenset([allocation_id])))
             if assignment is None:
-                decided += _release_damaged(ctx, hold, "no longer wanted")
+                decided.append(_release_damaged(ctx, hold, "no longer wanted"))
             continue
         rebind = assignment is not None and (
             sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
@@ -415,16 +415,16 @@ def _release_unwanted(ctx: Pass, live: Mapping[str, Any], releasing: Set[str]) -
         if allocation_id in keep and not rebind:
             continue
         if not observed.privileged:
-            decided += _needs_root("releasing %s" % allocation_id) + Decided(holds=(summary_of(hold),))
+            decided.append(_needs_root("releasing %s" % allocation_id) + Decided(holds=(summary_of(hold),)))
             continue
         why = "wanted with other devices" if rebind else "no longer wanted"
         if hold.kubernetes:
-            decided += release_kubernetes(ctx, hold, why, wanted=allocation_id in ctx.superseded)
+            decided.append(release_kubernetes(ctx, hold, why, wanted=allocation_id in ctx.superseded))
         else:
-            decided += Decided(actions=(_release_action(Release, observed, allocation_id, ctx.generation,
-                                                        hold.device_ids, why),), gone=frozenset([allocation_id]))
-            decided += _releasing(observed, allocation_id, hold.device_ids, hold.atoms)
-    return decided
+            decided.append(Decided(actions=(_release_action(Release, observed, allocation_id, ctx.generation,
+                                                            hold.device_ids, why),), gone=frozenset([allocation_id])))
+            decided.append(_releasing(observed, allocation_id, hold.device_ids, hold.atoms))
+    return Decided.join(decided)
 
 
 def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: Set[str]) -> Decided:
@@ -549,7 +549,8 @@ def _unreadable_memory(claims: Claims) -> Decided:
 def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[Decided, Claims]:
     """3. Holds still wanted: recreate a missing slice, re-render, rewrite env, report if never reported.
     Returns what it decided and the claims with what kept holds' grown limits booked."""
-    observed, generation, decided = ctx.observed, ctx.generation, Decided()
+    observed, generation = ctx.observed, ctx.generation
+    decided = []  # type: List[Decided]  # joined once, at the end
     for allocation_id in [a.allocation_id for a in ctx.parsed.assignments] + sorted(ctx.parsed.refused_ids):
         hold = live.get(allocation_id)
         if hold is None:
@@ -561,30 +562,30 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
             atoms.append(found)
             if found is None:
                 missing = True
-                decided += Decided(warnings=("%s: %s; its spec is left as it is" % (allocation_id, why),))
+                decided.append(Decided(warnings=("%s: %s; its spec is left as it is" % (allocation_id, why),)))
         if hold.problem:
-            decided += Decided(warnings=(hold.problem,))
+            decided.append(Decided(warnings=(hold.problem,)))
         if assignment is None:  # refused this pass: kept exactly as it is
             if hold.cgroup_parent:
-                decided += Decided(sliced=frozenset([hold.cgroup_parent]))
+                decided.append(Decided(sliced=frozenset([hold.cgroup_parent])))
         else:
             grown, assignment, claims = _admit_growth(ctx, claims, assignment, hold)
-            decided += grown + _keep_slice(ctx, assignment, hold)
+            decided.append(grown + _keep_slice(ctx, assignment, hold))
             if not hold.problem and not missing:
-                decided += _keep_files(ctx, assignment, hold, atoms)
+                decided.append(_keep_files(ctx, assignment, hold, atoms))
             elif not hold.problem:
                 # /run is emptied by a reboot before mig-layout makes the MIG instances again: the env
                 # file is written from what the spec on disk says, the spec itself left as it is
                 known = env_atoms(hold, atoms)
                 if known is not None:
-                    decided += _keep_files(ctx, assignment, hold, known, env_only=True)
+                    decided.append(_keep_files(ctx, assignment, hold, known, env_only=True))
                 else:
-                    decided += Decided(warnings=("%s: its env file waits until its devices are back (its spec "
-                                                 "does not name them)" % allocation_id,))
+                    decided.append(Decided(warnings=("%s: its env file waits until its devices are back (its spec "
+                                                     "does not name them)" % allocation_id,)))
         cgroup_parent = cgroup_parent_of(assignment, hold.kubernetes) if assignment is not None else hold.cgroup_parent
-        decided += Decided(holds=(hold_summary(allocation_id, hold.reservation_id if assignment is None else
-                                               assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
-                                               cgroup_parent),))
+        decided.append(Decided(holds=(hold_summary(allocation_id, hold.reservation_id if assignment is None else
+                                                   assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
+                                                   cgroup_parent),)))
         if assignment is None:
             continue
         reported = observed.ledger.bound.get(allocation_id)
@@ -598,11 +599,11 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
             why = "again: its cgroup parent is now %s" % (cgroup_parent or "none (its slice is gone)")
         else:
             continue
-        decided += Decided(actions=(ReportBound(
-            allocation_id, "report %s bound (%s)" % (allocation_id, why),
-            event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
-            device_ids=tuple(hold.device_ids), generation=generation, limits=limits_record(assignment.limits)),))
-    return decided, claims
+        decided.append(Decided(actions=(ReportBound(
+                allocation_id, "report %s bound (%s)" % (allocation_id, why),
+                event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
+                device_ids=tuple(hold.device_ids), generation=generation, limits=limits_record(assignment.limits)),)))
+    return Decided.join(decided), claims
 
 
 def grows(old: Any, new: Any) -> bool:
@@ -724,8 +725,8 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
     release of this pass frees needs that release (``Bind.needs``)."""
     observed, generation = ctx.observed, ctx.generation
     refused = set(refusal.allocation_id for refusal in ctx.parsed.refusals)
-    decided = Decided(failures=tuple((refusal.allocation_id, refusal.reason, refusal.message)
-                                     for refusal in ctx.parsed.refusals))
+    decided = [Decided(failures=tuple((refusal.allocation_id, refusal.reason, refusal.message)
+                                      for refusal in ctx.parsed.refusals))]  # joined once, at the end
     actions = []  # type: List[Action]
     for assignment in ctx.parsed.assignments:
         allocation_id = assignment.allocation_id
@@ -733,36 +734,36 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
             continue
         final = observed.ledger.refusal_at(allocation_id, generation)
         if final is not None:  # refused at this generation already: final, whatever has changed since
-            decided += Decided(failures=((allocation_id,) + tuple(final),))
+            decided.append(Decided(failures=((allocation_id,) + tuple(final),)))
             continue
         try:
             checked, atoms, admitted = _check_new(ctx, claims, assignment)
         except (AtomRefused, Exhausted) as exc:
             reason = exc.reason if isinstance(exc, AtomRefused) else Reason.RESOURCES_EXHAUSTED
-            decided += Decided(failures=((allocation_id, reason, str(exc)),))
+            decided.append(Decided(failures=((allocation_id, reason, str(exc)),)))
             if allocation_id in damaged:  # its spec still goes aside, and what was bound is released
                 released = _release_damaged(ctx, damaged[allocation_id], "refused")
                 actions.extend(released.actions)
-                decided += replace(released, actions=())
+                decided.append(replace(released, actions=()))
             continue
-        decided += checked
+        decided.append(checked)
         notes = []  # type: List[str]
         try:
             spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, notes,
                                     observed.runtimes)
         except RenderRefused as exc:
-            decided += Decided(failures=((allocation_id, exc.reason, str(exc)),))
+            decided.append(Decided(failures=((allocation_id, exc.reason, str(exc)),)))
             if allocation_id in damaged:
                 released = _release_damaged(ctx, damaged[allocation_id], "refused")
                 actions.extend(released.actions)
-                decided += replace(released, actions=())
+                decided.append(replace(released, actions=()))
             continue
         except RenderError as exc:
-            decided += Decided(errors=(str(exc),))
+            decided.append(Decided(errors=(str(exc),)))
             continue
-        decided += Decided(warnings=tuple(notes), renders=((allocation_id, render_record(
-            render_key(assignment, atoms, generation, observed.vendor, observed.mps, observed.runtimes),
-            spec, env, notes)),))
+        decided.append(Decided(warnings=tuple(notes), renders=((allocation_id, render_record(
+                render_key(assignment, atoms, generation, observed.vendor, observed.mps, observed.runtimes),
+                spec, env, notes)),)))
         needs = set(claims.needs(atoms))
         if needs_admission(assignment.limits):
             needs |= set(claims.memory_released())
@@ -796,13 +797,14 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
         if cgroup_parent is not None:
             slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent))
             text += ", in %s" % slice_apply.describe()
-            decided += Decided(sliced=frozenset([cgroup_parent]))
+            decided.append(Decided(sliced=frozenset([cgroup_parent])))
         actions.append(kind(allocation_id, text, tuple(files), event, tuple(atom.id for atom in atoms), generation,
                             limits_record(assignment.limits), slice_apply, tuple(sorted(needs))))
-        decided += Decided(holds=(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
-                                               assignment.kubernetes, cgroup_parent),))
+        decided.append(Decided(holds=(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
+                                                   assignment.kubernetes, cgroup_parent),)))
     unreported = ctx.superseded & _kubernetes_released(observed)
-    return decided + Decided(actions=tuple(in_need_order(actions, unreported))), claims
+    decided.append(Decided(actions=tuple(in_need_order(actions, unreported))))
+    return Decided.join(decided), claims
 
 
 def in_need_order(actions: Sequence[Action], unreported: FrozenSet[str]) -> List[Action]:

@@ -16,6 +16,7 @@ import os
 import re
 from typing import Dict, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     CGROUP_ROOT,
     HUGE_SIZES,
@@ -84,7 +85,7 @@ class RecordSlices:
         self._write(name, record)
 
     def _write(self, name, record):
-        write_atomic(self._path(name), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), 0o644)
+        write_atomic(self._path(name), (pretty_json.dumps(record, sort_keys=True) + "\n").encode(), 0o644)
 
     def freeze(self, name, frozen):
         """The record's ``frozen`` (``cgroup.freeze`` of a real slice)."""

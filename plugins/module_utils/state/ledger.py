@@ -41,12 +41,11 @@ reader (``node/state_files.py``: at most 32 MiB, JSON within ``domain/bounded_js
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_BOUND, ALLOCATION_FAILED, ALLOCATION_RELEASED
 
@@ -83,7 +82,7 @@ class Ledger:
         data = {"bound": self.bound, "unfinished_releases": self.unfinished_releases, "failures": self.failures,
                 "vfio": self.vfio, "renders": self.renders, "observed_generation": self.observed_generation,
                 "last_state": self.last_state, "journal_seq": self.journal_seq}
-        return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+        return (pretty_json.dumps(data, sort_keys=True) + "\n").encode("utf-8")
 
 
 def _dict_of(value, kind):

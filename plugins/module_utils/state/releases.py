@@ -16,12 +16,11 @@ only looked up).
 from __future__ import annotations
 
 import calendar
-import json
 import os
 import re
 import time
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
@@ -76,7 +75,7 @@ def load_releases(files):
 
 def releases_bytes(pending):
     data = {"releases": dict((alloc, pending[alloc].to_json()) for alloc in sorted(pending))}
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    return (pretty_json.dumps(data, sort_keys=True) + "\n").encode("utf-8")
 
 
 def save_releases(state_path, pending):

@@ -67,6 +67,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import HEALTH_NAME, parse_cleared
@@ -445,7 +446,7 @@ class NodeState:
         if back_in_service:
             cleared = dict(self.health_cleared)
             cleared.update((uuid, now) for uuid in back_in_service)
-            self._write(HEALTH_NAME, (json.dumps(cleared, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+            self._write(HEALTH_NAME, (pretty_json.dumps(cleared, sort_keys=True) + "\n").encode("utf-8"))
             self.health_cleared = cleared
         self._write(MAINTENANCE_NAME, render_maintenance(records))
         self.maintenance = records
@@ -457,7 +458,7 @@ class NodeState:
         data = {"generation": generation, "devices": devices, "instances": instances or []}
         if cdi_runtimes != "auto":
             data["cdi_runtimes"] = cdi_runtimes
-        content = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+        content = (pretty_json.dumps(data, sort_keys=True) + "\n").encode("utf-8")
         if self._stored(NODESPEC_NAME) != content:
             self._write(NODESPEC_NAME, content)
 
