@@ -226,8 +226,9 @@ class Console:
             self.problems.append(str(error))
 
     def shell(self, command):
-        """Run one command in bash; the variables it sets (exported, with set -a) hold for the next."""
-        script = "set -a\n%s\n__rc=$?\nenv -0 > %s\nexit $__rc\n" % (command, self.env_file)
+        """Run one command in bash, with the usual umask (the modes ls -l shows); the variables it sets
+        (exported, with set -a) hold for the next."""
+        script = "set -a\numask 022\n%s\n__rc=$?\nenv -0 > %s\nexit $__rc\n" % (command, self.env_file)
         done = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=str(self.work), env=self.env,
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=300, check=False)
