@@ -43,17 +43,31 @@ def _line_re(quoted):
 
 
 def assert_quoted(quoted, actual, where):
-    """Each line of ``quoted`` is a line of ``actual``, in order; ``…`` as the module docstring says."""
+    """Each line of ``quoted`` is a line of ``actual``, in order; ``…`` as the module docstring says.
+
+    A ``…`` line may stand for any number of lines, so every place the quote can go on after it is
+    tried, not only the first line that matches."""
     lines = [line.rstrip() for line in actual.splitlines()]
-    at, gap = 0, False
-    for wanted in quoted.rstrip("\n").splitlines():
-        if wanted.strip() == "…":
-            gap = True
-            continue
-        pattern = _line_re(wanted)
-        if gap:
-            while at < len(lines) and not pattern.match(lines[at]):
-                at += 1
-        assert at < len(lines) and pattern.match(lines[at]), "%s: the quoted line\n  %s\nis not what ran next:\n%s" % (
-            where, wanted, "\n".join(lines[at:at + 5]) or "(the output ended)")
-        at, gap = at + 1, False
+    wanted = quoted.rstrip("\n").splitlines()
+    patterns = [None if line.strip() == "…" else _line_re(line) for line in wanted]
+    seen = set()
+    furthest = [-1, 0]  # the quoted line that failed furthest in, and where
+
+    def fits(i, at):
+        """Whether ``wanted[i:]`` fits ``lines`` from ``at`` on."""
+        if i == len(wanted):
+            return True
+        if (i, at) in seen:
+            return False
+        seen.add((i, at))
+        if patterns[i] is None:
+            return any(fits(i + 1, next_at) for next_at in range(at, len(lines) + 1))
+        if at < len(lines) and patterns[i].match(lines[at]):
+            return fits(i + 1, at + 1)
+        if i > furthest[0]:
+            furthest[:] = [i, at]
+        return False
+
+    i, at = furthest if not fits(0, 0) else (None, None)
+    assert i is None, "%s: the quoted line\n  %s\nis not what ran next:\n%s" % (
+        where, wanted[i], "\n".join(lines[at:at + 5]) or "(the output ended)")

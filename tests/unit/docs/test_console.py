@@ -8,7 +8,9 @@ A block is run when it is marked (``tests/unit/docs/quoted.py``): ``node-md`` bl
 the page describes (made below, as the page says it was), each with ``--root``/``--fakehw``
 before the command as the page says they were given; ``fakehw-help`` runs hack/fakehw_node.py;
 ``synopsis`` is docs/node.md's synopsis, compared with the parser of ``bcd-holds``; ``demo`` is
-docs/fakehw.md's quote of ``make demo``, checked by tests/unit/hack/test_demo.py, which runs it.
+docs/fakehw.md's quote of ``make demo``, checked by tests/unit/hack/test_demo.py, which runs it; the
+sessions of user-guide.md, events.md, kubernetes.md and slices-and-admission.md (``guide-*``,
+``events-*``, ``kube-*``, ``slices-*``) are run by tests/unit/docs/test_playbook_pages.py.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import build
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.tests.unit.docs.quoted import REPO, all_marks, assert_quoted, blocks_marked
+from ansible_collections.bcd.devices.tests.unit.docs.test_playbook_pages import MARKS as PLAYBOOK_PAGE_MARKS
 
 _spec = importlib.util.spec_from_file_location("fakehw_node", REPO / "hack" / "fakehw_node.py")
 fakehw_node = importlib.util.module_from_spec(_spec)
@@ -34,6 +37,8 @@ _spec.loader.exec_module(fakehw_node)
 
 RUN_HERE = {"node-md", "fakehw-help", "synopsis"}
 RUN_ELSEWHERE = {"demo": "tests/unit/hack/test_demo.py runs make demo's script and compares"}
+RUN_ELSEWHERE.update((name, "tests/unit/docs/test_playbook_pages.py runs %s's %s" % page_and_what)
+                     for name, page_and_what in PLAYBOOK_PAGE_MARKS.items())
 GPU = "GPU-5f1c2a90-0001-4000-8000-%012x"
 
 
