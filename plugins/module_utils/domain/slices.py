@@ -288,7 +288,7 @@ def _margin_text(margin):
 def cgroup_parent_of(assignment, kubernetes=None):
     """The slice a hold's spec names: plain holds with limits only (a Kubernetes hold lives in kubepods.slice)."""
     kubernetes = assignment.kubernetes if kubernetes is None else kubernetes
-    if kubernetes or wanted_slice(assignment.limits) is None:
+    if kubernetes or assignment.limits is None or assignment.limits.is_empty():  # wanted_slice(limits) is None
         return None
     return slice_name(assignment.allocation_id)
 

@@ -27,7 +27,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness i
     driver_version_from_proc,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import ACTIVE_DOMAIN_STATES, load_fakehw
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, join_root, read_bytes
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, RootJoin, read_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.node.memory import read_host_memory
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
 from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
@@ -47,6 +47,7 @@ class Host(abc.ABC):
 
     def __init__(self, root="/", writer=None):
         self.root = os.path.abspath(root or "/")
+        self._join = RootJoin(self.root)
         self.writer = writer or DirectWriter(self)
         self._inventory = None
         self._domains = None
@@ -54,7 +55,7 @@ class Host(abc.ABC):
     # -- paths and plain files -------------------------------------------------
     def path(self, node_path):
         """The real path of a node path under ``root``."""
-        return join_root(self.root, node_path)
+        return self._join(node_path)
 
     def read(self, node_path):
         return read_bytes(self.path(node_path))
