@@ -84,10 +84,28 @@ def gpu_uuid(node, index):
     return "GPU-5f1c2a90-%04x-4000-8000-%012x" % (node, index + 1)
 
 
-def make_node(base, number, gpus=GPUS):
-    """A fakehw node under ``base``: hardware file, empty root."""
+def tmpfs_parent():
+    """Where the fakehw nodes' ``/run`` goes: a tmpfs, as on every node systemd runs (the spec page: "/run is
+    tmpfs"), so a pass's env files and slice records cost what they cost there; ``BCD_BENCH_RUN_TMPFS`` names
+    another directory, or ``off`` keeps ``/run`` on the scratch directory's file system. None: no tmpfs found."""
+    wanted = os.environ.get("BCD_BENCH_RUN_TMPFS", "")
+    if wanted:
+        return None if wanted == "off" else wanted
+    try:
+        with open("/proc/mounts") as handle:
+            mounts = [line.split() for line in handle]
+    except OSError:
+        return None
+    found = [fields[1] for fields in mounts if len(fields) > 2 and fields[2] == "tmpfs" and fields[1] == "/dev/shm"]
+    return found[0] if found and os.access(found[0], os.W_OK) else None
+
+
+def make_node(base, number, gpus=GPUS, run_parent=None):
+    """A fakehw node under ``base``: hardware file, empty root, its ``/run`` in ``run_parent`` when given."""
     root = os.path.join(base, "root")
     os.makedirs(root)
+    if run_parent:
+        os.symlink(tempfile.mkdtemp(prefix="run.", dir=run_parent), os.path.join(root, "run"))
     hw = {"node_id": "bench-%d" % number, "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-%012x" % number,
           "gpus": [{"uuid": gpu_uuid(number, i), "index": i, "minor": i, "numa_node": 0} for i in range(gpus)],
           "domains": [], "kubelet": {"reachable": True, "pods": []}}
@@ -109,6 +127,7 @@ class Bench:
         self.args = args
         self.scratch = scratch
         self.counter = 0
+        self.run_parent = None  # main sets it: a directory on a tmpfs for the nodes' /run (tmpfs_parent)
         self.env = dict(os.environ)
         self.env.update({
             "PATH": os.path.dirname(sys.executable) + os.pathsep + self.env.get("PATH", ""),
@@ -129,7 +148,7 @@ class Bench:
         self.counter += 1
         base = os.path.join(self.scratch, "node%d" % self.counter)
         os.makedirs(base)
-        root, fakehw = make_node(base, self.counter, gpus)
+        root, fakehw = make_node(base, self.counter, gpus, self.run_parent)
         if library:
             node_library.install(root)
         return self.counter, root, fakehw
@@ -204,12 +223,16 @@ class Bench:
         spec = self.spec_file(number, count)
         self.timed(self.cli(root, fakehw, "converge", "--spec", spec))
         files = []
+
+        def copied(directory):  # beside the converger's files: /run's on the same tmpfs
+            top, rest = directory.split("/", 1)
+            return os.path.join(root, top, "copied", rest)
         for directory in ("etc/cdi", "run/bcd/allocations"):
             for name in sorted(os.listdir(os.path.join(root, directory))):
                 with open(os.path.join(root, directory, name)) as handle:
-                    files.append({"dest": os.path.join(root, "copied", directory, name), "content": handle.read()})
+                    files.append({"dest": os.path.join(copied(directory), name), "content": handle.read()})
         for directory in ("etc/cdi", "run/bcd/allocations"):
-            os.makedirs(os.path.join(root, "copied", directory))
+            os.makedirs(copied(directory))
         path = os.path.join(self.scratch, "copy-%d.json" % number)
         with open(path, "w") as handle:
             json.dump({"copy_files": files}, handle)
@@ -498,8 +521,13 @@ def main(argv=None):
     if args.hosts <= 0:
         parts.discard("fleet")
     scratch = tempfile.mkdtemp(prefix="bcd-bench.")
+    parent = tmpfs_parent()
+    run_parent = tempfile.mkdtemp(prefix="bcd-bench-run.", dir=parent) if parent else None
+    sys.stderr.write("bench: the nodes' /run is %s\n" % ("a tmpfs (%s)" % run_parent if run_parent
+                                                         else "on the scratch directory's file system"))
     try:
         bench = Bench(args, scratch)
+        bench.run_parent = run_parent
         quarter = max(1, args.holds // 4)
         for round_number in range(args.runs):
             sys.stderr.write("bench: round %d of %d\n" % (round_number + 1, args.runs))
@@ -528,6 +556,8 @@ def main(argv=None):
                            "args": vars(args)}, handle, indent=2, sort_keys=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if run_parent:
+            shutil.rmtree(run_parent, ignore_errors=True)
     return 1 if (args.strict and missed) else 0
 
 

@@ -8,6 +8,7 @@ write failures, crashes between steps, and hostile input."""
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import os
 
@@ -15,6 +16,7 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import planner as _planner
 from ansible_collections.bcd.devices.plugins.module_utils.state import events as _events
+from ansible_collections.bcd.devices.plugins.module_utils.entry import converge as _converge
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, verify_report
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import LockTimeout, PassLock
@@ -119,6 +121,17 @@ def test_writes_go_through_temporary_names_that_runtimes_do_not_load(node, monke
         assert not src.endswith((".json", ".yaml", ".yml")), src
         assert os.path.dirname(src) == os.path.dirname(dst)  # a rename within the directory: atomic
     assert [n for n in os.listdir(node.path("/etc/cdi")) if "tmp" in n] == []  # no temporary file left
+
+
+def test_a_pass_collects_less_often_and_puts_the_collector_back(node, monkeypatch):
+    # the root helper's process runs pass after pass: a pass's collector setting must not outlive it, even
+    # when the pass fails
+    seen = []
+    monkeypatch.setattr(_converge, "plan_pass", lambda *args, **kwargs: seen.append(gc.get_threshold()) or 1 / 0)
+    before = gc.get_threshold()
+    with pytest.raises(ZeroDivisionError):
+        node.run(1, [hold("a1", GPU_A)])
+    assert seen and seen[0][0] >= 20000 and gc.get_threshold() == before
 
 
 def test_a_second_run_changes_nothing_and_reports_nothing(node):
