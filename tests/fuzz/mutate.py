@@ -124,8 +124,8 @@ def nasty_string(rng, base=""):
         return base[:at] + "".join(rng.choice(CHARS) for _count in range(rng.randint(1, 3))) + base[at:]
     if roll < 0.75:
         return long_string(rng, base[:1])
-    if roll < 0.85:
-        return base * rng.choice([2, 10, 100])
+    if roll < 0.85:  # repeated, never past the longest of LONG_LENGTHS (a long base times 100 was 100 MB of input)
+        return base * max(1, min(rng.choice([2, 10, 100]), LONG_LENGTHS[-1] // max(1, len(base))))
     if roll < 0.92:
         return base.swapcase()
     return base[:rng.randint(0, len(base))]
@@ -209,17 +209,24 @@ MAX_NODES = 50000  # values in an input: a list multiplied once more would make 
 
 
 def size_of(value, limit=MAX_NODES):
-    """How many values ``value`` holds, counted up to ``limit``."""
+    """How many values ``value`` holds, counted up to ``limit``; a string (or ``Raw`` text, a key) counts a
+    value more for each 64 characters. Every container kind to_text writes is walked: a ``Pairs`` of
+    megabyte strings counted as one value was multiplied 2 049 times into 2 GB of input."""
     count, pending = 0, [value]
     while pending and count < limit:
         item = pending.pop()
         count += 1
         if isinstance(item, dict):
             pending.extend(item.values())
-        elif isinstance(item, list):
+            pending.extend(key for key in item if isinstance(key, str))
+        elif isinstance(item, Pairs):
+            pending.extend(child for pair in item.pairs for child in pair)
+        elif isinstance(item, (list, tuple)):
             pending.extend(item)
         elif isinstance(item, str):
             count += len(item) // 64
+        elif isinstance(item, Raw):
+            count += len(item.text) // 64
     return count
 
 

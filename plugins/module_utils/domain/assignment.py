@@ -58,7 +58,7 @@ MAX_DEVICES = 1024  # atoms of one assignment
 #   upper bound of its JSON as the stored input writes it (indented; see section_size). A real node's
 #   section is a few KiB; 1024 assignments of 4 atoms and a 3.5 KiB env line each are 4 MiB. A larger
 #   section fails the pass, and is read no further. Both stay far under what the state files' reader
-#   takes back (node/state_files.py: 32 MiB and 524 288 values for nodespec.json).
+#   takes back (node/state_files.py: 8 MiB and 524 288 values for nodespec.json).
 MAX_ATOMS = 4096
 MAX_SECTION_BYTES = 4 * 1024 * 1024
 MAX_SECTION_DEPTH = 16  # a section nests 5 levels (devices[].devices[].id)
@@ -429,7 +429,7 @@ def _text_size(text):
 _TOO_MANY_DIGITS = 10 ** MAX_INT_DIGITS  # the least integer root's reader refuses
 
 
-def section_size(raw, limit=MAX_SECTION_BYTES, depth_limit=MAX_SECTION_DEPTH):
+def section_size(raw, limit=MAX_SECTION_BYTES, depth_limit=MAX_SECTION_DEPTH, name="devices"):
     """An upper bound of the bytes of ``raw`` as the stored input writes it (JSON indented by 2),
     walked without recursion and stopped as soon as it passes ``limit``; ``InvalidAssignment`` then,
     or when ``raw`` nests deeper than ``depth_limit``. Every value, key and bracket counts 10 bytes
@@ -447,15 +447,15 @@ def section_size(raw, limit=MAX_SECTION_BYTES, depth_limit=MAX_SECTION_DEPTH):
             # what root's reader takes back of the stored input (domain/bounded_json.py): a number it would
             # refuse there, stored, would stop every timer pass, so the section is refused here instead
             if abs(value) >= _TOO_MANY_DIGITS:
-                raise InvalidAssignment("devices: holds an integer of more than %d digits; the section is not "
-                                        "read" % MAX_INT_DIGITS)
+                raise InvalidAssignment("%s: holds an integer of more than %d digits; the section is not "
+                                        "read" % (name, MAX_INT_DIGITS))
             total += value.bit_length() // 3 + 2
         elif isinstance(value, float) and not math.isfinite(value):
-            raise InvalidAssignment("devices: holds %r, which is no JSON number; the section is not read" % value)
+            raise InvalidAssignment("%s: holds %r, which is no JSON number; the section is not read" % (name, value))
         elif isinstance(value, (list, tuple, dict)):
             if depth >= depth_limit:
-                raise InvalidAssignment("devices: nested deeper than %d levels; the section is not read"
-                                        % depth_limit)
+                raise InvalidAssignment("%s: nested deeper than %d levels; the section is not read"
+                                        % (name, depth_limit))
             if total + len(value) * (10 + 2 * depth) > limit:  # what its items cost at least: refused unwalked
                 total = limit + 1
             elif isinstance(value, dict):
@@ -467,10 +467,35 @@ def section_size(raw, limit=MAX_SECTION_BYTES, depth_limit=MAX_SECTION_DEPTH):
         else:  # a float, or what YAML may make of a scalar
             total += 32
         if total > limit:
-            raise InvalidAssignment("devices: the section is larger than %d bytes (%d MiB as JSON), the most a "
+            raise InvalidAssignment("%s: the section is larger than %d bytes (%s as JSON), the most a "
                                     "pass reads; it is not read (docs/security.md, \"Hostile numbers are cheap\")"
-                                    % (limit, limit // (1024 * 1024)))
+                                    % (name, limit, "%d MiB" % (limit >> 20) if limit >= 1 << 20 else "%d KiB" % (limit >> 10)))
     return total
+
+
+# The instances section (GPUs passed through to VMs): each instance takes whole GPUs, and a node has about
+# 16, so these bounds are far above any node while keeping what a pass reads, and the stored input, small.
+MAX_INSTANCES = 256
+MAX_INSTANCE_GPUS = 64
+MAX_INSTANCES_BYTES = 256 * 1024
+
+
+def check_instances(raw):
+    """``InvalidAssignment`` when the instances section is past its bounds (how many instances, GPUs an
+    instance, bytes as JSON): like a devices section past its own, it is not read, and the pass stops
+    before anything is written. Its shape is checked where it is read (the module's options, the stored
+    input's reader); this bounds what that costs."""
+    if not isinstance(raw, list):
+        return
+    if len(raw) > MAX_INSTANCES:
+        raise InvalidAssignment("instances: %d instances, more than the %d a pass reads; the section is not read"
+                                % (len(raw), MAX_INSTANCES))
+    for index, instance in enumerate(raw):
+        gpus = instance.get("gpus") if isinstance(instance, dict) else None
+        if isinstance(gpus, list) and len(gpus) > MAX_INSTANCE_GPUS:
+            raise InvalidAssignment("instances[%d]: %d GPUs, more than the %d a pass reads; the section is not read"
+                                    % (index, len(gpus), MAX_INSTANCE_GPUS))
+    section_size(raw, MAX_INSTANCES_BYTES, name="instances")
 
 
 def _atoms_listed(raw):

@@ -18,7 +18,7 @@ from typing import List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import apply_plan
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import needs_admission
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER, InvalidAssignment, parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER, InvalidAssignment, check_instances, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
@@ -210,6 +210,7 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
         _check_generation(generation)
     try:
         parsed = parse_assignments(devices)
+        check_instances(instances)
     except InvalidAssignment as exc:
         raise PassError(str(exc))
     runtimes, runtime_warnings = node_runtimes(host, cdi_runtimes)

@@ -32,7 +32,7 @@ file                      cap       read by
 ``releasing.json``        16 MiB    ``state/releases.py``
 ``releasing.unreadable``  never     its existence (``lstat``) is all that counts
                           read
-``nodespec.json``         32 MiB    the stored input (``state/store.py``)
+``nodespec.json``         8 MiB     the stored input (``state/store.py``)
 ``last-pass.json``        4 KiB     ``bcd-holds metrics``
 ``events.jsonl``          16 MiB    the journal (``state/events.py``), whole: its
                                     acknowledgement rewrites it
@@ -69,7 +69,7 @@ FILE_CAPS = {
     "ledger.json": 32 * MIB,
     RELEASES_NAME: 16 * MIB,
     MARKER_NAME: NEVER_READ,
-    "nodespec.json": 32 * MIB,
+    "nodespec.json": 8 * MIB,  # a devices section of at most 4 MiB as stored, and instances of 256 KiB
     "last-pass.json": 4 * KIB,
     "events.jsonl": 16 * MIB,
     "events.seq": 64,

@@ -103,6 +103,20 @@ def test_the_generators_make_what_the_issue_asks_for():
     assert b"" in changed and any(len(c) < len(data) for c in changed) and any(b"\xff" in c for c in changed)
 
 
+def test_the_generators_keep_an_input_within_the_workers_memory():
+    """An input stays small enough to write: every container to_text writes counts its strings (a
+    ``Pairs`` of megabyte strings once counted as one value, was multiplied into 2 GB: make fuzz, seed
+    1207853851, events.jsonl #2653), and a string repeated stays within the longest long string."""
+    big = "x" * (1 << 20)
+    for value in ([big], (big,), {"k": big}, {big: 1}, mutate.Pairs([("k", big), ("k", big)]), mutate.Raw(big)):
+        assert mutate.size_of(value) > (1 << 20) // 64, value.__class__
+    rng = runner.input_rng(SEED, "strings", 0)
+    assert max(len(mutate.nasty_string(rng, big)) for _count in range(300)) <= mutate.LONG_LENGTHS[-1] * 2
+    rng = runner.input_rng(SEED, "values", 0)
+    row = {"seq": 1, "type": "AllocationBound", "body": mutate.Pairs([("a", big), ("a", big)])}
+    assert max(len(mutate.to_text(mutate.mutate_value(rng, row, True))) for _count in range(40)) < 64 << 20
+
+
 def test_a_replay_names_its_input_and_its_failure(monkeypatch):
     """What make fuzz prints for a failure is a command; that command runs one input and shows it."""
     assert runner.replay_command("ledger.json", 22, 4567) == \

@@ -457,6 +457,27 @@ def test_through_the_module_the_atom_budget_refuses_and_a_section_too_big_fails_
     assert node.listing() == before
 
 
+@pytest.mark.parametrize("instances, message", [
+    ([{"instance_id": "vm%d" % n, "gpus": [GPU_C]} for n in range(257)],
+     "instances: 257 instances, more than the 256 a pass reads; the section is not read"),
+    ([{"instance_id": "vm1", "gpus": ["GPU-%04d" % n for n in range(65)]}],
+     "instances[0]: 65 GPUs, more than the 64 a pass reads; the section is not read"),
+    ([{"instance_id": "vm%d-%s" % (n, "i" * 2000), "gpus": [GPU_C]} for n in range(200)],
+     "instances: the section is larger than 262144 bytes (256 KiB as JSON), the most a pass reads; it is not "
+     "read (docs/security.md, \"Hostile numbers are cheap\")"),
+])
+def test_through_the_module_an_instances_section_past_its_bounds_fails_writing_nothing(capsys, node, instances,
+                                                                                       message):
+    """The instances section was read and stored whatever its size: every timer pass then read it back."""
+    before = node.listing()
+    result = run_module(capsys, node, generation=1, devices=[build_hold("a1", GPU_A)], instances=instances)
+    assert result["failed"] is True and message in result["msg"]
+    assert node.listing() == before
+    within = [{"instance_id": "vm%d" % n, "gpus": [GPU_C]} for n in range(256)]
+    result = run_module(capsys, node, generation=1, devices=[build_hold("a1", GPU_A)], instances=within)
+    assert not result.get("failed") and result["changed"] is True
+
+
 @pytest.mark.parametrize("hostile, message", [
     (7 * 10 ** 1000, "devices: holds an integer of more than 40 digits; the section is not read"),
     (-(10 ** 40), "devices: holds an integer of more than 40 digits; the section is not read"),
