@@ -48,36 +48,28 @@ def dumps(value: Any, sort_keys: bool = False, ensure_ascii: bool = True) -> str
         kind = type(item)
         if kind is str:
             append(quote(item))
-        elif kind is dict:
+        elif kind is dict or kind is list or kind is tuple:
             if not item:
-                append("{}")
+                append("{}" if kind is dict else "[]")
                 return
             if depth >= MAX_DEPTH:
                 raise _NotPlain()
+            if kind is dict:
+                opener, closer, pairs = "{", "}", sorted(item.items()) if sort_keys else item.items()
+            else:
+                opener, closer, pairs = "[", "]", ((None, child) for child in item)
             inner = "\n" + INDENT * (depth + 1)
-            separator = "{" + inner
-            for key, child in (sorted(item.items()) if sort_keys else item.items()):
-                if type(key) is not str:
-                    raise _NotPlain()
+            separator = opener + inner
+            for key, child in pairs:
                 append(separator)
-                append(quote(key))
-                append(": ")
+                if kind is dict:
+                    if type(key) is not str:
+                        raise _NotPlain()
+                    append(quote(key))
+                    append(": ")
                 walk(child, depth + 1)
                 separator = "," + inner
-            append("\n" + INDENT * depth + "}")
-        elif kind is list or kind is tuple:
-            if not item:
-                append("[]")
-                return
-            if depth >= MAX_DEPTH:
-                raise _NotPlain()
-            inner = "\n" + INDENT * (depth + 1)
-            separator = "[" + inner
-            for child in item:
-                append(separator)
-                walk(child, depth + 1)
-                separator = "," + inner
-            append("\n" + INDENT * depth + "]")
+            append("\n" + INDENT * depth + closer)
         elif item is None:
             append("null")
         elif item is True:
