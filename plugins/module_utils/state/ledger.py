@@ -169,9 +169,27 @@ def parse_ledger(content, where):
     )
 
 
+def settles(event):
+    """Whether a journaled event may change the ledger: a known type, and a body whose fields have the
+    types a pass writes (an allocation id, an integer generation, device ids as text, a reason and a
+    message as text). The journal is the account's file: an event a crash kept from being recorded is
+    read back from it, so whatever else lies there is passed over, never a key or a sort of root's."""
+    body = event.get("body") if isinstance(event, dict) else None
+    if not isinstance(body, dict) or event.get("type") not in (ALLOCATION_BOUND, ALLOCATION_RELEASED, ALLOCATION_FAILED):
+        return False
+    allocation_id, generation, device_ids = body.get("allocation_id"), body.get("generation"), body.get("device_ids")
+    return (isinstance(allocation_id, str) and _ALLOCATION_ID_RE.fullmatch(allocation_id) is not None
+            and (generation is None or _int_or_none(generation) is not None)
+            and (device_ids is None or (isinstance(device_ids, list) and all(isinstance(d, str) for d in device_ids)))
+            and all(body.get(key) is None or isinstance(body.get(key), str) for key in ("reason", "message"))
+            and (event.get("seq") is None or _int_or_none(event.get("seq")) is not None))
+
+
 def record_event(ledger, event, limits=None):
     """What journaling ``event`` means for the ledger: applied after each append, and again for an
-    event a crash kept from being recorded."""
+    event a crash kept from being recorded; one that does not ``settle`` changes nothing."""
+    if not settles(event):
+        return
     body = event.get("body") or {}
     allocation_id = body.get("allocation_id")
     generation = body.get("generation")

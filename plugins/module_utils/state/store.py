@@ -87,6 +87,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import (
     Ledger,
     parse_ledger,
     record_event,
+    settles,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.state.releases import (
     clear_marker,
@@ -285,7 +286,7 @@ class NodeState:
         self.ledger = parse_ledger(files.read(LEDGER_NAME), files.where(LEDGER_NAME))
         self._queued = []
         replayed = [event for event in sorted(self.journal.unacked(), key=lambda e: e.get("seq") or 0)
-                    if (event.get("seq") or 0) > self.ledger.journal_seq]
+                    if (event.get("seq") or 0) > self.ledger.journal_seq and settles(event)]
         if write and replayed:
             with self.change():
                 for event in replayed:

@@ -185,3 +185,26 @@ def test_a_plain_release_is_recorded_before_anything_else_and_settled_by_its_rep
     state.finish(2, "CONVERGED", {}, (), True)
     data = ledger_file(path)  # ... which saves it with the rest
     assert data["unfinished_releases"] == {} and data["observed_generation"] == 2 and data["last_state"] == "CONVERGED"
+
+
+@pytest.mark.parametrize("hostile", [
+    {"allocation_id": ["k1"], "generation": 1, "device_ids": [GPU]},        # a list as a key: a traceback
+    {"allocation_id": 7, "generation": 1, "device_ids": [GPU]},             # an int among str keys: a failed sort
+    {"allocation_id": "k1", "generation": "1", "device_ids": [GPU]},
+    {"allocation_id": "k1", "generation": 1, "device_ids": [GPU, {"a": 1}]},
+    {"allocation_id": "../k1", "generation": 1, "device_ids": [GPU]},
+    {"allocation_id": "k1", "generation": 1, "device_ids": [GPU], "reason": ["overlap"]},
+])
+@pytest.mark.parametrize("event_type", ["AllocationBound", "AllocationReleased", "AllocationFailed"])
+def test_a_journaled_event_the_pass_never_wrote_is_passed_over_when_the_ledger_replays(path, hostile, event_type):
+    """Found by make fuzz (seed 1028612149, events.jsonl): the journal is the account's file, and the events
+    a crash kept from being recorded are replayed into the ledger from it. Such an event of another shape
+    ended root's pass in a traceback, or in 200 MB of ledger; it now changes nothing."""
+    opened(path)
+    with open(os.path.join(path, "events.jsonl"), "a") as handle:  # as a crash after the journal leaves it
+        handle.write(json.dumps({"seq": 1, "type": "AllocationBound", "body": body("k2", 1)}) + "\n")
+        handle.write(json.dumps({"seq": 2, "type": event_type, "body": hostile}) + "\n")
+    again = opened(path)
+    assert sorted(again.ledger.bound) == ["k2"] and again.ledger.failures == {}
+    assert list(ledger_file(path)["bound"]) == ["k2"]
+    assert again.flush() == []
