@@ -28,7 +28,7 @@ file                      cap       read by
 ========================  ========  ===============================================
 ``lock``                  never     opened for ``flock`` only (``fsutil.PassLock``)
                           read
-``ledger.json``           32 MiB    ``state/ledger.py``
+``ledger.json``           16 MiB    ``state/ledger.py``
 ``releasing.json``        16 MiB    ``state/releases.py``
 ``releasing.unreadable``  never     its existence (``lstat``) is all that counts
                           read
@@ -66,7 +66,7 @@ NEVER_READ = -1
 # layer's (``LEDGER_NAME``, ``JOURNAL_NAME``, ...; a test holds them equal).
 FILE_CAPS = {
     "lock": NEVER_READ,
-    "ledger.json": 32 * MIB,
+    "ledger.json": 16 * MIB,  # the largest section's ledger is under 1 MB; a file costs about 3 times its size to read
     RELEASES_NAME: 16 * MIB,
     MARKER_NAME: NEVER_READ,
     "nodespec.json": 8 * MIB,  # a devices section of at most 4 MiB as stored, and instances of 256 KiB

@@ -36,7 +36,7 @@ the host:
     while it is ``PROGRESSING``).
 
 This file is the format; ``state.store.NodeState`` reads and writes it, through the bounded
-reader (``node/state_files.py``: at most 32 MiB, JSON within ``domain/bounded_json``'s bounds).
+reader (``node/state_files.py``: at most 16 MiB, JSON within ``domain/bounded_json``'s bounds).
 """
 
 from __future__ import annotations
