@@ -19,12 +19,12 @@ compared as ratios; times alone mean little on a shared 2-core machine.
   (forks ``--forks``), bind then no-op, next to the ping playbook over the same inventory;
 * ``memory``: the peak resident memory of a direct bind over ``--memory-holds`` holds;
 * ``worst``: the worst devices section a pass accepts (docs/security.md, "Hostile numbers are
-  cheap"): 1024 assignments (every one honoured), 4096 slot atoms (the section's atom bound) over
-  16 GPUs, each with CPU limits (a slice), a 256-character reservation id and an env line, the
-  env lines as long as keeps the section within its 4 MiB; ``bcd-holds converge`` in a new
+  cheap"): 512 assignments (every one honoured), 4096 slot atoms (the section's atom bound) over
+  16 GPUs, each with CPU limits (a slice), a 256-character reservation id and env lines, as many
+  and as long as keep the section within its 4 MiB; ``bcd-holds converge`` in a new
   process, bind then no-op, each timed by the CPU time of its process tree (user + system, what
   the pass costs the node; wall, shown beside it, adds the disk's fsyncs and a shared machine's
-  waits; the bind's wall less the disk floor of its 1024 sliced holds, three fsynced files each,
+  waits; the bind's wall less the disk floor of its 512 sliced holds, three fsynced files each,
   is a target too) and by its peak
   resident memory, against 1 s and 100 MB.
 
@@ -74,7 +74,7 @@ TARGETS = [
     ("memory MB", "peak resident memory of a pass over the memory holds", 100.0, True),
     ("worst bind s", "bind of the worst accepted section, CPU seconds of the process tree", 1.0, True),
     ("worst noop s", "no-op pass over the worst accepted section, CPU seconds of the process tree", 1.0, True),
-    ("worst bind wall-floor s", "its wall time less the disk floor of its 1024 sliced holds (3 fsynced files each, directories once)", 1.0, True),
+    ("worst bind wall-floor s", "its wall time less the disk floor of its sliced holds (3 fsynced files each, directories once)", 1.0, True),
     ("worst MB", "peak resident memory of either pass over the worst accepted section", 100.0, True),
 ]
 WORST_GPUS = 16
@@ -324,15 +324,20 @@ class Bench:
                             "limits": {"cpus": "0-%d" % (i % 64), "cpu_millis": 1000 + i},
                             "env": ["RUN_NOTE="]})
         room = assignment.MAX_SECTION_BYTES - assignment.section_size(section)
-        fill = min(4096 - len("RUN_NOTE="), room // count)
+        fill = room // count  # env characters a hold, in lines of at most 4096 (the env bound): the section's 4 MiB
         while True:
             for entry in section:
-                entry["env"] = ["RUN_NOTE=" + "n" * fill]
+                lines, left = [], fill
+                while left > 0 or not lines:
+                    name = "RUN_NOTE%d=" % len(lines)
+                    lines.append(name + "n" * max(0, min(4096 - len(name), left)))
+                    left -= 4096 - len(name) + 24  # a line also costs its JSON framing in section_size
+                entry["env"] = lines
             try:
                 assignment.section_size(section)
                 break
             except assignment.InvalidAssignment:
-                fill -= 8
+                fill -= 64
         parsed = assignment.parse_assignments(section)
         if parsed.refusals or sum(len(a.devices) for a in parsed.assignments) != assignment.MAX_ATOMS:
             raise SystemExit("bench: the worst section is not accepted whole: %s" % parsed.refusals[:1])
@@ -355,13 +360,14 @@ class Bench:
     def worst(self):
         number, root, fakehw = self.fresh(WORST_GPUS)
         path = os.path.join(self.scratch, "worst-%d.json" % number)
+        section = self.worst_section(number)
         with open(path, "w") as handle:
-            json.dump({"generation": GENERATION, "devices": self.worst_section(number)}, handle)
+            json.dump({"generation": GENERATION, "devices": section}, handle)
         self.record("worst section MB", os.path.getsize(path) / (1024.0 * 1024.0))
         peak = 0.0
         for what in ("bind", "noop"):
             cpu, wall, mb, out, user = self.measured(self.cli(root, fakehw, "converge", "--spec", path))
-            if what == "bind" and len(os.listdir(os.path.join(root, "run", "bcd", "allocations"))) != 1024:
+            if what == "bind" and len(os.listdir(os.path.join(root, "run", "bcd", "allocations"))) != len(section):
                 raise SystemExit("bench: the bind of the worst section did not bind every hold:\n%s"
                                  % out[-2000:].decode("utf-8", "replace"))
             self.record("worst %s s" % what, cpu)
@@ -369,7 +375,7 @@ class Bench:
             self.record("worst %s user s" % what, user)  # the rest is the kernel's: writes and fsyncs
             peak = max(peak, mb)
         self.record("worst MB", peak)
-        self.floor(1024, "worst floor", sliced=True)
+        self.floor(len(section), "worst floor", sliced=True)
 
     # -- a fleet ----------------------------------------------------------------------------
 
@@ -508,7 +514,8 @@ def main(argv=None):
     parser.add_argument("--hosts", type=int, default=50, help="fleet hosts (default 50; 0 skips the fleet)")
     parser.add_argument("--fleet-holds", type=int, default=16, help="holds per fleet host (default 16)")
     parser.add_argument("--forks", type=int, default=10, help="ansible-playbook forks (default 10)")
-    parser.add_argument("--memory-holds", type=int, default=1024, help="holds of the memory pass (default 1024)")
+    parser.add_argument("--memory-holds", type=int, default=1024,
+                        help="assignments in the memory pass's section (default 1024: 512 bound, the rest refused one by one)")
     parser.add_argument("--only", choices=["node", "fleet", "copy", "memory", "worst"], action="append",
                         help="measure only this part (repeatable)")
     parser.add_argument("--json", help="also write the figures and ratios to this file")

@@ -42,7 +42,10 @@ MAX_INTEGER = (1 << 63) - 1  # int64, as the control plane's protobuf carries ev
 MAX_ENV_LINES = 256
 _TEXT_CONTROL_RE = re.compile("[\x00-\x1f\x7f]")  # C0 and DEL: a text field's refused characters, found at C speed
 TEXT_MAX = 256
-MAX_ASSIGNMENTS = 1024  # honoured per pass: a devices section is one node's, and every entry costs a journal write
+# Honoured per pass: a devices section is one node's, and every hold costs a spec, an env file, perhaps a
+# slice, and a journal write. 512 is every part of the largest node its own hold (16 GPUs of 32 slots or
+# VFs each); at 1024 the worst section's bind cost 1.1 s of CPU, over the bound below (issue 22).
+MAX_ASSIGNMENTS = 512
 # Entries beyond MAX_ASSIGNMENTS are refused one by one (so the section still reports and the rest
 # converge); a list longer than this is not a node's section at all and fails the task, read no further.
 MAX_LISTED = 2 * MAX_ASSIGNMENTS
@@ -56,7 +59,7 @@ MAX_DEVICES = 1024  # atoms of one assignment
 #   it is refused (invalid-assignment, saying so), and the ones after it are still read.
 # - Bytes: at most 4 MiB, counted by a walk of the raw section before anything else reads it, as an
 #   upper bound of its JSON as the stored input writes it (indented; see section_size). A real node's
-#   section is a few KiB; 1024 assignments of 4 atoms and a 3.5 KiB env line each are 4 MiB. A larger
+#   section is a few KiB; 512 assignments of 8 atoms and a long env line each are 4 MiB. A larger
 #   section fails the pass, and is read no further. Both stay far under what the state files' reader
 #   takes back (node/state_files.py: 8 MiB and 524 288 values for nodespec.json).
 MAX_ATOMS = 4096

@@ -80,25 +80,25 @@ def test_a_missing_or_empty_binding_is_refused_as_missing(capsys, node, binding)
 # -- 4. more assignments than the cap ---------------------------------------------------
 
 def test_assignments_beyond_the_cap_are_refused_one_by_one_and_the_rest_converge(capsys, node):
-    devices = [hold("a%d" % n, "%s/s%d" % (GPU_B, n)) for n in range(1024)]
+    devices = [hold("a%d" % n, "%s/s%d" % (GPU_B, n)) for n in range(512)]
     devices += [hold("x%d" % n, GPU_C) for n in range(3)] + [{"binding": "BINDING_HOLD", "devices": []}]
     result = run(capsys, node, check=True, generation=1, on_refusal="report", devices=devices)
     assert not result.get("failed")
-    assert [p["action"] for p in result["plan"]].count("bind") == 1024
+    assert [p["action"] for p in result["plan"]].count("bind") == 512
     assert fails(result) == [
-        ("x0", "invalid-assignment", "devices[1024]: beyond the 1024 assignments a pass honours"),
-        ("x1", "invalid-assignment", "devices[1025]: beyond the 1024 assignments a pass honours"),
-        ("x2", "invalid-assignment", "devices[1026]: beyond the 1024 assignments a pass honours"),
-        ("devices[1027]", "invalid-assignment", "devices[1027]: beyond the 1024 assignments a pass honours"),
+        ("x0", "invalid-assignment", "devices[512]: beyond the 512 assignments a pass honours"),
+        ("x1", "invalid-assignment", "devices[513]: beyond the 512 assignments a pass honours"),
+        ("x2", "invalid-assignment", "devices[514]: beyond the 512 assignments a pass honours"),
+        ("devices[515]", "invalid-assignment", "devices[515]: beyond the 512 assignments a pass honours"),
     ]
     assert result["section"]["state"] == "FAILED"
 
 
 def test_a_list_far_beyond_one_nodes_section_fails_the_task_and_writes_nothing(capsys, node):
     before = node.listing()
-    result = run(capsys, node, generation=1, devices=[hold("a%d" % n, GPU_A) for n in range(2049)])
+    result = run(capsys, node, generation=1, devices=[hold("a%d" % n, GPU_A) for n in range(1025)])
     assert result["failed"] is True
-    assert "devices: 2049 assignments; at most 2048 are read (1024 honoured)" in result["msg"]
+    assert "devices: 1025 assignments; at most 1024 are read (512 honoured)" in result["msg"]
     assert node.listing() == before
 
 
