@@ -600,9 +600,9 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
         else:
             continue
         decided.append(Decided(actions=(ReportBound(
-                allocation_id, "report %s bound (%s)" % (allocation_id, why),
-                event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
-                device_ids=tuple(hold.device_ids), generation=generation, limits=limits_record(assignment.limits)),)))
+            allocation_id, "report %s bound (%s)" % (allocation_id, why),
+            event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
+            device_ids=tuple(hold.device_ids), generation=generation, limits=limits_record(assignment.limits)),)))
     return Decided.join(decided), claims
 
 
@@ -762,8 +762,8 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
             decided.append(Decided(errors=(str(exc),)))
             continue
         decided.append(Decided(warnings=tuple(notes), renders=((allocation_id, render_record(
-                render_key(assignment, atoms, generation, observed.vendor, observed.mps, observed.runtimes),
-                spec, env, notes)),)))
+            render_key(assignment, atoms, generation, observed.vendor, observed.mps, observed.runtimes),
+            spec, env, notes)),)))
         needs = set(claims.needs(atoms))
         if needs_admission(assignment.limits):
             needs |= set(claims.memory_released())

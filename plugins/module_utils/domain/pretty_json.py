@@ -17,6 +17,7 @@ handed to ``json.dumps`` itself, so the result never differs and errors are ``js
 from __future__ import annotations
 
 import json
+import math
 from json import encoder as _encoder
 from typing import Any, Callable, List
 
@@ -29,7 +30,7 @@ class _NotPlain(Exception):
 
 
 def _float(value: float) -> str:
-    if value != value:  # json's allow_nan=True spellings
+    if math.isnan(value):  # json's allow_nan=True spellings
         return "NaN"
     if value == float("inf"):
         return "Infinity"
@@ -63,7 +64,7 @@ def dumps(value: Any, sort_keys: bool = False, ensure_ascii: bool = True) -> str
             for key, child in pairs:
                 append(separator)
                 if kind is dict:
-                    if type(key) is not str:
+                    if not isinstance(key, str):
                         raise _NotPlain()
                     append(quote(key))
                     append(": ")
