@@ -569,8 +569,9 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
             if hold.cgroup_parent:
                 decided.append(Decided(sliced=frozenset([hold.cgroup_parent])))
         else:
+            assignment, stays = _kept_in_its_slice(ctx, assignment, hold, None if missing else atoms)
             grown, assignment, claims = _admit_growth(ctx, claims, assignment, hold)
-            decided.append(grown + _keep_slice(ctx, assignment, hold))
+            decided.append(stays + grown + _keep_slice(ctx, assignment, hold))
             if not hold.problem and not missing:
                 decided.append(_keep_files(ctx, assignment, hold, atoms))
             elif not hold.problem:
@@ -594,8 +595,9 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
         elif reported.get("device_ids") and sorted(reported["device_ids"]) != sorted(hold.device_ids):
             # moved unreported (a Kubernetes hold's new devices), and the pass died before its AllocationBound
             why = "on its new devices: the node last reported it bound on %s" % ", ".join(reported["device_ids"])
-        elif cgroup_parent != hold.cgroup_parent and observed.privileged:
-            # the control plane learns where the hold's workload now runs (a slice added or gone)
+        elif cgroup_parent != reported.get("cgroup_parent", hold.cgroup_parent) and observed.privileged:
+            # the control plane learns where the hold's workload now runs (a slice added or gone), also when
+            # the pass that wrote its spec could not report it (an older ledger kept no parent: its spec's)
             why = "again: its cgroup parent is now %s" % (cgroup_parent or "none (its slice is gone)")
         else:
             continue
@@ -612,6 +614,43 @@ def grows(old: Any, new: Any) -> bool:
                for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi"))
 
 
+def _bound_limits(observed: Observed, hold: Any) -> Optional[Limits]:
+    """The limits a kept hold was bound with: the ledger's, or (a ledger that kept none) its slice's."""
+    recorded = limits_from_record((observed.ledger.bound.get(hold.allocation_id) or {}).get("limits"))
+    current = observed.slices.get(hold.cgroup_parent) if hold.cgroup_parent else None
+    if recorded is None and current is not None:
+        recorded = limits_of_slice(current)
+    return recorded
+
+
+def _kept_in_its_slice(ctx: Pass, assignment: Any, hold: Any, atoms: Optional[Sequence[Any]]) -> Tuple[Any, Decided]:
+    """A kept hold whose new limits put it into a slice or take it out of one changes its cgroup parent, which
+    its spec names: it moves only with its spec written again. When its spec is left as it is (some of its
+    devices are missing: ``atoms`` None) or the node refuses to render it (``RenderRefused``: a runtime's
+    cdiVersion ceiling, a device node the vendor spec names gone), the hold is kept as it is wholly, its slice
+    and the limits it was bound with too: the slice its spec names is not stopped under it (nor one made that
+    its spec does not name), and no AllocationBound reports a cgroup parent its spec does not have. The first
+    pass that can write its spec moves it. Returns the assignment as kept and what is said."""
+    if hold.problem or cgroup_parent_of(assignment, hold.kubernetes) == hold.cgroup_parent:
+        return assignment, Decided()
+    observed = ctx.observed
+    why = "some of its devices are missing"
+    if atoms is not None:
+        generation = hold.generation if hold.generation is not None else ctx.generation
+        try:
+            render_hold(assignment, atoms, generation, observed.vendor, observed.mps, [], observed.runtimes)
+            return assignment, Decided()
+        except RenderRefused as exc:
+            why = str(exc)
+        except RenderError:  # not valid CDI: _keep_files says so, and the pass is retried
+            return assignment, Decided()
+    kept = replace(assignment, limits=_bound_limits(observed, hold))
+    if cgroup_parent_of(kept, hold.kubernetes) != hold.cgroup_parent:  # what it was bound with is not known
+        return assignment, Decided()
+    return kept, Decided(warnings=("%s keeps the limits it was bound with (cgroup parent %s) until its spec can be "
+                                   "written again: %s" % (assignment.allocation_id, hold.cgroup_parent or "none", why),))
+
+
 def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tuple[Decided, Any, Claims]:
     """A kept hold whose limits grow gets them only if the host has room; otherwise it keeps what it was
     bound with and is refused (``resources-exhausted``) at this generation, finally. Returns what it
@@ -619,10 +658,7 @@ def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tupl
     observed, allocation_id = ctx.observed, assignment.allocation_id
     if allocation_id not in observed.ledger.bound:  # never reported: bound with these limits already
         return Decided(), assignment, claims
-    recorded = limits_from_record(observed.ledger.bound[allocation_id].get("limits"))
-    current = observed.slices.get(hold.cgroup_parent) if hold.cgroup_parent else None
-    if recorded is None and current is not None:  # a ledger that kept no limits: the slice says
-        recorded = limits_of_slice(current)
+    recorded = _bound_limits(observed, hold)
     kept = replace(assignment, limits=recorded)
     final = observed.ledger.refusal_at(allocation_id, ctx.generation)
     if final is not None:

@@ -315,6 +315,56 @@ def test_a_slice_added_to_a_kept_hold_is_reported_with_its_cgroup_parent(capsys,
     assert run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})])["changed"] is False
 
 
+BOOKWORM = [{"name": "podman", "version": "4.3.1"}]  # its CDI library loads cdiVersion 0.5.0 at most: no spec of bcd's
+CEILING = ("its CDI spec needs cdiVersion 0.6.0 (annotations, devices[0].annotations), and podman 4.3.1 on this node "
+           "loads at most 0.5.0")
+
+
+def test_a_kept_hold_that_cannot_be_written_again_keeps_its_slice_when_its_limits_go(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})])
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A)], cdi_runtimes=BOOKWORM)
+    # its spec names its slice and cannot be written without it: the hold is kept as it is, slice included
+    assert result["plan"] == [] and result["section"]["state"] == "CONVERGED"
+    assert ("a1 keeps the limits it was bound with (cgroup parent bcd-alloc-a1.slice) until its spec can be written "
+            "again: " + CEILING) in warnings(result)
+    assert node.exists("/run/bcd/slices/bcd-alloc-a1.slice.json")
+    assert b'"bcd.dev/cgroup-parent": "bcd-alloc-a1.slice"' in node.read("/etc/cdi/bcd-a1.json")
+    assert [r["cgroup_parent"] for r in bound_events(result, "a1")] == ["bcd-alloc-a1.slice"]
+    assert run(capsys, node, generation=2, devices=[hold("a1", GPU_A)], cdi_runtimes=BOOKWORM)["changed"] is False
+    # the runtime upgraded: the spec is written without the slice, the slice stopped, the control plane told
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A)])
+    assert [p["action"] for p in result["plan"]] == ["stop-slice", "rerender", "write-env", "report-bound"]
+    assert not node.exists("/run/bcd/slices/bcd-alloc-a1.slice.json")
+    assert b"cgroup-parent" not in node.read("/etc/cdi/bcd-a1.json")
+    assert "cgroup_parent" not in bound_events(result, "a1")[-1] and bound_events(result, "a1")[-1]["generation"] == 2
+
+
+def test_a_kept_hold_that_cannot_be_written_again_gets_no_slice_its_spec_does_not_name(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})], cdi_runtimes=BOOKWORM)
+    assert result["plan"] == []
+    assert ("a1 keeps the limits it was bound with (cgroup parent none) until its spec can be written again: "
+            + CEILING) in warnings(result)
+    assert not node.exists("/run/bcd/slices/bcd-alloc-a1.slice.json")
+    assert [r.get("cgroup_parent") for r in bound_events(result, "a1")] == [None]
+
+
+def test_a_kept_hold_leaving_its_slice_is_reported_once_its_env_file_is_written(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})])
+    os.unlink(node.path("/run/bcd/allocations/a1.env"))
+    os.makedirs(node.path("/run/bcd/allocations/a1.env"))  # the env file cannot be written
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A)])
+    assert result["section"]["state"] == "PROGRESSING"
+    assert b"cgroup-parent" not in node.read("/etc/cdi/bcd-a1.json")  # its spec was written first
+    assert len(bound_events(result, "a1")) == 1  # not reported while its env file is not in place
+    os.rmdir(node.path("/run/bcd/allocations/a1.env"))
+    # the next pass writes the env file and tells the control plane the hold has left its slice
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A)])
+    assert [p["action"] for p in result["plan"]] == ["write-env", "report-bound"]
+    assert "cgroup_parent" not in bound_events(result, "a1")[-1] and bound_events(result, "a1")[-1]["generation"] == 2
+    assert run(capsys, node, generation=2, devices=[hold("a1", GPU_A)])["changed"] is False
+
+
 # -- 6. a damaged spec of a hold ---------------------------------------------------------------
 
 def asides(node):
