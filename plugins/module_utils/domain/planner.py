@@ -315,9 +315,44 @@ def _unreported_cycle(ctx: Pass, actions: Sequence[Action], unreported: FrozenSe
 
 
 def _kubernetes_released(observed: Observed) -> Set[str]:
-    """Allocations whose Kubernetes hold or pending release a pass may take back unreported."""
+    """Allocations whose Kubernetes hold or pending release a pass may take back unreported, and those whose
+    old hold a pass withdrew unreported before it died (``_reported_without_spec``)."""
     return set(observed.releases.pending) | set(
-        allocation_id for allocation_id, hold in observed.live.items() if hold.kubernetes)
+        allocation_id for allocation_id, hold in observed.live.items() if hold.kubernetes) | _reported_without_spec(observed)
+
+
+def _reported_without_spec(observed: Observed) -> Set[str]:
+    """Allocations the node last reported bound whose spec is gone and that no record releases (none, or a
+    Kubernetes release taken back, which keeps only the old devices pods held): a Kubernetes hold wanted
+    again, withdrawn unreported by a pass that died before its new bind (or a spec deleted by hand). The
+    journal still gives them their old devices."""
+    if not observed.spec_dir:
+        return set()
+    pending = observed.releases.pending
+    return set(allocation_id for allocation_id in observed.ledger.bound
+               if allocation_id not in observed.live and allocation_id not in observed.ledger.unfinished_releases
+               and (allocation_id not in pending or pending[allocation_id].taken_back))
+
+
+def _bound_again(ctx: Pass, releasing: Set[str]) -> Decided:
+    """Allocations reported bound whose spec is gone, to be bound again in this pass (``ctx.superseded``): their
+    old devices are freed only by their new AllocationBound (a hold that takes them waits for it), and those
+    their new hold takes are theirs still (no hold before them in spec order gets them). One not bound again is
+    reported released (``_release_spec_gone``, in the next round of ``plan_pass``)."""
+    observed, decided = ctx.observed, []  # type: Observed, List[Decided]
+    for allocation_id in sorted(_reported_without_spec(observed) & ctx.superseded):
+        assignment = ctx.wanted.get(allocation_id)
+        if assignment is None or allocation_id in releasing:
+            continue
+        record = observed.ledger.bound[allocation_id]
+        release = observed.releases.pending.get(allocation_id)  # taken back: the old devices pods held
+        old = [device_id for device_id in record.get("device_ids") or []
+               if release is None or device_id not in release.device_ids]
+        wanted = set(atom.key for atom in atoms_of(ref.id for ref in assignment.devices))
+        taken = tuple(atom for atom in atoms_of(old) if atom.key in wanted)
+        decided.append(Decided(releasing=((allocation_id, tuple(atoms_of(old)), limits_from_record(record.get("limits"))),),
+                               retained=((allocation_id, taken),) if taken else ()))
+    return Decided.join(decided)
 
 
 def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
@@ -330,6 +365,7 @@ def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
     released += _finish_releases(ctx)
     # 2. holds no longer wanted (those the phases above settled are no longer live)
     released += _release_unwanted(ctx, _live(observed, released), set(owner for owner, _a, _b in released.releasing))
+    released += _bound_again(ctx, set(owner for owner, _a, _b in released.releasing))
     live = _live(observed, released)
     claims, seen = _claims(ctx, live, released)
     # 3. holds still wanted; 4. new holds
@@ -435,7 +471,9 @@ def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: Set[str]) -> Decide
     if not observed.spec_dir:
         return decided
     for allocation_id in sorted(observed.ledger.bound):
-        if allocation_id in keep or allocation_id in observed.live or allocation_id in releasing or \
+        # one still wanted is bound again (_bound_again), unless an earlier round found it is not (plan_pass)
+        if (allocation_id in keep and (allocation_id not in ctx.wanted or allocation_id in ctx.superseded)) or \
+                allocation_id in observed.live or allocation_id in releasing or \
                 allocation_id in observed.releases.pending or allocation_id in observed.ledger.unfinished_releases:
             continue
         if not observed.privileged:
@@ -510,6 +548,8 @@ def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Clai
                 claims = claims.book(allocation_id, booked, kind=RELEASING)
             else:
                 claims = claims.book(allocation_id, booked)
+    for allocation_id, atoms in released.retained:  # the old devices its new hold takes: its own still
+        claims = claims.hold(allocation_id, atoms)
     releasing = dict((allocation_id, (atoms, booked)) for allocation_id, atoms, booked in released.releasing)
     for allocation_id in sorted(releasing):
         atoms, booked = releasing[allocation_id]

@@ -863,6 +863,41 @@ KNOWN = {
         ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 4 * GIB, "hugepages_1gi": 1})]}),
         ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None),
                                    ("add", "a1", [GPU_B], "BINDING_HOLD", {"mems": "0", "hugepages_1gi": 2})]})],
+    # a Kubernetes hold re-bound onto one of its GPUs while a pod holds another, a hold before it in spec order
+    # wanting that GPU: it was not claimed, so the other took it, the re-bind was refused and planned again as a
+    # reported release bound anew, and the next pass took that release back (found by make soak, seed 5)
+    "kubernetes-hold-rebound-onto-its-own-gpu-while-a-pod-holds-another": [
+        ("generation_", {"edits": [("add", "a2", [GPU_A, GPU_C], "BINDING_KUBERNETES", None)]}),
+        ("pod_takes", {"which": 1}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None),
+                                   ("add", "a2", [GPU_A], "BINDING_HOLD", None)]})],
+    # the same while the kubelet cannot be asked (found by make soak, seed 6)
+    "kubernetes-hold-rebound-onto-its-own-gpu-while-the-kubelet-cannot-be-asked": [
+        ("kubelet_flips", {}),
+        ("generation_", {"edits": [("add", "a2", [GPU_A], "BINDING_KUBERNETES", None)]}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None),
+                                   ("add", "a2", [GPU_A], "BINDING_HOLD", None)]})],
+    # a Kubernetes hold moved off a GPU no pod holds while a pod holds another: the free GPU stayed claimed with
+    # the held one, and a hold wanting it was refused overlap (found by make soak, seed 5)
+    "kubernetes-hold-moved-off-a-free-gpu-while-a-pod-holds-another": [
+        ("generation_", {"edits": [("add", "a2", [GPU_A, GPU_C], "BINDING_KUBERNETES", None)]}),
+        ("pod_takes", {"which": 1}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None),
+                                   ("add", "a2", [GPU_B], "BINDING_HOLD", None)]})],
+    # a Kubernetes hold withdrawn unreported by a pass that died before its new bind: the next pass bound another
+    # hold on its old GPU before anything said it had left it (found by make soak, seed 5)
+    "kubernetes-withdraw-crash-before-the-new-bind": [
+        ("generation_", {"edits": [("add", "a2", [GPU_A, GPU_C], "BINDING_KUBERNETES", None)]}),
+        ("crash_next_pass", {"at": 5, "after": False}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None),
+                                   ("add", "a2", [GPU_B + "/s1"], "BINDING_HOLD", None)]})],
+    # the same with a pod on its other GPU: the taken-back record keeps only that GPU (found by make soak, seed 5)
+    "kubernetes-withdraw-crash-before-the-new-bind-while-a-pod-holds-another": [
+        ("generation_", {"edits": [("add", "a2", [GPU_A, GPU_C], "BINDING_KUBERNETES", None)]}),
+        ("pod_takes", {"which": 1}),
+        ("crash_next_pass", {"at": 5, "after": False}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A + "/gi1/ci0"], "BINDING_KUBERNETES", None),
+                                   ("add", "a2", [GPU_A, GPU_C + "/s1"], "BINDING_HOLD", None)]})],
 }
 
 
