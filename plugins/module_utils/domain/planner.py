@@ -693,7 +693,8 @@ def _kept_in_its_slice(ctx: Pass, assignment: Any, hold: Any, atoms: Optional[Se
 
 def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tuple[Decided, Any, Claims]:
     """A kept hold whose limits grow gets them only if the host has room; otherwise it keeps what it was
-    bound with and is refused (``resources-exhausted``) at this generation, finally. Returns what it
+    bound with and is refused (``resources-exhausted``) at this generation, finally. New limits no slice
+    takes (a quota under the floor) are refused the same way (``invalid-assignment``). Returns what it
     decided, the assignment as kept and the claims with the growth booked."""
     observed, allocation_id = ctx.observed, assignment.allocation_id
     if allocation_id not in observed.ledger.bound:  # never reported: bound with these limits already
@@ -703,6 +704,11 @@ def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tupl
     final = observed.ledger.refusal_at(allocation_id, ctx.generation)
     if final is not None:
         return Decided(failures=((allocation_id,) + tuple(final),)), kept, claims
+    problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, hold.kubernetes) else None
+    if problem is not None and limits_record(assignment.limits) != limits_record(recorded):
+        # a quota that starves the workload is refused as for a new hold: no slice would ever take it
+        return Decided(failures=((allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
+            kept, claims
     if not grows(recorded, assignment.limits):
         return Decided(), assignment, claims
     if claims.memory is None:
