@@ -173,6 +173,7 @@ class Plan:
     pending_releases: List[dict] = field(default_factory=list)  # Kubernetes releases still waiting for pods
     vfio: Dict[str, str] = field(default_factory=dict)  # GPUs running domains have now
     renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
+    booked: Dict[str, Optional[dict]] = field(default_factory=dict)  # allocation -> limits a kept hold without a slice books
 
     @property
     def changes(self) -> List[Action]:
@@ -389,7 +390,7 @@ def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
                 errors=list(decided.errors), holds=list(decided.holds),
                 conditions=list(decided.conditions) + ([damaged_condition(asides)] if asides else []),
                 pending_releases=list(decided.pending_releases), vfio=dict(decided.vfio),
-                renders=dict(decided.renders))
+                renders=dict(decided.renders), booked=dict(decided.booked))
     return ctx, plan, set(live) | set(action.allocation_id for action in actions if isinstance(action, Bind))
 
 
@@ -611,7 +612,7 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
         else:
             assignment, stays = _kept_in_its_slice(ctx, assignment, hold, None if missing else atoms)
             grown, assignment, claims = _admit_growth(ctx, claims, assignment, hold)
-            decided.append(stays + grown + _keep_slice(ctx, assignment, hold))
+            decided.append(stays + grown + _keep_slice(ctx, assignment, hold) + _booked(observed, assignment, hold))
             if not hold.problem and not missing:
                 decided.append(_keep_files(ctx, assignment, hold, atoms))
             elif not hold.problem:
@@ -646,6 +647,17 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
                 event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
                 device_ids=tuple(hold.device_ids), generation=generation, limits=limits_record(assignment.limits)),)))
     return Decided.join(decided), claims
+
+
+def _booked(observed: Observed, assignment: Any, hold: Any) -> Decided:
+    """A kept hold without a slice (a Kubernetes hold) whose limits changed: what it books now goes to the ledger
+    at the end of the pass, as a slice's limits do when it is set, so admission counts it from the next pass on
+    (its growth, admitted once, was admitted again by every pass, and refused once others took the room)."""
+    record = observed.ledger.bound.get(assignment.allocation_id)
+    if record is None or cgroup_parent_of(assignment, hold.kubernetes) is not None:
+        return Decided()
+    limits = limits_record(assignment.limits)
+    return Decided() if limits == record.get("limits") else Decided(booked=((assignment.allocation_id, limits),))
 
 
 def grows(old: Any, new: Any) -> bool:

@@ -290,6 +290,24 @@ def test_growth_is_counted_against_the_new_holds_after_it(capsys, node):
                               "ResourcesExhausted: 2048 MiB of memory needed, 1024 MiB left on this host")]
 
 
+def test_a_kubernetes_holds_growth_is_admitted_once_and_stays_booked(capsys, node):
+    # no slice records what a Kubernetes hold books: the ledger does, or every pass admitted its growth again,
+    # against holds bound after it meanwhile (found by make soak)
+    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.test_admission import write_memory
+    write_memory(node, 32 * GIB, hugetlb=4 * GIB, pages={"1GB": (4, 0)}, nodes={0: {"1GB": 2}, 1: {"1GB": 2}})
+    run(capsys, node, generation=1, devices=[hold("k1", GPU_B, binding="BINDING_KUBERNETES")])
+    # k1 grows by a page of NUMA node 0; a1 takes two pages of anywhere (so maybe node 0's)
+    devices = [hold("k1", GPU_B, binding="BINDING_KUBERNETES", limits={"mems": "0", "hugepages_1gi": 1}),
+               hold("a1", GPU_A, limits={"hugepages_1gi": 2})]
+    grown = run(capsys, node, generation=2, devices=devices)
+    assert fails(grown) == [] and grown["section"]["state"] == "CONVERGED"
+    again = run(capsys, node, generation=2, devices=devices)
+    assert fails(again) == [] and again["plan"] == [] and again["changed"] is False
+    # and it counts against a hold of a later generation: one 1 GiB page is left on the host
+    later = run(capsys, node, generation=3, devices=devices + [hold("a3", GPU_C, limits={"hugepages_1gi": 2})])
+    assert fails(later) == [("a3", "resources-exhausted", "ResourcesExhausted: 2 hugepages of 1048576 KiB needed, 1 free")]
+
+
 def test_a_pending_kubernetes_releases_memory_stays_committed_until_it_is_reported(capsys, node):
     with_memory(node, 10)
     node.set_hardware(kubelet={"reachable": True, "pods": [

@@ -898,6 +898,13 @@ KNOWN = {
         ("crash_next_pass", {"at": 5, "after": False}),
         ("generation_", {"edits": [("add", "a0", [GPU_A + "/gi1/ci0"], "BINDING_KUBERNETES", None),
                                    ("add", "a2", [GPU_A, GPU_C + "/s1"], "BINDING_HOLD", None)]})],
+    # a Kubernetes hold's growth (it has no slice to record it) was admitted again by every pass, and refused by
+    # the second once a hold bound after it took the room: a second pass planned a refusal (found by make soak,
+    # seed 6)
+    "kubernetes-hold-growth-is-admitted-once": [
+        ("generation_", {"edits": [("add", "a5", [GPU_B], "BINDING_KUBERNETES", None)]}),
+        ("generation_", {"edits": [("limits", "a5", {"mems": "0", "hugepages_1gi": 1}),
+                                   ("add", "a3", [GPU_A + "/gi1/ci0"], "BINDING_HOLD", {"hugepages_1gi": 2})]})],
 }
 
 
