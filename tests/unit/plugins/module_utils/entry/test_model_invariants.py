@@ -615,6 +615,33 @@ class NodeMachine(RuleBasedStateMachine):
         """Writing or removing one hold's file (or slice) fails until cleared."""
         self.fail = (op, allocation_id, None if op == "slice" else kind)
 
+    @precondition(lambda self: self.generation > 0)
+    @rule(op=st.sampled_from(["write", "remove", "slice"]), which=st.integers(0, 7),
+          kind=st.sampled_from([None, "cdi", "allocation-env"]))
+    def live_hold_write_failure(self, op, which, kind):
+        """The same on a hold that is live (a random id is mostly one with no files): its release, re-render
+        or slice fails until cleared."""
+        live = sorted(self.live_specs())
+        if live:
+            self.write_failure(op, live[which % len(live)], kind)
+
+    @precondition(lambda self: self.generation > 0)
+    @rule(which=st.integers(0, 7), to=st.sampled_from(ALLOCATIONS), binding=st.sampled_from(BINDINGS),
+          limits=limits_st, keep=st.booleans())
+    def hand_over(self, which, to, binding, limits, keep):
+        """A generation that gives a live hold's devices to another allocation (dropping the hold, or, with
+        ``keep``, moving it to the devices the other had): the release and the bind that needs it in one pass."""
+        live = self.live_specs()
+        if not live:
+            return
+        giver = sorted(live)[which % len(live)]
+        atoms = live[giver][0]
+        edits = [("drop", giver)] if not keep or to not in self.wanted else [
+            ("move", giver, [d["id"] for d in self.wanted[to]["devices"]])]
+        if to != giver:
+            edits.append(("add", to, atoms, binding, limits))
+        self.generation_(edits=edits)
+
     @precondition(lambda self: self.fail is not None)
     @rule()
     def clear_failure(self):
