@@ -38,6 +38,12 @@ class Decided:
     releasing: Tuple[Tuple[str, Tuple[Any, ...], Optional[Any]], ...] = ()
     # a Kubernetes release still pending after this pass: (allocation, PendingRelease, who holds its devices)
     pending: Tuple[Tuple[str, Any, Any], ...] = ()
+    # (allocation, atoms): old devices of a Kubernetes hold wanted again that its new hold takes: the
+    # allocation's still, claimed as a live hold's (no hold before it in spec order gets them)
+    retained: Tuple[Tuple[str, Tuple[Any, ...]], ...] = ()
+    # (allocation, limits record): what a kept hold without a slice books now, for the ledger (one with a
+    # slice records it when its slice is set)
+    booked: Tuple[Tuple[str, Optional[dict]], ...] = ()
     gone: FrozenSet[str] = frozenset()  # allocations live before the pass that are no longer
     damaged: Tuple[Tuple[str, Any], ...] = ()  # (allocation, LiveHold) whose damaged spec is set aside
     released_slices: FrozenSet[str] = frozenset()  # slices whose release this pass handles

@@ -15,7 +15,7 @@ and changes nothing.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
     ClearMarker,
@@ -58,6 +58,33 @@ def _not_taken(device_ids: Sequence[str], assignment: Any) -> List[str]:
     return [device_id for device_id in device_ids if all(atom.key not in wanted for atom in atoms_of([device_id]))]
 
 
+def _held(ctx: Pass, device_ids: Sequence[str]) -> Tuple[List[str], Optional[List[str]]]:
+    """Of ``device_ids``, those a pod holds (every one while the kube side cannot be asked), and who holds them."""
+    observed = ctx.observed
+    holders = pods_holding(observed.kube, device_ids, observed.inventory) if device_ids else []
+    if holders is None:
+        return list(device_ids), None
+    if not holders:
+        return [], []
+    return [device_id for device_id in device_ids
+            if pods_holding(observed.kube, [device_id], observed.inventory)], holders
+
+
+def _wanted_again(ctx: Pass, allocation_id: str, old: Sequence[str],
+                  left: Sequence[str]) -> Tuple[List[str], Optional[List[str]], Decided]:
+    """An allocation wanted again, ``old`` its old devices and ``left`` those its new hold does not take. Returns
+    the old devices that stay claimed (those of ``left`` a pod holds), who holds them, and this pass's claims
+    of the others: those its new hold takes are the allocation's still (no hold before it in spec order gets
+    them), the rest are freed by its new AllocationBound (a hold that takes them waits for it)."""
+    held, holders = _held(ctx, left)
+    freed = [device_id for device_id in old if device_id not in held]
+    decided = _releasing(ctx, allocation_id, freed) if freed else Decided()
+    taken = [device_id for device_id in old if device_id not in left]
+    if taken:
+        decided += Decided(retained=((allocation_id, tuple(atoms_of(taken))),))
+    return held, holders, decided
+
+
 def _take_back(ctx: Pass, release: PendingRelease, assignment: Any) -> Decided:
     """The spec wants an allocation with a pending release again: the release is never reported. Old
     devices the new hold does not take stay claimed while pods hold them, then go unreported."""
@@ -66,18 +93,18 @@ def _take_back(ctx: Pass, release: PendingRelease, assignment: Any) -> Decided:
 
 def _hold_taken_back(ctx: Pass, release: PendingRelease, left: Sequence[str],
                      why: str = "its old devices are free") -> Decided:
-    """A taken-back release: dropped unreported once no pod holds ``left`` (the old devices the
-    allocation's hold does not take), else kept, narrowed to them, and claimed."""
-    observed, allocation_id = ctx.observed, release.allocation_id
-    holders = pods_holding(observed.kube, left, observed.inventory) if left else []
-    if holders == []:
-        return _releasing(ctx, allocation_id, release.device_ids) + Decided(actions=(
+    """A taken-back release: dropped unreported once no pod holds any of ``left`` (the old devices the
+    allocation's hold does not take), else kept, narrowed to those pods hold, and claimed."""
+    allocation_id = release.allocation_id
+    held, holders, claimed = _wanted_again(ctx, allocation_id, release.device_ids, left)
+    if not held:
+        return claimed + Decided(actions=(
             DropRelease(allocation_id, "drop the pending Kubernetes release of %s: %s (not reported)"
                         % (allocation_id, why), generation=release.generation),))
-    narrowed = PendingRelease(allocation_id, list(left), release.generation, release.since, taken_back=True)
+    narrowed = PendingRelease(allocation_id, held, release.generation, release.since, taken_back=True)
     if narrowed == release:
-        return _pending(narrowed, holders)
-    return _pending(narrowed, holders) + Decided(actions=(
+        return claimed + _pending(narrowed, holders)
+    return claimed + _pending(narrowed, holders) + Decided(actions=(
         TakeBackRelease(allocation_id, "take back the pending Kubernetes release of %s: never reported; "
                         "keep %s claimed until free (%s)" % (allocation_id, ", ".join(left), _held_by(holders)),
                         device_ids=tuple(left), generation=release.generation, release=narrowed),))
@@ -90,27 +117,25 @@ def release_kubernetes(ctx: Pass, hold: Any, why: str, wanted: bool = False) -> 
     observed, generation = ctx.observed, ctx.generation
     files = tuple(withdraw_files(observed, hold.allocation_id))
     device_ids = tuple(hold.device_ids)
-    if wanted:
-        # what stays claimed is what a later pass's take-back keeps (``_take_back``): the old devices the
-        # new hold does not take, while pods hold them; the new hold's own are the allocation's still
-        left = _not_taken(hold.device_ids, ctx.wanted[hold.allocation_id])
-        release = PendingRelease(hold.allocation_id, left, generation, observed.now, taken_back=True)
-        holders = pods_holding(observed.kube, left, observed.inventory) if left else []  # type: Optional[List[str]]
-    else:
-        release = PendingRelease(hold.allocation_id, list(hold.device_ids), generation, observed.now)
-        holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
     removed = " and ".join(change.path for change in files)
     gone = Decided(gone=frozenset([hold.allocation_id]))
     if wanted:
-        if holders == []:
-            return gone + _releasing(ctx, hold.allocation_id, hold.device_ids) + Decided(actions=(Withdraw(
+        # what stays claimed is what a later pass's take-back keeps (``_take_back``): the old devices the
+        # new hold does not take that pods hold; the new hold's own are the allocation's still
+        left = _not_taken(hold.device_ids, ctx.wanted[hold.allocation_id])
+        held, holders, claimed = _wanted_again(ctx, hold.allocation_id, hold.device_ids, left)
+        if not held:
+            return gone + claimed + Decided(actions=(Withdraw(
                 hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; no pod holds its old devices (the "
                 "allocation stays: not reported)" % (hold.allocation_id, why, removed), files, device_ids,
                 generation),))
-        return gone + _pending(release, holders) + Decided(actions=(ReleaseKubernetes(
+        release = PendingRelease(hold.allocation_id, held, generation, observed.now, taken_back=True)
+        return gone + claimed + _pending(release, holders) + Decided(actions=(ReleaseKubernetes(
             hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; its old devices stay claimed until free "
             "(%s), never reported (the allocation stays)" % (hold.allocation_id, why, removed, _held_by(holders)),
             files, device_ids, generation, release),))
+    release = PendingRelease(hold.allocation_id, list(hold.device_ids), generation, observed.now)
+    holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
     if holders == []:
         return gone + _releasing(ctx, hold.allocation_id, hold.device_ids) + Decided(actions=(ReleaseKubernetes(
             hold.allocation_id, "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report "

@@ -173,6 +173,7 @@ class Plan:
     pending_releases: List[dict] = field(default_factory=list)  # Kubernetes releases still waiting for pods
     vfio: Dict[str, str] = field(default_factory=dict)  # GPUs running domains have now
     renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
+    booked: Dict[str, Optional[dict]] = field(default_factory=dict)  # allocation -> limits a kept hold without a slice books
 
     @property
     def changes(self) -> List[Action]:
@@ -315,9 +316,44 @@ def _unreported_cycle(ctx: Pass, actions: Sequence[Action], unreported: FrozenSe
 
 
 def _kubernetes_released(observed: Observed) -> Set[str]:
-    """Allocations whose Kubernetes hold or pending release a pass may take back unreported."""
+    """Allocations whose Kubernetes hold or pending release a pass may take back unreported, and those whose
+    old hold a pass withdrew unreported before it died (``_reported_without_spec``)."""
     return set(observed.releases.pending) | set(
-        allocation_id for allocation_id, hold in observed.live.items() if hold.kubernetes)
+        allocation_id for allocation_id, hold in observed.live.items() if hold.kubernetes) | _reported_without_spec(observed)
+
+
+def _reported_without_spec(observed: Observed) -> Set[str]:
+    """Allocations the node last reported bound whose spec is gone and that no record releases (none, or a
+    Kubernetes release taken back, which keeps only the old devices pods held): a Kubernetes hold wanted
+    again, withdrawn unreported by a pass that died before its new bind (or a spec deleted by hand). The
+    journal still gives them their old devices."""
+    if not observed.spec_dir:
+        return set()
+    pending = observed.releases.pending
+    return set(allocation_id for allocation_id in observed.ledger.bound
+               if allocation_id not in observed.live and allocation_id not in observed.ledger.unfinished_releases
+               and (allocation_id not in pending or pending[allocation_id].taken_back))
+
+
+def _bound_again(ctx: Pass, releasing: Set[str]) -> Decided:
+    """Allocations reported bound whose spec is gone, to be bound again in this pass (``ctx.superseded``): their
+    old devices are freed only by their new AllocationBound (a hold that takes them waits for it), and those
+    their new hold takes are theirs still (no hold before them in spec order gets them). One not bound again is
+    reported released (``_release_spec_gone``, in the next round of ``plan_pass``)."""
+    observed, decided = ctx.observed, []  # type: Observed, List[Decided]
+    for allocation_id in sorted(_reported_without_spec(observed) & ctx.superseded):
+        assignment = ctx.wanted.get(allocation_id)
+        if assignment is None or allocation_id in releasing:
+            continue
+        record = observed.ledger.bound[allocation_id]
+        release = observed.releases.pending.get(allocation_id)  # taken back: the old devices pods held
+        old = [device_id for device_id in record.get("device_ids") or []
+               if release is None or device_id not in release.device_ids]
+        wanted = set(atom.key for atom in atoms_of(ref.id for ref in assignment.devices))
+        taken = tuple(atom for atom in atoms_of(old) if atom.key in wanted)
+        decided.append(Decided(releasing=((allocation_id, tuple(atoms_of(old)), limits_from_record(record.get("limits"))),),
+                               retained=((allocation_id, taken),) if taken else ()))
+    return Decided.join(decided)
 
 
 def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
@@ -330,6 +366,7 @@ def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
     released += _finish_releases(ctx)
     # 2. holds no longer wanted (those the phases above settled are no longer live)
     released += _release_unwanted(ctx, _live(observed, released), set(owner for owner, _a, _b in released.releasing))
+    released += _bound_again(ctx, set(owner for owner, _a, _b in released.releasing))
     live = _live(observed, released)
     claims, seen = _claims(ctx, live, released)
     # 3. holds still wanted; 4. new holds
@@ -353,7 +390,7 @@ def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
                 errors=list(decided.errors), holds=list(decided.holds),
                 conditions=list(decided.conditions) + ([damaged_condition(asides)] if asides else []),
                 pending_releases=list(decided.pending_releases), vfio=dict(decided.vfio),
-                renders=dict(decided.renders))
+                renders=dict(decided.renders), booked=dict(decided.booked))
     return ctx, plan, set(live) | set(action.allocation_id for action in actions if isinstance(action, Bind))
 
 
@@ -435,7 +472,9 @@ def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: Set[str]) -> Decide
     if not observed.spec_dir:
         return decided
     for allocation_id in sorted(observed.ledger.bound):
-        if allocation_id in keep or allocation_id in observed.live or allocation_id in releasing or \
+        # one still wanted is bound again (_bound_again), unless an earlier round found it is not (plan_pass)
+        if (allocation_id in keep and (allocation_id not in ctx.wanted or allocation_id in ctx.superseded)) or \
+                allocation_id in observed.live or allocation_id in releasing or \
                 allocation_id in observed.releases.pending or allocation_id in observed.ledger.unfinished_releases:
             continue
         if not observed.privileged:
@@ -510,6 +549,8 @@ def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Clai
                 claims = claims.book(allocation_id, booked, kind=RELEASING)
             else:
                 claims = claims.book(allocation_id, booked)
+    for allocation_id, atoms in released.retained:  # the old devices its new hold takes: its own still
+        claims = claims.hold(allocation_id, atoms)
     releasing = dict((allocation_id, (atoms, booked)) for allocation_id, atoms, booked in released.releasing)
     for allocation_id in sorted(releasing):
         atoms, booked = releasing[allocation_id]
@@ -569,8 +610,9 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
             if hold.cgroup_parent:
                 decided.append(Decided(sliced=frozenset([hold.cgroup_parent])))
         else:
+            assignment, stays = _kept_in_its_slice(ctx, assignment, hold, None if missing else atoms)
             grown, assignment, claims = _admit_growth(ctx, claims, assignment, hold)
-            decided.append(grown + _keep_slice(ctx, assignment, hold))
+            decided.append(stays + grown + _keep_slice(ctx, assignment, hold) + _booked(observed, assignment, hold))
             if not hold.problem and not missing:
                 decided.append(_keep_files(ctx, assignment, hold, atoms))
             elif not hold.problem:
@@ -594,8 +636,9 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
         elif reported.get("device_ids") and sorted(reported["device_ids"]) != sorted(hold.device_ids):
             # moved unreported (a Kubernetes hold's new devices), and the pass died before its AllocationBound
             why = "on its new devices: the node last reported it bound on %s" % ", ".join(reported["device_ids"])
-        elif cgroup_parent != hold.cgroup_parent and observed.privileged:
-            # the control plane learns where the hold's workload now runs (a slice added or gone)
+        elif cgroup_parent != reported.get("cgroup_parent", hold.cgroup_parent) and observed.privileged:
+            # the control plane learns where the hold's workload now runs (a slice added or gone), also when
+            # the pass that wrote its spec could not report it (an older ledger kept no parent: its spec's)
             why = "again: its cgroup parent is now %s" % (cgroup_parent or "none (its slice is gone)")
         else:
             continue
@@ -606,27 +649,78 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
     return Decided.join(decided), claims
 
 
+def _booked(observed: Observed, assignment: Any, hold: Any) -> Decided:
+    """A kept hold without a slice (a Kubernetes hold) whose limits changed: what it books now goes to the ledger
+    at the end of the pass, as a slice's limits do when it is set, so admission counts it from the next pass on
+    (its growth, admitted once, was admitted again by every pass, and refused once others took the room)."""
+    record = observed.ledger.bound.get(assignment.allocation_id)
+    if record is None or cgroup_parent_of(assignment, hold.kubernetes) is not None:
+        return Decided()
+    limits = limits_record(assignment.limits)
+    return Decided() if limits == record.get("limits") else Decided(booked=((assignment.allocation_id, limits),))
+
+
 def grows(old: Any, new: Any) -> bool:
     """Whether ``new`` limits book more memory or huge pages than ``old``."""
     return any((getattr(new, name, None) or 0) > (getattr(old, name, None) or 0)
                for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi"))
 
 
+def _bound_limits(observed: Observed, hold: Any) -> Optional[Limits]:
+    """The limits a kept hold was bound with: the ledger's, or (a ledger that kept none) its slice's."""
+    recorded = limits_from_record((observed.ledger.bound.get(hold.allocation_id) or {}).get("limits"))
+    current = observed.slices.get(hold.cgroup_parent) if hold.cgroup_parent else None
+    if recorded is None and current is not None:
+        recorded = limits_of_slice(current)
+    return recorded
+
+
+def _kept_in_its_slice(ctx: Pass, assignment: Any, hold: Any, atoms: Optional[Sequence[Any]]) -> Tuple[Any, Decided]:
+    """A kept hold whose new limits put it into a slice or take it out of one changes its cgroup parent, which
+    its spec names: it moves only with its spec written again. When its spec is left as it is (some of its
+    devices are missing: ``atoms`` None) or the node refuses to render it (``RenderRefused``: a runtime's
+    cdiVersion ceiling, a device node the vendor spec names gone), the hold is kept as it is wholly, its slice
+    and the limits it was bound with too: the slice its spec names is not stopped under it (nor one made that
+    its spec does not name), and no AllocationBound reports a cgroup parent its spec does not have. The first
+    pass that can write its spec moves it. Returns the assignment as kept and what is said."""
+    if hold.problem or cgroup_parent_of(assignment, hold.kubernetes) == hold.cgroup_parent:
+        return assignment, Decided()
+    observed = ctx.observed
+    why = "some of its devices are missing"
+    if atoms is not None:
+        generation = hold.generation if hold.generation is not None else ctx.generation
+        try:
+            render_hold(assignment, atoms, generation, observed.vendor, observed.mps, [], observed.runtimes)
+            return assignment, Decided()
+        except RenderRefused as exc:
+            why = str(exc)
+        except RenderError:  # not valid CDI: _keep_files says so, and the pass is retried
+            return assignment, Decided()
+    kept = replace(assignment, limits=_bound_limits(observed, hold))
+    if cgroup_parent_of(kept, hold.kubernetes) != hold.cgroup_parent:  # what it was bound with is not known
+        return assignment, Decided()
+    return kept, Decided(warnings=("%s keeps the limits it was bound with (cgroup parent %s) until its spec can be "
+                                   "written again: %s" % (assignment.allocation_id, hold.cgroup_parent or "none", why),))
+
+
 def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tuple[Decided, Any, Claims]:
     """A kept hold whose limits grow gets them only if the host has room; otherwise it keeps what it was
-    bound with and is refused (``resources-exhausted``) at this generation, finally. Returns what it
+    bound with and is refused (``resources-exhausted``) at this generation, finally. New limits no slice
+    takes (a quota under the floor) are refused the same way (``invalid-assignment``). Returns what it
     decided, the assignment as kept and the claims with the growth booked."""
     observed, allocation_id = ctx.observed, assignment.allocation_id
     if allocation_id not in observed.ledger.bound:  # never reported: bound with these limits already
         return Decided(), assignment, claims
-    recorded = limits_from_record(observed.ledger.bound[allocation_id].get("limits"))
-    current = observed.slices.get(hold.cgroup_parent) if hold.cgroup_parent else None
-    if recorded is None and current is not None:  # a ledger that kept no limits: the slice says
-        recorded = limits_of_slice(current)
+    recorded = _bound_limits(observed, hold)
     kept = replace(assignment, limits=recorded)
     final = observed.ledger.refusal_at(allocation_id, ctx.generation)
     if final is not None:
         return Decided(failures=((allocation_id,) + tuple(final),)), kept, claims
+    problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, hold.kubernetes) else None
+    if problem is not None and limits_record(assignment.limits) != limits_record(recorded):
+        # a quota that starves the workload is refused as for a new hold: no slice would ever take it
+        return Decided(failures=((allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
+            kept, claims
     if not grows(recorded, assignment.limits):
         return Decided(), assignment, claims
     if claims.memory is None:

@@ -31,7 +31,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     check_nodelist,
     parse_cpulist,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
 
 SLICE_NAME_RE = re.compile(r"^bcd-alloc-%s\.slice$" % ALLOCATION_ID)
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -52,8 +52,15 @@ PROPERTY_RE = {
 }
 
 
-class SliceError(RetryableError):
-    """A slice operation that failed or was refused; retryable."""
+class SliceError(BcdError):
+    """A slice request that is refused as it is: a malformed name or property, or a ``CPUQuota`` that starves
+    its workload. Permanent: the same request never succeeds, so no pass retries it (``TransientSliceError``
+    is what may work later)."""
+
+
+class TransientSliceError(SliceError, RetryableError):
+    """A slice operation that failed now (``systemctl``, a cgroup file) or that what the slice holds now
+    refuses (a workload still running, no headroom over its use): the next pass tries again."""
 
 
 def slice_name(allocation_id):
@@ -232,21 +239,21 @@ def check_slice_change(current, properties, huge, name="the slice"):
         high = int(memory_high) if memory_high is not None and memory_high.isdigit() else None
         if (int(memory_max) < used + margin and lowers(int(memory_max), present.get("MemoryMax"))) or \
                 (high is not None and high < used and lowers(high, present.get("MemoryHigh"))):
-            raise SliceError(
+            raise TransientSliceError(
                 "%s: memory_bytes %s leaves no headroom over the slice's current use %d: at least %d is needed "
                 "(MemoryMax >= current + %s = %d, and MemoryHigh, 90%% of it, >= current); a change of its "
                 "limits never kills its workload" % (current.name, memory_max, used, least_memory_bytes(used),
                                                      _margin_text(margin), used + margin))
     elif used is not None and memory_high is not None and memory_high.isdigit() and int(memory_high) < used \
             and lowers(int(memory_high), present.get("MemoryHigh")):
-        raise SliceError("%s: MemoryHigh %s is below the slice's current use %d; a change of its limits never "
+        raise TransientSliceError("%s: MemoryHigh %s is below the slice's current use %d; a change of its limits never "
                          "kills its workload" % (current.name, memory_high, used))
     pages = dict((size, (attribute, page)) for size, attribute, page in HUGE_SIZES)
     for size, value in sorted(huge.items()):
         faulted = current.hugetlb_current.get(size, 0)
         attribute, page = pages.get(size, ("hugetlb.%s" % size, 1))
         if faulted and value < faulted + page and lowers(value, current.hugetlb_max.get(size)):
-            raise SliceError(
+            raise TransientSliceError(
                 "%s: %s %d (hugetlb.%s.max=%d) leaves no headroom over the %s huge pages faulted in, %d bytes "
                 "(%d pages): at least %d pages (%d bytes, one page more) are needed; a change of its limits "
                 "never kills its workload" % (current.name, attribute, value // page, size, value, size, faulted,

@@ -252,7 +252,7 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
                 state.store_nodespec(generation, devices, instances, cdi_runtimes)
             state.finish(generation, section_of(generation, plan, errors, previous)["state"], plan.vfio,
                          set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals),
-                         finished=not errors, renders=plan.renders, started=now)
+                         finished=not errors, renders=plan.renders, started=now, booked=plan.booked)
             # what is on the node now, whatever failed on the way (read again only when the pass wrote)
             if done or apply_errors:
                 files = host.hold_files()

@@ -71,7 +71,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     render_hold,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
@@ -118,14 +118,21 @@ _ACCEPT_RETRY = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.
 
 
 class Refused(BcdError):
-    """A request the helper will not carry out; the message goes back to the peer."""
+    """A request the helper will not carry out; the message goes back to the peer. ``retryable``: what the
+    node has now refuses it (a full quota, a workload still running, a device not there yet), so the same
+    request may be carried out later, and the reply says so (``"retryable": true``); otherwise the request
+    itself is at fault (malformed, or never carried out as asked) and no pass should send it again."""
+
+    def __init__(self, message, retryable=False):
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class RateLimited(Refused):
     """A peer past its rate; ``first`` for the first refusal in ``RATE_LOG_EVERY`` seconds (the helper logs it)."""
 
     def __init__(self, message, first=False):
-        super().__init__(message)
+        super().__init__(message, retryable=True)
         self.first = first
 
 
@@ -230,11 +237,21 @@ def _write_hold(host, kind, data):
             raise Refused("hold.runtimes: must list the runtimes, not auto")
         spec, env = render_hold(assignment, atoms, generation, host.vendor_spec(), host.exists(MPS_PIPE_DIRECTORY),
                                 runtimes=runtimes)
-    except (InvalidAssignment, AtomRefused, RenderError) as exc:
+    except InvalidAssignment as exc:
         raise Refused(str(exc))
+    except (AtomRefused, RenderError) as exc:
+        # a device not there (yet), or the vendor spec root reads now, may change; anything else of the request not
+        raise Refused(str(exc), retryable=_node_may_change(exc))
     with _CREATING:
         _check_quota(host, kind, assignment.allocation_id)
         host.writer.write_node_file(kind, assignment.allocation_id, spec if kind == "cdi" else env)
+
+
+def _node_may_change(exc):
+    """Whether a refusal to render a hold comes from what the node has now (a device missing, a vendor spec
+    that names no device node for it or would make invalid CDI), not from the request."""
+    reason = getattr(exc, "reason", None)
+    return reason == Reason.DEVICE_MISSING or (isinstance(exc, RenderError) and reason is None)
 
 
 def _check_quota(host, kind, allocation_id):
@@ -248,11 +265,12 @@ def _check_quota(host, kind, allocation_id):
     try:
         count = host.writer.count_node_files(kind, MAX_HOLD_FILES)
     except TooManyEntries as exc:
-        raise Refused("quota: cannot count the %s in %s (%s); %s is not created" % (what, directory, exc, path))
+        raise Refused("quota: cannot count the %s in %s (%s); %s is not created" % (what, directory, exc, path),
+                      retryable=True)
     if count >= MAX_HOLD_FILES:
         raise Refused("quota: %s already holds %d %s, the most a node may have (a pass honours at most %d "
                       "holds); %s is not created until one is removed"
-                      % (directory, count, what, MAX_ASSIGNMENTS, path))
+                      % (directory, count, what, MAX_ASSIGNMENTS, path), retryable=True)
 
 
 def _atoms_on_disk(host, assignment, missing):
@@ -287,7 +305,7 @@ def _apply_slice(host, allocation_id, raw_limits):
     try:  # root's own check (headroom over use, the CPUQuota floor); the backend's apply runs it again
         check_slice_change(host.slices.state(name), properties, huge, name)
     except SliceError as exc:
-        raise Refused(str(exc))
+        raise Refused(str(exc), retryable=isinstance(exc, RetryableError))
     host.writer.apply_slice(SliceApply(name, properties, huge))
 
 
@@ -299,11 +317,11 @@ def _stop_slice(host, allocation_id):
     if current is None:
         return
     if current.populated:
-        raise Refused("%s still runs a workload; it is stopped once empty" % name)
+        raise Refused("%s still runs a workload; it is stopped once empty" % name, retryable=True)
     try:
         host.writer.stop_slice(name)
     except SliceError as exc:
-        raise Refused(str(exc))
+        raise Refused(str(exc), retryable=isinstance(exc, RetryableError))
 
 
 class RateLimit:
@@ -388,8 +406,12 @@ def _group_exists(gid):
     return True
 
 
-def _reply(connection, ok, error=None, extra=None):
+def _reply(connection, ok, error=None, extra=None, retryable=False):
+    """One reply line. A refusal the same request may get past later (the node's state, the helper busy, a
+    slow peer) says ``"retryable": true``; one without it is final for that request."""
     message = {"ok": True} if ok else {"ok": False, "error": error}
+    if not ok and retryable:
+        message["retryable"] = True
     message.update(extra or {})
     try:
         connection.sendall((json.dumps(message) + "\n").encode("utf-8"))
@@ -428,7 +450,7 @@ def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLI
         while b"\n" not in buffer:
             left = end - time.monotonic()
             if left <= 0:
-                _reply(connection, False, "no complete request within %gs" % deadline)
+                _reply(connection, False, "no complete request within %gs" % deadline, retryable=True)
                 _hang_up(connection)
                 return
             try:
@@ -466,11 +488,11 @@ def _answer(host, connection, line, uid, log, limiter=None):
     except RecursionError:
         _reply(connection, False, "a request nests deeper than %d levels" % MAX_DEPTH)
     except Refused as exc:
-        _reply(connection, False, str(exc))
+        _reply(connection, False, str(exc), retryable=exc.retryable)
         if log and getattr(exc, "first", False):  # a limited peer once a minute, not once a refusal
             log("uid %d: %s" % (uid, exc))
-    except (BcdError, OSError) as exc:
-        _reply(connection, False, "failed: %s" % exc)
+    except (BcdError, OSError) as exc:  # I/O, a unit systemd could not start now: retryable; a request root refuses: not
+        _reply(connection, False, "failed: %s" % exc, retryable=isinstance(exc, (OSError, RetryableError)))
     except Exception as exc:  # a bug must cost one reply, never the helper: say so, and log it
         _reply(connection, False, "internal error (%s); see the helper's log" % type(exc).__name__)
         if log:
@@ -538,7 +560,7 @@ def _busy(connection, max_connections):
     """A peer beyond the limit is told at once and let go: it holds no thread."""
     with connection:
         connection.settimeout(1.0)
-        _reply(connection, False, "busy: %d requests are being served; try again" % max_connections)
+        _reply(connection, False, "busy: %d requests are being served; try again" % max_connections, retryable=True)
 
 
 def serve(host, server, policy, log=None, stop=None, deadline=REQUEST_DEADLINE, max_connections=MAX_CONNECTIONS,

@@ -3,9 +3,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The unprivileged end of the root helper's socket (``bcd-holds helper``).
 
-One JSON request per connection, one JSON reply, with a deadline on each; a
-refusal or an unreachable helper is a ``HelperError``, which a pass retries like
-any failed write. The protocol is described with the server, ``entry/helper.py``.
+One JSON request per connection, one JSON reply, with a deadline on each. An
+unreachable or silent helper, or a refusal its reply marks ``"retryable": true``
+(what the node has now: a full quota, a running workload, the helper busy), is a
+``HelperError``, which a pass retries like any failed write; any other refusal is
+a ``HelperRefused``: the request is at fault, and sending it again would fail
+again, so it is not retried. The protocol is described with the server,
+``entry/helper.py``.
 """
 
 from __future__ import annotations
@@ -13,13 +17,18 @@ from __future__ import annotations
 import json
 import socket
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
 
 IO_TIMEOUT = 30.0
 
 
 class HelperError(RetryableError):
-    """The helper refused an operation or could not be reached; retryable."""
+    """The helper could not be reached or answered, or refused an operation for what the node has now;
+    retryable."""
+
+
+class HelperRefused(BcdError):
+    """The helper refused a request as it is (malformed, or never carried out as asked); permanent."""
 
 
 class HelperClient:
@@ -48,16 +57,18 @@ class HelperClient:
             answer = json.loads(reply.split(b"\n", 1)[0].decode("utf-8"))
         except ValueError:
             raise HelperError("the root helper at %s gave no answer" % self.socket_path)
-        if not isinstance(answer, dict) or answer.get("ok") is not True:
-            error = answer.get("error") if isinstance(answer, dict) else None
-            raise HelperError("the root helper refused %s: %s" % (message.get("op"), error or "no reason given"))
+        if not isinstance(answer, dict):
+            raise HelperError("the root helper at %s gave no answer" % self.socket_path)
+        if answer.get("ok") is not True:
+            text = "the root helper refused %s: %s" % (message.get("op"), answer.get("error") or "no reason given")
+            raise HelperError(text) if answer.get("retryable") is True else HelperRefused(text)
         return answer
 
     def reachable(self):
         """Why the helper cannot be used now, or None (an empty request is answered as malformed)."""
         try:
             self.request({"op": "ping"})
-        except HelperError as exc:
+        except (HelperError, HelperRefused) as exc:
             return None if "unknown op" in str(exc) else str(exc)
         return None
 

@@ -32,7 +32,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names, dra_device_ids
-from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError
+from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError, HelperRefused
 
 
 def import_grpc():
@@ -461,5 +461,5 @@ class HelperKubeSide(KubeSide):
         # type: (object) -> KubeView
         try:
             return view_from_json(self.client.kube_look())
-        except HelperError as exc:
+        except (HelperError, HelperRefused) as exc:  # either way nothing is known: every release counts as held
             return KubeView(error=str(exc))

@@ -27,6 +27,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     SLICE_NAME_RE,
     SliceError,
     SliceState,
+    TransientSliceError,
     check_slice_change,
     check_slice_name,
     check_slice_request,
@@ -168,7 +169,7 @@ class SystemdSlices:
         argv = ["systemctl"] + list(args)
         rc, _out, err = self.runner(argv)
         if rc != 0:
-            raise SliceError("%s failed (%d): %s" % (" ".join(argv), rc, err.strip() or "no message"))
+            raise TransientSliceError("%s failed (%d): %s" % (" ".join(argv), rc, err.strip() or "no message"))
 
     def apply(self, name, properties, huge):
         check_slice_request(name, properties, huge)
@@ -238,12 +239,12 @@ def stop_when_empty(slices, name, stop):
     if current is None:
         return
     if current.populated:
-        raise SliceError("%s still runs a workload; it is stopped once empty" % name)
+        raise TransientSliceError("%s still runs a workload; it is stopped once empty" % name)
     slices.freeze(name, True)
     try:
         again = slices.state(name, show=False)
         if again is not None and again.populated:
-            raise SliceError("%s still runs a workload (it joined as the slice was stopped); it is stopped "
+            raise TransientSliceError("%s still runs a workload (it joined as the slice was stopped); it is stopped "
                              "once empty" % name)
         stop()
     except BaseException:
@@ -315,4 +316,4 @@ def _write_cgroup(path, value):
         with open(path, "w") as handle:
             handle.write(value)
     except OSError as exc:
-        raise SliceError("cannot write %r to %s: %s" % (value, path, exc))
+        raise TransientSliceError("cannot write %r to %s: %s" % (value, path, exc))

@@ -10,7 +10,7 @@ the host:
 ``bound``
     holds whose ``AllocationBound`` was journaled (a hold written but never
     reported, because the pass died in between, is reported by the next pass),
-    with the limits they were bound with;
+    with the limits they were bound with and the cgroup parent their last one named (``null``: none);
 ``unfinished_releases``
     plain releases recorded before their files are removed (a release cut
     short is finished, and reported, by the next pass). Kubernetes releases
@@ -194,7 +194,8 @@ def record_event(ledger, event, limits=None):
     allocation_id = body.get("allocation_id")
     generation = body.get("generation")
     if event.get("type") == ALLOCATION_BOUND:
-        record = {"generation": generation, "device_ids": list(body.get("device_ids") or [])}
+        record = {"generation": generation, "device_ids": list(body.get("device_ids") or []),
+                  "cgroup_parent": body.get("cgroup_parent")}
         if limits:
             record["limits"] = limits
         ledger.bound[allocation_id] = record

@@ -345,10 +345,12 @@ class NodeState:
         return journaled
 
     def finish(self, generation: int, state: str, vfio: Dict[str, str], kept_failures: Any, finished: Any,
-               renders: Optional[Dict[str, dict]] = None, started: Optional[float] = None) -> None:
+               renders: Optional[Dict[str, dict]] = None, started: Optional[float] = None,
+               booked: Optional[Dict[str, Optional[dict]]] = None) -> None:
         """Record the end of a real pass: its section state, the VMs' GPUs, the refusals still relevant,
-        the holds' render records, and (``finished``: nothing left to retry) the generation it observed;
-        with ``started`` (when it took the lock), its time and result for ``bcd-holds metrics``."""
+        the holds' render records, what kept holds without a slice book now (``booked``), and
+        (``finished``: nothing left to retry) the generation it observed; with ``started`` (when it took
+        the lock), its time and result for ``bcd-holds metrics``."""
         with self.change() as change:
             if started is not None:
                 ended = time.time()
@@ -361,6 +363,9 @@ class NodeState:
             ledger.vfio = vfio
             if renders is not None:
                 ledger.renders = renders
+            for allocation_id, limits in sorted((booked or {}).items()):
+                if allocation_id in ledger.bound:
+                    ledger.bound[allocation_id]["limits"] = limits
             ledger.last_state = state
             ledger.failures = dict((k, v) for k, v in ledger.failures.items() if k in kept_failures)
 

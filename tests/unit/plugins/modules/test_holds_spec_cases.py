@@ -290,6 +290,24 @@ def test_growth_is_counted_against_the_new_holds_after_it(capsys, node):
                               "ResourcesExhausted: 2048 MiB of memory needed, 1024 MiB left on this host")]
 
 
+def test_a_kubernetes_holds_growth_is_admitted_once_and_stays_booked(capsys, node):
+    # no slice records what a Kubernetes hold books: the ledger does, or every pass admitted its growth again,
+    # against holds bound after it meanwhile (found by make soak)
+    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.test_admission import write_memory
+    write_memory(node, 32 * GIB, hugetlb=4 * GIB, pages={"1GB": (4, 0)}, nodes={0: {"1GB": 2}, 1: {"1GB": 2}})
+    run(capsys, node, generation=1, devices=[hold("k1", GPU_B, binding="BINDING_KUBERNETES")])
+    # k1 grows by a page of NUMA node 0; a1 takes two pages of anywhere (so maybe node 0's)
+    devices = [hold("k1", GPU_B, binding="BINDING_KUBERNETES", limits={"mems": "0", "hugepages_1gi": 1}),
+               hold("a1", GPU_A, limits={"hugepages_1gi": 2})]
+    grown = run(capsys, node, generation=2, devices=devices)
+    assert fails(grown) == [] and grown["section"]["state"] == "CONVERGED"
+    again = run(capsys, node, generation=2, devices=devices)
+    assert fails(again) == [] and again["plan"] == [] and again["changed"] is False
+    # and it counts against a hold of a later generation: one 1 GiB page is left on the host
+    later = run(capsys, node, generation=3, devices=devices + [hold("a3", GPU_C, limits={"hugepages_1gi": 2})])
+    assert fails(later) == [("a3", "resources-exhausted", "ResourcesExhausted: 2 hugepages of 1048576 KiB needed, 1 free")]
+
+
 def test_a_pending_kubernetes_releases_memory_stays_committed_until_it_is_reported(capsys, node):
     with_memory(node, 10)
     node.set_hardware(kubelet={"reachable": True, "pods": [
@@ -313,6 +331,56 @@ def test_a_slice_added_to_a_kept_hold_is_reported_with_its_cgroup_parent(capsys,
     assert reports[1]["cgroup_parent"] == "bcd-alloc-a1.slice"
     assert b'"bcd.dev/cgroup-parent": "bcd-alloc-a1.slice"' in node.read("/etc/cdi/bcd-a1.json")
     assert run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})])["changed"] is False
+
+
+BOOKWORM = [{"name": "podman", "version": "4.3.1"}]  # its CDI library loads cdiVersion 0.5.0 at most: no spec of bcd's
+CEILING = ("its CDI spec needs cdiVersion 0.6.0 (annotations, devices[0].annotations), and podman 4.3.1 on this node "
+           "loads at most 0.5.0")
+
+
+def test_a_kept_hold_that_cannot_be_written_again_keeps_its_slice_when_its_limits_go(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})])
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A)], cdi_runtimes=BOOKWORM)
+    # its spec names its slice and cannot be written without it: the hold is kept as it is, slice included
+    assert result["plan"] == [] and result["section"]["state"] == "CONVERGED"
+    assert ("a1 keeps the limits it was bound with (cgroup parent bcd-alloc-a1.slice) until its spec can be written "
+            "again: " + CEILING) in warnings(result)
+    assert node.exists("/run/bcd/slices/bcd-alloc-a1.slice.json")
+    assert b'"bcd.dev/cgroup-parent": "bcd-alloc-a1.slice"' in node.read("/etc/cdi/bcd-a1.json")
+    assert [r["cgroup_parent"] for r in bound_events(result, "a1")] == ["bcd-alloc-a1.slice"]
+    assert run(capsys, node, generation=2, devices=[hold("a1", GPU_A)], cdi_runtimes=BOOKWORM)["changed"] is False
+    # the runtime upgraded: the spec is written without the slice, the slice stopped, the control plane told
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A)])
+    assert [p["action"] for p in result["plan"]] == ["stop-slice", "rerender", "write-env", "report-bound"]
+    assert not node.exists("/run/bcd/slices/bcd-alloc-a1.slice.json")
+    assert b"cgroup-parent" not in node.read("/etc/cdi/bcd-a1.json")
+    assert "cgroup_parent" not in bound_events(result, "a1")[-1] and bound_events(result, "a1")[-1]["generation"] == 2
+
+
+def test_a_kept_hold_that_cannot_be_written_again_gets_no_slice_its_spec_does_not_name(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A)])
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})], cdi_runtimes=BOOKWORM)
+    assert result["plan"] == []
+    assert ("a1 keeps the limits it was bound with (cgroup parent none) until its spec can be written again: "
+            + CEILING) in warnings(result)
+    assert not node.exists("/run/bcd/slices/bcd-alloc-a1.slice.json")
+    assert [r.get("cgroup_parent") for r in bound_events(result, "a1")] == [None]
+
+
+def test_a_kept_hold_leaving_its_slice_is_reported_once_its_env_file_is_written(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"cpus": "0-1"})])
+    os.unlink(node.path("/run/bcd/allocations/a1.env"))
+    os.makedirs(node.path("/run/bcd/allocations/a1.env"))  # the env file cannot be written
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A)])
+    assert result["section"]["state"] == "PROGRESSING"
+    assert b"cgroup-parent" not in node.read("/etc/cdi/bcd-a1.json")  # its spec was written first
+    assert len(bound_events(result, "a1")) == 1  # not reported while its env file is not in place
+    os.rmdir(node.path("/run/bcd/allocations/a1.env"))
+    # the next pass writes the env file and tells the control plane the hold has left its slice
+    result = run(capsys, node, generation=2, devices=[hold("a1", GPU_A)])
+    assert [p["action"] for p in result["plan"]] == ["write-env", "report-bound"]
+    assert "cgroup_parent" not in bound_events(result, "a1")[-1] and bound_events(result, "a1")[-1]["generation"] == 2
+    assert run(capsys, node, generation=2, devices=[hold("a1", GPU_A)])["changed"] is False
 
 
 # -- 6. a damaged spec of a hold ---------------------------------------------------------------

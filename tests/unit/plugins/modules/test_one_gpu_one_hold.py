@@ -14,7 +14,7 @@ import os
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
 
-from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.test_admission import write_memory
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_runtimes_and_upgrades import driver, set_vendor_version
@@ -210,3 +210,56 @@ def test_a_spec_deleted_by_hand_is_bound_again_while_wanted(capsys, node):
     result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
     assert [(p["action"], p["allocation_id"]) for p in result["plan"]] == [("bind", "a1")]
     assert node.exists("/etc/cdi/bcd-a1.json") and node.exists("/run/bcd/allocations/a1.env")
+
+
+# --- C8: a Kubernetes hold wanted again keeps what its new hold takes, and frees what no pod holds ---------------
+
+
+def pod_on(node, device_id):
+    node.set_hardware(kubelet={"reachable": True, "pods": [
+        {"namespace": "ml", "name": "train-0", "container": "main", "device_ids": [device_id]}]})
+
+
+def test_a_kubernetes_hold_rebound_onto_its_own_gpu_keeps_it_while_a_pod_holds_another(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("k2", GPU_A, GPU_C, binding="BINDING_KUBERNETES")])
+    pod_on(node, GPU_C)
+    # a0 comes first in the spec, but GPU_A is still k2's: its new hold takes it back
+    devices = [hold("a0", GPU_A), hold("k2", GPU_A)]
+    result = run(capsys, node, generation=2, devices=devices)
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a0", "overlap", "%s is assigned to k2" % GPU_A)]
+    assert specs_naming(node, GPU_A) == ["bcd-k2.json"]
+    assert journaled(node)[-2:] == [("AllocationBound", "k2"), ("AllocationFailed", "a0")]
+    assert [(p["allocation_id"], p["device_ids"], p["taken_back"]) for p in result["pending_releases"]] == [
+        ("k2", [GPU_C], True)]
+    # it planned k2's new hold in one go: the next pass has nothing left to take back
+    assert run(capsys, node, generation=2, devices=devices)["changed"] is False
+
+
+def test_a_kubernetes_hold_moved_off_a_gpu_no_pod_holds_frees_it_in_the_same_pass(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("k2", GPU_A, GPU_C, binding="BINDING_KUBERNETES")])
+    pod_on(node, GPU_C)
+    devices = [hold("a0", GPU_A), hold("k2", GPU_B)]
+    result = run(capsys, node, generation=2, devices=devices)
+    # only GPU_C, which the pod holds, stays k2's; GPU_A goes to a0 once k2's new AllocationBound says it left it
+    assert result["failures"] == []
+    assert specs_naming(node, GPU_A) == ["bcd-a0.json"]
+    assert journaled(node)[-2:] == [("AllocationBound", "k2"), ("AllocationBound", "a0")]
+    assert [(p["allocation_id"], p["device_ids"], p["taken_back"]) for p in result["pending_releases"]] == [
+        ("k2", [GPU_C], True)]
+    assert run(capsys, node, generation=2, devices=devices)["changed"] is False
+
+
+def test_a_hold_whose_spec_a_dead_pass_withdrew_keeps_its_gpu_until_it_is_bound_again(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("k2", GPU_A, GPU_C, binding="BINDING_KUBERNETES")])
+    # a pass withdrew it unreported to bind it anew and died before the bind: its last report still stands
+    os.unlink(node.path("/etc/cdi/bcd-k2.json"))
+    os.unlink(node.path("/run/bcd/allocations/k2.env"))
+    result = run(capsys, node, generation=2, devices=[hold("a0", GPU_A), hold("a1", GPU_C + "/s1"),
+                                                      hold("k2", GPU_A, GPU_B)])
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a0", "overlap", "%s is assigned to k2" % GPU_A)]
+    # GPU_C is free once k2's new AllocationBound no longer names it: a1 is bound after it, never before
+    assert journaled(node)[-3:] == [("AllocationBound", "k2"), ("AllocationBound", "a1"), ("AllocationFailed", "a0")]
+    assert ("AllocationReleased", "k2") not in journaled(node)
+

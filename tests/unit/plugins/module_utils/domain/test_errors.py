@@ -91,3 +91,46 @@ def test_an_unreachable_kubelet_is_retryable(tmp_path):
     with pytest.raises(KubeletUnreachable) as caught:
         list_pod_devices(str(tmp_path / "kubelet.sock"))
     assert isinstance(caught.value, RetryableError)
+
+
+def test_a_malformed_slice_request_is_permanent():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_request
+    for name, properties, huge in (("bcd-alloc-../x.slice", {}, {}), ("bcd-alloc-a1.slice", {"Delegate": "yes"}, {}),
+                                   ("bcd-alloc-a1.slice", {"AllowedCPUs": "0-3;rm -rf /"}, {}),
+                                   ("bcd-alloc-a1.slice", {}, {"2MB": -1})):
+        with pytest.raises(SliceError) as caught:
+            check_slice_request(name, properties, huge)
+        assert not isinstance(caught.value, RetryableError), name  # the same request never succeeds
+
+
+def test_a_quota_that_starves_its_workload_is_permanent_and_no_headroom_is_retryable():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
+        SliceError, SliceState, TransientSliceError, check_slice_change)
+    with pytest.raises(SliceError, match="below the floor of 10% of one CPU") as caught:
+        check_slice_change(None, {"CPUQuota": "1%"}, {}, "bcd-alloc-a1.slice")
+    assert not isinstance(caught.value, RetryableError)
+    running = SliceState(name="bcd-alloc-a1.slice", properties={"MemoryMax": str(4 << 30)}, populated=True,
+                         memory_current=2 << 30)
+    with pytest.raises(TransientSliceError, match="leaves no headroom over the slice's current use") as caught:
+        check_slice_change(running, {"MemoryMax": str(1 << 30), "MemoryHigh": str(900 << 20)}, {})
+    assert isinstance(caught.value, RetryableError)  # once the workload uses less (or exits), it is set
+
+
+def test_a_slice_systemd_cannot_start_or_a_workload_still_runs_in_is_retryable(tmp_path):
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import TransientSliceError
+    from ansible_collections.bcd.devices.plugins.module_utils.node.slices import SystemdSlices
+
+    class Host:
+        def path(self, node_path):
+            return str(tmp_path) + node_path
+
+    slices = SystemdSlices(Host(), lambda argv: (1, "", "Failed to start: Transaction is destructive."))
+    with pytest.raises(TransientSliceError, match="systemctl start bcd-alloc-a1.slice failed \\(1\\)") as caught:
+        slices.apply("bcd-alloc-a1.slice", {"AllowedCPUs": "0-3"}, {})
+    assert isinstance(caught.value, RetryableError)
+    directory = tmp_path / "sys/fs/cgroup/bcd.slice/bcd-alloc.slice/bcd-alloc-a1.slice"
+    directory.mkdir(parents=True)
+    (directory / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+    with pytest.raises(TransientSliceError, match="still runs a workload") as caught:
+        slices.remove("bcd-alloc-a1.slice")
+    assert isinstance(caught.value, RetryableError)

@@ -30,10 +30,11 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperSetupError, listen, MAX_REQUEST, Policy
-from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient, HelperError
+from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient, HelperError, HelperRefused
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter
 from ansible_collections.bcd.devices.tests.unit.builders import request
@@ -221,12 +222,13 @@ def check_a_populated_slice_is_kept(request, node, used):
     record = json.loads(Path(record_path).read_text())
     record.update(populated=True, memory_current=used)      # a workload runs in it (root's record)
     Path(record_path).write_text(json.dumps(record))
+    # what the slice holds now refuses these: retryable, the same request may be carried out later
     assert request({"op": "slice.stop", "allocation_id": "a1"}) == {
-        "ok": False, "error": "bcd-alloc-a1.slice still runs a workload; it is stopped once empty"}
+        "ok": False, "error": "bcd-alloc-a1.slice still runs a workload; it is stopped once empty", "retryable": True}
     least, margin = least_memory_bytes(used)
     for wanted in (1 << 20, used, least - 1):  # below use, at use (the next allocation OOM), one byte short
         reply = request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": wanted}})
-        assert reply == {"ok": False, "error": headroom_message(wanted, used, least, margin)}
+        assert reply == {"ok": False, "error": headroom_message(wanted, used, least, margin), "retryable": True}
         assert json.loads(Path(record_path).read_text())["properties"]["MemoryMax"] == str(bound)
     assert os.path.exists(record_path)
     # just past the margin is fine
@@ -319,8 +321,11 @@ def test_a_key_the_operation_does_not_take_is_refused_by_name(helper, message, e
     ({"limits": {"cpus": "0-30000000"}}, "limits.cpus: CPU 30000000 is beyond 8191, the most any host has"),
 ])
 def test_a_hold_is_checked_by_the_rules_network_input_is(helper, fields, error):
+    reply = {"ok": False, "error": error}
+    if error.endswith(" not present"):  # a device root does not see now may be there later; the rest never passes
+        reply["retryable"] = True
     for kind in ("cdi", "allocation-env"):
-        assert helper.request({"op": "hold.write", "kind": kind, "hold": request(**fields)}) == {"ok": False, "error": error}
+        assert helper.request({"op": "hold.write", "kind": kind, "hold": request(**fields)}) == reply
     assert helper.files() == {}
 
 
@@ -419,11 +424,29 @@ def test_a_last_line_without_its_newline_is_still_answered(helper):
     assert helper.send(json.dumps({"op": "slice.stop", "allocation_id": "a1"})) == [{"ok": True}]
 
 
-def test_the_client_turns_a_refusal_into_a_helper_error(helper):
+def test_the_client_turns_a_refusal_of_the_request_into_a_permanent_error(helper):
     client = HelperClient(helper.socket, timeout=5)
-    with pytest.raises(HelperError, match="refused hold.remove: allocation_id '../x' does not match"):
+    with pytest.raises(HelperRefused, match="refused hold.remove: allocation_id '../x' does not match") as caught:
         client.request({"op": "hold.remove", "kind": "cdi", "allocation_id": "../x"})
+    assert not isinstance(caught.value, RetryableError)  # the same request fails again: no pass retries it
+    for message in ({"op": "hold.write", "kind": "cdi", "hold": request(binding="BINDING_INSTANCE")},
+                    {"op": "slice.apply", "allocation_id": "a1", "limits": {"cpu_millis": 1}},
+                    {"op": "slice.apply", "allocation_id": "a1", "limits": {"cpus": "0-3;rm -rf /"}}):
+        with pytest.raises(HelperRefused):
+            client.request(message)
     assert client.reachable() is None
+
+
+def test_the_client_turns_a_refusal_for_what_the_node_has_now_into_a_retryable_error(helper):
+    client = HelperClient(helper.socket, timeout=5)
+    assert client.request({"op": "slice.apply", "allocation_id": "a1", "limits": {"memory_bytes": 1 << 30}})["ok"]
+    populate(helper.node)
+    with pytest.raises(HelperError, match="refused slice.stop: bcd-alloc-a1.slice still runs a workload") as caught:
+        client.request({"op": "slice.stop", "allocation_id": "a1"})
+    assert isinstance(caught.value, RetryableError)  # it is stopped once its workload exits
+    with pytest.raises(HelperError, match="refused hold.write: GPU-5f1c2a90-0000-4000-8000-0000000000ff not present"):
+        client.request({"op": "hold.write", "kind": "cdi",
+                        "hold": request(devices=[{"id": "GPU-5f1c2a90-0000-4000-8000-0000000000ff"}])})
     missing = HelperClient(os.path.join(helper.base, "no-such.sock"), timeout=1)
     assert "cannot be reached" in missing.reachable()
 
@@ -533,6 +556,25 @@ def test_a_pass_as_nobody_is_refused_alone_and_binds_through_the_helper(base):
         running.close()
 
 
+def test_a_request_the_helper_refuses_as_it_is_fails_the_pass_instead_of_retrying_it(helper, monkeypatch):
+    # an older helper beside a newer node (the role updates both, a hand-installed one may lag): its refusal
+    # of the request itself would be the same every 30 seconds, so the pass fails with it, never PROGRESSING
+    from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as served
+    from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setitem(served.OPS, "slice.apply", ("allocation_id",))
+    host = FakeHwHost(helper.root, helper.fakehw, writer=HelperWriter(HelperClient(helper.socket, timeout=10)))
+    devices = [{"allocation_id": "a1", "reservation_id": "r1", "binding": "BINDING_HOLD", "devices": [{"id": GPU_A}],
+                "limits": {"cpus": "0-1"}}]
+    with pytest.raises(HelperRefused, match="the root helper refused slice.apply: slice.apply takes no limits") as caught:
+        run_pass(host, 1, devices, lock_timeout=5)
+    assert not isinstance(caught.value, RetryableError)
+    assert not os.path.exists(helper.node("/etc/cdi/bcd-a1.json"))  # nothing names a slice that is not there
+    state = NodeState(helper.node("/"), "/var/lib/bcd")
+    state.load(write=False)
+    assert state.ledger.last_state != "PROGRESSING"  # the retry timer has nothing to retry
+
+
 def test_a_pass_through_the_helper_in_process_binds_and_releases(helper, monkeypatch):
     # The same path as above for a test run without root: the pass believes it is uid 1000
     # (the helper thread still really is the test's uid, which its policy allows).
@@ -575,10 +617,10 @@ def test_root_writes_a_kept_holds_env_file_from_its_own_spec_while_its_mig_insta
     reply = helper.request({"op": "hold.write", "kind": "allocation-env",
                             "hold": request("m1", GPU_A + "/gi2/ci0",
                                             devices=[{"id": GPU_A + "/gi2/ci0", "device_class": "gpu.mig"}])})
-    assert reply == {"ok": False, "error": "%s has no MIG instance gi2/ci0" % GPU_A}
+    assert reply == {"ok": False, "error": "%s has no MIG instance gi2/ci0" % GPU_A, "retryable": True}
     # and never the spec itself
     reply = helper.request({"op": "hold.write", "kind": "cdi", "hold": request("m1", devices=devices[0]["devices"])})
-    assert reply == {"ok": False, "error": "%s has no MIG instance gi1/ci0" % GPU_A}
+    assert reply == {"ok": False, "error": "%s has no MIG instance gi1/ci0" % GPU_A, "retryable": True}
 
 
 def test_a_damaged_spec_is_set_aside_by_root_through_the_helper(helper, monkeypatch):
@@ -629,7 +671,8 @@ def test_the_helper_keeps_headroom_whatever_the_peer_checked(helper):
     reply = helper.request(dict(apply, limits={"hugepages_2mi": 2}))
     assert reply == {"ok": False, "error": "bcd-alloc-a1.slice: hugepages_2mi 2 (hugetlb.2MB.max=4194304) leaves no "
                      "headroom over the 2MB huge pages faulted in, 4194304 bytes (2 pages): at least 3 pages "
-                     "(6291456 bytes, one page more) are needed; a change of its limits never kills its workload"}
+                     "(6291456 bytes, one page more) are needed; a change of its limits never kills its workload",
+                     "retryable": True}
     # a CPUQuota of 1 %
     reply = helper.request(dict(apply, limits={"cpu_millis": 10}))
     assert reply == {"ok": False, "error": "bcd-alloc-a1.slice: cpu_millis gives CPUQuota=1%, below the floor of "
@@ -664,7 +707,7 @@ def test_slice_stop_freezes_and_checks_again_so_a_late_joiner_is_kept(helper, mo
     monkeypatch.setattr(RecordSlices, "freeze", freeze)
     assert helper.request({"op": "slice.stop", "allocation_id": "a1"}) == {
         "ok": False, "error": "bcd-alloc-a1.slice still runs a workload (it joined as the slice was stopped); it "
-                              "is stopped once empty"}
+                              "is stopped once empty", "retryable": True}
     record = json.loads(Path(record_path).read_text())
     assert record["populated"] is True and record["frozen"] is False  # kept, and thawed
 

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
-from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, TransientSliceError
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter
 
@@ -142,7 +142,7 @@ def test_a_spec_that_cannot_be_written_finds_the_slice_already_made(node, monkey
 
 def test_a_slice_that_cannot_be_made_leaves_no_spec_naming_it(node, monkeypatch):
     def refuse(self, name, properties, huge):
-        raise SliceError("systemctl start %s failed (1): Access denied" % name)
+        raise TransientSliceError("systemctl start %s failed (1): Access denied" % name)
 
     monkeypatch.setattr(RecordSlices, "apply", refuse)
     result = node.run(1, [A1, hold("a2", GPU_B)])
@@ -223,7 +223,7 @@ def test_a_slice_that_cannot_be_stopped_is_a_leftover_next_pass(node, monkeypatc
     node.run(1, [A1])
 
     def refuse(self, name):
-        raise SliceError("systemctl stop %s failed (1): Access denied" % name)
+        raise TransientSliceError("systemctl stop %s failed (1): Access denied" % name)
 
     monkeypatch.setattr(RecordSlices, "remove", refuse)
     result = node.run(2, [])
@@ -391,12 +391,21 @@ def test_a_huge_page_limit_at_what_is_faulted_in_is_refused_one_page_more_is_set
     assert record(node)["hugetlb_max"] == {"2MB": 6 * MIB, "1GB": 0}
 
 
-def test_a_cpu_quota_under_the_floor_is_refused_on_a_running_slice(node):
+def test_a_cpu_quota_under_the_floor_is_refused_for_a_kept_hold_not_retried(node):
+    # no slice ever takes it: refused at its generation like a new hold's (invalid-assignment), never a write
+    # that fails and is retried every 30 seconds
     node.run(1, [hold("a1", GPU_A, limits={"cpu_millis": 1500})])
     run_workload(node)
-    refused_then_kept(node, 2, {"cpu_millis": 10}, "%s: cpu_millis gives CPUQuota=1%%, below the floor of 10%% "
-                      "of one CPU: at least 100 cpu_millis are needed (or none, for no quota)" % SLICE)
-    result = node.run(2, [hold("a1", GPU_A, limits={"cpu_millis": 100})])
+    before = record(node)
+    result = node.run(2, [hold("a1", GPU_A, limits={"cpu_millis": 10})])
+    assert result.section["state"] == "FAILED", result.section
+    assert [(f.allocation_id, f.reason, f.message) for f in result.plan.failures] == [
+        ("a1", "invalid-assignment", "limits.cpu_millis: 10 gives CPUQuota=1%, below the floor of 10% of one CPU: "
+         "at least 100 cpu_millis are needed (or none, for no quota); the hold keeps its limits")]
+    assert record(node)["properties"] == before["properties"] == {"CPUQuota": "150%"}
+    assert node.exists("/etc/cdi/bcd-a1.json") and node.exists("/run/bcd/allocations/a1.env")
+    assert node.run(2, [hold("a1", GPU_A, limits={"cpu_millis": 10})]).plan.actions == []
+    result = node.run(3, [hold("a1", GPU_A, limits={"cpu_millis": 100})])
     assert result.section["state"] == "CONVERGED"
     assert record(node)["properties"] == {"CPUQuota": "10%"}
 
