@@ -247,7 +247,7 @@ def check_slice_change(current, properties, huge, name="the slice"):
     elif used is not None and memory_high is not None and memory_high.isdigit() and int(memory_high) < used \
             and lowers(int(memory_high), present.get("MemoryHigh")):
         raise TransientSliceError("%s: MemoryHigh %s is below the slice's current use %d; a change of its limits never "
-                         "kills its workload" % (current.name, memory_high, used))
+                                  "kills its workload" % (current.name, memory_high, used))
     pages = dict((size, (attribute, page)) for size, attribute, page in HUGE_SIZES)
     for size, value in sorted(huge.items()):
         faulted = current.hugetlb_current.get(size, 0)

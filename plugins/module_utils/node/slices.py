@@ -245,7 +245,7 @@ def stop_when_empty(slices, name, stop):
         again = slices.state(name, show=False)
         if again is not None and again.populated:
             raise TransientSliceError("%s still runs a workload (it joined as the slice was stopped); it is stopped "
-                             "once empty" % name)
+                                      "once empty" % name)
         stop()
     except BaseException:
         try:

@@ -262,4 +262,3 @@ def test_a_hold_whose_spec_a_dead_pass_withdrew_keeps_its_gpu_until_it_is_bound_
     # GPU_C is free once k2's new AllocationBound no longer names it: a1 is bound after it, never before
     assert journaled(node)[-3:] == [("AllocationBound", "k2"), ("AllocationBound", "a1"), ("AllocationFailed", "a0")]
     assert ("AllocationReleased", "k2") not in journaled(node)
-
