@@ -91,7 +91,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.decisions impor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.diffs import plan_diffs
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_FAILED
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import (
+    plan_kubernetes_releases,
+    release_kubernetes,
+    retained_atoms,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
@@ -354,8 +358,7 @@ def _bound_again(ctx: Pass, releasing: Set[str]) -> Decided:
         release = observed.releases.pending.get(allocation_id)  # taken back: the old devices pods held
         old = [device_id for device_id in record.get("device_ids") or []
                if release is None or device_id not in release.device_ids]
-        wanted = set(atom.key for atom in atoms_of(ref.id for ref in assignment.devices))
-        taken = tuple(atom for atom in atoms_of(old) if atom.key in wanted)
+        taken = retained_atoms(old, assignment)
         decided.append(Decided(releasing=((allocation_id, tuple(atoms_of(old)), limits_from_record(record.get("limits"))),),
                                retained=((allocation_id, taken),) if taken else ()))
     return Decided.join(decided)

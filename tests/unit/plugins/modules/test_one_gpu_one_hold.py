@@ -280,3 +280,17 @@ def test_a_moved_kubernetes_hold_refused_when_rendered_keeps_that_reason_not_its
         ("k1", [GPU_A], False)]
     assert run(capsys, node, generation=2, devices=devices, cdi_runtimes=bookworm)["changed"] is False
 
+
+def test_a_kubernetes_hold_moved_to_a_slot_of_its_gpu_keeps_that_slot_from_a_hold_before_it(capsys, node):
+    # the new hold takes part of what the old one had whole: that part stays the allocation's in the pass
+    run(capsys, node, generation=1, devices=[hold("k1", GPU_A, GPU_B, binding="BINDING_KUBERNETES")])
+    pod_on(node, GPU_A)
+    devices = [hold("a3", GPU_B), hold("k1", GPU_B + "/s1", binding="BINDING_KUBERNETES")]
+    result = run(capsys, node, generation=2, devices=devices)
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a3", "overlap", "%s has %s/s1 assigned to k1" % (GPU_B, GPU_B))]
+    assert specs_naming(node, GPU_B + "/s1") == ["bcd-k1.json"]
+    assert [(p["allocation_id"], p["device_ids"], p["taken_back"]) for p in result["pending_releases"]] == [
+        ("k1", [GPU_A], True)]
+    assert run(capsys, node, generation=2, devices=devices)["changed"] is False
+
