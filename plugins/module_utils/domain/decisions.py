@@ -13,9 +13,9 @@ spec's order and builds the ``Plan`` once, from the sum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from itertools import chain
-from typing import Any, Dict, FrozenSet, Iterable, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
 # (allocation, reason, message): a refusal to report
 Refusal = Tuple[str, str, str]
@@ -93,3 +93,6 @@ class Pass:
     # release of one of them is taken back unreported, its new AllocationBound standing for it
     superseded: FrozenSet[str]
     marker: bool  # releasing.unreadable is there (or the releases file is unreadable): every GPU claimed
+    # allocations an earlier round of the pass found their new hold refused for, with that refusal: their old
+    # hold is now released like any other, and they are not bound in this pass (``planner.plan_pass``)
+    withheld: Mapping[str, Tuple[str, str]] = field(default_factory=dict)

@@ -15,7 +15,7 @@ and changes nothing.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
     ClearMarker,
@@ -52,6 +52,20 @@ def _pending(release: PendingRelease, holders: Optional[List[str]]) -> Decided:
     return Decided(pending=((release.allocation_id, release, holders),))
 
 
+def retained_atoms(device_ids: Sequence[str], assignment: Any) -> Tuple[Any, ...]:
+    """What of the old devices ``device_ids`` the allocation's new hold (``assignment``) takes again, on the
+    hardware: an old atom it names again, an old part of a GPU it takes whole, the part it takes of an old whole
+    GPU. Claimed as the allocation's own until its new hold is bound."""
+    new = atoms_of(ref.id for ref in assignment.devices)
+    kept = {}  # type: Dict[tuple, Any]
+    for old in atoms_of(device_ids):
+        for atom in new:
+            if old.gpu_uuid == atom.gpu_uuid and (old.key == atom.key or old.whole or atom.whole):
+                narrower = atom if old.whole else old
+                kept.setdefault(narrower.key, narrower)
+    return tuple(kept.values())
+
+
 def _not_taken(device_ids: Sequence[str], assignment: Any) -> List[str]:
     """The old devices ``assignment`` (the allocation's new hold) does not take."""
     wanted = set(atom.key for atom in atoms_of(ref.id for ref in assignment.devices))
@@ -74,14 +88,16 @@ def _wanted_again(ctx: Pass, allocation_id: str, old: Sequence[str],
                   left: Sequence[str]) -> Tuple[List[str], Optional[List[str]], Decided]:
     """An allocation wanted again, ``old`` its old devices and ``left`` those its new hold does not take. Returns
     the old devices that stay claimed (those of ``left`` a pod holds), who holds them, and this pass's claims
-    of the others: those its new hold takes are the allocation's still (no hold before it in spec order gets
-    them), the rest are freed by its new AllocationBound (a hold that takes them waits for it)."""
+    of the others: what of them its new hold takes again is the allocation's still (``retained_atoms``: no hold
+    before it in spec order gets it), the rest is freed by its new AllocationBound (a hold that takes it waits
+    for it)."""
     held, holders = _held(ctx, left)
     freed = [device_id for device_id in old if device_id not in held]
     decided = _releasing(ctx, allocation_id, freed) if freed else Decided()
-    taken = [device_id for device_id in old if device_id not in left]
+    assignment = ctx.wanted.get(allocation_id)
+    taken = retained_atoms(old, assignment) if assignment is not None else ()
     if taken:
-        decided += Decided(retained=((allocation_id, tuple(atoms_of(taken))),))
+        decided += Decided(retained=((allocation_id, taken),))
     return held, holders, decided
 
 

@@ -91,7 +91,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.decisions impor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.diffs import plan_diffs
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_FAILED
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import plan_kubernetes_releases, release_kubernetes
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan import (
+    plan_kubernetes_releases,
+    release_kubernetes,
+    retained_atoms,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
@@ -249,7 +253,7 @@ def _slice_apply(assignment: Any, current: Any = None) -> SliceApply:
 
 
 def _pass_of(generation: int, parsed: Any, observed: Observed, instances: Any,
-             superseded: Optional[FrozenSet[str]]) -> Tuple[Pass, Decided]:
+             superseded: Optional[FrozenSet[str]], withheld: Mapping[str, Tuple[str, str]]) -> Tuple[Pass, Decided]:
     """The pass's inputs, and the refusal of each live hold re-sent with a binding the node does not take:
     refused (unsupported-binding) and kept as it is, as for any refused input: the node never drops a hold
     on its own."""
@@ -262,7 +266,7 @@ def _pass_of(generation: int, parsed: Any, observed: Observed, instances: Any,
                   if assignment.allocation_id not in unsupported)
     marker = bool(observed.releases.marker or observed.releases.unreadable is not None)
     ctx = Pass(generation, parsed, observed, instances, wanted, unsupported,
-               frozenset(wanted) if superseded is None else superseded, marker)
+               frozenset(wanted) if superseded is None else superseded, marker, dict(withheld))
     return ctx, Decided(failures=failures)
 
 
@@ -277,16 +281,21 @@ def plan_pass(generation: int, parsed: Any, observed: Observed, instances: Any =
     its new hold is bound in this pass: its new ``AllocationBound`` is what tells the control plane the
     old devices are free. Whether it is bound is known only once the binds are checked, so the plan is
     made again without the allocations that were not (refused, or not renderable) until none is left:
-    their old hold is then reported released like any other. Holds withdrawn unreported that take each
+    their old hold is then reported released like any other, and one refused keeps that refusal (checked
+    again against its own old hold, now a release to report, it could be refused for another reason, or
+    bound beside that release). Holds withdrawn unreported that take each
     other's atoms (two Kubernetes holds swapping GPUs) cannot all be bound after the new bind that frees
     their atoms: the first of such a cycle in spec order is reported released instead, before any bind.
     Each round only shrinks the allocations withdrawn unreported, so this ends within as many rounds as
     there are such allocations."""
     superseded = None  # type: Optional[FrozenSet[str]]
+    withheld = {}  # type: Dict[str, Tuple[str, str]]
     while True:
-        ctx, plan, live_after = _plan_once(generation, parsed, observed, instances, superseded)
+        ctx, plan, live_after = _plan_once(generation, parsed, observed, instances, superseded, withheld)
         unreported = ctx.superseded & _kubernetes_released(observed)
         unbound = (ctx.superseded - live_after) & unreported
+        refused = dict((failure.allocation_id, (failure.reason, failure.message)) for failure in plan.failures)
+        withheld.update((allocation_id, refused[allocation_id]) for allocation_id in unbound if allocation_id in refused)
         if not unbound:
             unbound = _unreported_cycle(ctx, plan.actions, unreported)
         if not unbound:
@@ -349,18 +358,17 @@ def _bound_again(ctx: Pass, releasing: Set[str]) -> Decided:
         release = observed.releases.pending.get(allocation_id)  # taken back: the old devices pods held
         old = [device_id for device_id in record.get("device_ids") or []
                if release is None or device_id not in release.device_ids]
-        wanted = set(atom.key for atom in atoms_of(ref.id for ref in assignment.devices))
-        taken = tuple(atom for atom in atoms_of(old) if atom.key in wanted)
+        taken = retained_atoms(old, assignment)
         decided.append(Decided(releasing=((allocation_id, tuple(atoms_of(old)), limits_from_record(record.get("limits"))),),
                                retained=((allocation_id, taken),) if taken else ()))
     return Decided.join(decided)
 
 
-def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
-               superseded: Optional[FrozenSet[str]]) -> Tuple[Pass, Plan, Set[str]]:
+def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any, superseded: Optional[FrozenSet[str]],
+               withheld: Mapping[str, Tuple[str, str]]) -> Tuple[Pass, Plan, Set[str]]:
     """One round of the phases, in the spec's order, each a function of the observation and the claims;
     the plan is built once from what they returned. Returns the allocations live once it is applied too."""
-    ctx, refused = _pass_of(generation, parsed, observed, instances, superseded)
+    ctx, refused = _pass_of(generation, parsed, observed, instances, superseded, withheld)
     # 1. Kubernetes releases pending from earlier passes; plain releases cut short
     released = plan_kubernetes_releases(ctx)
     released += _finish_releases(ctx)
@@ -826,8 +834,9 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
         allocation_id = assignment.allocation_id
         if allocation_id in live or allocation_id in refused:
             continue
-        final = observed.ledger.refusal_at(allocation_id, generation)
-        if final is not None:  # refused at this generation already: final, whatever has changed since
+        final = observed.ledger.refusal_at(allocation_id, generation) or (
+            ctx.withheld.get(allocation_id) if allocation_id not in damaged else None)
+        if final is not None:  # refused at this generation already (or in an earlier round): final
             decided.append(Decided(failures=((allocation_id,) + tuple(final),)))
             continue
         try:

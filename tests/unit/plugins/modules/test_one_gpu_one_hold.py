@@ -262,3 +262,34 @@ def test_a_hold_whose_spec_a_dead_pass_withdrew_keeps_its_gpu_until_it_is_bound_
     # GPU_C is free once k2's new AllocationBound no longer names it: a1 is bound after it, never before
     assert journaled(node)[-3:] == [("AllocationBound", "k2"), ("AllocationBound", "a1"), ("AllocationFailed", "a0")]
     assert ("AllocationReleased", "k2") not in journaled(node)
+
+
+def test_a_moved_kubernetes_hold_refused_when_rendered_keeps_that_reason_not_its_own_booking(capsys, node):
+    # its new hold is refused (a runtime's cdiVersion ceiling), so its old one is released like any other; its
+    # new hold is not checked again against that release's booking, which a pod still holds
+    write_memory(node, 32 * GIB, hugetlb=4 * GIB, pages={"1GB": (4, 0)}, nodes={0: {"1GB": 2}, 1: {"1GB": 2}})
+    limits = {"mems": "0", "hugepages_1gi": 2}
+    run(capsys, node, generation=1, devices=[hold("k1", GPU_A, binding="BINDING_KUBERNETES", limits=limits)])
+    pod_on(node, GPU_A)
+    bookworm = [{"name": "podman", "version": "4.3.1"}]
+    devices = [hold("k1", GPU_B, binding="BINDING_KUBERNETES", limits=limits)]
+    result = run(capsys, node, generation=2, devices=devices, cdi_runtimes=bookworm)
+    assert [(f["allocation_id"], f["reason"]) for f in result["failures"]] == [("k1", "invalid-assignment")]
+    assert "podman 4.3.1 on this node loads at most 0.5.0" in result["failures"][0]["message"]
+    assert [(p["allocation_id"], p["device_ids"], p["taken_back"]) for p in result["pending_releases"]] == [
+        ("k1", [GPU_A], False)]
+    assert run(capsys, node, generation=2, devices=devices, cdi_runtimes=bookworm)["changed"] is False
+
+
+def test_a_kubernetes_hold_moved_to_a_slot_of_its_gpu_keeps_that_slot_from_a_hold_before_it(capsys, node):
+    # the new hold takes part of what the old one had whole: that part stays the allocation's in the pass
+    run(capsys, node, generation=1, devices=[hold("k1", GPU_A, GPU_B, binding="BINDING_KUBERNETES")])
+    pod_on(node, GPU_A)
+    devices = [hold("a3", GPU_B), hold("k1", GPU_B + "/s1", binding="BINDING_KUBERNETES")]
+    result = run(capsys, node, generation=2, devices=devices)
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a3", "overlap", "%s has %s/s1 assigned to k1" % (GPU_B, GPU_B))]
+    assert specs_naming(node, GPU_B + "/s1") == ["bcd-k1.json"]
+    assert [(p["allocation_id"], p["device_ids"], p["taken_back"]) for p in result["pending_releases"]] == [
+        ("k1", [GPU_A], True)]
+    assert run(capsys, node, generation=2, devices=devices)["changed"] is False

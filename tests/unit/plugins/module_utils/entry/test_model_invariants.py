@@ -932,6 +932,23 @@ KNOWN = {
         ("generation_", {"edits": [("add", "a5", [GPU_B], "BINDING_KUBERNETES", None)]}),
         ("generation_", {"edits": [("limits", "a5", {"mems": "0", "hugepages_1gi": 1}),
                                    ("add", "a3", [GPU_A + "/gi1/ci0"], "BINDING_HOLD", {"hugepages_1gi": 2})]})],
+    # a Kubernetes hold moved while a pod holds its old GPU, its new hold refused when rendered (a runtime's
+    # cdiVersion ceiling): the pass planned again with its old hold a release to report, checked the new hold
+    # again against that release's huge pages, and refused it resources-exhausted (found by make soak, seed 5)
+    "kubernetes-hold-moved-and-refused-keeps-its-first-refusal": [
+        ("generation_", {"edits": [("add", "a1", [GPU_A], "BINDING_KUBERNETES", {"mems": "0", "hugepages_1gi": 2})]}),
+        ("pod_takes", {"which": 0}),
+        ("runtimes_change", {"runtimes": "podman 4.3.1 (loads cdiVersion 0.5.0 at most: every hold is refused when rendered)"}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None), ("move", "a1", [GPU_B])]})],
+    # a Kubernetes hold moved from a whole GPU to one of its slots, a pod on its other GPU, a hold before it
+    # wanting the whole GPU: the slot was not kept for it (only an old atom named again was), so the other hold
+    # took the GPU, the move was refused, and the next round refused both (found by make soak, seed 8)
+    "kubernetes-hold-moved-to-a-slot-of-its-gpu": [
+        ("generation_", {"edits": [("add", "a1", [GPU_A, GPU_B], "BINDING_KUBERNETES", None)]}),
+        ("pod_takes", {"which": 0}),
+        ("generation_", {"edits": [("add", "a3", [GPU_B], "BINDING_KUBERNETES", None),
+                                   ("add", "a1", [GPU_A, GPU_B], "BINDING_KUBERNETES", None)]}),
+        ("generation_", {"edits": [("move", "a1", [GPU_B + "/s1"])]})],
 }
 
 
