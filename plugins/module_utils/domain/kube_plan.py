@@ -122,8 +122,8 @@ def _hold_taken_back(ctx: Pass, release: PendingRelease, left: Sequence[str],
         return claimed + _pending(narrowed, holders)
     return claimed + _pending(narrowed, holders) + Decided(actions=(
         TakeBackRelease(allocation_id, "take back the pending Kubernetes release of %s: never reported; "
-                        "keep %s claimed until free (%s)" % (allocation_id, ", ".join(left), _held_by(holders)),
-                        device_ids=tuple(left), generation=release.generation, release=narrowed),))
+                        "keep %s claimed until free (%s)" % (allocation_id, ", ".join(held), _held_by(holders)),
+                        device_ids=tuple(held), generation=release.generation, release=narrowed),))
 
 
 def release_kubernetes(ctx: Pass, hold: Any, why: str, wanted: bool = False) -> Decided:

@@ -293,3 +293,21 @@ def test_a_kubernetes_hold_moved_to_a_slot_of_its_gpu_keeps_that_slot_from_a_hol
     assert [(p["allocation_id"], p["device_ids"], p["taken_back"]) for p in result["pending_releases"]] == [
         ("k1", [GPU_A], True)]
     assert run(capsys, node, generation=2, devices=devices)["changed"] is False
+
+
+def test_a_taken_back_release_narrows_to_the_devices_pods_still_hold(capsys, node):
+    run(capsys, node, generation=1, devices=[hold("k1", GPU_A, GPU_C, binding="BINDING_KUBERNETES")])
+    node.set_hardware(kubelet={"reachable": True, "pods": [
+        {"namespace": "ml", "name": "train-%d" % n, "container": "main", "device_ids": [gpu]}
+        for n, gpu in enumerate((GPU_A, GPU_C))]})
+    devices = [hold("k1", GPU_B, binding="BINDING_KUBERNETES")]
+    moved = run(capsys, node, generation=2, devices=devices)
+    assert [(p["allocation_id"], p["device_ids"]) for p in moved["pending_releases"]] == [("k1", [GPU_A, GPU_C])]
+    pod_on(node, GPU_A)  # the pod on GPU_C ended
+    result = run(capsys, node, generation=2, devices=devices)
+    assert [(p["action"], p["text"], p["device_ids"]) for p in result["plan"]] == [
+        ("take-back-release", "take back the pending Kubernetes release of k1: never reported; keep %s claimed "
+         "until free (held by ml/train-0 (main))" % GPU_A, [GPU_A])]
+    assert [(p["allocation_id"], p["device_ids"], p["taken_back"]) for p in result["pending_releases"]] == [
+        ("k1", [GPU_A], True)]
+    assert run(capsys, node, generation=3, devices=[hold("a2", GPU_C)] + devices)["failures"] == []
