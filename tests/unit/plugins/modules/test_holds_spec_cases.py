@@ -231,6 +231,20 @@ def test_a_kept_holds_env_file_is_written_again_from_its_spec_before_its_mig_ins
     assert run(capsys, node, generation=1, devices=devices)["changed"] is False
 
 
+def test_a_kept_hold_whose_mig_instance_is_not_back_keeps_its_slice_when_its_limits_go(capsys, make_node):
+    # its spec is left as it is until mig-layout makes the instance again: so is its slice, which the spec names
+    node = make_node(vendor="mig")
+    run(capsys, node, generation=1, devices=[mig("a1", GPU_A + "/gi1/ci0", limits={"cpus": "0-1"})])
+    after_reboot_without_mig(node)
+    result = run(capsys, node, generation=2, devices=[mig("a1", GPU_A + "/gi1/ci0")])
+    assert [(p["action"], p["allocation_id"]) for p in result["plan"]] == [("write-env", "a1")]
+    assert b"BCD_CGROUP_PARENT=bcd-alloc-a1.slice\n" in node.read("/run/bcd/allocations/a1.env")
+    assert node.exists("/run/bcd/slices/bcd-alloc-a1.slice.json")
+    assert ("a1 keeps the limits it was bound with (cgroup parent bcd-alloc-a1.slice) until its spec can be written "
+            "again: some of its devices are missing") in warnings(result)
+    assert [r["cgroup_parent"] for r in bound_events(result, "a1")] == ["bcd-alloc-a1.slice"]
+
+
 def test_a_kubernetes_holds_env_file_waits_for_a_mig_instance_its_spec_does_not_name(capsys, node):
     devices = [mig("k1", GPU_A + "/gi1/ci0", binding="BINDING_KUBERNETES")]
     run(capsys, node, generation=1, devices=devices)
