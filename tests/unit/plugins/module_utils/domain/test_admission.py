@@ -17,6 +17,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain
 
+from ansible_collections.bcd.devices.tests.unit.builders import hold as build_hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 
 MIB = 1 << 20
@@ -26,11 +27,8 @@ SIZES_KIB = {"2MB": 2048, "1GB": 1048576}
 
 
 def hold(allocation_id, device_id, binding="BINDING_HOLD", **limits):
-    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": binding,
-            "devices": [{"id": device_id, "device_class": "gpu"}]}
-    if limits:
-        data["limits"] = limits
-    return data
+    """A hold of one whole GPU booking ``limits`` (none when none are given)."""
+    return build_hold(allocation_id, device_id, device_class="gpu", binding=binding, **({"limits": limits} if limits else {}))
 
 
 def write_memory(node, mem_total, hugetlb=0, pages=None, nodes=None):

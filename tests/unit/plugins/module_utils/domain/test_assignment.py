@@ -34,10 +34,9 @@ GPU = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 
 
 def entry(**fields):
-    data = {"allocation_id": "alloc_1", "reservation_id": "rsv_1", "binding": "BINDING_HOLD",
-            "devices": [{"id": GPU, "device_class": "gpu"}]}
-    data.update(fields)
-    return data
+    """``alloc_1``, reservation ``rsv_1``, a hold of one whole GPU; ``fields`` replace what is built."""
+    fields = dict(dict(allocation_id="alloc_1", reservation_id="rsv_1"), **fields)
+    return build_hold(fields.pop("allocation_id"), GPU, **fields)
 
 
 def refusal_of(raw):

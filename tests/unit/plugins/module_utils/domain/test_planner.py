@@ -27,6 +27,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import Le
 from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, plan_pass
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceState
 
+from ansible_collections.bcd.devices.tests.unit.builders import hold as build_hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2
 
 MIG = GPU_A + "/gi1/ci0"
@@ -57,10 +58,7 @@ def refs(ids):
 
 
 def assign(allocation_id, ids, **fields):
-    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": "BINDING_HOLD",
-            "devices": [{"id": r.id, "device_class": r.device_class} for r in refs(ids)]}
-    data.update(fields)
-    return data
+    return build_hold(allocation_id, *ids, **fields)
 
 
 def live(allocation_id, ids, generation=1, reservation=None, kubernetes=False, spec_vendor=None, env=()):
