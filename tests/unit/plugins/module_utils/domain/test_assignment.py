@@ -35,8 +35,9 @@ GPU = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 
 def entry(**fields):
     """``alloc_1``, reservation ``rsv_1``, a hold of one whole GPU; ``fields`` replace what is built."""
-    fields = dict(dict(allocation_id="alloc_1", reservation_id="rsv_1"), **fields)
-    return build_hold(fields.pop("allocation_id"), GPU, **fields)
+    built = build_hold("alloc_1", GPU, reservation_id="rsv_1")
+    built.update(fields)
+    return built
 
 
 def refusal_of(raw):
