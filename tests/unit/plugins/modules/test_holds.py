@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
-from ansible.module_utils.common import warnings as ansible_warnings
-from ansible_collections.bcd.devices.tests.unit.module_args import patch_module_args
+from ansible_collections.bcd.devices.tests.unit.module_args import run_main
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
@@ -42,16 +40,7 @@ def run(capsys, node, check=False, diff=False, **args):
         args["_ansible_check_mode"] = True
     if diff:
         args["_ansible_diff"] = True
-    # A module process starts with no warnings; in this one process the last run's would linger.
-    getattr(ansible_warnings, "_global_warnings", {}).clear()
-    getattr(ansible_warnings, "_global_deprecations", {}).clear()
-    if "ansible.utils.display" in sys.modules:  # controller code loaded by another test shows each text once
-        getattr(sys.modules["ansible.utils.display"].Display(), "_warns", set()).clear()
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            holds.main()
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
+    out, err = run_main(capsys, holds.main, args)
     result = json.loads(out)
     result["_stderr"] = err
     return result
@@ -310,7 +299,7 @@ def run_as(uid, capsys, node, check=False, **args):
             os.setuid(uid)
             result = run(capsys, node, check=check, **args)
             os.write(write_end, json.dumps(result).encode("utf-8"))
-        except BaseException as exc:  # pylint: disable=broad-except  # reported to the parent, which fails
+        except BaseException:  # pylint: disable=broad-except  # reported to the parent, which fails
             import traceback  # pylint: disable=import-outside-toplevel
             os.write(write_end, json.dumps({"child_error": traceback.format_exc()}).encode("utf-8"))
             code = 1

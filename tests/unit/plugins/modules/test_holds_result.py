@@ -10,16 +10,14 @@ import ast
 import hashlib
 import inspect
 import json
-import sys
 
 import pytest
 import yaml
 from ansible.module_utils import basic
-from ansible.module_utils.common import warnings as ansible_warnings
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.modules import holds
-from ansible_collections.bcd.devices.tests.unit.module_args import patch_module_args
+from ansible_collections.bcd.devices.tests.unit.module_args import run_main
 
 # What Ansible itself may add to any result; ran_from is the action plugin's (tests/unit/plugins/action).
 ANSIBLE_KEYS = {"changed", "failed", "msg", "invocation", "warnings", "deprecations", "diff"}
@@ -57,15 +55,7 @@ def run(capsys, node, **args):
     args.setdefault("lock_timeout", 5)
     if INJECT_INVOCATION:
         args.setdefault("_ansible_inject_invocation", True)  # what the controller asks at -vvv, from 2.20 on
-    getattr(ansible_warnings, "_global_warnings", {}).clear()
-    getattr(ansible_warnings, "_global_deprecations", {}).clear()
-    if "ansible.utils.display" in sys.modules:
-        getattr(sys.modules["ansible.utils.display"].Display(), "_warns", set()).clear()
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            holds.main()
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
+    out, _err = run_main(capsys, holds.main, args)
     return out.encode("utf-8"), json.loads(out)
 
 
