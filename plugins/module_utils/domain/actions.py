@@ -27,10 +27,10 @@ what is on disk, finishes the work.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_text
 
 # Every class here is ``eq=False``: a step is itself, compared by identity (its content compares through
@@ -38,7 +38,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import s
 # classes, and generating those methods was a measurable part of a no-op's cost (docs/performance.md).
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class FileChange:
     """One node file a step writes (``after``) or removes (``after`` is None)."""
 
@@ -73,7 +73,7 @@ class FileChange:
         }
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class SpecAside:
     """A damaged spec set aside in /etc/cdi (never deleted); ``aside`` is the name planned for it."""
 
@@ -96,7 +96,7 @@ class SpecAside:
                 "before": (self.before or b"").decode("utf-8", "replace"), "after": ""}
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class SliceApply:
     """Create a hold slice (or set its limits again)."""
 
@@ -124,7 +124,7 @@ class SliceApply:
                 "after": settings_text(self.properties, self.hugetlb_max)}
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class SliceStop:
     """Stop an empty hold slice."""
 
@@ -147,7 +147,7 @@ Event = Dict[str, Any]  # {"type": one of event_types.EVENT_TYPES, "body": {...}
 SliceOp = Union[SliceApply, SliceStop]
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Action(abc.ABC):
     """One planned step: a sum type. Each kind below carries only its own fields and is built whole,
     once, by the planner; none is changed after. ``kind`` is its name in the returned plan;
@@ -216,7 +216,7 @@ class Action(abc.ABC):
         return entries
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Bind(Action):
     """A new hold: its slice first (the spec names it), then its files, then ``AllocationBound``.
     ``waits_for``: the allocations whose steps, earlier in the plan, free its atoms or its memory (a
@@ -250,7 +250,7 @@ class Bind(Action):
         state.report(self.event, self.limits)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Rebind(Bind):
     """A wanted hold whose spec is damaged: the file set aside, the hold written again from its
     assignment; ``AllocationBound`` only when the node had not reported it bound with these devices."""
@@ -267,7 +267,7 @@ class Rebind(Bind):
             state.set_hold_limits(self.allocation_id, self.limits)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Release(Action):
     """A plain hold no longer wanted: recorded, its files removed, reported; then its slice stopped
     if empty (after the report: a slice that cannot be stopped now is a leftover next pass)."""
@@ -301,14 +301,14 @@ class Release(Action):
             self.slice.run(writer)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class FinishRelease(Release):
     """A plain release an earlier pass recorded but did not finish."""
 
     kind: ClassVar[str] = "finish-release"
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class RewriteFile(Action):
     """A kept hold's file written again."""
 
@@ -323,21 +323,21 @@ class RewriteFile(Action):
         self.write_files(writer)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Rerender(RewriteFile):
     """A kept hold's spec, when what it renders to changed (vendor spec, reservation id, limits)."""
 
     kind: ClassVar[str] = "rerender"
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class WriteEnv(RewriteFile):
     """A kept hold's env file, when missing (``/run`` is tmpfs) or out of date."""
 
     kind: ClassVar[str] = "write-env"
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class ReportBound(Action):
     """A hold on disk whose ``AllocationBound`` was never journaled (a pass died in between), or whose
     cgroup parent changed."""
@@ -353,7 +353,7 @@ class ReportBound(Action):
         state.report(self.event, self.limits)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Refuse(Action):
     """An assignment refused at this generation: one ``AllocationFailed``."""
 
@@ -366,7 +366,7 @@ class Refuse(Action):
         state.report(self.event)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class CreateSlice(Action):
     """A kept hold's slice created again (gone after a reboot)."""
 
@@ -385,14 +385,14 @@ class CreateSlice(Action):
         state.set_hold_limits(self.allocation_id, self.limits)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class ApplySlice(CreateSlice):
     """A kept hold's slice whose limits differ from the wanted ones, set again."""
 
     kind: ClassVar[str] = "apply-slice"
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class StopSlice(Action):
     """A slice whose hold is gone, stopped once empty."""
 
@@ -407,7 +407,7 @@ class StopSlice(Action):
         self.slice.run(writer)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class KeepSlice(Action):
     """Shown only: a slice whose hold is gone still runs a workload, so it is kept."""
 
@@ -418,7 +418,7 @@ class KeepSlice(Action):
         return None
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class ReleaseKubernetes(Action):
     """A Kubernetes hold no longer wanted: recorded in the pending releases first, its files removed at
     once, and ``AllocationReleased`` journaled only when no pod holds its devices (``event`` set)."""
@@ -441,7 +441,7 @@ class ReleaseKubernetes(Action):
             state.report(self.event)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Withdraw(Action):
     """A Kubernetes hold's files removed unreported: its allocation is bound anew in this pass, or its
     pending release's files were left by a crash."""
@@ -459,7 +459,7 @@ class Withdraw(Action):
         self.write_files(writer)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class ReportRelease(Action):
     """A pending Kubernetes release no pod holds any more: reported (which settles its record)."""
 
@@ -478,7 +478,7 @@ class ReportRelease(Action):
         state.report(self.event)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class TakeBackRelease(Action):
     """A pending Kubernetes release the spec takes back while pods still hold old devices the new hold
     does not take: recorded as taken back (never reported), narrowed to those devices."""
@@ -493,7 +493,7 @@ class TakeBackRelease(Action):
         state.record_kube_release(self.release)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class DropRelease(Action):
     """A pending Kubernetes release the spec takes back: dropped unreported."""
 
@@ -505,7 +505,7 @@ class DropRelease(Action):
         state.drop_kube_release(self.allocation_id)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class QuarantineReleases(Action):
     """An unreadable releases file set aside (never deleted) and the marker written."""
 
@@ -517,7 +517,7 @@ class QuarantineReleases(Action):
         state.quarantine_releases(self.now)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class ClearMarker(Action):
     """The unreadable-releases marker removed, once the kube side allows."""
 

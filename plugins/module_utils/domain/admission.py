@@ -23,11 +23,11 @@ against later ones (``claims.Claims`` carries the bookings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Dict
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import parse_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -41,14 +41,14 @@ class Exhausted(BcdError):
     """The hold does not fit; the message is ``ResourcesExhausted: …`` (docs/slices-and-admission.md)."""
 
 
-@dataclass
+@record
 class HostMemory:
     """What the host has, read once."""
 
     mem_total: int  # bytes
     hugetlb: int  # bytes in the huge page pool
-    free_pages: Dict[str, int] = field(default_factory=dict)  # size -> host-wide free less reserved
-    node_free_pages: Dict[str, Dict[int, int]] = field(default_factory=dict)  # size -> node -> free
+    free_pages: Dict[str, int] = {}  # size -> host-wide free less reserved
+    node_free_pages: Dict[str, Dict[int, int]] = {}  # size -> node -> free
 
     @property
     def normal_available(self):
@@ -66,15 +66,15 @@ def _nodes_of(limits, memory, size):
     return sorted(known)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Admission:
     """The host's memory ledger: what is committed. Immutable: ``counted`` and ``check`` return a new one
     with the hold booked, so a hold refused later in its checks books nothing."""
 
     memory: HostMemory
     committed: int = 0
-    outstanding: Dict[str, int] = field(default_factory=dict)  # size -> pages bound holds may still take
-    node_outstanding: Dict[str, Dict[int, int]] = field(default_factory=dict)  # size -> node -> pages
+    outstanding: Dict[str, int] = {}  # size -> pages bound holds may still take
+    node_outstanding: Dict[str, Dict[int, int]] = {}  # size -> node -> pages
 
     def __init__(self, memory, domains=(), committed=None, outstanding=None, node_outstanding=None):
         # a frozen dataclass built from the domains: the VMs' memory is committed from the start

@@ -16,7 +16,6 @@ import difflib
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from typing import List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import MAX_INT_DIGITS
@@ -26,6 +25,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy impo
     check_env_value,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 
 # An allocation id names files and a slice: the one pattern every such name is built from.
@@ -115,7 +115,7 @@ def check_binding(raw):
     return binding
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceRef:
     """One atom as the control plane booked it: an id and a device class."""
 
@@ -123,7 +123,7 @@ class DeviceRef:
     device_class: str = "gpu"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Limits:
     """Host resources booked with the devices. ``None`` means not booked."""
 
@@ -138,7 +138,7 @@ class Limits:
         return all(getattr(self, name) is None for name in LIMIT_LISTS + LIMIT_NUMBERS)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Assignment:
     """A checked ``DeviceAssignment``."""
 
@@ -154,7 +154,7 @@ class Assignment:
         return self.binding == BINDING_KUBERNETES
 
 
-@dataclass
+@record
 class Refusal:
     """An assignment refused before any check against the host."""
 
@@ -163,17 +163,17 @@ class Refusal:
     message: str
 
 
-@dataclass
+@record
 class ParsedInput:
-    assignments: List[Assignment] = field(default_factory=list)
-    refusals: List[Refusal] = field(default_factory=list)
+    assignments: List[Assignment] = []
+    refusals: List[Refusal] = []
     # Allocation ids of refused entries that are still valid names: a live hold
     # of that name is kept, never dropped because its new input was bad.
-    refused_ids: List[str] = field(default_factory=list)
+    refused_ids: List[str] = []
     # Every entry's key (allocation id, or ``devices[N]``) in input order, for reporting in spec order.
-    order: List[str] = field(default_factory=list)
+    order: List[str] = []
     # What the pass read otherwise than written: a limit given as its zero value, which is unset.
-    warnings: List[str] = field(default_factory=list)
+    warnings: List[str] = []
 
     def position(self, key):
         return self.order.index(key) if key in self.order else len(self.order)

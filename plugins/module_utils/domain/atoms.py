@@ -25,10 +25,10 @@ what they are (``Atom.key``), not by how they are spelled.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 
 CLASS_GPU = "gpu"
@@ -55,7 +55,7 @@ class AtomRefused(BcdError):
         self.message = message
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Atom:
     """A parsed atom; ``mig_uuid`` is filled in once resolved against the inventory."""
 

@@ -28,7 +28,6 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import pretty_json
@@ -48,6 +47,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     version_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import cgroup_parent_of
 
@@ -103,7 +103,7 @@ def cdi_device(atom_id):
     return "%s=%s" % (KIND, atom_id.replace("/", "_"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HoldRender:
     """Everything a hold's files are rendered from."""
 
@@ -379,15 +379,15 @@ def render_env(hold):
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-@dataclass
+@record
 class LiveHold:
     """A hold as read back from its CDI spec on the node."""
 
     allocation_id: str
     path: str
     content: bytes
-    device_ids: List[str] = field(default_factory=list)
-    atoms: List = field(default_factory=list)
+    device_ids: List[str] = []
+    atoms: List = []
     reservation_id: str = ""
     generation: Optional[int] = None
     kubernetes: bool = False

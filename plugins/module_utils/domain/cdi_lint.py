@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import cdi_vendor
@@ -49,6 +48,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     SPEC_PREFIX,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import validate_spec
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 
 WARN, ERROR = "WARN", "ERROR"
@@ -84,7 +84,7 @@ def _short(text):
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 3] + "..."
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SpecFile:
     """One file of a spec directory. ``directory`` is its node path (``/etc/cdi``), ``name`` the file
     name, ``content`` its bytes, or None when it was not read; ``problem`` then says why, as a phrase
@@ -108,7 +108,7 @@ class SpecFile:
         return directory_priority(self.directory)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """``level`` (``WARN`` or ``ERROR``), ``path`` (a node path) and ``message`` (a phrase that follows it)."""
 

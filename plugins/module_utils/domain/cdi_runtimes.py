@@ -23,11 +23,11 @@ that checks no ``cdiVersion``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import version_key as cdi_version_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 __all__ = [
     "ALIASES",
@@ -117,7 +117,7 @@ _MAX_PART_DIGITS = 9
 _VERSION_TEXT_RE = re.compile(r"v?[0-9]{1,9}(?:\.[0-9]{1,9}){0,2}(?:[-+~._][A-Za-z0-9.+~_-]*)?")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Runtime:
     """A container runtime on the node: its name, its version, and the newest ``cdiVersion`` its CDI
     library loads (None: a release without CDI support, which loads no spec and sets no limit).

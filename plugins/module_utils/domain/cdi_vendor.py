@@ -31,7 +31,6 @@ import hashlib
 import importlib.util
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import (
@@ -40,6 +39,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     version_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 # PyYAML is imported when a spec is not JSON (_yaml_tools); whether it is there is known without
 # importing it.
@@ -63,7 +63,7 @@ VOID_ENV = "NVIDIA_VISIBLE_DEVICES=void"
 WSL_DEVICE = "all"
 
 
-@dataclass
+@record
 class VendorSpec:
     """NVIDIA's CDI spec as bcd uses it.
 
@@ -83,13 +83,13 @@ class VendorSpec:
 
     path: Optional[str] = None
     cdi_version: str = ""
-    devices: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-    common_edits: Dict[str, Any] = field(default_factory=dict)
+    devices: Dict[str, Dict[str, Any]] = {}
+    common_edits: Dict[str, Any] = {}
     digest: Optional[str] = None
-    warnings: List[str] = field(default_factory=list)
-    stale: List[str] = field(default_factory=list)
-    unusable: Dict[str, str] = field(default_factory=dict)
-    shadowed: List[str] = field(default_factory=list)  # NVIDIA specs of a lower-priority directory, not used
+    warnings: List[str] = []
+    stale: List[str] = []
+    unusable: Dict[str, str] = {}
+    shadowed: List[str] = []  # NVIDIA specs of a lower-priority directory, not used
 
     @property
     def is_wsl(self):

@@ -25,11 +25,11 @@ it is made; a new value copies only the index of the GPUs it adds claims on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import Admission, HostMemory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_GPU, Atom
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record, replace
 
 # The kinds of claim on an atom.
 LIVE = "live"  # a live hold (or one bound earlier in this pass)
@@ -37,14 +37,14 @@ RELEASING = "releasing"  # a release this pass plans: claimed until it is made
 PENDING = "pending"  # a Kubernetes release waiting for pods (or a taken-back one)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Claim:
     atom: Atom
     owner: str
     kind: str = LIVE
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Booking:
     """What a hold (or a slice still running a workload) booked of the host's memory and huge pages."""
 
@@ -54,13 +54,13 @@ class Booking:
     kind: str = LIVE
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OnGpu:
     """The claims on one GPU, in the order they were made: on the whole GPU, on its parts, and by atom key."""
 
     whole: Tuple[Claim, ...] = ()
     parts: Tuple[Claim, ...] = ()
-    keyed: Mapping[tuple, Tuple[Claim, ...]] = field(default_factory=dict)  # never changed once made
+    keyed: Mapping[tuple, Tuple[Claim, ...]] = {}  # never changed once made
 
     def adding(self, claims: Sequence[Claim]) -> OnGpu:
         whole, parts, keyed = self.whole, self.parts, dict(self.keyed)
@@ -102,16 +102,16 @@ def _first(table: Mapping[str, str], pairs: Iterable[Tuple[str, str]]) -> Dict[s
     return new
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Claims:
     """Every claim on the node's GPUs and memory. Immutable: each method returns a new ``Claims`` (its dicts
     are never changed once made)."""
 
-    held: GpuIndex = field(default_factory=dict)  # GPU UUID -> live and pending claims on it
-    releasing: GpuIndex = field(default_factory=dict)  # GPU UUID -> claims of releases this pass makes
-    vms: Mapping[str, str] = field(default_factory=dict)  # GPU UUID -> instance id a VM has or is to have it
-    maintenance: Mapping[str, str] = field(default_factory=dict)  # GPU UUID -> reason
-    unhealthy: Mapping[str, str] = field(default_factory=dict)  # GPU UUID -> message
+    held: GpuIndex = {}  # GPU UUID -> live and pending claims on it
+    releasing: GpuIndex = {}  # GPU UUID -> claims of releases this pass makes
+    vms: Mapping[str, str] = {}  # GPU UUID -> instance id a VM has or is to have it
+    maintenance: Mapping[str, str] = {}  # GPU UUID -> reason
+    unhealthy: Mapping[str, str] = {}  # GPU UUID -> message
     memory: Optional[HostMemory] = None  # None: the host's memory was not read (no admission)
     domains: Tuple = ()  # the running domains whose memory is committed
     bookings: Tuple[Booking, ...] = ()

@@ -13,15 +13,16 @@ spec's order and builds the ``Plan`` once, from the sum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from itertools import chain
 from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import fields, record
 
 # (allocation, reason, message): a refusal to report
 Refusal = Tuple[str, str, str]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Decided:
     """The decisions of one phase (or of several, added up in order)."""
 
@@ -79,7 +80,7 @@ _NOTHING = Decided()
 _FIELDS = tuple((item.name, type(getattr(_NOTHING, item.name))) for item in fields(Decided))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Pass:
     """What every phase of one pass reads: its inputs, and what follows from them alone."""
 
@@ -95,4 +96,4 @@ class Pass:
     marker: bool  # releasing.unreadable is there (or the releases file is unreadable): every GPU claimed
     # allocations an earlier round of the pass found their new hold refused for, with that refusal: their old
     # hold is now released like any other, and they are not bound in this pass (``planner.plan_pass``)
-    withheld: Mapping[str, Tuple[str, str]] = field(default_factory=dict)
+    withheld: Mapping[str, Tuple[str, str]] = {}

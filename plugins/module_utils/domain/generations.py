@@ -13,9 +13,9 @@ judged by the refusals of the input it replaces."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import records
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import InvalidAssignment, parse_assignment
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 
@@ -37,7 +37,7 @@ def _meaning(devices):
     meant = []
     for index, raw in enumerate(devices):
         try:
-            meant.append(dataclasses.asdict(parse_assignment(raw, index)))
+            meant.append(records.asdict(parse_assignment(raw, index)))
         except InvalidAssignment:
             meant.append(raw)
     return meant

@@ -10,11 +10,12 @@ Every inventory source (NVML, ``nvidia-smi``, a fakehw file) produces an
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import List, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class MigInstance:
     """One MIG device: GPU instance ``gi``, compute instance ``ci``, its ``MIG-`` UUID."""
 
@@ -23,7 +24,7 @@ class MigInstance:
     uuid: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gpu:
     """One physical GPU as the driver lists it."""
 
@@ -44,13 +45,13 @@ class Gpu:
         return None
 
 
-@dataclass
+@record
 class Inventory:
     """The GPUs of a node. ``source`` names where they came from; ``error``
     says why a source could not be read (an empty inventory is then not a
     statement that the node has no GPUs)."""
 
-    gpus: List[Gpu] = field(default_factory=list)
+    gpus: List[Gpu] = []
     source: str = "none"
     error: Optional[str] = None
 
@@ -61,7 +62,7 @@ class Inventory:
         return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Domain:
     """A running or paused VM the node manages, with the GPUs it has through VFIO."""
 
@@ -72,7 +73,7 @@ class Domain:
     gpus: tuple = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PodDevices:
     """A pod container that the kubelet says holds devices."""
 

@@ -29,10 +29,10 @@ or an operator removes the marker.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, CLASS_SLOT, AtomRefused, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 # The state directory's default node path (its files are named in the conditions' messages).
 DEFAULT_STATE_DIR = "/var/lib/bcd"
@@ -41,7 +41,7 @@ MARKER_NAME = "releasing.unreadable"
 STUCK_AFTER = 300  # seconds
 
 
-@dataclass
+@record
 class PendingRelease:
     allocation_id: str
     device_ids: List[str]
@@ -57,11 +57,11 @@ class PendingRelease:
         return data
 
 
-@dataclass
+@record
 class Releases:
     """What ``releasing.json`` and its marker say."""
 
-    pending: Dict[str, PendingRelease] = field(default_factory=dict)
+    pending: Dict[str, PendingRelease] = {}
     unreadable: Optional[str] = None  # why releasing.json could not be read: it is to be set aside
     marker: bool = False
 

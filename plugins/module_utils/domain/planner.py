@@ -31,7 +31,6 @@ executes exactly it. ``plan_pass`` runs the phases of a pass in this order
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import (
@@ -97,6 +96,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan impor
     retained_atoms,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record, replace
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
     bound_event,
@@ -124,7 +124,7 @@ NODE_UNPRIVILEGED = (
 )
 
 
-@dataclass
+@record
 class Observed:
     """What a pass saw on the host, read once before planning."""
 
@@ -137,23 +137,23 @@ class Observed:
     ledger: Any
     privileged: bool = True
     mps: bool = False
-    domains: List = field(default_factory=list)
+    domains: List = []
     domains_error: Optional[str] = None
-    slices: Dict[str, Any] = field(default_factory=dict)  # slice name -> SliceState
+    slices: Dict[str, Any] = {}  # slice name -> SliceState
     slices_unavailable: Optional[str] = None  # why this host cannot make hold slices
     memory: Optional[Any] = None  # HostMemory, read only when a new hold needs admission
     releases: Releases = field(default_factory=Releases)  # pending Kubernetes releases
     kube: Optional[Any] = None  # KubeView: what pods hold, asked only when a Kubernetes release needs it
     now: float = 0.0
     state_dir: str = DEFAULT_STATE_DIR
-    damaged_specs: List[str] = field(default_factory=list)  # node paths of damaged specs set aside earlier
-    runtimes: List = field(default_factory=list)  # cdi_runtimes.Runtime: the node's container runtimes
-    maintenance: Dict[str, dict] = field(default_factory=dict)  # GPU UUID -> {reason, since}: out of service
-    health_cleared: Dict[str, float] = field(default_factory=dict)  # GPU UUID -> when it left maintenance
+    damaged_specs: List[str] = []  # node paths of damaged specs set aside earlier
+    runtimes: List = []  # cdi_runtimes.Runtime: the node's container runtimes
+    maintenance: Dict[str, dict] = {}  # GPU UUID -> {reason, since}: out of service
+    health_cleared: Dict[str, float] = {}  # GPU UUID -> when it left maintenance
     spec_dir: bool = True  # /etc/cdi is a directory: a reported hold whose spec is not there is gone
 
 
-@dataclass
+@record
 class Failure:
     allocation_id: str
     generation: int
@@ -165,19 +165,19 @@ class Failure:
                 "reason": self.reason, "message": self.message}
 
 
-@dataclass
+@record
 class Plan:
     generation: int
-    actions: List = field(default_factory=list)
-    failures: List[Failure] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
-    errors: List[str] = field(default_factory=list)  # retryable: the pass cannot finish now
-    holds: List[dict] = field(default_factory=list)  # the holds once the plan is applied
-    conditions: List[dict] = field(default_factory=list)
-    pending_releases: List[dict] = field(default_factory=list)  # Kubernetes releases still waiting for pods
-    vfio: Dict[str, str] = field(default_factory=dict)  # GPUs running domains have now
-    renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
-    booked: Dict[str, Optional[dict]] = field(default_factory=dict)  # allocation -> limits a kept hold without a slice books
+    actions: List = []
+    failures: List[Failure] = []
+    warnings: List[str] = []
+    errors: List[str] = []  # retryable: the pass cannot finish now
+    holds: List[dict] = []  # the holds once the plan is applied
+    conditions: List[dict] = []
+    pending_releases: List[dict] = []  # Kubernetes releases still waiting for pods
+    vfio: Dict[str, str] = {}  # GPUs running domains have now
+    renders: Dict[str, dict] = {}  # allocation -> render_record, for the next pass
+    booked: Dict[str, Optional[dict]] = {}  # allocation -> limits a kept hold without a slice books
 
     @property
     def changes(self) -> List[Action]:

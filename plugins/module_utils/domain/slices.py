@@ -20,7 +20,6 @@ in ``node/slices.py``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
@@ -32,6 +31,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     parse_cpulist,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 SLICE_NAME_RE = re.compile(r"^bcd-alloc-%s\.slice$" % ALLOCATION_ID)
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -139,14 +139,14 @@ def check_slice_request(name, properties, huge):
             raise SliceError("hugetlb_max %s must be a non-negative integer" % size)
 
 
-@dataclass
+@record
 class SliceState:
     """A slice as the host shows it."""
 
     name: str
     properties: Optional[Dict[str, str]] = None  # None: the backend cannot read them back
-    hugetlb_max: Dict[str, int] = field(default_factory=dict)
-    hugetlb_current: Dict[str, int] = field(default_factory=dict)
+    hugetlb_max: Dict[str, int] = {}
+    hugetlb_current: Dict[str, int] = {}
     populated: bool = False
     memory_max: Optional[int] = None  # the cgroup's memory.max, where properties cannot be read back
     memory_high: Optional[int] = None  # the cgroup's memory.high, likewise

@@ -13,7 +13,6 @@ import gc
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import apply_plan
@@ -27,6 +26,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.hints import re
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, Plan, grows, limits_from_record, plan_pass
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
@@ -39,15 +39,15 @@ class PassError(BcdError):
     """A pass that cannot run at all (stale generation, unusable state directory)."""
 
 
-@dataclass
+@record
 class PassResult:
     plan: Plan
     section: dict
     changed: bool = False
-    events: List[dict] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
-    capabilities: List[str] = field(default_factory=list)
-    errors: List[str] = field(default_factory=list)
+    events: List[dict] = []
+    warnings: List[str] = []
+    capabilities: List[str] = []
+    errors: List[str] = []
     inventory: Inventory = field(default_factory=Inventory)
 
     def refusal_texts(self):
@@ -232,7 +232,7 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
             state.load(write=True)
         ledger = state.ledger
         if ledger.observed_generation is not None and generation < ledger.observed_generation:
-            raise PassError("generation %d is older than the observed generation %d; refusing to go back"
+            raise PassError("generation %d is older than the observed generation %s; refusing to go back"
                             % (generation, ledger.observed_generation))
         previous = ledger.observed_generation
         now = time.time()

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import structure_problem
@@ -35,6 +34,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
     normalize_pci_address,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import dra_device_ids
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record
 
 # PyYAML is imported only to read a file that is not JSON (_strict_loader); whether it is there is
 # known without importing it.
@@ -62,26 +62,26 @@ class FakeHwError(BcdError):
     file or the field and is fit to show to a user."""
 
 
-@dataclass
+@record
 class FakeDriver:
     """The fakehw file's ``driver``: the node's /dev and driver files, as the stale-edit checks see them."""
 
     version: Optional[str] = None
-    device_nodes: Dict[str, tuple] = field(default_factory=dict)  # node path -> (major, minor)
+    device_nodes: Dict[str, tuple] = {}  # node path -> (major, minor)
     files: frozenset = frozenset()  # node paths that exist (besides what is under root)
 
 
-@dataclass
+@record
 class FakeHw:
     """What a fakehw file says the host has."""
 
     node_id: Optional[str] = None
     boot_id: Optional[str] = None
     inventory: Inventory = field(default_factory=lambda: Inventory(gpus=[], source="fakehw"))
-    domains: List[Domain] = field(default_factory=list)
+    domains: List[Domain] = []
     kubelet_reachable: bool = True
-    pods: List[PodDevices] = field(default_factory=list)
-    runtimes: List[Any] = field(default_factory=list)  # cdi_runtimes.Runtime, as an operator would list them
+    pods: List[PodDevices] = []
+    runtimes: List[Any] = []  # cdi_runtimes.Runtime, as an operator would list them
     driver: Optional[FakeDriver] = None
 
 

@@ -10,12 +10,12 @@ booted, so that a fault from before the boot is not held against a GPU.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import time
 from typing import Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import records
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import MAX_LOG_BYTES, bus_of, xids_from_log
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory  # noqa: F401 (type comments)
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, join_root
@@ -68,5 +68,5 @@ def with_kernel_health(inventory, xids):
     gpus = []
     for gpu in inventory.gpus:
         found = xids.get(bus_of(gpu.pci_bus_id) or "")
-        gpus.append(dataclasses.replace(gpu, xids=gpu.xids + tuple(found)) if found else gpu)
-    return dataclasses.replace(inventory, gpus=gpus)
+        gpus.append(records.replace(gpu, xids=gpu.xids + tuple(found)) if found else gpu)
+    return records.replace(inventory, gpus=gpus)

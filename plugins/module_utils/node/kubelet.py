@@ -26,12 +26,12 @@ import errno
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names, dra_device_ids
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError, HelperRefused
 
 
@@ -326,17 +326,17 @@ def _with_parent_gpus(held, mig_parent):
     return set(held) | set(mig_parent[d] for d in held if d in mig_parent)
 
 
-@dataclass
+@record
 class KubeView:
     """One look at the kube side. ``error`` set: the kubelet could not be
     asked, and every device counts as held (``held`` is then empty and
     means nothing)."""
 
-    held: Set[str] = field(default_factory=set)
-    pods: List[PodDevices] = field(default_factory=list)
-    processes: Dict[int, List[int]] = field(default_factory=dict)
-    gpu_uuid_by_minor: Dict[int, str] = field(default_factory=dict)
-    mig_parent: Dict[str, str] = field(default_factory=dict)
+    held: Set[str] = set()
+    pods: List[PodDevices] = []
+    processes: Dict[int, List[int]] = {}
+    gpu_uuid_by_minor: Dict[int, str] = {}
+    mig_parent: Dict[str, str] = {}
     error: Optional[str] = None
 
     def holders(self, device_id):

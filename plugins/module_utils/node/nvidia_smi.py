@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 import shutil
-from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance, normalize_pci_address
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
     MAX_OUTPUT_CHARS,
     InventoryError,
@@ -41,7 +41,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.sysfs_pci import 
 # nvidia-smi -L
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ListedMig:
     """A MIG device as ``nvidia-smi -L`` prints it.
 
@@ -57,7 +57,7 @@ class ListedMig:
     ci: Optional[int] = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ListedGpu:
     """A GPU as ``nvidia-smi -L`` prints it, with its MIG devices."""
 
@@ -148,7 +148,7 @@ def _to_gpu(listed, mig, minor=None, pci_bus_id=None, numa_node=None):
 # nvidia-smi -q -x
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class QueriedGpu:
     """One ``<gpu>`` of ``nvidia-smi -q -x``: what ``-L`` lacks.
 
@@ -213,7 +213,7 @@ def parse_nvidia_smi_query_xml(text):
 # nvidia-smi mig -lci
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ComputeInstanceRow:
     """One row of ``nvidia-smi mig -lci``. There is no UUID in this table."""
 

@@ -71,6 +71,12 @@ def _crypto() -> Dict[str, Any]:
     return _CRYPTO
 
 
+def import_cryptography() -> None:
+    """Import what signing needs now (``EventsError`` when it cannot be): a root pass does so before it acts
+    as the state directory's owner (state/store.py)."""
+    _crypto()
+
+
 PURPOSE = "attested-report"
 
 JOURNAL_NAME = "events.jsonl"

@@ -42,12 +42,12 @@ reader (``node/state_files.py``: at most 16 MiB, JSON within ``domain/bounded_js
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_BOUND, ALLOCATION_FAILED, ALLOCATION_RELEASED
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 LEDGER_NAME = "ledger.json"
 # ledger.json of 0.1.0 called the unfinished plain releases "releasing"; read it, write the new name.
@@ -55,13 +55,13 @@ _LEGACY_UNFINISHED = "releasing"
 _ALLOCATION_ID_RE = re.compile(ALLOCATION_ID)
 
 
-@dataclass
+@record
 class Ledger:
-    bound: Dict[str, dict] = field(default_factory=dict)
-    unfinished_releases: Dict[str, dict] = field(default_factory=dict)
-    failures: Dict[str, dict] = field(default_factory=dict)  # allocation -> {generation, reason, message}
-    vfio: Dict[str, str] = field(default_factory=dict)
-    renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> {key, spec, env, notes}
+    bound: Dict[str, dict] = {}
+    unfinished_releases: Dict[str, dict] = {}
+    failures: Dict[str, dict] = {}  # allocation -> {generation, reason, message}
+    vfio: Dict[str, str] = {}
+    renders: Dict[str, dict] = {}  # allocation -> {key, spec, env, notes}
     observed_generation: Optional[int] = None
     last_state: Optional[str] = None
     journal_seq: int = 0
@@ -100,14 +100,14 @@ def _allocation_records(value):
     ``generation`` is an integer and ``device_ids`` strings where they have them; the rest is dropped
     (reported or released again, never lost: the account writes this file)."""
     records = {}
-    for allocation_id, record in _dict_of(value, dict).items():
-        device_ids = record.get("device_ids", [])
-        generation = record.get("generation")
+    for allocation_id, entry in _dict_of(value, dict).items():
+        device_ids = entry.get("device_ids", [])
+        generation = entry.get("generation")
         if not _ALLOCATION_ID_RE.fullmatch(allocation_id) or not isinstance(device_ids, list) \
                 or not all(isinstance(device, str) for device in device_ids) \
                 or (generation is not None and _int_or_none(generation) is None):
             continue
-        records[allocation_id] = record
+        records[allocation_id] = entry
     return records
 
 
@@ -115,18 +115,18 @@ def _failures(value):
     """Refusal records; 0.1.0 kept the generation alone (then a refusal is not replayed, only not
     reported twice)."""
     records = {}
-    for allocation_id, record in _dict_of(value, (dict, int)).items():
-        if isinstance(record, bool):
+    for allocation_id, entry in _dict_of(value, (dict, int)).items():
+        if isinstance(entry, bool):
             continue
-        if isinstance(record, int):
-            record = {"generation": record}
-        generation = _int_or_none(record.get("generation"))
+        if isinstance(entry, int):
+            entry = {"generation": entry}
+        generation = _int_or_none(entry.get("generation"))
         if generation is None:
             continue
         kept = {"generation": generation}
         for key in ("reason", "message"):
-            if isinstance(record.get(key), str):
-                kept[key] = record[key]
+            if isinstance(entry.get(key), str):
+                kept[key] = entry[key]
         records[allocation_id] = kept
     return records
 
@@ -134,12 +134,12 @@ def _failures(value):
 def _renders(value):
     """Render records whose fields have the right types (anything else is dropped: rendered again)."""
     records = {}
-    for allocation_id, record in _dict_of(value, dict).items():
-        notes = record.get("notes")
-        if all(isinstance(record.get(name), str) for name in ("key", "spec")) \
-                and isinstance(record.get("env"), (str, type(None))) \
+    for allocation_id, entry in _dict_of(value, dict).items():
+        notes = entry.get("notes")
+        if all(isinstance(entry.get(name), str) for name in ("key", "spec")) \
+                and isinstance(entry.get("env"), (str, type(None))) \
                 and isinstance(notes, list) and all(isinstance(note, str) for note in notes):
-            records[allocation_id] = {"key": record["key"], "spec": record["spec"], "env": record.get("env"),
+            records[allocation_id] = {"key": entry["key"], "spec": entry["spec"], "env": entry.get("env"),
                                       "notes": list(notes)}
     return records
 

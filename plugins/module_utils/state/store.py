@@ -64,7 +64,6 @@ import json
 import os
 import stat
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import pretty_json
@@ -73,6 +72,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import S
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import HEALTH_NAME, parse_cleared
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAINTENANCE_NAME, parse_maintenance, render_maintenance
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
@@ -81,6 +81,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     EventsError,
     Journal,
     NodeKey,
+    import_cryptography,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import (
     LEDGER_NAME,
@@ -159,14 +160,14 @@ def nodespec_from_data(data: Any, where: str, generation_required: bool = True) 
     return generation, devices, instances, "auto" if cdi_runtimes is None else cdi_runtimes
 
 
-@dataclass
+@record
 class Change:
     """What a ``NodeState.change`` block changes: the ledger and the pending releases (the state's own,
     saved when the block ends), and the events journaled as it began."""
 
     ledger: Ledger
     releases: Releases
-    journaled: List[Dict[str, Any]] = field(default_factory=list)
+    journaled: List[Dict[str, Any]] = []
 
 
 def _as_owner(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -315,6 +316,8 @@ class NodeState:
         ``save_ledger=False`` leaves the ledger to the caller's next change (a pass's last reports, saved
         with its end by ``finish``). A journal that cannot be written raises ``EventsError`` before the
         block runs, and the reports are made again next pass; a block that raises saves nothing."""
+        if any(event["type"] in ATTESTED_TYPES for event, _limits in self._queued):
+            import_cryptography()  # as root, before acting as the owner (see key)
         with self.as_owner():
             releases_before = releases_bytes(self.releases.pending)
             queued, self._queued = self._queued, []
@@ -370,11 +373,14 @@ class NodeState:
             ledger.failures = dict((k, v) for k, v in ledger.failures.items() if k in kept_failures)
 
     # -- what the actions of a plan do to the state -----------------------------------
-    @_as_owner
     def key(self) -> NodeKey:
-        """The node key, created on first use (only when an attested event is due)."""
+        """The node key, created on first use (only when an attested event is due). cryptography is imported
+        first, by root itself: nothing is imported while root acts as the owner, whose rights may not reach
+        root's own Python (a venv under /root), and whose files are nothing root imports from anyway."""
         if self._key is None:
-            self._key = NodeKey.load_or_create(self._file(KEY_NAME))
+            import_cryptography()
+            with self.as_owner():
+                self._key = NodeKey.load_or_create(self._file(KEY_NAME))
         return self._key
 
     def report(self, event: Dict[str, Any], limits: Optional[dict] = None) -> None:

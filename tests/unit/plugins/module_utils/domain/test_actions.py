@@ -9,11 +9,11 @@ the node, so the order of every call is what is asserted."""
 
 from __future__ import annotations
 
-import dataclasses
 from types import SimpleNamespace
 
 import pytest
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import records
 from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import Bind, FileChange, Release, apply_plan
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 
@@ -131,7 +131,7 @@ def test_a_journal_that_cannot_be_written_is_a_retryable_error_after_the_files()
 
 def test_a_step_is_a_frozen_value_carrying_only_its_own_fields():
     step = bind("a1", needs=["old"])
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(records.FrozenInstanceError):
         step.text = "patched"  # type: ignore[misc]
     assert step.to_dict() == {
         "action": "bind", "allocation_id": "a1", "text": "bind a1", "device_ids": [GPU],

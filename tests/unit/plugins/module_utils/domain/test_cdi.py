@@ -8,7 +8,6 @@ official CDI JSON schema with ``jsonschema`` and against ``validate_spec``."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -16,6 +15,7 @@ import re
 import pytest
 import yaml
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain import records
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import DeviceRef, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import resolve_devices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
@@ -466,7 +466,7 @@ def test_what_no_cdi_spec_can_hold_is_a_render_error_not_a_traceback(make_node, 
     host = make_node(vendor=vendor).host()
     parsed = parse_assignments([{"allocation_id": "a1", "reservation_id": "r1", "binding": "BINDING_HOLD",
                                  "devices": [{"id": GPU_A, "device_class": "gpu"}]}])
-    assignment = dataclasses.replace(parsed.assignments[0], reservation_id=reservation)
+    assignment = records.replace(parsed.assignments[0], reservation_id=reservation)
     atoms = resolve_devices(assignment.devices, host.inventory())
     with pytest.raises(RenderError, match=re.escape(message)):
         render_hold(assignment, atoms, 7, host.vendor_spec())

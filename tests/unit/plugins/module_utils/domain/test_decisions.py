@@ -7,7 +7,7 @@ in its loops copying what was decided so far at every hold)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from ansible_collections.bcd.devices.plugins.module_utils.domain.records import fields
 from functools import reduce
 
 from hypothesis import given, settings
