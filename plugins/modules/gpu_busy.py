@@ -132,12 +132,15 @@ gpus:
         - {kind: maintenance, text: "in maintenance (firmware update)", reason: firmware update}
 """
 
+import gc
+
 from ansible.module_utils import basic
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import gpu_busy as module_code
 
 
 def main():
+    gc.freeze()  # what is imported lives as long as the run: no collection walks it (docs/performance.md)
     module_code.main(basic)
 
 

@@ -535,12 +535,15 @@ capabilities:
   elements: str
 """
 
+import gc
+
 from ansible.module_utils import basic
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds as module_code
 
 
 def main():
+    gc.freeze()  # what is imported lives as long as the run: no collection walks it (docs/performance.md)
     module_code.main(basic)
 
 

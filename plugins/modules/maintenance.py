@@ -97,12 +97,15 @@ maintenance:
       since: 1796300000.0
 """
 
+import gc
+
 from ansible.module_utils import basic
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import maintenance as module_code
 
 
 def main():
+    gc.freeze()  # what is imported lives as long as the run: no collection walks it (docs/performance.md)
     module_code.main(basic)
 
 

@@ -78,6 +78,7 @@ node_library_refused:
   sample: /usr/local/lib/bcd-holds/ansible_collections/bcd/devices/plugins/module_utils is not installed
 """
 
+import gc
 import importlib
 import json
 
@@ -102,19 +103,43 @@ def run_from_library(module_name, module_args, raw):
     entry.main(basic)
 
 
+SPEC = dict(
+    module=dict(type="str", required=True, choices=list(MODULES)),
+    module_args=dict(type="dict", default={}),
+    path=dict(type="path", required=True),
+    digest=dict(type="str", required=True, no_log=False),
+)
+
+
+def sent_by_the_action(raw):
+    """The options when they are exactly what the action plugin sends (one of ``MODULES``, a dict of
+    options, an absolute path, a digest), else None. The module run from the library validates its own
+    options, so these need no ``AnsibleModule`` of their own: one would decode, copy, scan and log every
+    option of the task a second time (7 ms of a no-op of 256 holds)."""
+    options = dict((key, value) for key, value in raw.items() if not key.startswith("_ansible_"))
+    if set(options) - set(SPEC) or not set(options) >= {"module", "path", "digest"}:
+        return None
+    options.setdefault("module_args", {})
+    if options["module"] not in MODULES or not isinstance(options["module_args"], dict) \
+            or not isinstance(options["path"], str) or not options["path"].startswith("/") \
+            or not isinstance(options["digest"], str):
+        return None
+    return options
+
+
 def main():
+    # What Ansible has imported by now lives as long as the process: frozen, the cyclic collector no longer
+    # walks it at every collection the converger's imports and pass trigger (11 ms of a 40 ms no-op).
+    gc.freeze()
     raw = basic._load_params()
-    module = AnsibleModule(argument_spec=dict(
-        module=dict(type="str", required=True, choices=list(MODULES)),
-        module_args=dict(type="dict", default={}),
-        path=dict(type="path", required=True),
-        digest=dict(type="str", required=True, no_log=False),
-    ), supports_check_mode=True)
-    why = library.refusal(module.params["path"], module.params["digest"])
+    options = sent_by_the_action(raw)
+    if options is None:  # not from the action plugin: AnsibleModule says what is wrong, or normalizes it
+        options = AnsibleModule(argument_spec=SPEC, supports_check_mode=True).params
+    why = library.refusal(options["path"], options["digest"])
     if why is not None:
-        module.exit_json(changed=False, node_library_refused=why)
-    library.use_library(module.params["path"])
-    run_from_library(module.params["module"], raw.get("module_args") or {}, raw)
+        AnsibleModule(argument_spec=SPEC, supports_check_mode=True).exit_json(changed=False, node_library_refused=why)
+    library.use_library(options["path"])
+    run_from_library(options["module"], options["module_args"] or {}, raw)
 
 
 if __name__ == "__main__":
