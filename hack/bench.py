@@ -11,6 +11,9 @@ compared as ratios; times alone mean little on a shared 2-core machine.
 * ``bind``/``noop`` at N/4 and N holds: ``ansible localhost -m bcd.devices.holds`` on a fresh
   fakehw node with 8 GPUs and one slot per allocation, then the same input again (its result
   carries the N events the bind journaled), then again once they are acknowledged (``noop acked``);
+* ``echo``: at the small count and N, a module of the bench's own that does nothing but return, for the
+  same ``-a`` options, the very result the acknowledged no-op returned: what Ansible itself costs to
+  send those options and show that result (the converger's no-op can come near it, not under it);
 * ``floor``: two atomic, fsynced writes per hold (what a bind must do at least), through
   the collection's own ``write_atomic`` into a fresh directory on the same file system, each
   directory fsynced once at the end as a pass does;
@@ -51,6 +54,26 @@ REPO = os.path.dirname(HERE)
 BUILD = os.path.join(REPO, ".build")
 GPUS = 8
 GENERATION = 1
+# The echo module (``echo N``): the options of a holds task, and the result a no-op returned for them, from
+# the file beside the node's root; nothing else.
+ECHO_MODULE = """#!/usr/bin/python
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(
+        root=dict(type="path", required=True), fakehw=dict(type="path"), generation=dict(type="int"),
+        devices=dict(type="list", elements="raw", required=True)), supports_check_mode=True)
+    with open(os.path.join(os.path.dirname(module.params["root"]), "echo.json")) as handle:
+        module.exit_json(**json.load(handle))
+
+
+if __name__ == "__main__":
+    main()
+"""
 
 TARGETS = [
     # (name, what, limit, at most (True) or at least (False)); each ratio of Ansible runs is given in wall
@@ -60,6 +83,12 @@ TARGETS = [
     ("noop acked/ping", "the same, its events acknowledged (a node whose gateway takes them)", 1.15, True),
     ("noop small/ping", "no-op pass of the small count of holds from the node library / ping", 1.05, True),
     ("noop bundled/ping", "no-op pass of N holds, the module as Ansible ships it / ping (reported)", None, True),
+    ("echo/ping", "Ansible alone: a module returning the no-op's result for its options, at N / ping (reported: "
+     "the least noop acked/ping can be)", None, True),
+    ("echo small/ping", "the same at the small count (reported)", None, True),
+    ("noop acked/echo", "the no-op of N / that module: what the converger adds to Ansible's own cost (reported)",
+     None, True),
+    ("noop small/echo", "the same at the small count (reported)", None, True),
     ("noop small bundled/ping", "the same at the small count (reported)", None, True),
     ("bind/floor", "bind of N holds, time above ping / the disk floor", 3.0, True),
     ("bind N/bind N/4", "bind of N / bind of N/4, each less ping (4 is linear)", 4.0, True),
@@ -213,6 +242,27 @@ class Bench:
             raise SystemExit("bench: the acknowledged no-op pass of %d holds was not a no-op:\n%s"
                              % (count, out[-2000:].decode()))
         self.record_run("noop acked %d%s" % (count, suffix), seconds)
+        if not bundled and count in (self.args.small, self.args.holds):
+            self.echo(count, root, args, out)
+
+    def echo(self, count, root, args, out):
+        """``echo N``: the bench's module returning what the acknowledged no-op just returned (``out``, the
+        ad-hoc output ``localhost | SUCCESS => {...}``), for the same options."""
+        shown = json.loads(out.decode("utf-8").partition(" => ")[2])
+        shown.pop("ran_from", None)  # the action plugin's, not the module's
+        with open(os.path.join(os.path.dirname(root), "echo.json"), "w") as handle:
+            json.dump(shown, handle)
+        library = os.path.join(self.scratch, "echo-library")
+        if not os.path.isdir(library):
+            os.makedirs(library)
+            with open(os.path.join(library, "bench_echo.py"), "w") as handle:
+                handle.write(ECHO_MODULE)
+        seconds, echoed = self.timed(["ansible", "localhost", "-c", "local", "-M", library, "-m", "bench_echo",
+                                      "-a", json.dumps(args)])
+        if b"SUCCESS" not in echoed or len(echoed) < len(out) * 0.9:
+            raise SystemExit("bench: the echo of %d holds did not show the no-op's result:\n%s"
+                             % (count, echoed[-2000:].decode()))
+        self.record_run("echo %d" % count, seconds)
 
     # -- what a user would write instead ---------------------------------------------------------
 
@@ -455,6 +505,10 @@ def report(bench, args):
         ratio("noop small/ping", "noop acked %d" % small, "ping")
         ratio("noop bundled/ping", "noop %d bundled" % n, "ping")
         ratio("noop small bundled/ping", "noop acked %d bundled" % small, "ping")
+        ratio("echo/ping", "echo %d" % n, "ping")
+        ratio("echo small/ping", "echo %d" % small, "ping")
+        ratio("noop acked/echo", "noop acked %d" % n, "echo %d" % n)
+        ratio("noop small/echo", "noop acked %d" % small, "echo %d" % small)
         if "floor %d" % n in m:
             ratios["bind/floor"] = (m["bind %d" % n] - m["ping"]) / m["floor %d" % n]
         if "bind %d" % quarter in m:
