@@ -15,7 +15,6 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import re
 from typing import List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import MAX_INT_DIGITS
@@ -25,22 +24,23 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy impo
     check_env_value,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 
 # An allocation id names files and a slice: the one pattern every such name is built from.
 ALLOCATION_ID = r"[A-Za-z0-9_]{1,80}"
-ALLOCATION_ID_RE = re.compile(r"^%s$" % ALLOCATION_ID)
-CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+ALLOCATION_ID_RE = lazy_pattern(r"^%s$" % ALLOCATION_ID)
+CPULIST_RE = lazy_pattern(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 CPULIST_MAX = 1024
-DECIMAL_RE = re.compile(r"^[0-9]{1,20}$")  # int64's decimal string, bounded before int() reads it
+DECIMAL_RE = lazy_pattern(r"^[0-9]{1,20}$")  # int64's decimal string, bounded before int() reads it
 # The kernel's own ceilings (NR_CPUS and MAX_NUMNODES at their largest): a number beyond them names
 # nothing on any host, and bounding them keeps every cpulist a few thousand numbers at most.
 MAX_CPU = 8191
 MAX_NODE = 1023
 MAX_INTEGER = (1 << 63) - 1  # int64, as the control plane's protobuf carries every number
 MAX_ENV_LINES = 256
-_TEXT_CONTROL_RE = re.compile("[\x00-\x1f\x7f]")  # C0 and DEL: a text field's refused characters, found at C speed
+_TEXT_CONTROL_RE = lazy_pattern("[\x00-\x1f\x7f]")  # C0 and DEL: a text field's refused characters, found at C speed
 TEXT_MAX = 256
 # Honoured per pass: a devices section is one node's, and every hold costs a spec, an env file, perhaps a
 # slice, and a journal write. 512 is every part of the largest node its own hold (16 GPUs of 32 slots or

@@ -24,10 +24,10 @@ what they are (``Atom.key``), not by how they are spelled.
 
 from __future__ import annotations
 
-import re
 from typing import List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 
@@ -38,12 +38,12 @@ CLASSES = (CLASS_GPU, CLASS_MIG, CLASS_SLOT)
 
 # New input: canonical numbers only (no leading zero). Read back: any spelling an older release took.
 _NUMBER = r"(0|[1-9][0-9]{0,5})"
-MIG_ID_RE = re.compile(r"^([^/]+)/gi%s/ci%s$" % (_NUMBER, _NUMBER))
-SLOT_ID_RE = re.compile(r"^([^/]+)/s%s$" % _NUMBER)
-_MIG_ID_READ_RE = re.compile(r"^([^/]+)/gi([0-9]{1,6})/ci([0-9]{1,6})$")
-_SLOT_ID_READ_RE = re.compile(r"^([^/]+)/s([0-9]{1,6})$")
+MIG_ID_RE = lazy_pattern(r"^([^/]+)/gi%s/ci%s$" % (_NUMBER, _NUMBER))
+SLOT_ID_RE = lazy_pattern(r"^([^/]+)/s%s$" % _NUMBER)
+_MIG_ID_READ_RE = lazy_pattern(r"^([^/]+)/gi([0-9]{1,6})/ci([0-9]{1,6})$")
+_SLOT_ID_READ_RE = lazy_pattern(r"^([^/]+)/s([0-9]{1,6})$")
 # A CDI device name (the atom id with "/" as "_") must match this.
-CDI_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
+CDI_NAME_RE = lazy_pattern(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 
 
 class AtomRefused(BcdError):

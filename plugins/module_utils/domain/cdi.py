@@ -47,6 +47,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     version_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import cgroup_parent_of
@@ -69,9 +70,9 @@ ANN_CGROUP_PARENT = "bcd.dev/cgroup-parent"
 ANN_BINDING = "bcd.dev/binding"
 ANN_DEVICE_ID = "bcd.dev/device-id"
 
-SPEC_FILE_RE = re.compile(r"^bcd-(%s)\.json$" % ALLOCATION_ID)
+SPEC_FILE_RE = lazy_pattern(r"^bcd-(%s)\.json$" % ALLOCATION_ID)
 # A damaged spec set aside, never deleted: its name ends in neither .json nor .yaml, so no runtime loads it.
-DAMAGED_FILE_RE = re.compile(r"^bcd-(%s)\.json\.damaged-[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$" % ALLOCATION_ID)
+DAMAGED_FILE_RE = lazy_pattern(r"^bcd-(%s)\.json\.damaged-[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$" % ALLOCATION_ID)
 
 
 class RenderError(BcdError):

@@ -36,7 +36,6 @@ given twice are found in JSON only (PyYAML keeps the last one silently).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import cdi_vendor
@@ -48,6 +47,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     SPEC_PREFIX,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import validate_spec
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 
@@ -63,7 +63,7 @@ MAX_PROBLEMS_SHOWN = 3
 LOADED = (".json", ".yaml")  # what the CDI library loads (not .yml), dotfiles included
 HIGH_PRIORITY_DIRS = ("/var/run/cdi", "/run/cdi")
 # node.fsutil's temporary names: ".<name>.tmp-<12 hex>" (tests check the two agree)
-TEMP_FILE_RE = re.compile(r"^\..+\.tmp-[0-9a-f]{12}$")
+TEMP_FILE_RE = lazy_pattern(r"^\..+\.tmp-[0-9a-f]{12}$")
 
 
 def directory_priority(directory):

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import version_key as cdi_version_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 __all__ = [
@@ -111,10 +112,10 @@ TABLE = {
 }  # type: Dict[str, Tuple[Tuple[Tuple[int, int, int], str], ...]]
 
 # Up to three dot-separated numbers, then anything not a digit (-ce, -rc.1, +dfsg, ~ds1, -1).
-_VERSION_RE = re.compile(r"v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?")
+_VERSION_RE = lazy_pattern(r"v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?")
 _MAX_PART_DIGITS = 9
 # What the option takes as a version: 5, 5.4, v5.4.2, 1.6.20~ds1, 27.3.1-ce, 2.0.0-rc.1, 5.4.2+ds1-2.
-_VERSION_TEXT_RE = re.compile(r"v?[0-9]{1,9}(?:\.[0-9]{1,9}){0,2}(?:[-+~._][A-Za-z0-9.+~_-]*)?")
+_VERSION_TEXT_RE = lazy_pattern(r"v?[0-9]{1,9}(?:\.[0-9]{1,9}){0,2}(?:[-+~._][A-Za-z0-9.+~_-]*)?")
 
 
 @record(frozen=True)
@@ -206,13 +207,13 @@ def ceiling(runtimes):
 _OUTPUT_PATTERNS = {
     # containerd containerd.io 1.7.27 05044ec...; containerd github.com/containerd/containerd/v2 v2.0.5 fb4c30d;
     # Debian: containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1
-    "containerd": re.compile(r"^containerd[ \t]+\S+[ \t]+(v?[0-9][^\s]*)", re.M),
+    "containerd": lazy_pattern(r"^containerd[ \t]+\S+[ \t]+(v?[0-9][^\s]*)", re.M),
     # Docker version 27.3.1, build 41ca978 (dockerd --version; the CLI prints the same for itself)
-    "docker": re.compile(r"^Docker version[ \t]+(v?[0-9][^\s,]*)", re.M),
+    "docker": lazy_pattern(r"^Docker version[ \t]+(v?[0-9][^\s,]*)", re.M),
     # podman version 5.4.2
-    "podman": re.compile(r"^podman(?:-remote)? version[ \t]+(v?[0-9][^\s]*)", re.M),
+    "podman": lazy_pattern(r"^podman(?:-remote)? version[ \t]+(v?[0-9][^\s]*)", re.M),
     # crio version 1.31.0 (first line, newer); a "Version:  1.28.1" line (older)
-    "cri-o": re.compile(r"^(?:crio version[ \t]+|Version:[ \t]+)(v?[0-9][^\s]*)", re.M),
+    "cri-o": lazy_pattern(r"^(?:crio version[ \t]+|Version:[ \t]+)(v?[0-9][^\s]*)", re.M),
 }
 
 

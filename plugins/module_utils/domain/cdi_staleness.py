@@ -28,9 +28,10 @@ files still carry stale edits. Every check is bounded (``MAX_PATHS``).
 from __future__ import annotations
 
 import copy
-import re
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 
 MAX_PATHS = 4096  # paths looked at per spec; a spec naming more is judged on the first ones
 MAX_REPORTED = 8  # differences spelled out in one message; the rest are counted
@@ -38,8 +39,8 @@ MAX_REPORTED = 8  # differences spelled out in one message; the rest are counted
 NOT_A_DEVICE = (-1, -1)  # what a probe's device_number returns for a path that is no device node
 UNKNOWN_DEVICE = (-2, -2)  # ... for one that is there but cannot be looked at (taken as true)
 
-_LIBRARY_VERSION_RE = re.compile(r"\.so\.([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)$")
-_DRIVER_VERSION_RE = re.compile(r"Kernel Module(?: for [A-Za-z0-9_]+)?\s+([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)\b")
+_LIBRARY_VERSION_RE = lazy_pattern(r"\.so\.([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)$")
+_DRIVER_VERSION_RE = lazy_pattern(r"Kernel Module(?: for [A-Za-z0-9_]+)?\s+([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)\b")
 
 
 def driver_version_from_proc(text):

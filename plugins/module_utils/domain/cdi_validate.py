@@ -31,10 +31,10 @@ version it does not know (CDI library 0.8.0, as in Podman 5.4, refuses
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 
 __all__ = [
     "CdiVersionError",
@@ -63,11 +63,11 @@ _UINT32_MAX = 4294967295
 _INT64_MAX = 9223372036854775807
 _ANNOTATIONS_MAX_BYTES = 256 * 1024  # Kubernetes' TotalAnnotationSizeLimitB
 
-_VERSION_RE = re.compile(r"v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
-_VENDOR_CLASS_RE = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
-_DEVICE_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
-_QUALIFIED_NAME_RE = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DNS1123_SUBDOMAIN_RE = re.compile(
+_VERSION_RE = lazy_pattern(r"v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
+_VENDOR_CLASS_RE = lazy_pattern(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
+_DEVICE_NAME_RE = lazy_pattern(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+_QUALIFIED_NAME_RE = lazy_pattern(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN_RE = lazy_pattern(
     r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
 )
 

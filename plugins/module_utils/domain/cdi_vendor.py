@@ -39,6 +39,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate im
     version_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 # PyYAML is imported when a spec is not JSON (_yaml_tools); whether it is there is known without
@@ -171,7 +172,7 @@ def _yaml_tools():
         # PyYAML's int and float patterns, less their sexagesimal alternatives.
         _CdiYamlLoader.add_implicit_resolver(
             _INT_TAG,
-            re.compile(
+            lazy_pattern(
                 r"""^(?:[-+]?0b[0-1_]+
                     |[-+]?0[0-7_]+
                     |[-+]?(?:0|[1-9][0-9_]*)
@@ -182,7 +183,7 @@ def _yaml_tools():
         )
         _CdiYamlLoader.add_implicit_resolver(
             _FLOAT_TAG,
-            re.compile(
+            lazy_pattern(
                 r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
                     |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
                     |[-+]?\.(?:inf|Inf|INF)

@@ -18,13 +18,14 @@ calls, for the module's input and the root helper's ``hold.write`` alike.
 
 from __future__ import annotations
 
-import re
 from collections import namedtuple
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 
 # A key: a C identifier of at most 128 characters. Everything that reads env files and every shell
 # agrees on these; anything else (``A-B``, ``BASH_FUNC_f%%``, a space, a dot) means different things
 # to different readers.
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+ENV_KEY_RE = lazy_pattern(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 # What a refusal says after the key; each family below names one of these.
 LOADS = "changes what programs load or run"
@@ -156,7 +157,7 @@ def check_env_key(key):
 
 # Control characters: C0, DEL, C1, and the line and paragraph separators; with them, everything
 # ``str.splitlines()`` splits on (\x0b \x0c \x1c-\x1e \x85 are among C0 and C1).
-_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_RE = lazy_pattern("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _NAMES = {0x00: "NUL", 0x0a: "a newline", 0x0d: "a carriage return", 0x09: "a tab", 0x1b: "ESC",
           0x85: "a C1 newline", 0x2028: "a line separator", 0x2029: "a paragraph separator"}
 

@@ -29,10 +29,10 @@ clears with the reset itself.
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 
 # xid -> what it means, for the ones only a GPU reset or a reboot clears.
 XID_CLASSES = {
@@ -51,8 +51,8 @@ XID_CLASSES = {
 MAX_LOG_BYTES = 4 * 1024 * 1024  # of the kernel log looked at
 HEALTH_NAME = "health.json"  # {GPU UUID: when faults logged before stopped counting}
 MAX_CLEARED_BYTES = 256 * 1024  # of health.json (node/state_files.py refuses a larger one)
-_XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): ([0-9]{1,4})\b")
-_KMSG_RE = re.compile(r"^[0-9]+,[0-9]+,([0-9]+),[^;]*;")  # /dev/kmsg: priority,seq,usec since boot,flags;text
+_XID_RE = lazy_pattern(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): ([0-9]{1,4})\b")
+_KMSG_RE = lazy_pattern(r"^[0-9]+,[0-9]+,([0-9]+),[^;]*;")  # /dev/kmsg: priority,seq,usec since boot,flags;text
 
 
 def xids_from_log(text, boot_time=None):

@@ -18,15 +18,16 @@ import re
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import BINDING_HOLD, BINDING_KUBERNETES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, CLASS_SLOT, CLASSES, MIG_ID_RE, SLOT_ID_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 
 BINDINGS = (BINDING_HOLD, BINDING_KUBERNETES)
 # The words a person may write for a class: "GPU", "mig", "slot".
 CLASS_WORDS = {"gpu": "gpu", "mig": CLASS_MIG, "gpu.mig": CLASS_MIG, "slot": CLASS_SLOT, "gpu.slot": CLASS_SLOT}
 # Any spelling of a MIG instance or slot id a person may write: upper case, leading zeros.
-_LOOSE_MIG_RE = re.compile(r"^([^/]+)/gi([0-9]{1,6})/ci([0-9]{1,6})$", re.IGNORECASE)
-_LOOSE_SLOT_RE = re.compile(r"^([^/]+)/s([0-9]{1,6})$", re.IGNORECASE)
-_INDEX_RE = re.compile(r"^[0-9]{1,6}$")
+_LOOSE_MIG_RE = lazy_pattern(r"^([^/]+)/gi([0-9]{1,6})/ci([0-9]{1,6})$", re.IGNORECASE)
+_LOOSE_SLOT_RE = lazy_pattern(r"^([^/]+)/s([0-9]{1,6})$", re.IGNORECASE)
+_INDEX_RE = lazy_pattern(r"^[0-9]{1,6}$")
 
 # A node lists at most this many GPUs or MIG instances in a hint; the rest are counted.
 MAX_LISTED = 16
@@ -117,7 +118,7 @@ def _missing_hint(message, inventory):
     return "".join("; " + hint for hint in hints)
 
 
-_MALFORMED_RE = re.compile(r'^"(.*)" is not a (MIG instance|slot) id \(')
+_MALFORMED_RE = lazy_pattern(r'^"(.*)" is not a (MIG instance|slot) id \(')
 
 
 def _malformed_hint(message, inventory):

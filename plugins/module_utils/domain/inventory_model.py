@@ -9,9 +9,9 @@ Every inventory source (NVML, ``nvidia-smi``, a fakehw file) produces an
 
 from __future__ import annotations
 
-import re
 from typing import List, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 
@@ -85,7 +85,7 @@ class PodDevices:
 
 # PCI addresses, as the inventory readers and the fakehw file write them
 
-_PCI_RE = re.compile(
+_PCI_RE = lazy_pattern(
     r"^(?:(?P<domain>[0-9A-Fa-f]{1,8}):)?(?P<bus>[0-9A-Fa-f]{1,2}):"
     r"(?P<slot>[0-9A-Fa-f]{1,2})\.(?P<function>[0-7])$"
 )

@@ -15,18 +15,18 @@ a GPU so that it can be reset or re-partitioned once its holds are gone (``domai
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 
 MAINTENANCE_NAME = "maintenance.json"
 MAX_GPUS = 256
 MAX_REASON = 256
 MAX_FILE_BYTES = 256 * 1024
-GPU_UUID_RE = re.compile(r"^GPU-[A-Za-z0-9-]{1,128}$")
-_REASON_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,%d}$" % MAX_REASON)
+GPU_UUID_RE = lazy_pattern(r"^GPU-[A-Za-z0-9-]{1,128}$")
+_REASON_RE = lazy_pattern(r"^[^\x00-\x1f\x7f]{1,%d}$" % MAX_REASON)
 
 
 class MaintenanceError(BcdError, ValueError):

@@ -9,7 +9,8 @@ module is imported (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, a froz
 and its 59 classes cost 22 ms of the 60 a no-op of 16 holds took there: more than the pass.
 
 ``record`` keeps the semantics this collection uses from dataclasses and compiles one method, the
-``__init__`` (its speed matters: a pass makes thousands of records). Comparison, hashing,
+``__init__`` (its speed matters: a pass makes thousands of records), when the first record of the class is
+made. Comparison, hashing,
 ``repr`` and freezing are shared functions over the class's fields, read with one C-level
 ``operator.attrgetter``. What it keeps:
 
@@ -149,10 +150,21 @@ def _init_source(items, frozen):
     return source, names
 
 
-def _make_init(items, frozen):
+def _deferred_init(cls, items, frozen):
+    """An ``__init__`` that compiles the record's own the first time one is made, and puts it in its place:
+    a class no run instantiates (most of a no-op's actions) never compiles one. The source is built now,
+    so a field order ``__init__`` cannot take is refused when the class is declared."""
     source, names = _init_source(items, frozen)
-    exec(source, names)  # pylint: disable=exec-used
-    return names["__init__"]
+
+    def __init__(self, *args, **kwargs):
+        exec(source, names)  # pylint: disable=exec-used
+        compiled = names["__init__"]
+        compiled.__qualname__ = cls.__qualname__ + ".__init__"
+        if cls.__dict__.get("__init__") is __init__:
+            type.__setattr__(cls, "__init__", compiled)
+        compiled(self, *args, **kwargs)
+
+    return __init__
 
 
 def _shared_methods(values):
@@ -198,7 +210,7 @@ def _set_new(cls, name, value):
 def _process(cls, frozen, eq):
     items = _all_fields(cls)
     setattr(cls, _FIELDS, items)
-    _set_new(cls, "__init__", _make_init(items, frozen))
+    _set_new(cls, "__init__", _deferred_init(cls, items, frozen))
     equal, hashed, shown = _shared_methods(_fields_getter(items))
     _set_new(cls, "__repr__", shown)
     if eq:

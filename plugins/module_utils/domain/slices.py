@@ -19,7 +19,6 @@ in ``node/slices.py``.
 
 from __future__ import annotations
 
-import re
 from typing import Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
@@ -31,9 +30,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     parse_cpulist,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
-SLICE_NAME_RE = re.compile(r"^bcd-alloc-%s\.slice$" % ALLOCATION_ID)
+SLICE_NAME_RE = lazy_pattern(r"^bcd-alloc-%s\.slice$" % ALLOCATION_ID)
 CGROUP_ROOT = "/sys/fs/cgroup"
 PARENT_SLICES = ("bcd.slice", "bcd.slice/bcd-alloc.slice")
 SLICE_DIR = CGROUP_ROOT + "/bcd.slice/bcd-alloc.slice"
@@ -42,13 +42,13 @@ MIB = 1 << 20
 GIB = 1 << 30
 HUGE_SIZES = (("2MB", "hugepages_2mi", 2 * MIB), ("1GB", "hugepages_1gi", GIB))
 PROPERTY_ORDER = ("AllowedCPUs", "AllowedMemoryNodes", "CPUQuota", "MemoryMax", "MemoryHigh")
-CPU_QUOTA_RE = re.compile(r"^[0-9]{1,9}%$")
+CPU_QUOTA_RE = lazy_pattern(r"^[0-9]{1,9}%$")
 PROPERTY_RE = {
     "AllowedCPUs": None,  # a cpulist, checked by check_cpulist
     "AllowedMemoryNodes": None,
     "CPUQuota": CPU_QUOTA_RE,
-    "MemoryMax": re.compile(r"^[0-9]{1,20}$"),
-    "MemoryHigh": re.compile(r"^[0-9]{1,20}$"),
+    "MemoryMax": lazy_pattern(r"^[0-9]{1,20}$"),
+    "MemoryHigh": lazy_pattern(r"^[0-9]{1,20}$"),
 }
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import stat
 from typing import Any, Dict, List, Optional
 
@@ -34,6 +33,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
     normalize_pci_address,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import dra_device_ids
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record
 
 # PyYAML is imported only to read a file that is not JSON (_strict_loader); whether it is there is
@@ -46,10 +46,10 @@ MAX_FILE_BYTES = 256 * 1024
 MAX_DEPTH = 64
 MAX_INT = 2 ** 63 - 1
 
-_GPU_UUID_RE = re.compile(r"^GPU-[A-Za-z0-9-]{1,128}$")
-_MIG_UUID_RE = re.compile(r"^MIG-[A-Za-z0-9-]{1,128}(/[0-9]{1,9}/[0-9]{1,9})?$")
+_GPU_UUID_RE = lazy_pattern(r"^GPU-[A-Za-z0-9-]{1,128}$")
+_MIG_UUID_RE = lazy_pattern(r"^MIG-[A-Za-z0-9-]{1,128}(/[0-9]{1,9}/[0-9]{1,9})?$")
 # Names and ids: printable, no whitespace at the ends, no control characters.
-_TEXT_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
+_TEXT_RE = lazy_pattern(r"^[^\x00-\x1f\x7f]{1,512}$")
 
 # Every state ``virsh domstate`` prints; as on a real host (``virsh list --state-running
 # --state-paused``), only a running or a paused domain has its GPUs and memory.
@@ -285,8 +285,8 @@ _TOP_FIELDS = ("node_id", "boot_id", "gpus", "domains", "kubelet", "runtimes", "
 _DRIVER_FIELDS = ("version", "device_nodes", "files")
 _HEALTH_FIELDS = ("retired_pages_pending", "row_remap_failure", "xids")
 MAX_DRIVER_PATHS = 4096
-_NODE_PATH_RE = re.compile(r"^/[^\x00-\x1f\x7f]{0,4095}$")
-_DEVICE_NUMBER_RE = re.compile(r"^([0-9]{1,9}):([0-9]{1,9})$")
+_NODE_PATH_RE = lazy_pattern(r"^/[^\x00-\x1f\x7f]{0,4095}$")
+_DEVICE_NUMBER_RE = lazy_pattern(r"^([0-9]{1,9}):([0-9]{1,9})$")
 _GPU_FIELDS = ("uuid", "index", "minor", "numa_node", "pci_bus_id", "name", "mig", "health")
 _MIG_FIELDS = ("gi", "ci", "uuid")
 _DOMAIN_FIELDS = ("instance_id", "state", "memory_bytes", "hugepages", "gpus")

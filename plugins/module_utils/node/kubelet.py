@@ -24,13 +24,13 @@ from __future__ import annotations
 import abc
 import errno
 import os
-import re
 import stat
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names, dra_device_ids
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError, HelperRefused
 
@@ -70,9 +70,9 @@ MAX_SOCKET_PATH_BYTES = 107
 NVIDIA_MAJOR = 195
 
 # A time-sliced replica of a device: "<device id>::<replica>".
-_REPLICA_RE = re.compile(r"^(?P<id>.+)::[0-9]+$")
+_REPLICA_RE = lazy_pattern(r"^(?P<id>.+)::[0-9]+$")
 # An open file that is a GPU's device node, by name (used when stat cannot tell).
-_NVIDIA_NODE_RE = re.compile(r"^(?:.*/)?dev/nvidia(?P<minor>[0-9]+)(?: \(deleted\))?$")
+_NVIDIA_NODE_RE = lazy_pattern(r"^(?:.*/)?dev/nvidia(?P<minor>[0-9]+)(?: \(deleted\))?$")
 
 
 class KubeletUnreachable(RetryableError):

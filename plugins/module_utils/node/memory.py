@@ -10,15 +10,15 @@ unreadable, and admission is skipped with a warning (``domain/admission.py``).
 from __future__ import annotations
 
 import os
-import re
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import PAGE_SIZES, HostMemory
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 
 MEMINFO = "/proc/meminfo"
 HUGEPAGES = "/sys/kernel/mm/hugepages/hugepages-%dkB/%s"
 NODE_ROOT = "/sys/devices/system/node"
 NODE_HUGEPAGES = NODE_ROOT + "/node%d/hugepages/hugepages-%dkB/free_hugepages"
-NODE_RE = re.compile(r"^node([0-9]+)$")
+NODE_RE = lazy_pattern(r"^node([0-9]+)$")
 
 
 def _int_file(host, path):

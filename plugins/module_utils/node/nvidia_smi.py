@@ -21,6 +21,7 @@ import shutil
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance, normalize_pci_address
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
     MAX_OUTPUT_CHARS,
@@ -67,11 +68,11 @@ class ListedGpu:
     mig: tuple = ()  # of ListedMig
 
 
-_GPU_LINE_RE = re.compile(r"^GPU\s+(\d+)\s*:\s*(.*?)\s*\(UUID:\s*(GPU-[^\s()]+)\s*\)\s*$")
-_MIG_LINE_RE = re.compile(
+_GPU_LINE_RE = lazy_pattern(r"^GPU\s+(\d+)\s*:\s*(.*?)\s*\(UUID:\s*(GPU-[^\s()]+)\s*\)\s*$")
+_MIG_LINE_RE = lazy_pattern(
     r"^MIG\s+(\S+)\s+Device\s+(\d+)\s*:\s*\(UUID:\s*(MIG-[^\s()]+)\s*\)\s*$"
 )
-_LEGACY_MIG_RE = re.compile(r"^MIG-(GPU-[^/\s]+)/(\d+)/(\d+)$")
+_LEGACY_MIG_RE = lazy_pattern(r"^MIG-(GPU-[^/\s]+)/(\d+)/(\d+)$")
 
 
 def parse_nvidia_smi_list(text):
@@ -224,7 +225,7 @@ class ComputeInstanceRow:
     profile_id: int
 
 
-_LCI_ROW_RE = re.compile(
+_LCI_ROW_RE = lazy_pattern(
     r"^\|\s*(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)(?:\s+\d+:\d+)?\s*\|$"
 )
 
@@ -330,7 +331,7 @@ def join_mig_ids(listed, mig_ids, queried=None, numa=None):
 # Readers
 
 
-_NO_DEVICES_RE = re.compile(r"no devices were found", re.IGNORECASE)
+_NO_DEVICES_RE = lazy_pattern(r"no devices were found", re.IGNORECASE)
 
 
 def read_nvidia_smi_inventory(run_command=None, which=None, sysfs_root="/"):

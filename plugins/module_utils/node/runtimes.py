@@ -38,6 +38,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes im
     version_from_output,
     version_key,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 
 __all__ = ["BINARIES", "SEARCH_DIRS", "cdi_enabled", "detect_runtimes", "resolve_in_root", "run_version"]
 
@@ -224,9 +225,9 @@ CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 DOCKER_CONFIG = "/etc/docker/daemon.json"
 # The CRI plugin's table: config version 1 ("cri"), 2 ("io.containerd.grpc.v1.cri"), 3 (containerd 2).
 _CRI_TABLES = ("plugins.cri", "plugins.io.containerd.grpc.v1.cri", "plugins.io.containerd.cri.v1.runtime")
-_TABLE_RE = re.compile(r"^\s*\[([^\[\]]+)\]\s*(?:#.*)?$")
-_KEY_RE = re.compile(r"^\s*([A-Za-z0-9_.\"' -]+?)\s*=\s*(true|false)\s*(?:#.*)?$")
-_IMPORTS_RE = re.compile(r"^\s*imports\s*=", re.M)
+_TABLE_RE = lazy_pattern(r"^\s*\[([^\[\]]+)\]\s*(?:#.*)?$")
+_KEY_RE = lazy_pattern(r"^\s*([A-Za-z0-9_.\"' -]+?)\s*=\s*(true|false)\s*(?:#.*)?$")
+_IMPORTS_RE = lazy_pattern(r"^\s*imports\s*=", re.M)
 
 
 def _toml_key(text):

@@ -17,6 +17,7 @@ import re
 from typing import Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import pretty_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     CGROUP_ROOT,
     HUGE_SIZES,
@@ -261,7 +262,7 @@ def stop_when_empty(slices, name, stop):
 
 SHOW_PROPERTIES = ("AllowedCPUs", "AllowedMemoryNodes", "CPUQuotaPerSecUSec", "MemoryMax", "MemoryHigh")
 _TIMESPAN_UNITS = {"us": 1, "ms": 1000, "s": 1000000, "min": 60000000, "h": 3600000000}
-_TIMESPAN_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(us|ms|s|min|h)")
+_TIMESPAN_RE = lazy_pattern(r"([0-9]+(?:\.[0-9]+)?)(us|ms|s|min|h)")
 
 
 def _descendants(directory):

@@ -29,7 +29,6 @@ copies of an allocation and ``ASIDE_TOTAL`` in all, the oldest removed.
 from __future__ import annotations
 
 import os
-import re
 import stat
 from contextlib import nullcontext
 from typing import Dict, List, Optional, Set, Tuple
@@ -45,6 +44,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     env_file_path,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     directory_syncs_into,
@@ -62,7 +62,7 @@ NODE_FILE_MODE = 0o644
 # Where each kind's files live and the names they have there (temporaries and damaged copies do not match).
 NODE_FILE_NAMES = {
     "cdi": (SPEC_DIR, SPEC_FILE_RE),
-    "allocation-env": (ENV_DIR, re.compile(r"^(%s)\.env$" % ALLOCATION_ID)),
+    "allocation-env": (ENV_DIR, lazy_pattern(r"^(%s)\.env$" % ALLOCATION_ID)),
 }
 # Damaged specs set aside are kept for someone to read, but not without end: at most this many per
 # allocation (the newest), and this many in /etc/cdi in all (the newest, whichever allocation's).

@@ -41,18 +41,18 @@ reader (``node/state_files.py``: at most 16 MiB, JSON within ``domain/bounded_js
 
 from __future__ import annotations
 
-import re
 from typing import Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_BOUND, ALLOCATION_FAILED, ALLOCATION_RELEASED
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 LEDGER_NAME = "ledger.json"
 # ledger.json of 0.1.0 called the unfinished plain releases "releasing"; read it, write the new name.
 _LEGACY_UNFINISHED = "releasing"
-_ALLOCATION_ID_RE = re.compile(ALLOCATION_ID)
+_ALLOCATION_ID_RE = lazy_pattern(ALLOCATION_ID)
 
 
 @record

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import calendar
 import os
-import re
 import time
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
@@ -29,9 +28,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release im
     PendingRelease,
     Releases,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
 
-_ALLOCATION_ID_RE = re.compile(ALLOCATION_ID)
+_ALLOCATION_ID_RE = lazy_pattern(ALLOCATION_ID)
 MAX_ASIDE = 64  # releasing.json.unreadable-<stamp>-<n> tried per second, at most
 
 

@@ -181,3 +181,20 @@ def test_importing_the_converger_builds_no_dataclass():
             "print([name for name in made if name.startswith('ansible_collections.bcd')])\n" % str(REPO / ".build"))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_record_compiles_its_init_when_the_first_one_is_made():
+    @record(frozen=True)
+    class Base:
+        name: str
+
+    @record(frozen=True)
+    class Child(Base):
+        size: int = 1
+
+    assert "<locals>.__init__" in Base.__init__.__qualname__ and "_deferred_init" in Child.__init__.__qualname__
+    assert Child("a").size == 1 and Child.__init__.__qualname__.endswith("Child.__init__")
+    assert "_deferred_init" in Base.__init__.__qualname__  # a subclass's first record compiles its own alone
+    assert Base("b") == Base("b") and Base.__init__.__qualname__.endswith("Base.__init__")
+    with pytest.raises(TypeError):
+        Base()
