@@ -12,7 +12,6 @@ a slice.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from typing import List, Optional, Set, Tuple
@@ -259,6 +258,7 @@ def check_fields(raw, known, where):
     key = unknown[0]
     shown = key if isinstance(key, str) and len(key) <= 64 and key.isprintable() else _show(key)
     prefix = "%s.%s" % (where, shown) if where else shown
+    import difflib  # pylint: disable=import-outside-toplevel  # a refusal's suggestion only: no pass imports it
     nearest = difflib.get_close_matches(key, known, n=1, cutoff=0.6) if isinstance(key, str) and len(key) <= 64 else []
     if nearest:
         raise InvalidAssignment("%s: unknown field; did you mean %s?" % (prefix, nearest[0]))
