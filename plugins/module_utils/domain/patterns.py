@@ -50,6 +50,8 @@ class LazyPattern:
         return getattr(self.compiled(), name)(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # groups, groupindex, ...: the compiled pattern's
+        if name.startswith("__"):  # copy, pickle and hasattr probes are this object's, never a compile
+            raise AttributeError(name)
         return getattr(self.compiled(), name)
 
     def __repr__(self) -> str:

@@ -114,8 +114,7 @@ def _all_fields(cls):
     for base in reversed(cls.__mro__[1:]):
         for item in base.__dict__.get(_FIELDS, ()):
             by_name[item.name] = item
-    for item in _own_fields(cls):
-        by_name.pop(item.name, None)
+    for item in _own_fields(cls):  # one a base declared keeps its place, as in dataclasses
         by_name[item.name] = item
     return tuple(by_name.values())
 
@@ -178,7 +177,7 @@ def _shared_methods(values):
         return hash(values(self))
 
     def __repr__(self):
-        own = self.__class__.__dict__[_FIELDS]
+        own = getattr(self.__class__, _FIELDS)
         return "%s(%s)" % (self.__class__.__qualname__,
                            ", ".join("%s=%r" % (item.name, getattr(self, item.name)) for item in own))
 

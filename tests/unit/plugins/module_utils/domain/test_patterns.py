@@ -38,6 +38,8 @@ def test_nothing_is_compiled_before_first_use_and_then_the_methods_are_re_s_own(
     assert lazy.match("aaa") and lazy.fullmatch("b") is None
     assert lazy.match.__self__ is re.compile(r"^a+$") and lazy.search.__self__ is re.compile(r"^a+$")
     assert lazy_pattern(r"(?P<n>x)(y)").groups == 2 and lazy_pattern(r"(?P<n>x)").groupindex == {"n": 1}
+    untouched = lazy_pattern(r"^b$")
+    assert not hasattr(untouched, "__iter__") and not hasattr(untouched.match, "__self__")
 
 
 def test_module_utils_compiles_no_pattern_at_import():

@@ -138,6 +138,26 @@ def test_a_subclass_record_has_its_base_fields_first_and_eq_false_keeps_identity
     assert repr(child).endswith(".Child(name='a', note='b', size=3)")
 
 
+def test_a_field_a_subclass_declares_again_keeps_its_place_as_in_a_dataclass():
+    made = []
+    for decorate in (record, dataclasses.dataclass):
+        @decorate
+        class Base:
+            first: int = 1
+            second: int = 2
+
+        @decorate
+        class Child(Base):
+            first: int = 10
+            third: int = 3
+
+        made.append(Child)
+    ours, theirs = made
+    assert [item.name for item in records.fields(ours)] == [item.name for item in dataclasses.fields(theirs)] \
+        == ["first", "second", "third"]
+    assert records.asdict(ours(second=5)) == dataclasses.asdict(theirs(second=5)) == {"first": 10, "second": 5, "third": 3}
+
+
 def test_a_method_the_class_defines_is_kept_and_bad_declarations_are_refused():
     @record
     class Shown:
