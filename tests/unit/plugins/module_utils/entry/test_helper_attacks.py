@@ -57,8 +57,17 @@ def ask():
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.settimeout(20)
         connection.connect(path)
-        connection.sendall(b'{"op": "slice.stop", "allocation_id": "nothing_here"}\n')
-        return json.loads(connection.recv(65536).decode().splitlines()[0])
+        try:
+            connection.sendall(b'{"op": "slice.stop", "allocation_id": "nothing_here"}\n')
+        except BrokenPipeError:  # a busy helper answers at once and closes, maybe before the request is sent
+            pass
+        got = b""
+        while b"\n" not in got:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        return json.loads(got.decode().splitlines()[0])
 start = time.monotonic()
 result = ask() if during else None
 during_seconds = time.monotonic() - start
