@@ -4,15 +4,17 @@
 """The controller's half of running a module from the node's installed library (docs/performance.md,
 "The node library"): the action plugins of the modules that can.
 
-A task's module runs first as ``bcd.devices.node_library``, a payload of ansible-core's own files and one
-small verifier, with the digest of this controller's ``module_utils``; where the node's library is that code
-and root's alone, the module's result is that run's. Otherwise the node answers why not, the module runs as
-Ansible ships it (its whole ``module_utils``, as before), and the task warns with the reason. The result
-says which ran in ``ran_from``.
+Whether a node has the library is known on the controller, from what the task already has, before anything
+runs there (``library_wanted``): the host variable ``bcd_devices_node_library`` (a node path under the module's
+``root`` option, or true for ``/usr/local/lib/bcd-holds``; false skips the library), which the role sets for
+the rest of its run, else the local fact ``ansible_local.bcd_holds`` the role writes on the node (fact gathering
+reads it). A node with neither runs the module as Ansible ships it, once, and says so at ``-v`` only.
 
-The library's location is the host variable ``bcd_devices_node_library`` (default
-``/usr/local/lib/bcd-holds``, the role's with its default ``bcd_holds_prefix``), a node path under the
-module's ``root`` option; false or empty skips the node library. An async task runs the shipped module."""
+Where a library is named, the task's module runs as ``bcd.devices.node_library``, a payload of ansible-core's
+own files and one small verifier, with the digest of this controller's ``module_utils``; where the node's
+library is that code and root's alone, the module's result is that run's. Otherwise the node answers why not
+(missing, another version, altered, unsafe), the module runs as Ansible ships it, and the task warns with the
+reason. The result says which ran in ``ran_from``. An async task runs the shipped module."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node import library
 
 display = Display()
 VARIABLE = "bcd_devices_node_library"
+FACT = "bcd_holds"
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 _DIGEST = []
 
@@ -50,6 +53,31 @@ def wanted_library(value):
     return str(value)
 
 
+def local_facts(task_vars):
+    """The host's local facts (``ansible_local``: ``facts.d`` on the node, read by fact gathering), from the
+    injected variable or from ``ansible_facts`` (where injecting facts as variables is off); {} when none."""
+    for found in (task_vars.get("ansible_local"), (task_vars.get("ansible_facts") or {}).get("ansible_local"),
+                  (task_vars.get("ansible_facts") or {}).get("local")):
+        if isinstance(found, dict):
+            return found
+    return {}
+
+
+def library_wanted(task_vars):
+    """``(path, why)``: the library's node path to run from, or None for the module as shipped, and what said
+    so. Nothing here runs on the node: the variable when set, else the role's local fact, else no library."""
+    value = task_vars.get(VARIABLE)
+    if value is not None:
+        return wanted_library(value), "the variable %s" % VARIABLE
+    fact = local_facts(task_vars).get(FACT)
+    if fact is not None:
+        where = fact.get("node_library") if isinstance(fact, dict) else None
+        if isinstance(where, str) and where.startswith("/"):
+            return where, "the local fact ansible_local.%s" % FACT
+        return library.DEFAULT_LIBRARY, "the local fact ansible_local.%s (without a node_library path)" % FACT
+    return None, "neither the variable %s nor the local fact ansible_local.%s names one" % (VARIABLE, FACT)
+
+
 class NodeLibraryAction(ActionBase):
     """Runs ``MODULE`` from the node library when it may, else as shipped."""
 
@@ -64,7 +92,12 @@ class NodeLibraryAction(ActionBase):
         name = "bcd.devices." + self.MODULE
         args = dict(self._task.args)
         wrap_async = self._task.async_val and not self._connection.has_native_async
-        where = None if wrap_async else wanted_library(task_vars.get(VARIABLE))
+        where, why = library_wanted(task_vars)
+        if wrap_async:
+            where, why = None, "an async task runs the module as shipped"
+        if where is None:
+            display.v("%s ran as Ansible ships it: no node library (%s)" % (name, why), host=self._task.delegate_to
+                      or task_vars.get("inventory_hostname"))
         ran = None
         if where is not None:
             path = library.library_path(args.get("root") or "/", where)
