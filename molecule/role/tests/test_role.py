@@ -79,6 +79,15 @@ def test_the_library_is_the_collections_module_utils(node):
         assert owner_mode(node[directory]) == ("root", "root", 0o755)
 
 
+def test_the_library_is_recorded_as_the_local_fact_the_modules_read(node):
+    """Fact gathering reads it as ansible_local.bcd_holds; the action plugins then run the modules from the
+    library without asking the node first (tests/unit/plugins/action/test_node_library_play.py)."""
+    fact = node["/etc/ansible/facts.d/bcd_holds.fact"]
+    assert owner_mode(fact) == ("root", "root", 0o644)
+    assert json.loads(fact["text"]) == {"node_library": "/usr/local/lib/bcd-holds"}
+    assert owner_mode(node["/etc/ansible/facts.d"]) == ("root", "root", 0o755)
+
+
 def test_the_units_are_written_with_node_paths(node):
     for name in UNIT_NAMES:
         unit = node["%s/%s" % (UNITS, name)]
