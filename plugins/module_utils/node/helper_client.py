@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
 
 IO_TIMEOUT = 30.0
+MAX_PROBE_REPLY = 64 * 1024  # a probe's reply is one short line; more is not the helper talking
+PROBE = {"op": "ping"}  # answered without touching the node: an unknown op, refused as such
 
 
 class HelperError(RetryableError):
@@ -29,6 +32,21 @@ class HelperError(RetryableError):
 
 class HelperRefused(BcdError):
     """The helper refused a request as it is (malformed, or never carried out as asked); permanent."""
+
+
+class Probe:
+    """What ``HelperClient.probe`` found: the helper's ``answer`` (a JSON object), or why there is none
+    (``why``), with the ``error`` of the socket call (its ``errno`` says which) or ``timed_out``."""
+
+    def __init__(self, answer=None, why=None, error=None, timed_out=False):
+        self.answer = answer
+        self.why = why
+        self.error = error
+        self.timed_out = timed_out
+
+    @property
+    def errno(self):
+        return getattr(self.error, "errno", None)
 
 
 class HelperClient:
@@ -64,13 +82,52 @@ class HelperClient:
             raise HelperError(text) if answer.get("retryable") is True else HelperRefused(text)
         return answer
 
-    def reachable(self):
-        """Why the helper cannot be used now, or None (an empty request is answered as malformed)."""
+    def probe(self):
+        """Whether the helper answers, within ``timeout`` seconds in all and ``MAX_PROBE_REPLY`` bytes: it is
+        sent ``PROBE``, which it answers without touching the node (``unknown op 'ping'``), and logs nothing.
+        Never raises; ``Probe.answer`` is the reply when there is one."""
+        deadline = time.monotonic() + self.timeout
+        data = (json.dumps(PROBE) + "\n").encode("utf-8")
+        reply = b""
         try:
-            self.request({"op": "ping"})
-        except (HelperError, HelperRefused) as exc:
-            return None if "unknown op" in str(exc) else str(exc)
-        return None
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                connection.settimeout(self.timeout)
+                connection.connect(self.socket_path)
+                try:
+                    connection.sendall(data)
+                except OSError:  # a busy helper answers at once and hangs up: its answer is still there to read
+                    pass
+                while b"\n" not in reply and len(reply) <= MAX_PROBE_REPLY:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise socket.timeout("timed out")
+                    connection.settimeout(left)
+                    chunk = connection.recv(4096)
+                    if not chunk:
+                        break
+                    reply += chunk
+        except socket.timeout:
+            return Probe(timed_out=True, why="the root helper at %s did not answer within %gs"
+                         % (self.socket_path, self.timeout))
+        except OSError as exc:
+            return Probe(error=exc, why="the root helper at %s cannot be reached: %s" % (self.socket_path, exc))
+        try:
+            answer = json.loads(reply.split(b"\n", 1)[0].decode("utf-8")) if b"\n" in reply else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            return Probe(why="the root helper at %s gave no answer" % self.socket_path)
+        return Probe(answer=answer)
+
+    def reachable(self):
+        """Why this process cannot use the helper now, or None (bounded as ``probe``: an answer to ``PROBE``
+        other than ``unknown op``, such as ``may not use this helper`` or ``busy``, is a reason)."""
+        found = self.probe()
+        if found.answer is None:
+            return found.why
+        if found.answer.get("ok") is True or "unknown op" in str(found.answer.get("error")):
+            return None
+        return "the root helper refused %s: %s" % (PROBE["op"], found.answer.get("error") or "no reason given")
 
     def kube_look(self):
         """The kube side as the root helper sees it (``_kubelet.view_to_json`` data)."""
