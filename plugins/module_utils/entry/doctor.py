@@ -14,7 +14,12 @@ checks every spec file the runtimes load (``domain/cdi_lint.py``).
 
 from __future__ import annotations
 
+import errno
+import grp
 import os
+import pwd
+import stat
+from typing import Dict, List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import SPEC_DIR, read_hold
@@ -23,10 +28,33 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import summary
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import version_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.systemd_units import (
+    DEFAULT_HELPER_SOCKET,
+    HELPER_UNIT,
+    PASS_UNITS,
+    ROLE_UNITS,
+    TIMERS,
+    UNIT_DIR,
+    helper_command,
+    parse_unit,
+    pass_account,
+    pass_command,
+    timer_target,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.node.cdi_files import read_spec_dirs
+from ansible_collections.bcd.devices.plugins.module_utils.node.commands import run_tool
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
 from ansible_collections.bcd.devices.plugins.module_utils.node.runtimes import cdi_enabled
+from ansible_collections.bcd.devices.plugins.module_utils.node.unit_files import (
+    FILE,
+    MASKED,
+    MISSING,
+    local_path,
+    lstat_node,
+    read_unit,
+    stat_node,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
 OK, WARN, ERROR = "OK", "WARN", "ERROR"
@@ -36,21 +64,233 @@ def _check(name, level, message):
     return {"name": name, "level": level, "message": message}
 
 
-def check_helper(helper_socket):
-    """The root helper the passes are to use answers."""
-    if not helper_socket:
+HELPER_TIMEOUT = 5.0  # seconds a probe of the helper may take in all
+# what the role's timers are for, in the messages
+EVERY = {"bcd-holds-retry.timer": "retry of an unfinished pass every 30 s",
+         "bcd-holds-drift.timer": "drift pass every 10 minutes"}
+TRIGGERS = ("OnActiveSec", "OnBootSec", "OnStartupSec", "OnUnitActiveSec", "OnUnitInactiveSec", "OnCalendar")
+RERUN = "rerun the role bcd.devices.bcd_holds"
+
+
+class RoleUnits:
+    """The role's units under the node's root (``node/unit_files.py``), parsed (``domain/systemd_units.py``):
+    ``files`` and ``units`` by name, ``installed`` when any is there, and how the timers' passes run:
+    ``commands`` (``{pass unit: Command}`` of those that read as a pass), ``account`` (their ``User=``) and
+    ``sockets`` (the ``--helper-socket`` node paths they name)."""
+
+    def __init__(self, root):
+        self.root = root
+        # a unit directory that leads out of the root (a test node's /etc a link elsewhere) is not read at all
+        self.unreadable = local_path(root, "%s/%s" % (UNIT_DIR, HELPER_UNIT))[1]
+        self.files = dict((name, read_unit(root, UNIT_DIR, name)) for name in ROLE_UNITS if not self.unreadable)
+        self.installed = any(found.state != MISSING for found in self.files.values())
+        self.units = {}
+        for name, found in self.files.items():
+            if found.state == FILE:
+                self.units[name] = parse_unit(found.texts, found.names)
+        self.commands, self.problems = {}, {}
+        for name in PASS_UNITS:
+            if name in self.units:
+                command, problem = pass_command(self.units[name])
+                if command is None:
+                    self.problems[name] = problem
+                else:
+                    self.commands[name] = command
+        accounts = [pass_account(self.units[name]) for name in PASS_UNITS if name in self.commands]
+        self.account = accounts[0] if accounts else None
+        self.sockets = []  # type: List[str]
+        for name in PASS_UNITS:
+            socket = self.commands[name].last("--helper-socket") if name in self.commands else None
+            if socket and socket not in self.sockets:
+                self.sockets.append(socket)
+
+    def unit(self, name):
+        """A unit by name, read when it is not one of the role's (a timer's ``Unit=`` may name any)."""
+        if name not in self.files:
+            self.files[name] = read_unit(self.root, UNIT_DIR, name)
+            if self.files[name].state == FILE:
+                self.units[name] = parse_unit(self.files[name].texts, self.files[name].names)
+        return self.files[name], self.units.get(name)
+
+
+def _account(name):
+    """``(uid, gids, shown)`` of a ``User=`` value (a name or a uid), or None when there is no such account."""
+    try:
+        entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except (KeyError, OverflowError, ValueError):
+        return None
+    try:
+        gids = set(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    except OSError:
+        gids = {entry.pw_gid}
+    return entry.pw_uid, gids, entry.pw_name
+
+
+def _owner(uid):
+    try:
+        return "uid %d (%s)" % (uid, pwd.getpwuid(uid).pw_name)
+    except KeyError:
+        return "uid %d" % uid
+
+
+def _can_run(info, uid, gids):
+    """Whether ``uid`` (in groups ``gids``) may read and execute a file of mode and owner ``info``."""
+    mode = stat.S_IMODE(info.st_mode)
+    if uid == 0:
+        return bool(mode & 0o111)
+    if info.st_uid == uid:
+        return mode & 0o500 == 0o500
+    if info.st_gid in gids:
+        return mode & 0o050 == 0o050
+    return mode & 0o005 == 0o005
+
+
+def _systemd_manages(host):
+    """Whether systemd runs this node's units: a real host at ``/`` booted with systemd."""
+    return host.root == "/" and getattr(host, "runner", None) is not None and os.path.isdir("/run/systemd/system")
+
+
+SHOWN = ("Id", "LoadState", "ActiveState", "UnitFileState")
+
+
+def systemd_states(host, names):
+    """``({unit: {LoadState, ActiveState, UnitFileState}}, problem)`` as systemd has them now; ``({}, None)``
+    where systemd does not manage the node's root (a test node, a container without it)."""
+    if not _systemd_manages(host):
+        return {}, None
+    argv = ["systemctl", "show", "--property=" + ",".join(SHOWN), "--"] + list(names)
+    rc, out, err = run_tool(host.runner, argv)
+    if rc != 0:
+        return {}, "systemctl show failed (rc %d): %s" % (rc, (err or out).strip()[:200])
+    states, current = {}, {}  # type: Dict[str, Dict[str, str]], Dict[str, str]
+    for line in out[:65536].splitlines() + [""]:
+        if not line.strip():
+            if current.get("Id"):
+                states[current["Id"]] = current
+            current = {}
+            continue
+        key, _equals, value = line.partition("=")
+        current[key.strip()] = value.strip()
+    return states, None
+
+
+def _helper_remedy(role, restart=False):
+    if role.installed and role.files[HELPER_UNIT].state != MISSING:
+        return ("systemctl %s %s (journalctl -u %s says why it stopped)"
+                % ("restart" if restart else "start", HELPER_UNIT, HELPER_UNIT))
+    return "start the root helper (bcd-holds helper, as root)"
+
+
+def _probe(path, role, whose):
+    """``(level, message)`` of the helper at the real path ``path`` (``whose``: which passes use it)."""
+    found = HelperClient(path, timeout=HELPER_TIMEOUT).probe()
+    at = "the root helper at %s%s" % (path, whose)
+    if found.answer is not None:
+        error = str(found.answer.get("error") or "")
+        if "may not use this helper" in error:
+            return OK, "%s answers (it does not serve uid %d, which ran doctor)" % (at, os.geteuid())
+        if error.startswith("busy"):
+            return OK, "%s answers (busy now: %s)" % (at, error)
+        return OK, "%s answers" % at
+    if found.timed_out:
+        return ERROR, "%s does not answer (nothing within %gs: stuck or overloaded): %s" % (
+            at, HELPER_TIMEOUT, _helper_remedy(role, restart=True))
+    if found.errno in (errno.EACCES, errno.EPERM):
+        return WARN, ("%s cannot be opened by uid %d (permission denied), so whether it answers is not known: run "
+                      "doctor as root, or as the account the passes run as" % (at, os.geteuid()))
+    if found.errno == errno.ENOENT:
+        reason = "no such socket: no helper listens there"
+    elif found.errno == errno.ECONNREFUSED:
+        reason = "connection refused: the socket is left, no helper listens on it"
+    elif found.error is not None:
+        reason = str(found.error)
+    else:
+        reason = "it hung up without an answer"
+    return ERROR, "%s does not answer (%s): %s" % (at, reason, _helper_remedy(role))
+
+
+def _helper_unit_problems(role, node_socket):
+    """What keeps ``bcd-holds-helper.service`` from serving the passes at ``node_socket``."""
+    found = role.files[HELPER_UNIT]
+    if found.state == MISSING:
+        return ["the timers' passes use the root helper at %s but %s is missing: nothing starts it at boot (%s)"
+                % (node_socket, HELPER_UNIT, RERUN)]
+    if found.state == MASKED:
+        return ["%s is masked: systemd will not start it (systemctl unmask %s)" % (HELPER_UNIT, HELPER_UNIT)]
+    if found.state != FILE:
+        return ["%s %s" % (found.node_path, found.problem)]
+    command, problem = helper_command(role.units[HELPER_UNIT])
+    if command is None:
+        return ["%s %s (%s)" % (HELPER_UNIT, problem, RERUN)]
+    problems = []
+    listens = command.last("--socket", DEFAULT_HELPER_SOCKET)
+    if os.path.normpath(listens) != os.path.normpath(node_socket):
+        problems.append("%s listens on %s, the timers' passes use %s (%s)" % (HELPER_UNIT, listens, node_socket, RERUN))
+    account = role.account
+    if account and account != "root":
+        known = _account(account)
+        users = command.options.get("--allow-user", [])
+        groups = command.options.get("--allow-group", [])
+        allowed = account in users or (known is not None and (str(known[0]) in users or known[2] in users))
+        if not allowed and known is not None:
+            for group in groups:
+                try:
+                    gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+                except (KeyError, ValueError):
+                    continue
+                allowed = allowed or gid in known[1]
+        if not allowed:
+            problems.append("%s serves root%s, not %s, the account the timers' passes run as (%s: --allow-user %s)"
+                            % (HELPER_UNIT, "".join(", " + who for who in users + ["group " + g for g in groups]),
+                               account, RERUN, account))
+    return problems
+
+
+def check_helper(host, helper_socket, role, states=None):
+    """The root helper the passes use answers: the one given (``--helper-socket``, a real path) and the one
+    the role's units name (a node path, under the node's root); and the helper unit serves the latter."""
+    states = states or {}
+    checked = []  # (real path, whose)
+    if helper_socket:
+        checked.append((helper_socket, ""))
+    node_socket = role.sockets[0] if role.sockets else None
+    for socket in role.sockets:
+        path, problem = local_path(host.root, socket)
+        if problem:
+            return _check("helper", ERROR, "the timers' passes use the root helper at %s: %s" % (socket, problem))
+        if all(os.path.abspath(path) != os.path.abspath(given) for given, _whose in checked):
+            checked.append((path, " (the units' --helper-socket)"))
+    if not checked:
+        if role.installed and role.commands and role.account == "root":
+            return _check("helper", OK, "the timers' passes run as root (no --helper-socket): no root helper needed")
         return _check("helper", OK, "no root helper configured (passes must run as root)")
-    why = HelperClient(helper_socket, timeout=5).reachable()
-    if why is not None:
-        return _check("helper", ERROR, "the root helper at %s does not answer: %s" % (helper_socket, why))
-    return _check("helper", OK, "the root helper at %s answers" % helper_socket)
+    level, messages = OK, []
+    for path, whose in checked:
+        found_level, message = _probe(path, role, whose)
+        level = _worse(level, found_level)
+        messages.append(message)
+    if node_socket:
+        problems = _helper_unit_problems(role, node_socket)
+        state = states.get(HELPER_UNIT)
+        if state and not problems and state.get("UnitFileState") not in ("enabled", "static", "enabled-runtime"):
+            problems.append("%s is %s: it is not started at boot (systemctl enable %s)"
+                            % (HELPER_UNIT, state.get("UnitFileState") or "not enabled", HELPER_UNIT))
+        if problems:
+            level = ERROR
+            messages.extend(problems)
+    return _check("helper", level, "; ".join(messages))
+
+
+def _worse(one, other):
+    order = (OK, WARN, ERROR)
+    return one if order.index(one) >= order.index(other) else other
 
 
 def check_privilege(host, inventory, helper_socket):
     if os.geteuid() == 0:
         return _check("gpu-binding", OK, "passes run as root")
     if helper_socket:
-        why = HelperClient(helper_socket, timeout=5).reachable()
+        why = HelperClient(helper_socket, timeout=HELPER_TIMEOUT).reachable()
         if why is None:
             return _check("gpu-binding", OK, "passes run unprivileged through the root helper at %s" % helper_socket)
         if inventory.gpus:
@@ -62,6 +302,205 @@ def check_privilege(host, inventory, helper_socket):
                                            "every hold is refused with node-unprivileged (run bcd-holds as root, or "
                                            "beside bcd-holds helper)")
     return _check("gpu-binding", OK, "no GPUs; nothing to bind")
+
+
+def check_units(role):
+    """Whether the role's units are there, and how the timers' passes run; what of them cannot be read."""
+    if role.unreadable:
+        return _check("units", WARN, "the units in %s cannot be read: %s" % (UNIT_DIR, role.unreadable))
+    if not role.installed:
+        return _check("units", OK, "no units installed in %s (the role bcd.devices.bcd_holds installs them): no "
+                                   "timer runs passes; they run when a playbook or bcd-holds converge does" % UNIT_DIR)
+    there = [name for name in ROLE_UNITS if role.files[name].state != MISSING]
+    problems = []
+    for name in there:
+        found = role.files[name]
+        if found.state not in (FILE, MASKED) and name not in PASS_UNITS and name not in TIMERS and name != HELPER_UNIT:
+            problems.append("%s %s" % (found.node_path, found.problem))
+        elif found.state == MASKED and name not in PASS_UNITS and name not in TIMERS and name != HELPER_UNIT:
+            problems.append("%s is masked (systemctl unmask %s)" % (name, name))
+        problems.extend(found.problems)
+        if name in role.units:
+            problems.extend(role.units[name].problems[:4])
+    if role.commands:
+        how = "as %s" % role.account + (" through the root helper at %s" % ", ".join(role.sockets) if role.sockets
+                                        else "")
+        summary = "%s in %s: the timers' passes run %s" % (", ".join(there), UNIT_DIR, how)
+    else:
+        summary = "%s in %s: how the timers' passes run cannot be read (see passes)" % (", ".join(there), UNIT_DIR)
+    if problems:
+        return _check("units", WARN, "%s; %s" % (summary, "; ".join(problems)))
+    return _check("units", OK, summary)
+
+
+def check_timers(role, states=None):
+    """Each of the role's timers is there, fires, and starts a pass unit; under systemd, it is active and enabled."""
+    states = states or {}
+    level, problems, fine = OK, [], []
+    for timer in sorted(TIMERS, reverse=True):  # the retry timer, then the drift timer
+        found = role.files[timer]
+        if found.state == MISSING:
+            problems.append((ERROR, "%s is missing: no %s (%s)" % (timer, EVERY[timer], RERUN)))
+            continue
+        if found.state == MASKED:
+            problems.append((ERROR, "%s is masked: no %s (systemctl unmask %s; systemctl start %s)"
+                             % (timer, EVERY[timer], timer, timer)))
+            continue
+        if found.state != FILE:
+            problems.append((ERROR, "%s %s" % (found.node_path, found.problem)))
+            continue
+        unit = role.units[timer]
+        if not any(unit.values("Timer", key) for key in TRIGGERS):
+            problems.append((ERROR, "%s has no %s setting: it never fires (%s)" % (timer, "/".join(TRIGGERS), RERUN)))
+            continue
+        target = timer_target(timer, unit)
+        target_file, target_unit = role.unit(target)
+        if target_file.state == MISSING:
+            problems.append((ERROR, "%s starts %s, which does not exist (%s)" % (timer, target, RERUN)))
+            continue
+        if target_file.state == MASKED:
+            problems.append((ERROR, "%s starts %s, which is masked (systemctl unmask %s)" % (timer, target, target)))
+            continue
+        if target_unit is None:
+            problems.append((ERROR, "%s starts %s, which cannot be read: %s" % (timer, target, target_file.problem)))
+            continue
+        if target not in PASS_UNITS:
+            command, problem = pass_command(target_unit)
+            if command is None:
+                problems.append((ERROR, "%s starts %s, which is no pass: it %s (%s)" % (timer, target, problem, RERUN)))
+                continue
+        if target != TIMERS[timer]:
+            problems.append((WARN, "%s starts %s; the role's starts %s (%s)" % (timer, target, TIMERS[timer], RERUN)))
+        state = states.get(timer)
+        if state:
+            if state.get("LoadState") not in (None, "loaded"):
+                problems.append((ERROR, "systemd has %s %s (systemctl daemon-reload)" % (
+                    timer, "not loaded" if state.get("LoadState") == "not-found" else state.get("LoadState"))))
+                continue
+            if state.get("ActiveState") != "active":
+                problems.append((ERROR, "%s is %s: no %s (systemctl enable --now %s)"
+                                 % (timer, state.get("ActiveState") or "inactive", EVERY[timer], timer)))
+                continue
+            if state.get("UnitFileState") not in ("enabled", "enabled-runtime", "static"):
+                problems.append((WARN, "%s is %s: it stops at the next reboot (systemctl enable %s)"
+                                 % (timer, state.get("UnitFileState") or "not enabled", timer)))
+        fine.append("%s starts %s" % (timer, target))
+    if problems:
+        for found_level, _text in problems:
+            level = _worse(level, found_level)
+        return _check("timers", level, "; ".join(text for _level, text in problems))
+    how = "active and enabled" if states else "systemd does not manage this root: whether they run is not checked"
+    return _check("timers", OK, "%s (%s)" % (", ".join(fine), how))
+
+
+def _path_problems(host, role, account):
+    """What keeps the pass units' program and state directory from working for ``account``."""
+    problems = []  # (level, text)
+    uid, gids, shown = account
+    programs, state_dirs = [], []
+    for name in PASS_UNITS:
+        command = role.commands.get(name)
+        if command is None:
+            continue
+        if command.program not in programs:
+            programs.append(command.program)
+        state_dir = command.last("--state-dir", DEFAULT_STATE_DIR)
+        if state_dir not in state_dirs:
+            state_dirs.append(state_dir)
+    for program in programs:
+        if not program.startswith("/"):
+            problems.append((ERROR, "ExecStart runs %s, not an absolute path (%s)" % (program, RERUN)))
+            continue
+        info, problem = stat_node(host.root, program)
+        if problem:
+            problems.append((ERROR, problem))
+        elif info is None:
+            problems.append((ERROR, "ExecStart runs %s, which does not exist (%s)" % (program, RERUN)))
+        elif not stat.S_ISREG(info.st_mode):
+            problems.append((ERROR, "ExecStart runs %s, which is not a regular file (%s)" % (program, RERUN)))
+        elif not _can_run(info, uid, gids):
+            problems.append((ERROR, "%s cannot run %s (mode %04o, owned by %s): chmod 0755 %s" % (
+                shown, program, stat.S_IMODE(info.st_mode), _owner(info.st_uid), program)))
+    for state_dir in state_dirs:
+        info, _path, problem = lstat_node(host.root, state_dir)
+        if problem:
+            problems.append((ERROR, "the state directory %s" % problem))
+        elif info is None:
+            problems.append((ERROR, "the state directory %s does not exist (%s: it makes it %s's, 0700)"
+                             % (state_dir, RERUN, shown)))
+        elif stat.S_ISLNK(info.st_mode):
+            problems.append((ERROR, "the state directory %s is a symbolic link: bcd-holds refuses it (make it a "
+                                    "directory, or %s)" % (state_dir, RERUN)))
+        elif not stat.S_ISDIR(info.st_mode):
+            problems.append((ERROR, "the state directory %s is not a directory (%s)" % (state_dir, RERUN)))
+        elif info.st_uid != uid:
+            problems.append((ERROR, "the state directory %s belongs to %s, not %s, the account the timers' passes "
+                                    "run as: they cannot write it (chown %s: %s, or %s)"
+                             % (state_dir, _owner(info.st_uid), shown, shown, state_dir, RERUN)))
+        elif stat.S_IMODE(info.st_mode) & 0o700 != 0o700:
+            problems.append((ERROR, "the state directory %s is mode %04o: %s cannot write it (chmod 0700 %s)"
+                             % (state_dir, stat.S_IMODE(info.st_mode), shown, state_dir)))
+        elif stat.S_IMODE(info.st_mode) & 0o022:
+            problems.append((WARN, "the state directory %s is mode %04o: others can write it (chmod 0700 %s)"
+                             % (state_dir, stat.S_IMODE(info.st_mode), state_dir)))
+    return problems, programs, state_dirs
+
+
+def check_passes(host, role, state_dir):
+    """The pass units run an existing bcd-holds converge --stored as an account that can work: through the
+    helper when it is not root, on a state directory it owns."""
+    problems = []  # (level, text)
+    for name in PASS_UNITS:
+        found = role.files[name]
+        if found.state == MISSING:
+            problems.append((ERROR, "%s is missing: %s (%s)" % (
+                name, "nothing runs a pass at boot or from the drift timer" if name == PASS_UNITS[0]
+                else "nothing retries an unfinished pass", RERUN)))
+        elif found.state == MASKED:
+            problems.append((ERROR, "%s is masked: its passes never run (systemctl unmask %s)" % (name, name)))
+        elif found.state != FILE:
+            problems.append((ERROR, "%s %s" % (found.node_path, found.problem)))
+        elif name in role.problems:
+            problems.append((ERROR, "%s %s (%s)" % (name, role.problems[name], RERUN)))
+    accounts = sorted(set(pass_account(role.units[name]) for name in role.commands))
+    if len(accounts) > 1:
+        problems.append((WARN, "the pass units run as different accounts (%s); the role runs both as one"
+                         % ", ".join(accounts)))
+    if len(role.sockets) > 1:
+        problems.append((ERROR, "the pass units use different helper sockets (%s) (%s)" % (", ".join(role.sockets),
+                                                                                          RERUN)))
+    programs, state_dirs, shown = [], [], role.account
+    if role.account is not None:
+        account = _account(role.account)
+        if account is None:
+            problems.append((ERROR, "the timers' passes run as User=%s, an account this machine does not have (%s: "
+                                    "it creates it)" % (role.account, RERUN)))
+        else:
+            shown = account[2]
+            if account[0] != 0:
+                for name in PASS_UNITS:
+                    command = role.commands.get(name)
+                    if command is not None and not command.last("--helper-socket"):
+                        problems.append((ERROR, "%s runs as %s without --helper-socket: it cannot write /etc/cdi, so "
+                                                "every new hold is refused with node-unprivileged (%s)"
+                                         % (name, shown, RERUN)))
+            found, programs, state_dirs = _path_problems(host, role, account)
+            problems.extend(found)
+    for used in state_dirs:
+        if os.path.normpath(used) != os.path.normpath(state_dir):
+            problems.append((WARN, "the timers' passes use --state-dir %s; this doctor read %s (give it "
+                                   "--state-dir %s)" % (used, state_dir, used)))
+    if problems:
+        level = OK
+        for found_level, _text in problems:
+            level = _worse(level, found_level)
+        texts = []
+        for _level, text in problems:
+            if text not in texts:
+                texts.append(text)
+        return _check("passes", level, "; ".join(texts))
+    return _check("passes", OK, "%s run %s converge --stored as %s, in %s (%s's)"
+                  % (" and ".join(PASS_UNITS), ", ".join(programs), shown, ", ".join(state_dirs), shown))
 
 
 def check_inventory(inventory):
@@ -200,9 +639,19 @@ def run_checks(host, state_dir=DEFAULT_STATE_DIR, helper_socket=None, runtimes=N
     inventory = host.inventory()
     vendor = host.vendor_spec()
     runtimes, runtime_warnings = runtimes if runtimes is not None else host.cdi_runtimes()
-    return [
-        check_privilege(host, inventory, helper_socket),
-        check_helper(helper_socket),
+    role = RoleUnits(host.root)
+    states, systemd_problem = systemd_states(host, sorted(TIMERS) + [HELPER_UNIT]) if role.installed else ({}, None)
+    passes_socket = helper_socket
+    if not passes_socket and role.sockets:  # an ordinary user's passes would use the helper the units use
+        passes_socket = local_path(host.root, role.sockets[0])[0]
+    checks = [check_privilege(host, inventory, passes_socket), check_helper(host, helper_socket, role, states),
+              check_units(role)]
+    if role.installed:
+        timers = check_timers(role, states)
+        if systemd_problem:
+            timers = _check("timers", _worse(timers["level"], WARN), "%s; %s" % (timers["message"], systemd_problem))
+        checks += [timers, check_passes(host, role, state_dir)]
+    return checks + [
         check_inventory(inventory),
         check_vendor_spec(vendor, inventory),
         check_cdi_runtimes(host, runtimes, runtime_warnings, vendor),
