@@ -20,6 +20,14 @@ import os
 import stat
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import HostCpus, format_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
+    MAX_CPU,
+    MAX_NODE,
+    InvalidAssignment,
+    check_cpulist,
+    parse_cpulist,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import structure_problem
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
@@ -83,6 +91,7 @@ class FakeHw:
     pods: List[PodDevices] = []
     runtimes: List[Any] = []  # cdi_runtimes.Runtime, as an operator would list them
     driver: Optional[FakeDriver] = None
+    cpus: Optional[HostCpus] = None  # the CPUs and NUMA nodes ``cpus``/``numa_nodes`` describe; None: not described
 
 
 # --------------------------------------------------------------------------
@@ -281,7 +290,8 @@ def _gpu_uuid(value, where, required=True):
     return _text(value, where, required=required, pattern=_GPU_UUID_RE, shape="a GPU UUID (GPU-...)")
 
 
-_TOP_FIELDS = ("node_id", "boot_id", "gpus", "domains", "kubelet", "runtimes", "driver")
+_TOP_FIELDS = ("node_id", "boot_id", "gpus", "domains", "kubelet", "runtimes", "driver", "cpus", "numa_nodes")
+_NUMA_FIELDS = ("node", "cpus", "memory")
 _DRIVER_FIELDS = ("version", "device_nodes", "files")
 _HEALTH_FIELDS = ("retired_pages_pending", "row_remap_failure", "xids")
 MAX_DRIVER_PATHS = 4096
@@ -449,7 +459,59 @@ def fakehw_from_data(data, source="fakehw file"):
         pods=pods,
         runtimes=runtimes,
         driver=_driver(data.get("driver")),
+        cpus=_host_cpus(data.get("cpus"), data.get("numa_nodes")),
     )
+
+
+def _cpulist(value, where, highest=MAX_CPU, what="CPU"):
+    """A cpulist of the file (``"0-31"``, an integer for one, ``""`` for none) as a set of numbers."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if value == "":
+        return frozenset()
+    try:
+        check_cpulist(value, where, highest, what)
+    except InvalidAssignment as exc:
+        raise FakeHwError(str(exc))
+    return frozenset(parse_cpulist(value))
+
+
+def _host_cpus(cpus, numa_nodes):
+    """``cpus`` (the online CPUs) and ``numa_nodes`` (``[{node, cpus, memory}]``) as ``HostCpus``; None when the
+    file describes neither (the host then reads sysfs under its root, else checks no CPUs). ``cpus`` alone is
+    one node 0 with every CPU and the memory; ``numa_nodes`` alone puts every CPU of its nodes online."""
+    if cpus is None and numa_nodes is None:
+        return None
+    online = _cpulist(cpus, "cpus") if cpus is not None else None
+    nodes = {}  # type: Dict[int, frozenset]
+    memory = set()
+    where_cpu = {}  # type: Dict[int, int]
+    for i, item in enumerate(_list(numa_nodes, "numa_nodes")):
+        where = "numa_nodes[%d]" % i
+        _mapping(item, where, _NUMA_FIELDS)
+        node = _int(item.get("node"), where + ".node", required=True)
+        if node > MAX_NODE:
+            raise _err(where + ".node", "NUMA node %d is beyond %d, the most any host has" % (node, MAX_NODE))
+        if node in nodes:
+            raise _err(where + ".node", "duplicate NUMA node %d" % node)
+        node_cpus = _cpulist(item.get("cpus") if item.get("cpus") is not None else "", where + ".cpus")
+        for cpu in sorted(node_cpus):  # the nodes' CPUs are disjoint: at most MAX_CPU + 1 in all
+            if cpu in where_cpu:
+                raise _err(where + ".cpus", "CPU %d is on NUMA node %d too" % (cpu, where_cpu[cpu]))
+            where_cpu[cpu] = node
+        if online is not None and not node_cpus <= online:
+            outside = node_cpus - online
+            raise _err(where + ".cpus", "%s %s not in cpus (%s)" % (
+                "CPU" if len(outside) == 1 else "CPUs", format_cpulist(outside) + (" is" if len(outside) == 1 else " are"),
+                format_cpulist(online) or "none"))
+        nodes[node] = node_cpus
+        if _bool(item.get("memory"), where + ".memory", True):
+            memory.add(node)
+    if online is None:
+        online = frozenset(where_cpu)
+    if not nodes:
+        nodes, memory = {0: online}, {0}
+    return HostCpus(online=online, memory_nodes=frozenset(memory), node_cpus=nodes)
 
 
 def _driver(value):

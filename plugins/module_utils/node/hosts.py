@@ -26,6 +26,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness i
     UNKNOWN_DEVICE,
     driver_version_from_proc,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.node.cpus import CPU_ONLINE, read_host_cpus
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import ACTIVE_DOMAIN_STATES, load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, RootJoin, read_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.node.memory import read_host_memory
@@ -126,6 +127,15 @@ class Host(abc.ABC):
     def memory(self):
         """``HostMemory`` from the meminfo and huge page files under ``root``, or None when unreadable."""
         return read_host_memory(self)
+
+    # -- CPUs and NUMA nodes ---------------------------------------------------
+    def cpus(self):
+        """``(HostCpus, None)``: the online CPUs, the NUMA nodes with memory and each node's CPUs, from sysfs
+        under ``root``; ``(None, why)`` when they cannot be read, and ``cpus`` and ``mems`` go unchecked."""
+        cpus, problem = read_host_cpus(self)
+        if cpus is None and problem is None:
+            problem = "%s is not there" % CPU_ONLINE
+        return cpus, problem
 
     # -- the hardware side -----------------------------------------------------
     def inventory(self):
@@ -285,6 +295,14 @@ class FakeHwHost(Host):
 
     def cdi_runtimes(self):
         return list(self.hw.runtimes), []
+
+    def cpus(self):
+        """The CPUs and NUMA nodes the fakehw file describes (``cpus``, ``numa_nodes``); without them, the
+        sysfs files under ``root`` as on a real host; without those either, none: a test tree that describes
+        no CPUs has ``cpus`` and ``mems`` go unchecked, and says nothing of it (docs/fakehw.md)."""
+        if self.hw.cpus is not None:
+            return self.hw.cpus, None
+        return read_host_cpus(self)
 
     def _read_domains(self):
         """The running and paused domains, as a real host lists them; a shut-off VM holds nothing."""
