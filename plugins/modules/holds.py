@@ -315,6 +315,31 @@ plan:
             starts with a digit is read with brackets, C(step.slice.hugetlb_max['1GB']), not with a dot.
           type: dict
           returned: for V(apply)
+    locality:
+      description: >-
+        For a V(bind) or V(rebind) whose C(limits.cpus) or C(limits.mems) lie outside the NUMA nodes of its
+        GPUs: what lies outside; its C(text) ends with the same. Never a refusal: the hold is bound as booked
+        (placement is the control plane's), and the task warns once for all such holds of the pass.
+        docs/slices-and-admission.md, "NUMA locality".
+      type: dict
+      returned: when the hold's cpus or mems are not local to its GPUs
+      contains:
+        gpu_numa_nodes:
+          description: The NUMA nodes of the hold's GPUs (NVML, sysfs or the fakehw file say).
+          type: list
+          elements: int
+        local_cpus:
+          description: The CPUs of those nodes, as a cpulist.
+          type: str
+        remote_cpus:
+          description: Its C(cpus) outside those CPUs, as a cpulist; null when every one is local.
+          type: str
+        remote_mems:
+          description: Its C(mems) other than those nodes, as a cpulist; null when none is.
+          type: str
+        text:
+          description: The same in one line.
+          type: str
   sample:
     - action: bind
       allocation_id: alloc_01jz8k2v

@@ -205,6 +205,9 @@ class Action(abc.ABC):
             data["event"] = event_type
         if self.needs:
             data["needs"] = list(self.needs)
+        locality = getattr(self, "locality", None)
+        if locality:
+            data["locality"] = dict(locality)
         return data
 
     def diffs(self) -> List[Dict[str, str]]:
@@ -232,6 +235,8 @@ class Bind(Action):
     limits: Optional[dict]  # the limits the ledger records with the hold
     slice: Optional[SliceApply] = None
     waits_for: Tuple[str, ...] = ()
+    # its cpus or mems lie outside its GPUs' NUMA nodes: admission.locality's note (said, never refused)
+    locality: Optional[dict] = None
 
     @property
     def needs(self) -> Tuple[str, ...]:

@@ -53,7 +53,15 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
     StopSlice,
     WriteEnv,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import UNREADABLE, Exhausted, needs_admission
+from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import (
+    UNREADABLE,
+    Exhausted,
+    cpus_problem,
+    gpu_numa_nodes,
+    locality,
+    locality_warning,
+    needs_admission,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
     BINDING_HOLD,
     BINDING_KUBERNETES,
@@ -142,6 +150,10 @@ class Observed:
     slices: Dict[str, Any] = {}  # slice name -> SliceState
     slices_unavailable: Optional[str] = None  # why this host cannot make hold slices
     memory: Optional[Any] = None  # HostMemory, read only when a new hold needs admission
+    # HostCpus: the online CPUs and NUMA nodes, read only when a new or changed hold books cpus or mems; None:
+    # not read, or unreadable (``cpus_unreadable`` says why), and cpus and mems go unchecked
+    cpus: Optional[Any] = None
+    cpus_unreadable: Optional[str] = None
     releases: Releases = field(default_factory=Releases)  # pending Kubernetes releases
     kube: Optional[Any] = None  # KubeView: what pods hold, asked only when a Kubernetes release needs it
     now: float = 0.0
@@ -674,6 +686,11 @@ def grows(old: Any, new: Any) -> bool:
                for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi"))
 
 
+def placed(limits: Any) -> Tuple[Optional[str], Optional[str]]:
+    """Where limits place a hold: its ``cpus`` and ``mems`` (None for none)."""
+    return (getattr(limits, "cpus", None), getattr(limits, "mems", None))
+
+
 def _bound_limits(observed: Observed, hold: Any) -> Optional[Limits]:
     """The limits a kept hold was bound with: the ledger's, or (a ledger that kept none) its slice's."""
     recorded = limits_from_record((observed.ledger.bound.get(hold.allocation_id) or {}).get("limits"))
@@ -727,6 +744,10 @@ def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tupl
     problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, hold.kubernetes) else None
     if problem is not None and limits_record(assignment.limits) != limits_record(recorded):
         # a quota that starves the workload is refused as for a new hold: no slice would ever take it
+        return Decided(failures=((allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
+            kept, claims
+    problem = cpus_problem(assignment.limits, observed.cpus) if placed(assignment.limits) != placed(recorded) else None
+    if problem is not None:  # new cpus or mems the host does not have: refused as for a new hold
         return Decided(failures=((allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
             kept, claims
     if not grows(recorded, assignment.limits):
@@ -830,6 +851,7 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
     decided = [Decided(failures=tuple((refusal.allocation_id, refusal.reason, refusal.message)
                                       for refusal in ctx.parsed.refusals))]  # joined once, at the end
     actions = []  # type: List[Action]
+    remote = []  # type: List[Tuple[str, dict]]  # (allocation, locality note): said in one warning
     for assignment in ctx.parsed.assignments:
         allocation_id = assignment.allocation_id
         if allocation_id in live or allocation_id in refused:
@@ -901,13 +923,27 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
             slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent))
             text += ", in %s" % slice_apply.describe()
             decided.append(Decided(sliced=frozenset([cgroup_parent])))
+        note = _locality(observed, assignment, atoms)
+        if note is not None:
+            text += "; not NUMA-local: %s" % note["text"]
+            remote.append((allocation_id, note))
         actions.append(kind(allocation_id, text, tuple(files), event, tuple(atom.id for atom in atoms), generation,
-                            limits_record(assignment.limits), slice_apply, tuple(sorted(needs))))
+                            limits_record(assignment.limits), slice_apply, tuple(sorted(needs)), locality=note))
         decided.append(Decided(holds=(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
                                                    assignment.kubernetes, cgroup_parent),)))
     unreported = ctx.superseded & _kubernetes_released(observed)
     decided.append(Decided(actions=tuple(in_need_order(actions, unreported))))
+    if remote:
+        decided.append(Decided(warnings=(locality_warning(remote),)))
     return Decided.join(decided), claims
+
+
+def _locality(observed: Observed, assignment: Any, atoms: Sequence[Atom]) -> Optional[dict]:
+    """A new hold's note when its cpus or mems lie outside its GPUs' NUMA nodes (``admission.locality``)."""
+    limits = assignment.limits
+    if observed.cpus is None or limits is None or not (limits.cpus or limits.mems):
+        return None
+    return locality(limits, gpu_numa_nodes(atoms, observed.inventory), observed.cpus)
 
 
 def in_need_order(actions: Sequence[Action], unreported: FrozenSet[str]) -> List[Action]:
@@ -932,7 +968,8 @@ def _needs(action: Action) -> Tuple[str, ...]:
 
 
 def _check_new(ctx: Pass, claims: Claims, assignment: Any) -> Tuple[Decided, List[Atom], Claims]:
-    """The checks of a new hold in order: binding, privilege, atoms, conflicts, host admission. Returns what
+    """The checks of a new hold in order: binding, privilege, atoms, conflicts, the slice, the host's CPUs and
+    NUMA nodes, host admission. Returns what
     it says (a warning), its atoms and ``claims`` with its memory booked (kept by the caller only if the hold
     is bound)."""
     observed = ctx.observed
@@ -956,6 +993,9 @@ def _check_new(ctx: Pass, claims: Claims, assignment: Any) -> Tuple[Decided, Lis
                           % observed.slices_unavailable)
     problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, assignment.kubernetes) else None
     if problem is not None:  # a quota that starves the workload (domain.slices.CPU_QUOTA_FLOOR)
+        raise AtomRefused(Reason.INVALID_ASSIGNMENT, problem)
+    problem = cpus_problem(assignment.limits, observed.cpus)
+    if problem is not None:  # CPUs not online, NUMA nodes without memory: hardware this node does not have
         raise AtomRefused(Reason.INVALID_ASSIGNMENT, problem)
     if needs_admission(assignment.limits):
         return _unreadable_memory(claims), atoms, claims.admit(assignment.allocation_id, assignment.limits)

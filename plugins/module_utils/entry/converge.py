@@ -25,7 +25,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.generations imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.hints import refusal_hint
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
-from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import Observed, Plan, grows, limits_from_record, plan_pass
+from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import (
+    Observed,
+    Plan,
+    grows,
+    limits_from_record,
+    placed,
+    plan_pass,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
@@ -127,6 +134,10 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
     if any(needs_admission(a.limits) and (_bound_anew(a, live.get(a.allocation_id)) or _may_grow(a, ledger))
            for a in wanted):
         memory = host.memory()  # a new or rebound hold, or a kept one whose limits grow, is admitted
+    cpus, cpus_unreadable = None, None
+    if any(a.limits is not None and (a.limits.cpus or a.limits.mems) and
+           (_bound_anew(a, live.get(a.allocation_id)) or _placed_anew(a, ledger)) for a in wanted):
+        cpus, cpus_unreadable = host.cpus()  # checked against the host, and its locality said
     return Observed(
         node_id=host.node_id(),
         boot_id=host.boot_id(),
@@ -142,6 +153,8 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
         slices=slices,
         slices_unavailable=host.slices_unavailable(),
         memory=memory,
+        cpus=cpus,
+        cpus_unreadable=cpus_unreadable,
         releases=releases,
         kube=kube,
         now=now,
@@ -167,6 +180,14 @@ def _may_grow(assignment, ledger):
     """Whether a kept hold's limits book more memory or huge pages than it was bound with."""
     return grows(limits_from_record((ledger.bound.get(assignment.allocation_id) or {}).get("limits")),
                  assignment.limits)
+
+
+def _placed_anew(assignment, ledger):
+    """Whether a kept hold's cpus or mems differ from those it was bound with (the ledger's record, compared as
+    written: a no-op pass parses no limits again)."""
+    record = (ledger.bound.get(assignment.allocation_id) or {}).get("limits")
+    was = (record.get("cpus"), record.get("mems")) if isinstance(record, dict) else (None, None)
+    return was != placed(assignment.limits)
 
 
 def section_of(generation, plan, errors, previous_observed):
@@ -299,6 +320,9 @@ def _observation_warnings(observed):
     warnings.extend(getattr(observed.vendor, "warnings", None) or [])
     if observed.domains_error:
         warnings.append("VMs: %s; using the GPUs they had at the last pass" % observed.domains_error)
+    if observed.cpus_unreadable:
+        warnings.append("host CPUs and NUMA nodes unreadable (%s); cpus and mems are bound without checking "
+                        "them against the host" % observed.cpus_unreadable)
     if observed.ledger.problem:
         warnings.append(observed.ledger.problem)
     if observed.kube is not None and observed.kube.error is not None:
