@@ -113,6 +113,30 @@ holds:
       description: What its spec names that the node does not have now, one line each.
       type: list
       elements: str
+    locality:
+      description: >-
+        When the C(limits.cpus) or C(limits.mems) it was bound with lie outside the NUMA nodes of its GPUs: what
+        lies outside (as the V(bind) of M(bcd.devices.holds) said it); null when they are local, it books neither,
+        or the node cannot tell (a GPU's NUMA node, or the node's CPUs, not known). docs/slices-and-admission.md,
+        "NUMA locality".
+      type: dict
+      contains:
+        gpu_numa_nodes:
+          description: The NUMA nodes of the hold's GPUs (NVML, sysfs or the fakehw file say).
+          type: list
+          elements: int
+        local_cpus:
+          description: The CPUs of those nodes, as a cpulist.
+          type: str
+        remote_cpus:
+          description: Its C(cpus) outside those CPUs, as a cpulist; null when every one is local.
+          type: str
+        remote_mems:
+          description: Its C(mems) other than those nodes, as a cpulist; null when none is.
+          type: str
+        text:
+          description: The same in one line.
+          type: str
   sample:
     - allocation_id: alloc_01jz8k2v
       reservation_id: rsv_01jz8k1q
@@ -124,6 +148,7 @@ holds:
       env_file: /run/bcd/allocations/alloc_01jz8k2v.env
       missing_devices: []
       stale_edits: []
+      locality: null
 gpus:
   description:
     - One entry per GPU, in inventory order, then GPUs that holds name but the inventory no longer lists

@@ -14,6 +14,7 @@ import json
 import time
 from typing import Dict, List, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import gpu_numa_nodes, locality
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import Atom, atoms_of, resolve_atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
@@ -21,6 +22,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness i
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
+from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import limits_from_record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import damaged_condition, summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities, node_runtimes
@@ -98,6 +100,23 @@ def hold_staleness(hold, probe):
     return stale_edits(spec, probe)
 
 
+def hold_localities(host, holds, ledger, inventory):
+    """``{allocation_id: note}`` of each hold whose cpus or mems (as the ledger recorded them at its bind) lie
+    outside its GPUs' NUMA nodes (``admission.locality``); None for a hold that is local, books neither, or
+    whose locality is not known. The host's CPUs are read only when some hold books cpus or mems."""
+    limits = dict((hold.allocation_id, limits_from_record((ledger.bound.get(hold.allocation_id) or {}).get("limits")))
+                  for hold in holds)
+    found = dict.fromkeys(limits)  # type: Dict[str, object]
+    if not any(booked is not None and (booked.cpus or booked.mems) for booked in limits.values()):
+        return found
+    cpus = host.cpus()[0]
+    for hold in holds:
+        booked = limits[hold.allocation_id]
+        if cpus is not None and booked is not None and (booked.cpus or booked.mems):
+            found[hold.allocation_id] = locality(booked, gpu_numa_nodes(hold.atoms, inventory), cpus)
+    return found
+
+
 def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
     """Everything ``holds_info`` reports, read-only."""
     runtimes, runtime_warnings = node_runtimes(host, cdi_runtimes)
@@ -136,10 +155,11 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
     sick = unhealthy_condition(inventory, holders, state.health_cleared)
     if sick is not None:
         conditions.append(sick)
+    localities = hold_localities(host, holds, state.ledger, inventory)
     return {
         "holds": [dict(summary_of(hold), missing_devices=[atom.id for atom in hold.atoms
                                                           if resolve_atom(atom, inventory)[0] is None],
-                       stale_edits=hold_staleness(hold, probe))
+                       stale_edits=hold_staleness(hold, probe), locality=localities[hold.allocation_id])
                   for hold in holds],
         "gpus": _with_service(gpu_status(inventory, holds, domains, releases), holds, releases, domains, state,
                               inventory),

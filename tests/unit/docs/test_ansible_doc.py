@@ -232,6 +232,8 @@ ONE_SIDED_FIELDS = {
     # only what the node has, so holds returns neither
     ("bcd.devices.holds_info", "holds.missing_devices"),
     ("bcd.devices.holds_info", "holds.stale_edits"),
+    # a pass says a new hold's locality in its plan entry; holds_info says it of every hold, from the ledger
+    ("bcd.devices.holds_info", "holds.locality"),
     # who keeps a Kubernetes release waiting is asked of the kubelet during a pass; holds_info
     # does not ask it
     ("bcd.devices.holds", "pending_releases.held_by"),

@@ -80,7 +80,7 @@ def test_who_holds_each_gpu_its_mig_instances_and_slots(capsys, node):
         "allocation_id": "a2", "reservation_id": "rsv_a2", "generation": 7, "binding": "BINDING_HOLD",
         "device_ids": [GPU_A + "/gi2/ci0"], "cdi_devices": ["bcd.dev/gpu=%s_gi2_ci0" % GPU_A],
         "cdi_spec_path": "/etc/cdi/bcd-a2.json", "env_file": "/run/bcd/allocations/a2.env", "missing_devices": [],
-        "stale_edits": []}
+        "stale_edits": [], "locality": None}
     gpus = by_uuid(result)
     assert gpus[GPU_A]["held_by"] is None
     assert [(m["id"], m["held_by"]) for m in gpus[GPU_A]["mig"]] == [(GPU_A + "/gi1/ci0", None),
