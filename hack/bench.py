@@ -1,25 +1,36 @@
 #!/usr/bin/env python
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""make bench: how fast a pass is, next to what it cannot be faster than.
+"""make bench: how fast a pass is, next to what Ansible itself costs for the same work.
 
-Every figure is measured in this one run, interleaved round by round (so a noisy
-neighbour slows all of them alike), and the medians of ``--runs`` rounds are
-compared as ratios; times alone mean little on a shared 2-core machine.
+Every figure is measured in this one run, interleaved round by round (so a noisy neighbour slows all of them
+alike), and the medians of ``--runs`` rounds are compared as ratios; times alone mean little on a shared
+2-core machine. "With the role" is a node with the collection's library installed as the role installs it
+(hack/node_library.py) and ``bcd_devices_node_library`` set to its path; "without the role" is a node with
+nothing installed and the variable unset, where the action plugins run the module as Ansible ships it.
 
 * ``ping``: ``ansible localhost -m ansible.builtin.ping``, Ansible's own floor for a task;
-* ``bind``/``noop`` at N/4 and N holds: ``ansible localhost -m bcd.devices.holds`` on a fresh
-  fakehw node with 8 GPUs and one slot per allocation, then the same input again (its result
-  carries the N events the bind journaled), then again once they are acknowledged (``noop acked``);
+* ``bind``/``noop`` at the small count, N/4 and N holds: ``ansible localhost -m bcd.devices.holds`` on a
+  fresh fakehw node with 8 GPUs and one slot per allocation, with the role, then the same input again (its
+  result carries the events the bind journaled), then again once they are acknowledged (``noop acked``);
+  each run checks which code ran (``ran_from``);
+* the same at the small count and N without the role (`` bundled``), each run checked for a warning;
 * ``echo``: at the small count and N, a module of the bench's own that does nothing but return, for the
-  same ``-a`` options, the very result the acknowledged no-op returned: what Ansible itself costs to
-  send those options and show that result (the converger's no-op can come near it, not under it);
-* ``floor``: two atomic, fsynced writes per hold (what a bind must do at least), through
-  the collection's own ``write_atomic`` into a fresh directory on the same file system, each
-  directory fsynced once at the end as a pass does;
+  same ``-a`` options, the very result the acknowledged no-op returned: what Ansible itself costs to send
+  those options and show that result (the converger's no-op can come near it, not under it);
+* ``floor``: two atomic, fsynced writes per hold (what a bind must do at least), through the collection's
+  own ``write_atomic`` into a fresh directory on the same file system, each directory fsynced once at the
+  end as a pass does; measured in every round, next to that round's bind;
 * ``direct``: ``bcd-holds converge`` in a new process, bind and no-op, at N;
-* ``fleet``: one playbook over ``--hosts`` fakehw hosts with ``--fleet-holds`` holds each
-  (forks ``--forks``), bind then no-op, next to the ping playbook over the same inventory;
+* ``fleet``: one playbook over ``--hosts`` fakehw hosts with ``--fleet-holds`` holds each (forks
+  ``--forks``), bind then no-op with the role, then bind and no-op over as many hosts without it, next to
+  the ping playbook over the same inventory; the runs without the role are checked for ``[WARNING]``;
+* ``copy``: the user's alternative, at the small count and N (``--copy-holds``): a playbook of
+  ``ansible.builtin.copy`` tasks (one task looped over the files) writing the same CDI specs and env files
+  as the converger (its own renderings) on a node like the others, its change then its no-op, against the
+  converger's own playbook task (``play bind``/``play noop``: ``bcd.devices.holds`` in a playbook on
+  another such node, with the role); the copy playbook at N runs in the first ``--copy-rounds`` rounds only
+  (each of its runs is some 500 module runs);
 * ``memory``: the peak resident memory of a direct bind over ``--memory-holds`` holds;
 * ``worst``: the worst devices section a pass accepts (docs/security.md, "Hostile numbers are
   cheap"): 512 assignments (every one honoured), 4096 slot atoms (the section's atom bound) over
@@ -28,13 +39,27 @@ compared as ratios; times alone mean little on a shared 2-core machine.
   process, bind then no-op, each timed by the CPU time of its process tree (user + system, what
   the pass costs the node; wall, shown beside it, adds the disk's fsyncs and a shared machine's
   waits; the bind's wall less the disk floor of its 512 sliced holds, three fsynced files each,
-  is a target too) and by its peak
-  resident memory, against 1 s and 100 MB.
+  is a target too) and by its peak resident memory, against 1 s and 100 MB.
 
-It prints the figures, then each ratio against its target, marking what misses; it
-exits 0 whatever it measured (``--strict``: 1 when a target is missed).
+The targets (``TARGETS``) are floors Ansible can meet. A ratio of Ansible runs is judged twice, in wall time
+and (as ``<name> cpu``) in CPU time of the process trees, each against the limit, except:
 
-    hack/bench.py [--holds 256] [--runs 3] [--hosts 50] [--fleet-holds 16] [--forks 10] [--only worst] [--json FILE]
+* ``bind/floor``, wall only: the floor is the disk's time (fsync waits), which is wall time, not CPU; it is
+  the median over the rounds of each round's (bind - ping) / floor, as the disk's speed varies more from
+  round to round than the bind does;
+* ``worst bind s`` and ``worst noop s`` are CPU seconds (what the pass costs the node, whatever the disk),
+  ``worst bind wall-floor s`` is wall less the floor (the disk's share taken out), the memory targets are
+  peak resident memory;
+* the warning counts are numbers of runs that printed ``[WARNING]``.
+
+A no-op of N "without the role" is judged with its events acknowledged, as the no-ops with the role are:
+the steady state of a node; the first no-op after the bind, its N events in the result, is reported beside.
+
+It prints the figures, then each ratio against its target, marking what misses; it exits 0 whatever it
+measured (``--strict``: 1 when a target is missed).
+
+    hack/bench.py [--holds 256] [--small 16] [--runs 3] [--hosts 50] [--fleet-holds 16] [--forks 10]
+                  [--copy-holds 16 --copy-holds 256] [--copy-rounds 1] [--only worst] [--json FILE] [--strict]
 """
 
 import argparse
@@ -75,36 +100,55 @@ if __name__ == "__main__":
     main()
 """
 
+# The node path of the library hack/node_library.py installs under a root (its default prefix, the role's), and
+# the host variable that names it: set, a node "with the role"; unset, with nothing installed, one without.
+LIBRARY = "/usr/local/lib/bcd-holds"
+VARIABLE = "bcd_devices_node_library"
+WARNING = b"[WARNING]"
+# The converger's playbook task, over the fleet's hosts and the copy playbook's node alike.
+CONVERGE_TASK = ("    - bcd.devices.holds:\n"
+                 "        root: \"{{ node_root }}\"\n"
+                 "        fakehw: \"{{ node_fakehw }}\"\n"
+                 "        generation: %d\n"
+                 "        devices: \"{{ node_devices }}\"\n" % GENERATION)
+
 TARGETS = [
-    # (name, what, limit, at most (True) or at least (False)); each ratio of Ansible runs is given in wall
-    # time and, as "<name> cpu", in CPU time of the process trees, each against the limit
-    ("noop/ping", "no-op pass of N holds from the node library / an ansible.builtin.ping task (N events unacknowledged)",
-     1.15, True),
-    ("noop acked/ping", "the same, its events acknowledged (a node whose gateway takes them)", 1.15, True),
-    ("noop small/ping", "no-op pass of the small count of holds from the node library / ping", 1.05, True),
-    ("noop bundled/ping", "no-op pass of N holds, the module as Ansible ships it / ping (reported)", None, True),
-    ("echo/ping", "Ansible alone: a module returning the no-op's result for its options, at N / ping (reported: "
-     "the least noop acked/ping can be)", None, True),
-    ("echo small/ping", "the same at the small count (reported)", None, True),
-    ("noop acked/echo", "the no-op of N / that module: what the converger adds to Ansible's own cost (reported)",
-     None, True),
-    ("noop small/echo", "the same at the small count (reported)", None, True),
-    ("noop small bundled/ping", "the same at the small count (reported)", None, True),
-    ("bind/floor", "bind of N holds, time above ping / the disk floor", 3.0, True),
-    ("bind N/bind N/4", "bind of N / bind of N/4, each less ping (4 is linear)", 4.0, True),
-    ("fleet noop/ping", "fleet playbook no-op / the ping playbook", 1.15, True),
-    ("fleet bind/ping", "fleet playbook bind / the ping playbook", 1.4, True),
-    ("fleet noop bundled/ping", "fleet no-op, the modules as Ansible ships them / the ping playbook (reported)", None, True),
-    ("copy noop/noop", "a loop of ansible.builtin.copy (spec + env per hold), no-op / the converger's no-op, small count",
-     20.0, False),
-    ("copy change/bind", "the copy loop writing them / the converger's bind, small count", 20.0, False),
-    ("copy noop/noop N", "the copy loop's no-op / the converger's, at N", 150.0, False),
-    ("copy change/bind N", "the copy loop writing them / the converger's bind, at N", 150.0, False),
+    # (name, what, limit, at most (True) or at least (False), or None: reported); a ratio of Ansible runs is
+    # given in wall time and, as "<name> cpu", in CPU time of the process trees, each against the limit (the
+    # module's docstring names the few judged one way only, and why)
+    ("noop acked/echo", "no-op of N holds with the role, events acknowledged / echo N: what the converger adds to "
+     "Ansible's own cost for the same options and result", 1.10, True),
+    ("noop small/echo", "the same at the small count", 1.05, True),
+    ("noop acked bundled/ping", "ad-hoc no-op of N holds without the role (variable unset, nothing installed), "
+     "events acknowledged / ping", 1.7, True),
+    ("noop bundled warnings", "runs without the role (ad-hoc) that printed [WARNING]", 0, True),
+    ("bind/floor", "bind of N holds with the role, wall time above ping / the disk floor: median over the rounds "
+     "of each round's ratio", 3.0, True),
+    ("fleet noop/ping", "fleet playbook no-op with the role / the ping playbook", 1.15, True),
+    ("fleet bind/ping", "fleet playbook bind with the role / the ping playbook", 1.4, True),
+    ("fleet noop bundled/ping", "fleet playbook no-op without the role / the ping playbook", 1.6, True),
+    ("fleet bundled warnings", "fleet runs without the role (bind, no-op) that printed [WARNING]", 0, True),
+    ("copy noop/noop", "copy playbook no-op / the converger's playbook no-op, small count", 15.0, False),
+    ("copy change/bind", "copy playbook writing them / the converger's playbook bind, small count", 15.0, False),
+    ("copy noop/noop N", "the same no-ops at N", 150.0, False),
+    ("copy change/bind N", "the same changes at N", 150.0, False),
     ("memory MB", "peak resident memory of a pass over the memory holds", 100.0, True),
     ("worst bind s", "bind of the worst accepted section, CPU seconds of the process tree", 1.0, True),
     ("worst noop s", "no-op pass over the worst accepted section, CPU seconds of the process tree", 1.0, True),
-    ("worst bind wall-floor s", "its wall time less the disk floor of its sliced holds (3 fsynced files each, directories once)", 1.0, True),
+    ("worst bind wall-floor s", "its wall time less the disk floor of its sliced holds (3 fsynced files each, "
+     "directories once)", 1.0, True),
     ("worst MB", "peak resident memory of either pass over the worst accepted section", 100.0, True),
+    # reported
+    ("noop/ping", "no-op of N holds with the role / ping (N events unacknowledged)", None, True),
+    ("noop acked/ping", "the same, its events acknowledged", None, True),
+    ("noop small/ping", "the same at the small count", None, True),
+    ("echo/ping", "Ansible alone: a module returning the acknowledged no-op's result for its options, at N / ping "
+     "(the least noop acked/ping can be)", None, True),
+    ("echo small/ping", "the same at the small count", None, True),
+    ("noop bundled/ping", "ad-hoc no-op of N without the role, its N events unacknowledged / ping", None, True),
+    ("noop small bundled/ping", "the same at the small count, acknowledged", None, True),
+    ("bind N/bind N/4", "bind of N / bind of N/4, each less ping (4 is linear)", None, True),
+    ("fleet bind bundled/ping", "fleet playbook bind without the role / the ping playbook", None, True),
 ]
 WORST_GPUS = 16
 
@@ -170,6 +214,7 @@ class Bench:
             "ANSIBLE_NOCOLOR": "1",
         })
         self.times = {}
+        self.warnings = {}  # target name: the first line of each warning a run without the role printed
         self.last_cpu = 0.0
 
     def fresh(self, gpus=GPUS, library=False):
@@ -207,43 +252,58 @@ class Bench:
 
     # -- through ansible ----------------------------------------------------------------------
 
-    def adhoc(self, module, args, bundled=False):
+    def adhoc(self, module, args, role=False):
         argv = ["ansible", "localhost", "-c", "local", "-m", module]
-        if bundled:  # the module as Ansible ships it, even where the node has the library
-            argv += ["-e", "bcd_devices_node_library=false"]
+        if role:  # the role's library, by its path; without the role the variable is left unset
+            argv += ["-e", "%s=%s" % (VARIABLE, LIBRARY)]
         if args is not None:
             argv += ["-a", json.dumps(args)]
         return self.timed(argv)
 
+    def warned(self, name, out):
+        """1 when ``out`` has a warning, kept (its first line) for the report under ``name``; else 0."""
+        if WARNING not in out:
+            return 0
+        line = out[out.index(WARNING):].split(b"\n", 1)[0].decode("utf-8", "replace")
+        self.warnings.setdefault(name, []).append(line)
+        return 1
+
     def ping(self):
         self.record_run("ping", self.adhoc("ansible.builtin.ping", None)[0])
 
-    def module_pass(self, count, bundled=False):
-        """Bind, no-op and acknowledged no-op of ``count`` holds on a node with the library: run from it, or
-        (``bundled``) as Ansible ships the module; each run checks which code ran."""
-        number, root, fakehw = self.fresh(library=True)
+    def module_pass(self, count, role=True):
+        """Bind, no-op and acknowledged no-op of ``count`` holds: on a node with the role's library, run from it,
+        or (not ``role``) on a node without the role, nothing installed and the variable unset, as Ansible ships
+        the module, with no warning; each run checks which code ran."""
+        number, root, fakehw = self.fresh(library=role)
         args = {"root": root, "fakehw": fakehw, "generation": GENERATION, "devices": holds(number, count)}
-        suffix = " bundled" if bundled else ""
-        ran = b'"ran_from": "%s"' % (b"bundled" if bundled else b"node-library")
-        seconds, out = self.adhoc("bcd.devices.holds", args, bundled)
+        suffix = "" if role else " bundled"
+        ran = b'"ran_from": "%s"' % (b"node-library" if role else b"bundled")
+        warned = 0
+        seconds, out = self.adhoc("bcd.devices.holds", args, role)
         if b"CHANGED" not in out or ran not in out:
             raise SystemExit("bench: the bind of %d holds changed nothing or ran the wrong code:\n%s"
                              % (count, out[-2000:].decode()))
+        warned += self.warned("noop bundled warnings", out) if not role else 0
         self.record_run("bind %d%s" % (count, suffix), seconds)
-        seconds, out = self.adhoc("bcd.devices.holds", args, bundled)
+        seconds, out = self.adhoc("bcd.devices.holds", args, role)
         if b"CHANGED" in out or b"SUCCESS" not in out or ran not in out:
             raise SystemExit("bench: the no-op pass of %d holds was not a no-op:\n%s" % (count, out[-2000:].decode()))
+        warned += self.warned("noop bundled warnings", out) if not role else 0
         self.record_run("noop %d%s" % (count, suffix), seconds)
         # the steady state of a node whose events a gateway takes (the role acknowledges them after each
         # delivery): the same pass without the N unacknowledged AllocationBound in its result
         self.timed(self.cli(root, fakehw, "events", "--ack-through", str(2 ** 62)))
-        seconds, out = self.adhoc("bcd.devices.holds", args, bundled)
-        if b"CHANGED" in out or b'"events": []' not in out:
+        seconds, out = self.adhoc("bcd.devices.holds", args, role)
+        if b"CHANGED" in out or b'"events": []' not in out or ran not in out:
             raise SystemExit("bench: the acknowledged no-op pass of %d holds was not a no-op:\n%s"
                              % (count, out[-2000:].decode()))
+        warned += self.warned("noop bundled warnings", out) if not role else 0
         self.record_run("noop acked %d%s" % (count, suffix), seconds)
-        if not bundled and count in (self.args.small, self.args.holds):
+        if role and count in (self.args.small, self.args.holds):
             self.echo(count, root, args, out)
+        if not role:
+            self.record("warnings bundled %d" % count, warned)
 
     def echo(self, count, root, args, out):
         """``echo N``: the bench's module returning what the acknowledged no-op just returned (``out``, the
@@ -266,9 +326,10 @@ class Bench:
 
     # -- what a user would write instead ---------------------------------------------------------
 
-    def copy_loop(self, count):
-        """The same holds written by a loop of ansible.builtin.copy tasks, a CDI spec and an env file per hold
-        (the converger's own rendering, so the files are alike): the change, then the no-op."""
+    def copy_play(self, count):
+        """The user's alternative: the same holds written by a playbook of ansible.builtin.copy tasks, a CDI spec
+        and an env file per hold (the converger's own renderings, so the files are alike), one task looped over
+        the files: the change, then the no-op."""
         number, root, fakehw = self.fresh()
         spec = self.spec_file(number, count)
         self.timed(self.cli(root, fakehw, "converge", "--spec", spec))
@@ -283,6 +344,8 @@ class Bench:
                     files.append({"dest": os.path.join(copied(directory), name), "content": handle.read()})
         for directory in ("etc/cdi", "run/bcd/allocations"):
             os.makedirs(copied(directory))
+        if len(files) != 2 * count:
+            raise SystemExit("bench: the converger rendered %d files for %d holds, not two each" % (len(files), count))
         path = os.path.join(self.scratch, "copy-%d.json" % number)
         with open(path, "w") as handle:
             json.dump({"copy_files": files}, handle)
@@ -293,12 +356,33 @@ class Bench:
         argv = ["ansible-playbook", "-c", "local", "-i", "localhost,", "-e", "@" + path, play]
         seconds, out = self.timed(argv)
         if "changed=1" not in out.decode():
-            raise SystemExit("bench: the copy loop changed nothing:\n" + out[-2000:].decode())
+            raise SystemExit("bench: the copy playbook changed nothing:\n" + out[-2000:].decode())
         self.record_run("copy change %d" % count, seconds)
         seconds, out = self.timed(argv)
         if "changed=0" not in out.decode():
-            raise SystemExit("bench: the copy loop's second run changed something:\n" + out[-2000:].decode())
+            raise SystemExit("bench: the copy playbook's second run changed something:\n" + out[-2000:].decode())
         self.record_run("copy noop %d" % count, seconds)
+
+    def converge_play(self, count):
+        """What the copy playbook is measured against: the converger's own playbook task, ``bcd.devices.holds``
+        on a node like the copy playbook's, with the role's library, as ``ansible-playbook`` runs it: the bind,
+        then the no-op (its events unacknowledged, as right after a bind)."""
+        number, root, fakehw = self.fresh(library=True)
+        path = os.path.join(self.scratch, "play-%d.json" % number)
+        with open(path, "w") as handle:
+            json.dump({"node_root": root, "node_fakehw": fakehw, "node_devices": holds(number, count),
+                       VARIABLE: LIBRARY}, handle)
+        argv = ["ansible-playbook", "-c", "local", "-i", "localhost,", "-e", "@" + path,
+                self.playbook("converge-local", CONVERGE_TASK, hosts="localhost")]
+        seconds, out = self.timed(argv)
+        if "changed=1" not in out.decode() or WARNING in out:
+            raise SystemExit("bench: the converger's playbook changed nothing or warned:\n" + out[-2000:].decode())
+        self.record_run("play bind %d" % count, seconds)
+        seconds, out = self.timed(argv)
+        if "changed=0" not in out.decode() or WARNING in out:
+            raise SystemExit("bench: the converger's playbook no-op changed something or warned:\n"
+                             + out[-2000:].decode())
+        self.record_run("play noop %d" % count, seconds)
 
     # -- what a bind cannot be faster than --------------------------------------------------
 
@@ -429,17 +513,21 @@ class Bench:
 
     # -- a fleet ----------------------------------------------------------------------------
 
-    def fleet_inventory(self):
+    def fleet_inventory(self, role):
+        """``--hosts`` fresh nodes: with the role's library and the variable naming it, or (not ``role``) with
+        nothing installed and the variable unset."""
         directory = os.path.join(self.scratch, "fleet%d" % self.counter)
         os.makedirs(os.path.join(directory, "host_vars"))
         names = []
         for h in range(self.args.hosts):
-            number, root, fakehw = self.fresh(library=True)
+            number, root, fakehw = self.fresh(library=role)
             name = "node%03d" % h
             names.append(name)
+            host_vars = {"node_root": root, "node_fakehw": fakehw, "node_devices": holds(number, self.args.fleet_holds)}
+            if role:
+                host_vars[VARIABLE] = LIBRARY
             with open(os.path.join(directory, "host_vars", name + ".json"), "w") as handle:
-                json.dump({"node_root": root, "node_fakehw": fakehw,
-                           "node_devices": holds(number, self.args.fleet_holds)}, handle)
+                json.dump(host_vars, handle)
         with open(os.path.join(directory, "hosts.ini"), "w") as handle:
             handle.write("[nodes]\n%s\n\n[nodes:vars]\nansible_connection=local\nansible_python_interpreter=%s\n"
                          % ("\n".join(names), sys.executable))
@@ -452,30 +540,32 @@ class Bench:
                 handle.write("- hosts: %s\n  gather_facts: false\n  tasks:\n%s" % (hosts, task))
         return path
 
+    def fleet_pass(self, inventory, role):
+        """The holds playbook over ``inventory``: the bind, then the no-op. With the role a warning means the
+        library was refused (the bench's setup is wrong); without it, it is counted against its target."""
+        base = ["ansible-playbook", "-i", inventory, "-f", str(self.args.forks), self.playbook("converge", CONVERGE_TASK)]
+        suffix = "" if role else " bundled"
+        warned = 0
+        for what in ("bind", "noop"):
+            seconds, out = self.timed(base)
+            text = out.decode("utf-8", "replace")
+            if what == "bind" and ("changed=1" not in text or "changed=0" in text):
+                raise SystemExit("bench: the fleet's bind%s did not change every host:\n%s" % (suffix, text[-2000:]))
+            if what == "noop" and "changed=1" in text:
+                raise SystemExit("bench: the fleet's no-op%s changed a host:\n%s" % (suffix, text[-2000:]))
+            if role and WARNING in out:
+                raise SystemExit("bench: the fleet's %s with the role's library warned:\n%s" % (what, text[-2000:]))
+            warned += self.warned("fleet bundled warnings", out)
+            self.record_run("fleet %s%s" % (what, suffix), seconds)
+        if not role:
+            self.record("warnings fleet bundled", warned)
+
     def fleet(self):
-        inventory = self.fleet_inventory()
+        with_role = self.fleet_inventory(role=True)
         ping = self.playbook("ping", "    - ansible.builtin.ping:\n")
-        converge = self.playbook("converge", (
-            "    - bcd.devices.holds:\n"
-            "        root: \"{{ node_root }}\"\n"
-            "        fakehw: \"{{ node_fakehw }}\"\n"
-            "        generation: %d\n"
-            "        devices: \"{{ node_devices }}\"\n" % GENERATION))
-        base = ["ansible-playbook", "-i", inventory, "-f", str(self.args.forks)]
-        self.record_run("fleet ping", self.timed(base + [ping])[0])
-        seconds, out = self.timed(base + [converge])
-        if ("changed=1" not in out.decode()) or ("changed=0" in out.decode()):
-            raise SystemExit("bench: the fleet's bind did not change every host:\n" + out[-2000:].decode())
-        self.record_run("fleet bind", seconds)
-        seconds, out = self.timed(base + [converge])
-        if "changed=1" in out.decode():
-            raise SystemExit("bench: the fleet's no-op changed a host:\n" + out[-2000:].decode())
-        self.record_run("fleet noop", seconds)
-        # the same no-op with the modules as Ansible ships them (every host has the library all the same)
-        seconds, out = self.timed(base + ["-e", "bcd_devices_node_library=false", converge])
-        if "changed=1" in out.decode():
-            raise SystemExit("bench: the fleet's bundled no-op changed a host:\n" + out[-2000:].decode())
-        self.record_run("fleet noop bundled", seconds)
+        self.record_run("fleet ping", self.timed(["ansible-playbook", "-i", with_role, "-f", str(self.args.forks), ping])[0])
+        self.fleet_pass(with_role, role=True)
+        self.fleet_pass(self.fleet_inventory(role=False), role=False)
 
 
 def median(values):
@@ -504,23 +594,31 @@ def report(bench, args):
         ratio("noop acked/ping", "noop acked %d" % n, "ping")
         ratio("noop small/ping", "noop acked %d" % small, "ping")
         ratio("noop bundled/ping", "noop %d bundled" % n, "ping")
+        ratio("noop acked bundled/ping", "noop acked %d bundled" % n, "ping")
         ratio("noop small bundled/ping", "noop acked %d bundled" % small, "ping")
         ratio("echo/ping", "echo %d" % n, "ping")
         ratio("echo small/ping", "echo %d" % small, "ping")
-        ratio("noop acked/echo", "noop acked %d" % n, "echo %d" % n)
-        ratio("noop small/echo", "noop acked %d" % small, "echo %d" % small)
-        if "floor %d" % n in m:
-            ratios["bind/floor"] = (m["bind %d" % n] - m["ping"]) / m["floor %d" % n]
+        if "floor %d" % n in m:  # each round's bind against that round's floor: the disk varies from round to round
+            per_round = [(bind - ping) / floor for bind, ping, floor
+                         in zip(bench.times["bind %d" % n], bench.times["ping"], bench.times["floor %d" % n])]
+            ratios["bind/floor"] = median(per_round)
         if "bind %d" % quarter in m:
             ratios["bind N/bind N/4"] = (m["bind %d" % n] - m["ping"]) / (m["bind %d" % quarter] - m["ping"])
+    ratio("noop acked/echo", "noop acked %d" % n, "echo %d" % n)
+    ratio("noop small/echo", "noop acked %d" % small, "echo %d" % small)
+    for name, figures in (("noop bundled warnings", ("warnings bundled %d" % small, "warnings bundled %d" % n)),
+                          ("fleet bundled warnings", ("warnings fleet bundled",))):
+        if any(figure in bench.times for figure in figures):  # every run that warned, in any round
+            ratios[name] = sum(sum(bench.times.get(figure, [])) for figure in figures)
     if "fleet ping" in m:
         ratio("fleet noop/ping", "fleet noop", "fleet ping")
         ratio("fleet bind/ping", "fleet bind", "fleet ping")
         ratio("fleet noop bundled/ping", "fleet noop bundled", "fleet ping")
-    ratio("copy noop/noop", "copy noop %d" % small, "noop acked %d" % small)
-    ratio("copy change/bind", "copy change %d" % small, "bind %d" % small)
-    ratio("copy noop/noop N", "copy noop %d" % n, "noop acked %d" % n)
-    ratio("copy change/bind N", "copy change %d" % n, "bind %d" % n)
+        ratio("fleet bind bundled/ping", "fleet bind bundled", "fleet ping")
+    ratio("copy noop/noop", "copy noop %d" % small, "play noop %d" % small)
+    ratio("copy change/bind", "copy change %d" % small, "play bind %d" % small)
+    ratio("copy noop/noop N", "copy noop %d" % n, "play noop %d" % n)
+    ratio("copy change/bind N", "copy change %d" % n, "play bind %d" % n)
     if "memory MB" in m:
         ratios["memory MB"] = m["memory MB"]
     for name in ("worst bind s", "worst noop s", "worst MB"):
@@ -552,19 +650,27 @@ def report(bench, args):
     if "direct noop %d" % n in m:
         print("\n  direct bcd-holds converge at N: bind %.3f s, no-op %.3f s"
               % (m["direct bind %d" % n], m["direct noop %d" % n]))
+    for name in sorted(bench.warnings):
+        lines = bench.warnings[name]
+        print("\n  %s: %d run%s printed a warning, the first: %s" % (name, len(lines), "" if len(lines) == 1 else "s",
+                                                                   lines[0]))
     if missed:
         print("\nmissed: %s" % ", ".join(missed))
     return m, ratios, missed
 
 
-def main(argv=None):
+def arguments():
+    """The command line's parser."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--holds", type=int, default=256, help="N, the holds of one node (default 256)")
     parser.add_argument("--runs", "--rounds", dest="runs", type=int, default=3,
                         help="rounds, interleaved; medians are compared (default 3)")
     parser.add_argument("--small", type=int, default=16, help="the small count of holds (default 16)")
     parser.add_argument("--copy-holds", type=int, action="append",
-                        help="holds of the copy-loop alternative (repeatable; default the small count and N)")
+                        help="holds of the copy playbook alternative (repeatable; default the small count and N)")
+    parser.add_argument("--copy-rounds", type=int, default=1,
+                        help="rounds in which the copy playbook runs at more than the small count (default 1: "
+                             "at N each of its runs is some 2N module runs)")
     parser.add_argument("--hosts", type=int, default=50, help="fleet hosts (default 50; 0 skips the fleet)")
     parser.add_argument("--fleet-holds", type=int, default=16, help="holds per fleet host (default 16)")
     parser.add_argument("--forks", type=int, default=10, help="ansible-playbook forks (default 10)")
@@ -574,7 +680,11 @@ def main(argv=None):
                         help="measure only this part (repeatable)")
     parser.add_argument("--json", help="also write the figures and ratios to this file")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = arguments().parse_args(argv)
     if not os.path.isdir(os.path.join(BUILD, "ansible_collections", "bcd", "devices")):
         raise SystemExit("bench: %s/ansible_collections/bcd/devices is missing; run it through make bench" % BUILD)
     parts = set(args.only or ["node", "fleet", "copy", "memory", "worst"])
@@ -595,17 +705,20 @@ def main(argv=None):
             if "node" in parts:
                 bench.ping()
                 bench.module_pass(args.small)
-                bench.module_pass(args.small, bundled=True)
-                bench.module_pass(quarter)
+                bench.module_pass(args.small, role=False)
+                if quarter != args.small:  # else the small count's pass is N/4's too
+                    bench.module_pass(quarter)
                 bench.module_pass(args.holds)
-                bench.module_pass(args.holds, bundled=True)
+                bench.module_pass(args.holds, role=False)
                 bench.floor(args.holds)
                 bench.direct(args.holds)
             if "fleet" in parts:
                 bench.fleet()
             if "copy" in parts:
                 for count in copy_holds:
-                    bench.copy_loop(count)
+                    bench.converge_play(count)
+                    if count <= args.small or round_number < args.copy_rounds:
+                        bench.copy_play(count)
             if "memory" in parts:
                 bench.memory(args.memory_holds)
             if "worst" in parts:

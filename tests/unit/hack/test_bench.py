@@ -1,0 +1,143 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""hack/bench.py (make bench), without running Ansible: its defaults, and how its report turns figures
+into ratios and judges them against the targets (issue 31, item 5): every target is computed from a full
+run's figures, in wall and CPU where both are measured, the bind's disk floor round by round, a warning
+printed without the role is a miss, and a miss is marked."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+HACK = REPO / "hack"
+
+
+def load_bench():
+    sys.path.insert(0, str(HACK))  # bench.py imports node_library, beside it
+    try:
+        spec = importlib.util.spec_from_file_location("bench_under_test", HACK / "bench.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(HACK))
+    return module
+
+
+bench = load_bench()
+N, SMALL, QUARTER = 256, 16, 64
+
+
+class FakeBench:
+    def __init__(self, times, warnings=None):
+        self.times = times
+        self.warnings = warnings or {}
+
+
+def run_figures(**changed):
+    """A run's figures where every target is met: name -> per-round samples (wall; ``<name> cpu`` alike)."""
+    runs = {
+        "ping": 1.0, "noop %d" % N: 1.3, "noop acked %d" % N: 1.2, "noop acked %d" % SMALL: 1.02,
+        "noop %d bundled" % N: 1.8, "noop acked %d bundled" % N: 1.6, "noop acked %d bundled" % SMALL: 1.5,
+        "echo %d" % N: 1.15, "echo %d" % SMALL: 1.0, "bind %d" % N: 1.5, "bind %d" % QUARTER: 1.2,
+        "noop %d" % QUARTER: 1.1, "noop acked %d" % QUARTER: 1.1,
+        "fleet ping": 10.0, "fleet noop": 11.0, "fleet bind": 13.0, "fleet noop bundled": 15.0,
+        "fleet bind bundled": 16.0,
+        "play noop %d" % SMALL: 1.0, "play bind %d" % SMALL: 1.1, "copy noop %d" % SMALL: 18.0,
+        "copy change %d" % SMALL: 19.0,
+        "play noop %d" % N: 1.5, "play bind %d" % N: 2.0, "copy noop %d" % N: 300.0, "copy change %d" % N: 320.0,
+    }
+    times = {}
+    for name, seconds in runs.items():
+        times[name] = [seconds] * 3
+        times[name + " cpu"] = [seconds] * 3
+    times.update({
+        "floor %d" % N: [0.2, 0.2, 0.2], "direct bind %d" % N: [0.3] * 3, "direct noop %d" % N: [0.2] * 3,
+        "warnings bundled %d" % SMALL: [0, 0, 0], "warnings bundled %d" % N: [0, 0, 0],
+        "warnings fleet bundled": [0, 0, 0], "memory MB": [45.0] * 3,
+        "worst bind s": [0.6] * 3, "worst noop s": [0.4] * 3, "worst MB": [74.0] * 3, "worst bind wall": [0.9] * 3,
+        "worst floor": [0.2] * 3, "worst section MB": [3.6] * 3, "worst bind user s": [0.5] * 3,
+        "worst noop wall": [0.5] * 3,
+    })
+    times.update(changed)
+    return times
+
+
+def judged(times, warnings=None):
+    args = bench.arguments().parse_args([])
+    _figures, ratios, missed = bench.report(FakeBench(times, warnings), args)
+    return ratios, missed
+
+
+def test_the_defaults_are_the_targets_counts():
+    args = bench.arguments().parse_args([])
+    assert (args.holds, args.small, args.hosts, args.fleet_holds, args.runs) == (N, SMALL, 50, 16, 3)
+
+
+def test_every_target_is_judged_from_a_full_runs_figures_and_met(capsys):
+    ratios, missed = judged(run_figures())
+    assert missed == []
+    for name, _what, _limit, _at_most in bench.TARGETS:
+        assert name in ratios, name
+        ratios.pop(name)
+        if name + " cpu" in ratios:
+            ratios.pop(name + " cpu")
+    assert ratios == {}, "ratios computed but not in TARGETS: %s" % sorted(ratios)
+    assert "MISS" not in capsys.readouterr().out
+
+
+def test_the_ratios_of_ansible_runs_are_judged_in_wall_and_cpu():
+    ratios, _missed = judged(run_figures())
+    wall_only = {"bind/floor", "noop bundled warnings", "fleet bundled warnings", "memory MB", "worst bind s",
+                 "worst noop s", "worst bind wall-floor s", "worst MB", "bind N/bind N/4"}
+    for name, _what, _limit, _at_most in bench.TARGETS:
+        assert (name + " cpu" in ratios) == (name not in wall_only), name
+    assert ratios["noop acked/echo"] == pytest.approx(1.2 / 1.15)
+    assert ratios["noop small/echo"] == pytest.approx(1.02)
+    assert ratios["noop acked bundled/ping"] == pytest.approx(1.6)
+    assert ratios["copy noop/noop N"] == pytest.approx(200.0)
+
+
+@pytest.mark.parametrize("name, figure, value", [
+    ("noop acked/echo cpu", "noop acked %d cpu" % N, 1.3),
+    ("noop small/echo", "noop acked %d" % SMALL, 1.06),
+    ("noop acked bundled/ping", "noop acked %d bundled" % N, 1.71),
+    ("fleet noop/ping cpu", "fleet noop cpu", 11.6),
+    ("fleet bind/ping", "fleet bind", 14.1),
+    ("fleet noop bundled/ping", "fleet noop bundled", 16.1),
+    ("copy noop/noop", "copy noop %d" % SMALL, 14.0),
+    ("copy change/bind N cpu", "copy change %d cpu" % N, 250.0),
+])
+def test_a_ratio_past_its_target_is_a_miss(capsys, name, figure, value):
+    ratios, missed = judged(run_figures(**{figure: [value] * 3}))
+    assert missed == [name], ratios
+    marked = [line.strip() for line in capsys.readouterr().out.splitlines() if " MISS " in line]
+    assert len(marked) == 1 and marked[0].startswith(name + " "), marked
+
+
+def test_the_bind_is_judged_against_each_rounds_floor():
+    # the disk's floor varies from round to round; each round's bind is held to that round's floor
+    times = run_figures(**{"bind %d" % N: [1.5, 1.9, 1.25], "ping": [1.0, 1.0, 1.0], "floor %d" % N: [0.25, 0.3, 0.05]})
+    ratios, missed = judged(times)
+    assert ratios["bind/floor"] == pytest.approx(3.0)  # rounds: 2.0, 3.0, 5.0
+    assert "bind/floor" not in missed
+    ratios, missed = judged(run_figures(**{"floor %d" % N: [0.2, 0.1, 0.1]}))
+    assert ratios["bind/floor"] == pytest.approx(5.0)
+    assert "bind/floor" in missed
+
+
+def test_a_warning_without_the_role_is_a_miss_and_shown(capsys):
+    line = "[WARNING]: bcd.devices.holds ran as Ansible ships it, not from the node's library: no such library"
+    times = run_figures(**{"warnings fleet bundled": [0, 2, 0]})
+    ratios, missed = judged(times, {"fleet bundled warnings": [line, line]})
+    assert ratios["fleet bundled warnings"] == 2
+    assert missed == ["fleet bundled warnings"]
+    out = capsys.readouterr().out
+    assert "fleet bundled warnings: 2 runs printed a warning, the first: " + line in out
+    ratios, missed = judged(run_figures(**{"warnings bundled %d" % SMALL: [1, 0, 0]}), {"noop bundled warnings": [line]})
+    assert missed == ["noop bundled warnings"]
