@@ -390,7 +390,11 @@ failures:
     - {allocation_id: alloc_x, generation: 42, reason: overlap,
        message: GPU-5f1c2a90-0000-4000-8000-000000000001 is assigned to alloc_01jz8k2v}
 events:
-  description: Every journaled event not yet acknowledged, this pass's included, oldest first.
+  description:
+    - The events this pass journaled, after the oldest of those not yet acknowledged from earlier passes, at most
+      16 of them (RV(events_not_shown) counts the rest), oldest first.
+    - So a task's printed result does not grow with the journal's age; M(bcd.devices.events) returns every
+      unacknowledged event, and the role's delivery reads them there.
   returned: always
   type: list
   elements: dict
@@ -456,6 +460,13 @@ events:
       description: Base64 Ed25519 signature by the node key; check it with P(bcd.devices.verify_report#filter).
       type: str
       returned: for AllocationBound and AllocationReleased
+events_not_shown:
+  description:
+    - How many unacknowledged events from earlier passes RV(events) leaves out (0 when it carries them all).
+    - M(bcd.devices.events) lists them.
+  returned: always
+  type: int
+  sample: 0
 holds:
   description: The holds on the node after the pass (in check mode, as they would be).
   returned: always

@@ -35,6 +35,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import 
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import journal_full, journal_near
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
 CONVERGED = "CONVERGED"
@@ -56,12 +57,17 @@ class PassResult:
     capabilities: List[str] = []
     errors: List[str] = []
     inventory: Inventory = field(default_factory=Inventory)
+    events_not_shown: int = 0
 
     def refusal_texts(self):
         """One line per refusal for a person: ``<allocation> refused (<reason>): <message><hint>``."""
         return ["%s refused (%s): %s%s" % (f.allocation_id, f.reason, f.message,
                                            refusal_hint(f.reason, f.message, self.inventory))
                 for f in self.plan.failures]
+
+    def refusal_hints(self):
+        """What would help with each refusal (``domain/hints.py``), "" where nothing would."""
+        return [refusal_hint(f.reason, f.message, self.inventory) for f in self.plan.failures]
 
     @property
     def retry(self):
@@ -74,6 +80,7 @@ class PassResult:
             "section": self.section,
             "failures": [failure.to_dict() for failure in self.plan.failures],
             "events": self.events,
+            "events_not_shown": self.events_not_shown,
             "holds": self.plan.holds,
             "conditions": self.plan.conditions,
             "pending_releases": self.plan.pending_releases,
@@ -226,6 +233,10 @@ def fewer_collections(young=20000):
         gc.set_threshold(*before)
 
 
+# Of the unacknowledged events older than a pass, at most this many ride in its result (docs/events.md).
+OLDER_EVENTS_SHOWN = 16
+
+
 def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_timeout, store_input, cdi_runtimes):
     if generation is not None:
         _check_generation(generation)
@@ -262,10 +273,15 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
         plan = plan_pass(generation, parsed, observed, instances)
         warnings = _observation_warnings(observed) + runtime_warnings + parsed.warnings + plan.warnings
         errors = list(plan.errors)
-        changed = bool(plan.changes) and host.privileged
+        backlog, journal_bytes = state.backlog()
+        full = journal_full(len(backlog), journal_bytes,
+                            sum(1 for action in plan.changes if action.event_type()) if host.privileged else 0)
+        if full:  # nothing is done that it could not journal: the pass waits, retried (check mode says so too)
+            errors.append(full)
+        changed = bool(plan.changes) and host.privileged and not full
         if unrecorded:
             warnings.append("%s: this pass wrote nothing and journaled no event" % unrecorded)
-        if writes:
+        if writes and not full:
             done, apply_errors = apply_plan(plan, host.writer, state)
             changed = bool(done)
             errors.extend(apply_errors)
@@ -282,14 +298,30 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
                 live = observed.live
             plan.holds = [summary_of(live[allocation_id])
                           for allocation_id in sorted(live, key=lambda a: (parsed.position(a), a))]
-        events = state.unacked()
+        # read again only when the pass may have journaled (a no-op reads the journal once)
+        after = state.unacked() if writes and not full and plan.changes else backlog
+        events, not_shown = shown_events(backlog, after)
+        near = journal_near(len(after), journal_bytes)
+        if near and not full:
+            warnings.append(near)
         warnings.extend(state.journal.warnings)
         if state.maintenance_problem:
             warnings.append(state.maintenance_problem)
     section = section_of(generation, plan, errors, previous)
     return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,
                       capabilities=capabilities(host, observed.inventory), errors=errors,
-                      inventory=observed.inventory)
+                      inventory=observed.inventory, events_not_shown=not_shown)
+
+
+def shown_events(before, after):
+    """``(events, not_shown)``: what a pass's result carries of the journal ``after`` it, which held ``before``
+    unacknowledged before it: every event the pass journaled, after at most ``OLDER_EVENTS_SHOWN`` of the older
+    ones (the oldest, the next a gateway takes), and how many older ones it leaves out. A failed task's printed
+    result thus does not grow with the journal's age; ``bcd.devices.events`` returns them all."""
+    known = set(event["seq"] for event in before)
+    older = [event for event in after if event["seq"] in known]
+    new = [event for event in after if event["seq"] not in known]
+    return older[:OLDER_EVENTS_SHOWN] + new, max(0, len(older) - OLDER_EVENTS_SHOWN)
 
 
 def _numbered(generation, stored, observed, devices, instances):

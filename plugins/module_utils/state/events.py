@@ -53,6 +53,27 @@ CRYPTOGRAPHY_IMPORT_ERROR = None if HAS_CRYPTOGRAPHY else "No module named 'cryp
 _CRYPTO = {}  # type: Dict[str, Any]
 
 
+_DELIVER = "deliver and acknowledge them (bcd.devices.events with ack_through, or the role's bcd_holds_gateway_url)"
+
+
+def journal_full(count: int, size: int, adding: int) -> Optional[str]:
+    """Why a journal of ``count`` unacknowledged events in ``size`` bytes may not take a pass's ``adding``
+    more, or None when it may."""
+    if adding and (count + adding > MAX_UNACKED or size > MAX_JOURNAL_BYTES):
+        return ("the event journal is full: it holds %d unacknowledged events in %d bytes, and its bound is %d "
+                "events or %d bytes; this pass would journal %d more, so it changed nothing and is retried: %s"
+                % (count, size, MAX_UNACKED, MAX_JOURNAL_BYTES, adding, _DELIVER))
+    return None
+
+
+def journal_near(count: int, size: int) -> Optional[str]:
+    """A warning for a journal near its bound, else None."""
+    if count >= NEAR_FULL * MAX_UNACKED or size >= NEAR_FULL * MAX_JOURNAL_BYTES:
+        return ("the event journal holds %d unacknowledged events, near its bound of %d events or %d bytes, past "
+                "which binds and releases wait: %s" % (count, MAX_UNACKED, MAX_JOURNAL_BYTES, _DELIVER))
+    return None
+
+
 def _crypto() -> Dict[str, Any]:
     """``{"serialization", "private", "public"}``: cryptography's serialization module and its Ed25519
     key classes, imported once, on first use; ``EventsError`` when they cannot be."""
@@ -85,6 +106,15 @@ KEY_NAME = "node.key"
 FILE_MODE = 0o600
 STATE_DIR_MODE = 0o700
 MAX_SEQ = (1 << 63) - 1  # int64, as the control plane carries it
+# The journal's bound (docs/events.md, "The journal's bound"): a pass journals nothing, and so binds and
+# releases nothing, that would take the journal past this many unacknowledged events or bytes; it waits,
+# retried, until they are delivered and acknowledged. Both lie well inside what the bounded reader takes
+# (16 MiB, bounded_json.MAX_ITEMS values), so a full journal is always read, delivered and acknowledged,
+# and no unacknowledged event is ever dropped to make room.
+MAX_UNACKED = 10000
+MAX_JOURNAL_BYTES = 12 * 1024 * 1024
+# Past this share of either bound every pass warns.
+NEAR_FULL = 0.8
 
 # Body fields that only a bind carries.  The signature covers the body, not
 # the event type, so a bind must never be passable as a release or back:
@@ -381,6 +411,11 @@ class Journal:
     def unacked(self) -> List[Dict[str, Any]]:
         """Every journaled event not yet acknowledged, oldest first."""
         return self._read().events
+
+    def backlog(self) -> Tuple[List[Dict[str, Any]], int]:
+        """``(events, size)``: the unacknowledged events, oldest first, and the journal's size in bytes."""
+        parsed = self._read()
+        return parsed.events, parsed.size
 
     # -- writing ---------------------------------------------------------
 

@@ -503,6 +503,11 @@ class NodeState:
         """Every journaled event not yet acknowledged, oldest first."""
         return self.journal.unacked()
 
+    @_as_owner
+    def backlog(self) -> Any:
+        """``(events, size)``: every journaled event not yet acknowledged, oldest first, and the journal's bytes."""
+        return self.journal.backlog()
+
     def warnings(self) -> List[str]:
         """What the reads of this state found wrong, once each."""
         return ([self.ledger.problem] if self.ledger.problem else []) + list(self.journal.warnings) + (

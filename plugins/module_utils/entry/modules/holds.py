@@ -35,10 +35,12 @@ ANSIBLE_FIX = {
 }
 
 
-def refusal_message(failures):
+def refusal_message(failures, hints=None):
     """The task's ``msg`` for a pass that did not reach the asked state: ``allocation: reason: message`` for each
-    refusal; ``become: true`` first when the pass ran without root and without the helper."""
-    listed = "; ".join("%s: %s: %s" % (f.allocation_id, f.reason, f.message) for f in failures)
+    refusal, with what would help (``hints``, one per refusal: the node's GPUs for a device it lacks, ...);
+    ``become: true`` first when the pass ran without root and without the helper."""
+    hints = hints or [""] * len(failures)
+    listed = "; ".join("%s: %s: %s%s" % (f.allocation_id, f.reason, f.message, hint) for f, hint in zip(failures, hints))
     if any(f.reason == Reason.NODE_UNPRIVILEGED for f in failures):
         return ("%s: this pass ran without root and without the root helper, so it refused every new hold and wrote "
                 "nothing; refused: %s" % (BECOME, listed))
@@ -110,12 +112,15 @@ def main(basic):
     output["invocation"] = echoed(params)
     if module._diff:
         output["diff"] = [shown_diff(entry) for entry in result.plan.diffs()]
-    warn(module, host.node_id(), result.warnings + [text + ANSIBLE_FIX.get(failure.reason, "")
-                                                    for failure, text in zip(result.plan.failures, result.refusal_texts())])
+    failures = result.plan.failures
+    fails = bool(failures) and not result.retry and (
+        on_refusal(params) == "fail" or any(f.reason == Reason.NODE_UNPRIVILEGED for f in failures))
+    # A failing task's msg lists its refusals, hints included: a warning of each would only say it again.
+    warn(module, host.node_id(), result.warnings + ([] if fails else [
+        text + ANSIBLE_FIX.get(failure.reason, "") for failure, text in zip(failures, result.refusal_texts())]))
     if result.retry:
         module.fail_json(msg="the pass could not finish and will be retried: %s" % printable(result.section["message"]),
                          **output)
-    failures = result.plan.failures
-    if failures and (on_refusal(params) == "fail" or any(f.reason == Reason.NODE_UNPRIVILEGED for f in failures)):
-        module.fail_json(msg=printable(refusal_message(failures)), **output)
+    if fails:
+        module.fail_json(msg=printable(refusal_message(failures, result.refusal_hints())), **output)
     module.exit_json(**output)

@@ -17,7 +17,7 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.diffs import stable_settings
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
-from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 from ansible_collections.bcd.devices.tests.unit.conftest import open_to_all
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import (
     NODE_UNPRIVILEGED,
@@ -145,7 +145,8 @@ def test_a_refusal_fails_the_task_with_every_return_value_and_the_others_held(ca
                                                      hold("a3", GPU_A)])
     assert result["failed"] is True
     assert result["msg"] == ("assignments refused (the others of the pass are held): a1: device-missing: %s not "
-                             "present; a3: overlap: %s is assigned to a2" % (GONE, GPU_A))
+                             "present; this node has GPU 0 %s, GPU 1 %s, GPU 2 %s; a3: overlap: %s is assigned to a2"
+                             % (GONE, GPU_A, GPU_B, GPU_C, GPU_A))
     assert result["changed"] is True
     assert [h["allocation_id"] for h in result["holds"]] == ["a2"]
     assert [(f["allocation_id"], f["reason"]) for f in result["failures"]] == [("a1", "device-missing"),

@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.bcd.devices.plugins.modules import events as events_module
 from ansible_collections.bcd.devices.plugins.modules import gpu_busy, holds_info
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, refusals_shown, run, warnings
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import call
 
 TAKES = "this node takes binding: BINDING_HOLD or BINDING_KUBERNETES"
@@ -37,8 +37,8 @@ def refusal(capsys, node, entry):
     [failure] = result["failures"]
     [event] = [e for e in result["events"] if e["type"] == "AllocationFailed"]
     assert event["body"]["message"] == failure["message"]  # the hint is never journaled
-    texts = [text for text in warnings(result) if text.startswith(entry["allocation_id"] + " refused")]
-    assert len(texts) == 1, warnings(result)
+    texts = refusals_shown(result)
+    assert len(texts) == 1, texts
     return (failure["reason"], failure["message"]), texts[0]
 
 
@@ -161,7 +161,7 @@ def test_gpu_busy_says_the_gpus_are_free(capsys, node):
 def test_every_warning_of_every_module_names_the_node(capsys, make_node):
     node = make_node(vendor="mig", node_id="gpu-node-7")
     result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, limits={"memory_bytes": 1 << 30}),
-                                                      hold("a2", "nvidia9")])
+                                                      hold("a2", "nvidia9")], on_refusal="report")
     assert warnings(result, node="gpu-node-7") == [
         "host memory unreadable; binding without host-side admission",
         "a2 refused (device-missing): nvidia9 not present; " + GPUS]

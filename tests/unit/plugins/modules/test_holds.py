@@ -57,6 +57,33 @@ def warnings(result, node=None):
     return without_node(texts, node or NODE_ID)
 
 
+REFUSED = "assignments refused (the others of the pass are held): "
+
+
+def refusals_shown(result, node=None):
+    """Each refusal as a person reads it, ``<allocation> refused (<reason>): <message><hint>``: the warnings of a
+    task that succeeded (``on_refusal: report``), else the failed task's ``msg``, which lists them all, hints
+    included (``<allocation>: <reason>: <message><hint>``, in ``failures``' order) while no warning says
+    them again."""
+    failures = result["failures"]
+    if not result.get("failed"):
+        return [text for text in warnings(result, node) if any(text.startswith(f["allocation_id"] + " refused")
+                                                                for f in failures)]
+    assert not [text for text in warnings(result, node) if " refused (" in text], warnings(result, node)
+    msg = result["msg"]
+    msg = msg[msg.index(REFUSED) + len(REFUSED):]
+    heads = ["%s: %s: %s" % (f["allocation_id"], f["reason"], f["message"]) for f in failures]
+    starts = []
+    for head in heads:
+        starts.append(msg.index(head, starts[-1] if starts else 0))
+    shown = []
+    for number, (failure, head) in enumerate(zip(failures, heads)):
+        end = starts[number + 1] - 2 if number + 1 < len(starts) else len(msg)  # "; " before the next
+        hint = msg[starts[number] + len(head):end]
+        shown.append("%s refused (%s): %s%s" % (failure["allocation_id"], failure["reason"], failure["message"], hint))
+    return shown
+
+
 def without_node(texts, node=NODE_ID):
     """Warning texts without the node's name, which each must start with (on a fleet, the node that said it)."""
     for text in texts:
@@ -136,8 +163,9 @@ def test_a_refusal_fails_the_task_by_default(capsys, node):
     result = run(capsys, node, generation=3, devices=[hold("a1", GPU_GONE), hold("a2", GPU_A)])
     assert result["failed"] is True
     assert result["msg"] == ("assignments refused (the others of the pass are held): a1: device-missing: %s not present"
-                             % GPU_GONE)
+                             "; this node has GPU 0 %s, GPU 1 %s, GPU 2 %s" % (GPU_GONE, GPU_A, GPU_B, GPU_C))
     assert result["failures"][0]["reason"] == "device-missing"
+    assert [text for text in warnings(result) if "refused" in text] == []  # the msg says it: no warning again
     assert node.exists("/etc/cdi/bcd-a2.json")  # the others of the pass are bound anyway
 
 
@@ -164,7 +192,8 @@ def test_an_unprivileged_run_refuses_every_hold_and_writes_none(capsys, node, mo
     assert node.listing() == before  # no hold, and no state file either
     assert result["events"] == []
     assert not {"cdi", "devices.limits", "binding.kubernetes"} & set(result["capabilities"])
-    assert any(NODE_UNPRIVILEGED in w for w in warnings(result))
+    assert result["msg"].startswith("add become: true") and NODE_UNPRIVILEGED in result["msg"]
+    assert not any(NODE_UNPRIVILEGED in w for w in warnings(result))  # said once, in msg
 
 
 def test_a_write_failure_fails_the_task_as_progressing(capsys, node):
@@ -338,9 +367,7 @@ def test_without_become_the_real_run_refuses_as_check_mode_said(capsys, node):
             ("a1", "node-unprivileged", NODE_UNPRIVILEGED), ("a2", "node-unprivileged", NODE_UNPRIVILEGED)]
         assert result["events"] == []
         texts = warnings(result)
-        assert ("a1 refused (node-unprivileged): " + NODE_UNPRIVILEGED
-                + "; with Ansible: add become: true to the task or play, or set helper_socket to the root "
-                  "helper's socket (the role bcd.devices.bcd_holds runs one)") in texts
+        assert not [text for text in texts if "refused" in text]  # msg says what to do first, and lists them
         assert ("state_dir /var/lib/bcd does not exist and uid 65534 cannot create it: this pass wrote nothing "
                 "and journaled no event") in texts
     assert planned["plan"] == done["plan"] and planned["holds"] == done["holds"]
@@ -370,23 +397,27 @@ def test_a_typo_in_an_assignment_is_refused_and_the_others_are_bound(capsys, nod
         ("a1", "invalid-assignment", "reservaton_id: unknown field; did you mean reservation_id?"),
         ("a2", "invalid-assignment", "devices[0].device_clas: unknown field; did you mean device_class?")]
     assert "a1 refused (invalid-assignment): reservaton_id: unknown field; did you mean reservation_id?" \
-        in warnings(result)
+        in refusals_shown(result)
     assert not node.exists("/etc/cdi/bcd-a1.json") and not node.exists("/etc/cdi/bcd-a2.json")
     assert node.exists("/etc/cdi/bcd-a3.json")
 
 
 def test_a_bad_id_or_class_keeps_the_spec_message_and_the_warning_says_what_the_node_has(capsys, node):
-    """The refusals keep the spec's exact messages; the task's warnings add the GPUs the node has
-    (index and UUID), the GPU's MIG instances, or the device classes a hold may name."""
+    """The refusals keep the spec's exact messages; what the task shows of them (its msg, failing; its
+    warnings, on_refusal: report) adds the GPUs the node has (index and UUID), the GPU's MIG instances, or the
+    device classes a hold may name."""
     gpus = "this node has GPU 0 %s, GPU 1 %s, GPU 2 %s" % (GPU_A, GPU_B, GPU_C)
     devices = [hold("a1", "nvidia0"), hold("a2", GPU_A), hold("a3", GPU_A + "/gi3/ci0"), hold("a4", GPU_C)]
     devices[3]["devices"][0]["device_class"] = "GPU"
-    result = run(capsys, node, generation=1, devices=devices)
+    failed = run(capsys, node, generation=1, devices=devices)
+    reported = run(capsys, node, generation=1, devices=devices, on_refusal="report")
+    assert refusals_shown(failed) == refusals_shown(reported)
+    result = failed
     assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
         ("a1", "device-missing", "nvidia0 not present"),
         ("a3", "device-missing", "%s has no MIG instance gi3/ci0" % GPU_A),
         ("a4", "unsupported-device", "device class GPU cannot be held")]
-    texts = warnings(result)
+    texts = refusals_shown(result)
     assert "a1 refused (device-missing): nvidia0 not present; " + gpus in texts
     assert "a3 refused (device-missing): %s has no MIG instance gi3/ci0; %s has gi1/ci0, gi2/ci0" % (GPU_A, GPU_A) \
         in texts

@@ -15,9 +15,12 @@ import pytest
 import yaml
 from ansible.module_utils import basic
 
+from ansible_collections.bcd.devices.plugins.module_utils.state import events as journal_module
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.modules import holds
 from ansible_collections.bcd.devices.tests.unit.module_args import run_main
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run as holds_run
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import warnings
 
 # What Ansible itself may add to any result; ran_from is the action plugin's (tests/unit/plugins/action).
 ANSIBLE_KEYS = {"changed", "failed", "msg", "invocation", "warnings", "deprecations", "diff"}
@@ -98,14 +101,57 @@ def test_a_no_op_of_256_holds_prints_under_100_kb(capsys, make_node):
     _out, bound = run(capsys, node, generation=1, devices=devices)
     assert len(bound["holds"]) == 256 and len(bound["events"]) == 256
     out, result = run(capsys, node, generation=1, devices=devices)
-    assert result["changed"] is False and len(result["events"]) == 256  # journaled, not yet acknowledged
+    # journaled by the bind, not yet acknowledged: the oldest 16 ride along, the rest are counted
+    assert result["changed"] is False and [e["seq"] for e in result["events"]] == list(range(1, 17))
+    assert result["events_not_shown"] == 240
     # The task's 256 assignments are not echoed back: the echo is under 1 KB (it was 46 KB), and the
     # result is the holds and events the module documents (each hold ~330 bytes, each event ~530).
     assert len(json.dumps(result["invocation"])) < 1024
-    assert len(out) < 230 * 1024
+    assert len(out) < 100 * 1024
     # once acknowledged (the role's delivery does), the events leave the result: the holds are most of it
     _events, acknowledged = NodeState(node.state()).list_and_acknowledge(2 ** 62)
     assert acknowledged == 256
     out, result = run(capsys, node, generation=1, devices=devices)
-    assert result["changed"] is False and result["events"] == []
+    assert result["changed"] is False and result["events"] == [] and result["events_not_shown"] == 0
     assert len(out) < 100 * 1024
+
+
+# -- the journal's bound (docs/events.md, "The journal's bound") -------------------------------------------
+
+def test_at_the_journals_bound_a_pass_changes_nothing_and_says_what_to_do_and_no_event_is_lost(
+        capsys, make_node, monkeypatch):
+    """A node whose events nobody acknowledges: near the bound every pass warns; at it, a pass that would journal
+    more binds and releases nothing (check mode says the same) and is retried; the events are all kept, and once
+    they are acknowledged the same input binds."""
+    monkeypatch.setattr(journal_module, "MAX_UNACKED", 10)
+    node = make_node(gpus=gpus())
+    first = holds_run(capsys, node, generation=1, devices=assignments(8))
+    assert len(first["events"]) == 8
+    assert [text for text in warnings(first) if "near its bound of 10 events" in text] == [
+        "the event journal holds 8 unacknowledged events, near its bound of 10 events or 12582912 bytes, past which "
+        "binds and releases wait: deliver and acknowledge them (bcd.devices.events with ack_through, or the role's "
+        "bcd_holds_gateway_url)"]
+    for check in (True, False):
+        _out, full = run(capsys, node, generation=2, devices=assignments(12), _ansible_check_mode=check)
+        assert full["failed"] is True and full["changed"] is False
+        assert full["section"]["state"] == "PROGRESSING"
+        assert "the event journal is full: it holds 8 unacknowledged events" in full["msg"]
+        assert "this pass would journal 4 more, so it changed nothing and is retried" in full["msg"]
+        assert "ack_through" in full["msg"]
+        assert [e["seq"] for e in full["events"]] == list(range(1, 9)) and full["events_not_shown"] == 0
+        assert not node.exists("/etc/cdi/bcd-a8.json")
+    assert [e["seq"] for e in NodeState(node.state()).unacked()] == list(range(1, 9))  # nothing dropped
+    NodeState(node.state()).list_and_acknowledge(8)
+    _out, after = run(capsys, node, generation=2, devices=assignments(12))
+    assert after["changed"] is True and [e["seq"] for e in after["events"]] == [9, 10, 11, 12]
+    assert node.exists("/etc/cdi/bcd-a11.json")
+
+
+def test_a_result_carries_this_passs_events_after_the_16_oldest_older_ones(capsys, make_node):
+    node = make_node(gpus=gpus())
+    for generation in range(1, 5):  # 4 passes of 8 new holds each: 32 events, none acknowledged
+        run(capsys, node, generation=generation, devices=assignments(8 * generation))
+    _out, result = run(capsys, node, generation=5, devices=assignments(34))
+    assert [e["seq"] for e in result["events"]] == list(range(1, 17)) + [33, 34]
+    assert result["events_not_shown"] == 16
+    assert len(NodeState(node.state()).unacked()) == 34  # bcd.devices.events still lists them all

@@ -285,9 +285,12 @@ def test_a_hostile_assignment_is_escaped_in_the_warnings_msg_and_diff_of_holds(c
                hold("a2", "GPU-" + BIDI + "x" + C1_CSI),
                dict(hold("a3", GPU_B), reservation_id=BIDI + "rsv" + LINE_SEP)]
     result = call(capsys, holds.main, {"root": node.root, "fakehw": node.fakehw, "generation": 1,
+                                       "devices": devices, "on_refusal": "report", "_ansible_diff": True})
+    failed = call(capsys, holds.main, {"root": node.root, "fakehw": node.fakehw, "generation": 1,
                                        "devices": devices, "on_refusal": "fail", "_ansible_diff": True})
-    assert result["failed"] is True
-    assert_inert(result["msg"], "msg", newlines=False)
+    assert failed["failed"] is True
+    assert_inert(failed["msg"], "msg", newlines=False)
+    assert escaped(bad_id) in failed["msg"] and escaped("GPU-" + BIDI + "x" + C1_CSI) in failed["msg"]
     texts = warnings(result)
     assert len(texts) >= 2
     for text in texts:
