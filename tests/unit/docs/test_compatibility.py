@@ -4,12 +4,17 @@
 """docs/compatibility.md's table of ansible-core releases is the one place that says what is
 supported, and everything else agrees with it.
 
-* meta/runtime.yml's requires_ansible admits every release of the table, every patch release of
-  each, and nothing older or newer (none that is not tested);
+* meta/runtime.yml's requires_ansible is a floor alone, the table's oldest release: it admits
+  every release of the table and every patch release of each, nothing older, and every newer
+  release too. It never gets an upper bound again: the one it had (<2.22.0) refused the collection
+  to 2.21's and then 2.22's users until a release of the collection caught up, and Red Hat's
+  certification rules do not ask for one;
 * the Makefile's CORES are the table's releases, oldest first; each release other than .venv's
-  has its pinned venv file (requirements/tools/ansible-core-<release>.txt) made with the Python
-  the table names, and no other release has one; .venv's pyproject pin is the oldest release;
-* the execution environment's definition asks for the same range;
+  has its pinned venv file (requirements/tools/ansible-core-<release>.txt, a final release or a
+  release candidate) made with the Python the table names, and no other release has one; .venv's
+  pyproject pin is the oldest release;
+* the execution environment's definition asks for the table's releases (an image picks a tested one);
+* no page quotes another requires_ansible than meta/runtime.yml's;
 * the README, docs/user-guide.md and galaxy.yml name the range and link to the page, and no page
   still names an end-of-life release as supported;
 * under the release running the tests, the table's controller and target Pythons are that
@@ -60,17 +65,39 @@ def requires_ansible():
     return SpecifierSet(yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["requires_ansible"])
 
 
-def test_requires_ansible_admits_the_table_and_nothing_else():
+def admits(spec, version):
+    """What ansible-core itself answers: it drops a pre-release's suffix before it asks the
+    specifier (plugins/loader.py, _does_collection_support_ansible_version)."""
+    return spec.contains(Version(version).base_version)
+
+
+def test_requires_ansible_is_the_oldest_release_as_a_floor_and_no_ceiling():
     spec = requires_ansible()
-    for release in RELEASES:
-        for patch in ("0", "1", "99"):
-            assert Version("%s.%s" % (release, patch)) in spec, "%s does not admit %s.%s" % (spec, release, patch)
+    assert [(s.operator, s.version) for s in spec] == [(">=", "%s.0" % OLDEST)], (
+        "requires_ansible is %r: it must be '>=%s.0' alone, the table's oldest release as a floor and no upper "
+        "bound (a ceiling refuses the collection to every newer ansible-core until a release of it catches up)"
+        % (str(spec), OLDEST))
     major, oldest = minor(OLDEST)
     newest = minor(NEWEST)[1]
-    assert Version("%d.%d.99" % (major, oldest - 1)) not in spec, "%s admits a release older than %s" % (spec, OLDEST)
-    assert Version("%d.%d.0" % (major, newest + 1)) not in spec, "%s admits a release newer than %s" % (spec, NEWEST)
-    assert Version("%d.%d.0rc1" % (major, newest + 1)) not in spec
+    for release in RELEASES:
+        for patch in ("0", "0rc1", "1", "99"):
+            assert admits(spec, "%s.%s" % (release, patch)), "%s does not admit %s.%s" % (spec, release, patch)
+    assert not admits(spec, "%d.%d.99" % (major, oldest - 1)), "%s admits a release older than %s" % (spec, OLDEST)
+    for newer in ("%d.%d.0" % (major, newest + 1), "%d.%d.0b1" % (major, newest + 1), "%d.%d.0" % (major, newest + 5),
+                  "%d.0.0" % (major + 1)):
+        assert admits(spec, newer), "%s refuses %s, a release newer than %s" % (spec, newer, NEWEST)
     assert [minor(r) for r in RELEASES] == [(major, n) for n in range(oldest, newest + 1)], "a release is missing from the table"
+
+
+def test_the_pages_quote_requires_ansible_as_it_is():
+    want = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["requires_ansible"]
+    pages = [REPO / "README.md", REPO / "galaxy.yml", REPO / "Makefile"] + sorted((REPO / "docs").glob("*.md"))
+    found = []
+    for page in pages:
+        for quoted in re.findall(r"requires_ansible: *[\"']?([^\"'`\s]+)", page.read_text(encoding="utf-8")):
+            if quoted != want:
+                found.append("%s: requires_ansible %s" % (page.relative_to(REPO), quoted))
+    assert not found, "meta/runtime.yml says %s; %s" % (want, found)
 
 
 def test_the_makefile_venvs_and_pins_follow_the_table():
@@ -84,7 +111,7 @@ def test_the_makefile_venvs_and_pins_follow_the_table():
     assert sorted(files, key=minor) == RELEASES[1:], "requirements/tools has venvs for %s" % sorted(files)
     for release, path in files.items():
         text = path.read_text()
-        assert re.search(r"^ansible-core==%s\.\d+$" % re.escape(release), text, re.M), path
+        assert re.search(r"^ansible-core==%s\.\d+(?:rc\d+)?$" % re.escape(release), text, re.M), path
         python = re.search(r"^# python: (3\.\d+)$", text, re.M)
         assert python and python.group(1) == table()[release]["tested"], "%s: # python: line" % path
     core_venv = (REPO / "hack" / "core_venv.sh").read_text()
