@@ -25,7 +25,9 @@
 # so the run needs nothing from the user's home (ansible-test keeps its per-test
 # virtual environments there, which makes later runs faster), and the get-pip.py that
 # ansible-test would download from an unreachable host is replaced by
-# hack/get_pip_stand_in.py. Extra arguments go to ansible-test (e.g. --test pep8).
+# hack/get_pip_stand_in.py; likewise a sanity test's requirement that pip would fetch from a URL
+# rather than the package index (2.22's pylint pins dill so) comes from the index
+# (hack/sanity_offline_venvs.py). Extra arguments go to ansible-test (e.g. --test pep8).
 #
 # Environment: VENV (default .venv), BUILD (default .build).
 set -euo pipefail
@@ -105,4 +107,7 @@ if [[ -n $targets ]]; then
   done
   exit 0
 fi
+# A sanity test whose requirements name a package by URL (2.22's pylint: dill) gets its venv from
+# the package index instead, made ahead of ansible-test (hack/sanity_offline_venvs.py).
+"$venv/bin/python" "$repo/hack/sanity_offline_venvs.py" "$python_version"
 exec ansible-test sanity --python "$python_version" --color no "$@"
