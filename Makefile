@@ -34,10 +34,10 @@ ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
 	@echo "make lint      target-Python check, ruff and mypy of plugins, ansible-lint, no checkout path in docs, shellcheck"
-	@echo "make units     pytest on tests/unit under ansible-core 2.19 and 2.21 (PYTEST_ARGS=..., CORES=...)"
-	@echo "make sanity    ansible-test sanity under ansible-core 2.19, 2.20 and 2.21, and its compile test on every target Python 3.8 to 3.13 (SANITY_ARGS=..., CORES=...)"
-	@echo "make molecule  every Molecule scenario under 2.19, and default and role (MOLECULE_NEWEST=...) under 2.21"
-	@echo "make demo      hack/demo.sh: the fakehw demo (DEMO_CORE=2.21 runs it under 2.21)"
+	@echo "make units     pytest on tests/unit under ansible-core 2.19 and 2.22, the install test under 2.19 to 2.22 (PYTEST_ARGS=..., CORES=...)"
+	@echo "make sanity    ansible-test sanity under ansible-core 2.19, 2.20, 2.21 and 2.22, and its compile test on every target Python 3.8 to 3.13 (SANITY_ARGS=..., CORES=...)"
+	@echo "make molecule  every Molecule scenario under 2.19, and default and role (MOLECULE_NEWEST=...) under 2.22"
+	@echo "make demo      hack/demo.sh: the fakehw demo (DEMO_CORE=2.22 runs it under 2.22)"
 	@echo "make e2e       hack/e2e.sh: podman 5 and the CDI library consume converged specs (root)"
 	@echo "make bench     hack/bench.py: pass times next to Ansible's and the disk's floor, as ratios (BENCH_ARGS=...)"
 	@echo "make fuzz      hack/fuzz.py: 10 000 generated inputs at every parser root runs, per target (FUZZ_ARGS=...)"
@@ -74,14 +74,15 @@ lint: $(STAMP) | $(LINK)
 	$(BIN)/python hack/check_docs.py
 	bash hack/shellcheck.sh
 
-# The ansible-core releases meta/runtime.yml allows, oldest first (docs/compatibility.md has the
-# table). 2.19 is .venv's; 2.20 and 2.21 each have their own venv on Python 3.12 and 3.13,
-# .build/venvs/ansible-core-<version> (hack/core_venv.sh and hack/tool_venv.sh; pins and Python
-# in requirements/tools/), made on first use. make units runs under the oldest and the newest,
+# The ansible-core releases this collection supports and tests, oldest first (docs/compatibility.md
+# has the table; meta/runtime.yml sets only the floor, 2.19). 2.19 is .venv's; 2.20, 2.21 and 2.22
+# each have their own venv, on Python 3.12, 3.13 and 3.13, .build/venvs/ansible-core-<version>
+# (hack/core_venv.sh and hack/tool_venv.sh; pins and Python in requirements/tools/), made on first
+# use. make units runs under the oldest and the newest (and the install test under every one),
 # make sanity under every one (each with the compile test on every target Python it supports,
 # 3.8 to 3.13), make molecule every scenario under 2.19 and those in MOLECULE_NEWEST under the newest:
-# CORES=2.21 (or UNITS_CORES=, SANITY_CORES=) narrows.
-CORES ?= 2.19 2.20 2.21
+# CORES=2.22 (or UNITS_CORES=, SANITY_CORES=) narrows.
+CORES ?= 2.19 2.20 2.21 2.22
 UNITS_CORES ?= $(sort $(firstword $(CORES)) $(lastword $(CORES)))
 SANITY_CORES ?= $(CORES)
 MOLECULE_NEWEST ?= default role

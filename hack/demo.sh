@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: build a fakehw GPU node in a temporary directory and run demo/playbook.yml against it.
 # DEMO_CORE picks the ansible-core release: 2.19 (.venv's, the default) or a newer one from its own
-# venv (hack/core_venv.sh): make demo DEMO_CORE=2.21.
+# venv (hack/core_venv.sh): make demo DEMO_CORE=2.22.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(bash hack/core_venv.sh "${DEMO_CORE:-2.19}")

@@ -13,7 +13,7 @@
 # which links to this checkout. Extra arguments go to `molecule test`.
 #
 # MOLECULE_CORE picks the ansible-core release the scenarios run under (2.19, .venv's, by
-# default; 2.21 runs molecule from .build/venvs/ansible-core-2.21, Python 3.13: hack/core_venv.sh).
+# default; 2.22 runs molecule from .build/venvs/ansible-core-2.22, Python 3.13: hack/core_venv.sh).
 # make molecule runs every scenario under 2.19 and one (MOLECULE_NEWEST) under the newest.
 #
 # Environment: VENV (default .venv), BUILD (default .build), MOLECULE_CORE (default 2.19). The

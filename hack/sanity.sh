@@ -4,20 +4,21 @@
 #
 # Run `ansible-test sanity` on a real copy of the collection, under one ansible-core.
 #
-#   bash hack/sanity.sh [--core 2.19|2.20|2.21] [ANSIBLE-TEST ARGS...]
+#   bash hack/sanity.sh [--core 2.19|2.20|2.21|2.22] [ANSIBLE-TEST ARGS...]
 #   bash hack/sanity.sh [--core ...] --target-pythons
 #
 # 2.19 (the default) is .venv's ansible-core (Python 3.11); a newer one comes from its own venv,
 # .build/venvs/ansible-core-<version> (hack/core_venv.sh; pins and its Python, 3.12 or 3.13, in
 # requirements/tools/). ansible-test runs on that venv's Python (--python 3.11, 3.12 or 3.13).
-# `make sanity` runs every version meta/runtime.yml allows, one after the other, each also with
-# --target-pythons.
+# `make sanity` runs every release docs/compatibility.md's table supports (the Makefile's CORES),
+# one after the other, each also with --target-pythons.
 #
 # --target-pythons runs only the compile test, once for each Python the modules and module_utils
 # may meet on a node that this ansible-core supports there, from 3.8 to 3.13 (2.19: 3.8 to 3.13;
-# 2.20 and 2.21: 3.9 to 3.13; their 3.14 is not on these machines and not checked). Each
-# interpreter must be on the machine: hack/find_python.sh finds it (PATH, then pyenv's versions)
-# and links it as .build/pythons/pythonX.Y, first in PATH, where ansible-test looks for it.
+# 2.20 to 2.22: 3.9 to 3.13; their 3.14, and 2.22's 3.15, are not on these machines and not
+# checked). Each interpreter must be on the machine: hack/find_python.sh finds it (PATH, then
+# pyenv's versions) and links it as .build/pythons/pythonX.Y, first in PATH, where ansible-test
+# looks for it.
 #
 # ansible-test wants the collection at .../ansible_collections/bcd/devices and refuses a
 # symlink, so this copies what git would ship (tracked files plus untracked files that

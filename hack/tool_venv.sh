@@ -6,7 +6,7 @@
 # .venv (another ansible-core, galaxy-importer's own ansible-lint, ...), and prints its
 # bin directory.
 #
-#   bash hack/tool_venv.sh NAME      e.g. BIN=$(bash hack/tool_venv.sh ansible-core-2.21)
+#   bash hack/tool_venv.sh NAME      e.g. BIN=$(bash hack/tool_venv.sh ansible-core-2.22)
 #
 # The environment is .build/venvs/NAME, built from requirements/tools/NAME.txt (every
 # package pinned exactly, transitive ones included) with the Python its "# python: X.Y" line

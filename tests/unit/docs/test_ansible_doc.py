@@ -4,7 +4,7 @@
 """What ``ansible-doc`` shows of every plugin and role is whole, and the README's commands work.
 
 Runs the real ``ansible-doc`` (the one beside ``sys.executable``: ansible-core 2.19 in .venv,
-2.21 in its tool venv) with the collection found through ``.build/ansible_collections/bcd/devices``,
+2.22 in its tool venv) with the collection found through ``.build/ansible_collections/bcd/devices``,
 as the Makefile's tools find it. For every module, filter and role (found in the tree, not listed
 here), it checks that:
 

@@ -5,7 +5,7 @@
 table come before any file content, and --diff brings the full files back on request.
 
 The demo runs under the ansible-core release of the Python running the tests (DEMO_CORE): 2.19 in
-.venv's pass of make units, 2.21 in its own venv's pass, so the demo is run under the newest too."""
+.venv's pass of make units, 2.22 in its own venv's pass, so the demo is run under the newest too."""
 
 from __future__ import annotations
 
