@@ -105,16 +105,30 @@ options:
   on_refusal:
     description:
       - What a refused assignment does to the task. The others of the pass are bound either way, and every
-        refusal is returned in RV(failures), shown as a warning and journaled as C(AllocationFailed).
+        refusal is returned in RV(failures) and journaled as C(AllocationFailed).
       - "V(fail) fails the task, as a state module that did not reach the asked state, with every return value
-        still there; C(msg) lists C(<allocation_id>: <reason>: <message>) for each refusal."
-      - V(report) lets the task succeed with RV(section.state=FAILED), for a play that delivers the events to a
-        control plane which reads the refusals there (the role bcd.devices.bcd_holds does).
+        still there; C(msg) lists C(<allocation_id>: <reason>: <message>) for each refusal, followed by what would
+        help where the node knows (the GPUs it has, for one it lacks). No warning says the refusals again."
+      - V(report) lets the task succeed with RV(section.state=FAILED), each refusal a warning, for a play that
+        delivers the events to a control plane which reads the refusals there (the role bcd.devices.bcd_holds does).
       - "A pass without root and without the helper (V(node-unprivileged)) fails the task whatever this says, its
         C(msg) starting with C(add become: true); it writes nothing, no state file either."
       - Defaults to V(fail), or to what the deprecated O(fail_on_refusal) says when that is set.
     type: str
     choices: [fail, report]
+    version_added: 0.3.0
+  diff_detail:
+    description:
+      - What C(--diff) shows of a hold's CDI spec.
+      - V(summary) shows what bcd decides whole (the devices and their per-device edits, bcd's env lines, the
+        annotations) and the vendor's common edits, which every hold copies from NVIDIA's spec (some 600 lines of
+        mounts and hooks), as one line - how many mounts, hooks and device nodes, from which vendor spec, and a
+        digest, so that line changes whenever they do.
+      - V(full) shows every line, as the spec is on disk.
+      - The spec written is whole either way, and check mode plans the same.
+    type: str
+    choices: [summary, full]
+    default: summary
     version_added: 0.3.0
   fail_on_refusal:
     description:

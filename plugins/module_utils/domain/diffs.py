@@ -12,17 +12,90 @@ entry here is one diff a person can read:
   devices (a GPU moving between allocations) is one entry from the old file to the new one, so the diff
   shows the lines that differ, not two whole specs;
 * a slice's settings are listed in one fixed order (``slices.PROPERTY_ORDER``), so a line does not move
-  when nothing changed."""
+  when nothing changed;
+* a CDI spec shows what bcd decides whole (its devices and their edits, its env lines, its annotations) and
+  the vendor's common edits, copied from NVIDIA's spec into every hold, as one line: how many mounts, hooks,
+  device nodes, ... from which vendor spec, and a digest of them all, so the line changes when they do
+  (``reviewed_spec``), each device on a line of its own (``review_json``). A new hold's diff is then some 20
+  lines, not some 600. ``full`` (the module's ``diff_detail: full``) shows the file as it is on disk, every
+  line; the file written is always whole."""
 
 from __future__ import annotations
 
-from typing import Dict
+import hashlib
+import json
+from typing import Any, Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import PROPERTY_ORDER
+
+# The names the summary gives a spec's edits (CDI's keys), in the order it lists them.
+EDIT_NAMES = (("deviceNodes", "device node"), ("mounts", "mount"), ("hooks", "hook"),
+              ("additionalGIDs", "additional GID"), ("intelRdt", "intelRdt setting"))
+VENDOR_LINE = "vendor common edits"
 
 
 def _text(content):
     return (content or b"").decode("utf-8", "replace")
+
+
+def _count(value):
+    return len(value) if isinstance(value, (list, dict)) else 1
+
+
+def reviewed_spec(content, vendor_path=None):
+    """A CDI spec's text as ``--diff`` shows it: the spec with its common ``containerEdits`` other than ``env``
+    (the vendor's, which bcd copies and never decides) replaced by one line that counts them, names the vendor
+    spec and carries a digest of them. A spec that is not such JSON (a damaged one) is shown as it is."""
+    text = _text(content)
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        return text
+    edits = spec.get("containerEdits") if isinstance(spec, dict) else None
+    if not isinstance(edits, dict):
+        return text
+    vendor = dict((key, value) for key, value in edits.items() if key != "env")
+    if not vendor:
+        return text
+    named = dict(EDIT_NAMES)
+    order = [key for key, _name in EDIT_NAMES if key in vendor] + sorted(key for key in vendor if key not in named)
+    counts = ", ".join("%d %s%s" % (_count(vendor[key]), named.get(key, key), "" if _count(vendor[key]) == 1 else "s")
+                       for key in order)
+    digest = hashlib.sha256(json.dumps(vendor, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+    shown = {}  # type: Dict[str, Any]
+    for key, value in spec.items():
+        if key == "containerEdits":
+            value = dict((name, edit) for name, edit in edits.items() if name == "env")
+            value[VENDOR_LINE] = "%s from %s, sha256 %s (diff_detail: full shows them)" % (
+                counts, vendor_path or "the vendor spec", digest[:16])
+        shown[key] = value
+    return review_json(shown) + "\n"
+
+
+def review_json(value, depth=0):
+    """JSON laid out for a diff a person reads: the spec's own keys one a line (annotations, env lines), each
+    device on one line of its own, so a change shows as the lines it changes and a new hold as a screenful."""
+    pad = "  " * depth
+    if isinstance(value, dict) and value and depth <= 1:
+        items = ["%s  %s: %s" % (pad, json.dumps(key, ensure_ascii=False), review_json(item, depth + 1))
+                 for key, item in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    scalars = isinstance(value, list) and all(not isinstance(item, (dict, list)) for item in value)
+    if isinstance(value, list) and value and (depth <= 1 or (scalars and depth <= 2)):
+        return "[\n" + ",\n".join(pad + "  " + review_json(item, depth + 1) for item in value) + "\n" + pad + "]"
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+class _Shown:
+    """How a plan's files are shown: specs reviewed (``reviewed_spec``) unless ``full``."""
+
+    def __init__(self, full=False, vendor_path=None):
+        self.full, self.vendor_path = full, vendor_path
+
+    def __call__(self, kind, content):
+        if self.full or kind != "cdi" or content is None:
+            return _text(content)
+        return reviewed_spec(content, self.vendor_path)
 
 
 def stable_settings(text):
@@ -51,19 +124,22 @@ class _File:
         self.before, self.after = change.before, change.after
         self.devices = set(devices)
 
-    def entry(self):
+    def entry(self, shown):
         return {"before_header": self.path if self.before is not None else "%s (absent)" % self.path,
                 "after_header": self.path if self.after is not None else "%s (removed)" % self.path,
-                "before": _text(self.before), "after": _text(self.after)}
+                "before": shown(self.kind, self.before), "after": shown(self.kind, self.after)}
 
 
-def _moved(removed, created):
+def _moved(removed, created, shown):
     return {"before_header": "%s (removed)" % removed.path, "after_header": "%s (created)" % created.path,
-            "before": _text(removed.before), "after": _text(created.after)}
+            "before": shown(removed.kind, removed.before), "after": shown(created.kind, created.after)}
 
 
-def plan_diffs(actions):
-    """The ``--diff`` entries of ``actions``' files and slices, in the order the plan first touches them."""
+def plan_diffs(actions, full=False, vendor_path=None):
+    # type: (Any, bool, Optional[str]) -> Any
+    """The ``--diff`` entries of ``actions``' files and slices, in the order the plan first touches them; specs
+    reviewed (their vendor edits as one line, ``reviewed_spec``) unless ``full``."""
+    shown = _Shown(full, vendor_path)
     slots = []  # a _File, or a finished entry (a slice, a spec set aside)
     files = {}  # type: Dict[str, _File]
     for action in actions:
@@ -92,7 +168,7 @@ def plan_diffs(actions):
         if not isinstance(slot, _File):
             entries.append(slot)
         elif id(slot) in pairs:
-            entries.append(_moved(slot, pairs[id(slot)]))
+            entries.append(_moved(slot, pairs[id(slot)], shown))
         elif id(slot) not in taken and slot.before != slot.after:
-            entries.append(slot.entry())
+            entries.append(slot.entry(shown))
     return entries

@@ -190,6 +190,7 @@ class Plan:
     vfio: Dict[str, str] = {}  # GPUs running domains have now
     renders: Dict[str, dict] = {}  # allocation -> render_record, for the next pass
     booked: Dict[str, Optional[dict]] = {}  # allocation -> limits a kept hold without a slice books
+    vendor_path: Optional[str] = None  # the vendor spec the holds' edits come from (node path), for --diff
 
     @property
     def changes(self) -> List[Action]:
@@ -201,11 +202,12 @@ class Plan:
         lines.extend("retry: %s" % error for error in self.errors)
         return "\n".join(lines)
 
-    def diffs(self) -> List[Dict[str, Any]]:
+    def diffs(self, full: bool = False) -> List[Dict[str, Any]]:
         """Ansible ``--diff`` output: the plan as text first (what a reader scans), then each file (and
-        slice) the actions change, one diff each (``domain/diffs.py``)."""
+        slice) the actions change, one diff each, a spec's vendor edits as one line unless ``full``
+        (``domain/diffs.py``)."""
         entries = [{"prepared": "plan:\n" + "\n".join("  " + line for line in self.text().splitlines()) + "\n"}]
-        entries.extend(plan_diffs(self.actions))
+        entries.extend(plan_diffs(self.actions, full, self.vendor_path))
         return entries
 
 
@@ -410,7 +412,8 @@ def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
                 errors=list(decided.errors), holds=list(decided.holds),
                 conditions=list(decided.conditions) + ([damaged_condition(asides)] if asides else []),
                 pending_releases=list(decided.pending_releases), vfio=dict(decided.vfio),
-                renders=dict(decided.renders), booked=dict(decided.booked))
+                renders=dict(decided.renders), booked=dict(decided.booked),
+                vendor_path=getattr(observed.vendor, "path", None))
     return ctx, plan, set(live) | set(action.allocation_id for action in actions if isinstance(action, Bind))
 
 

@@ -70,6 +70,8 @@ def module_argument_spec():
         # fail (the default): a refused assignment fails the task, as a state module that did not reach its
         # state; report: the task succeeds and a control plane reads the refusals from the events
         on_refusal=dict(type="str", choices=["fail", "report"]),
+        # what --diff shows of a CDI spec: summary (NVIDIA's common edits as one line), or full (every line)
+        diff_detail=dict(type="str", choices=["summary", "full"], default="summary"),
         fail_on_refusal=dict(type="bool", removed_in_version="1.0.0", removed_from_collection="bcd.devices"),
     )
 
@@ -111,7 +113,7 @@ def main(basic):
     output = result.to_dict()
     output["invocation"] = echoed(params)
     if module._diff:
-        output["diff"] = [shown_diff(entry) for entry in result.plan.diffs()]
+        output["diff"] = [shown_diff(entry) for entry in result.plan.diffs(full=params["diff_detail"] == "full")]
     failures = result.plan.failures
     fails = bool(failures) and not result.retry and (
         on_refusal(params) == "fail" or any(f.reason == Reason.NODE_UNPRIVILEGED for f in failures))

@@ -202,7 +202,8 @@ def test_a_gpu_move_diffs_as_the_two_files_old_to_new_not_two_whole_specs(capsys
     run(capsys, node, generation=1, devices=[hold("alloc_old", GPU_A, env=["TEAM=a"])])
     old_spec = node.read("/etc/cdi/bcd-alloc_old.json").decode()
     old_env = node.read("/run/bcd/allocations/alloc_old.env").decode()
-    moved = run(capsys, node, check=True, diff=True, generation=2, devices=[hold("alloc_new", GPU_A, env=["TEAM=a"])])
+    moved = run(capsys, node, check=True, diff=True, generation=2, devices=[hold("alloc_new", GPU_A, env=["TEAM=a"])],
+                diff_detail="full")
     files = [d for d in moved["diff"] if "before_header" in d]
     assert [(d["before_header"], d["after_header"]) for d in files] == [
         ("/etc/cdi/bcd-alloc_old.json (removed)", "/etc/cdi/bcd-alloc_new.json (created)"),
@@ -221,6 +222,10 @@ def test_a_gpu_move_diffs_as_the_two_files_old_to_new_not_two_whole_specs(capsys
     assert len(shown) <= 35, (len(shown), whole)
     changed = [line for line in shown if line[:1] in "+-" and line[:3] not in ("---", "+++")]
     assert all("alloc_" in line or "rsv_" in line or "generation" in line for line in changed), changed
+    # the default diff (vendor edits summarised) shows the same changed lines, with fewer around them
+    summary = run(capsys, node, check=True, diff=True, generation=3, devices=[hold("alloc_old", GPU_A, env=["TEAM=a"])])
+    summary_lines = shown_lines([d for d in summary["diff"] if "before_header" in d])
+    assert len(summary_lines) <= len(shown)
 
 
 def test_a_hold_released_and_bound_again_is_one_diff_of_its_file(capsys, node):

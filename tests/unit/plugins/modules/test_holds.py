@@ -6,6 +6,7 @@ mode, --diff, refusals, retryable failures and bad input, never a traceback."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -135,8 +136,22 @@ def test_diff_shows_each_files_before_and_after_and_the_plan(capsys, node):
     files = dict((d["before_header"].split(" ")[0], d) for d in diffs if "before_header" in d)
     assert set(files) == {"/etc/cdi/bcd-a1.json", "/run/bcd/allocations/a1.env",
                           "/etc/cdi/bcd-a2.json", "/run/bcd/allocations/a2.env"}
-    assert files["/etc/cdi/bcd-a1.json"]["before"] == old_spec
+    # what bcd decides whole; NVIDIA's common edits (every hold carries the same) as one line with a digest
+    old = json.loads(old_spec)
+    shown = json.loads(files["/etc/cdi/bcd-a1.json"]["before"])
+    assert shown["devices"] == old["devices"] and shown["annotations"] == old["annotations"]
+    vendor = dict((key, value) for key, value in old["containerEdits"].items() if key != "env")
+    assert sorted(vendor) == ["deviceNodes", "hooks", "mounts"]
+    digest = hashlib.sha256(json.dumps(vendor, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    assert shown["containerEdits"] == {"env": old["containerEdits"]["env"], "vendor common edits": (
+        "%d device nodes, 1 mount, 1 hook from /var/run/cdi/nvidia.yaml, sha256 %s (diff_detail: full shows them)"
+        % (len(vendor["deviceNodes"]), digest))}
     assert files["/etc/cdi/bcd-a1.json"]["after"] == ""
+    # diff_detail: full shows the spec as it is on disk
+    full = run(capsys, node, diff=True, check=True, generation=2, diff_detail="full",
+               devices=[hold("a2", GPU_B, env=["TEAM=x"])])
+    assert [d for d in full["diff"] if d.get("before_header") == "/etc/cdi/bcd-a1.json"][0]["before"] == old_spec
+    assert full["plan"] == result["plan"]
     assert files["/etc/cdi/bcd-a2.json"]["before"] == ""
     assert json.loads(files["/etc/cdi/bcd-a2.json"]["after"])["devices"][0]["name"] == GPU_B
     assert files["/run/bcd/allocations/a2.env"]["after"].endswith("TEAM=x\n")
