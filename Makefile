@@ -29,7 +29,7 @@ LINK := .build/ansible_collections/bcd/devices
 # through the link above.
 ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE_COLLECTIONS_PATH="$(BUILD)"
 
-.PHONY: help venv lint units sanity molecule demo e2e bench fuzz soak test clean distclean
+.PHONY: help venv lint units sanity molecule demo e2e bench fuzz soak canary test clean distclean
 
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
@@ -42,6 +42,7 @@ help:
 	@echo "make bench     hack/bench.py: pass times next to Ansible's and the disk's floor, as ratios (BENCH_ARGS=...)"
 	@echo "make fuzz      hack/fuzz.py: 10 000 generated inputs at every parser root runs, per target (FUZZ_ARGS=...)"
 	@echo "make soak      the model-based test of the converger's invariants, long: SOAK_EXAMPLES=2000 random runs, shrunk on failure"
+	@echo "make canary    the install test and ansible-test sanity under the newest ansible-core the package index serves, pre-releases included (not in make test)"
 	@echo "make test      venv, lint, units, sanity, molecule, e2e (what .ci/run runs); stops at the first failure"
 	@echo "make clean     remove .build and test output; make distclean also removes .venv"
 
@@ -156,6 +157,12 @@ demo: $(STAMP) | $(LINK)
 
 e2e: $(STAMP) | $(LINK)
 	bash hack/e2e.sh $(E2E_ARGS)
+
+# hack/canary.sh: the next ansible-core before it has its row in docs/compatibility.md ("The next
+# release"), in a throwaway venv, .build/venvs/canary. Not a prerequisite of test: upstream moves
+# under it (a new beta or release candidate any day), and CI must answer the same for the same commit.
+canary: | $(LINK)
+	BUILD=$(BUILD) bash hack/canary.sh
 
 test: venv lint units sanity molecule e2e
 

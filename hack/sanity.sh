@@ -6,6 +6,7 @@
 #
 #   bash hack/sanity.sh [--core 2.19|2.20|2.21|2.22] [ANSIBLE-TEST ARGS...]
 #   bash hack/sanity.sh [--core ...] --target-pythons
+#   bash hack/sanity.sh --venv DIR [ANSIBLE-TEST ARGS...]   (make canary: the ansible-core of DIR)
 #
 # 2.19 (the default) is .venv's ansible-core (Python 3.11); a newer one comes from its own venv,
 # .build/venvs/ansible-core-<version> (hack/core_venv.sh; pins and its Python, 3.12 or 3.13, in
@@ -37,8 +38,15 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 build=${BUILD:-$repo/.build}
 core=2.19
+venv=
 if [[ ${1:-} == --core ]]; then
   core=${2:?--core needs a version}
+  shift 2
+elif [[ ${1:-} == --venv ]]; then
+  # A venv of any ansible-core, made elsewhere (hack/canary.sh); named after its folder here.
+  venv=$(cd "${2:?--venv needs a directory}" && pwd) || exit 2
+  [[ -x $venv/bin/ansible-test ]] || { echo "sanity: $venv has no ansible-test" >&2; exit 2; }
+  core=$(basename "$venv")
   shift 2
 fi
 targets=
@@ -46,7 +54,9 @@ if [[ ${1:-} == --target-pythons ]]; then
   targets=yes
   shift
 fi
-venv=$(BUILD=$build bash hack/core_venv.sh "$core") && venv=${venv%/bin}
+if [[ -z $venv ]]; then
+  venv=$(BUILD=$build bash hack/core_venv.sh "$core") && venv=${venv%/bin}
+fi
 python_version=$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # ansible-test's shellcheck test only warns, and passes, without shellcheck: here it is required
 # whenever that test is to run (every test, or --test shellcheck).
