@@ -30,6 +30,13 @@ options:
       - The node's state directory under O(root) (journal, ledger, node key, stored input, pass lock).
     type: path
     default: /var/lib/bcd
+attributes:
+  action_group:
+    description: Use C(group/bcd.devices.all) in C(module_defaults) to set the options every module of the group
+      takes (O(root), O(fakehw), O(state_dir), O(lock_timeout)) once for a play.
+    support: full
+    membership:
+      - bcd.devices.all
 """
 
     HELPER = r"""

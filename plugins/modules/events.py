@@ -27,6 +27,7 @@ author:
   - bcd.devices developers (@bcd-devices)
 extends_documentation_fragment:
   - bcd.devices.node
+  - bcd.devices.node.lock
 options:
   ack_through:
     description:

@@ -24,6 +24,13 @@ extends_documentation_fragment:
   - bcd.devices.node.helper
   - bcd.devices.node.runtimes
   - bcd.devices.node.read_only
+options:
+  lock_timeout:
+    description:
+      - Taken so that C(module_defaults) for C(group/bcd.devices.all) may set it for every module; this module reads
+        files each pass writes whole (renamed into place) and so does not wait for the pass lock.
+    type: float
+    default: 120
 seealso:
   - module: bcd.devices.holds
   - module: bcd.devices.events

@@ -596,6 +596,18 @@ def run_user_guide_retry(run, text):
     assert run.path("node-c", "/etc/cdi/bcd-alloc_train.json").exists()
 
 
+def run_user_guide_defaults(run, text):
+    """The group's module_defaults reach every module: none of the tasks names the node, each acts on it."""
+    for name in ("node-a", "node-b"):  # the guide's two nodes
+        run.node(name, "--compact", at=run.tmp / "bcd-nodes" / name)
+    run.playbook(text, capture=["pass_result", "info", "journal"], inventory=user_guide_inventory(run))
+    assert run.captured["pass_result"]["section"]["state"] == "CONVERGED"
+    assert run.path("node-a", "/etc/cdi/bcd-alloc_train.json").exists()
+    assert run.path("node-b", "/etc/cdi/bcd-alloc_train.json").exists()
+    assert [hold["allocation_id"] for hold in run.captured["info"]["holds"]] == ["alloc_train"]
+    assert [event["type"] for event in run.captured["journal"]["events"]] == ["AllocationBound"]
+
+
 def run_user_guide_numbered(run, text):
     run.node("node-a", "--node-number", "0")
     [task] = tasks_of(text)
@@ -639,6 +651,7 @@ SPECS = {
     ("docs/user-guide.md", "# first.yml"): run_user_guide_first,
     ("docs/user-guide.md", "# retry.yml"): run_user_guide_retry,
     ("docs/user-guide.md", "# numbered.yml"): run_user_guide_numbered,
+    ("docs/user-guide.md", "# defaults.yml"): run_user_guide_defaults,
 }
 
 # Examples that are not run on their own, and what runs them.

@@ -12,13 +12,11 @@ import socket
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import NODE_OPTIONS, argument_spec, warn
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, warn
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
-
-LOCK_TIMEOUT = 120.0
 
 
 def _node_id(params):
@@ -38,14 +36,14 @@ def _node_id(params):
 def main(basic):
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, ack_through=dict(type="int")),
+    module = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, LOCK_OPTIONS, ack_through=dict(type="int")),
                                  supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:
         # only the state directory under root: no host, so neither the node's readers nor their imports
         state = NodeState(join_root(module.params["root"], module.params["state_dir"]), module.params["state_dir"])
         events, acknowledged = state.list_and_acknowledge(module.params["ack_through"], module.check_mode,
-                                                          LOCK_TIMEOUT)
+                                                          module.params["lock_timeout"])
     except BcdError as exc:
         module.fail_json(msg=printable(exc))
     except OSError as exc:

@@ -13,6 +13,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.text import pri
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
     HELPER_OPTIONS,
+    LOCK_OPTIONS,
     NODE_OPTIONS,
     RUNTIME_OPTIONS,
     argument_spec,
@@ -25,7 +26,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import 
 def main(basic):
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS),
+    module = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS),
                                  supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:
