@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What to write instead, for a refusal caused by a bad id, device class or binding.
+"""What to write instead, for a refusal caused by a bad id, device class or binding; a huge page size as a person
+books it.
 
 A refusal's message is the spec page's, exactly (``nvidia0 not present``, ``device class GPU
 cannot be held``, ``binding HOLD is not supported``). Shown to a person (the module's warnings,
@@ -153,6 +154,22 @@ def binding_hint(message):
     return "; " + takes
 
 
+_HUGE_PAGES_RE = lazy_pattern(r"^ResourcesExhausted: ([0-9]+) hugepages of ([0-9]+) KiB needed, ([0-9]+) free$")
+# The page sizes a hold books, by the kernel's size in KiB: how a person reads them, and the limit that books them.
+PAGE_SIZES = {2048: ("2 MiB", "hugepages_2mi"), 1048576: ("1 GiB", "hugepages_1gi")}
+
+
+def huge_pages_hint(message):
+    """The spec's huge page message names the page size as the kernel's pool does (``8 hugepages of 1048576 KiB
+    needed, 2 free``); said again as a person books it: ``; that is 8 × 1 GiB huge pages (hugepages_1gi),
+    2 free``. "" for any other message."""
+    match = _HUGE_PAGES_RE.match(message)
+    if not match or int(match.group(2)) not in PAGE_SIZES:
+        return ""
+    size, limit = PAGE_SIZES[int(match.group(2))]
+    return "; that is %s × %s huge pages (%s), %s free" % (match.group(1), size, limit, match.group(3))
+
+
 def refusal_hint(reason, message, inventory):
     """The hint that follows ``message`` ("; ..."), or "" when there is nothing to add."""
     if reason == Reason.UNSUPPORTED_BINDING:
@@ -166,4 +183,6 @@ def refusal_hint(reason, message, inventory):
         return _malformed_hint(message, inventory)
     if reason == Reason.DEVICE_MISSING:
         return _missing_hint(message, inventory)
+    if reason == Reason.RESOURCES_EXHAUSTED:
+        return huge_pages_hint(message)
     return ""

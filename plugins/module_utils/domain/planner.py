@@ -105,7 +105,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_plan impor
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record, replace
-from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason, reason_shown
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import (
     bound_event,
     damaged_condition,
@@ -826,8 +826,12 @@ def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env
     changes: List[Tuple[Type[RewriteFile], FileChange, str]] = []
     request = hold_request(assignment, bound_generation, observed.runtimes)
     if spec != hold.content and not env_only:
-        why = "its reservation id changed" if hold.reservation_id != assignment.reservation_id \
-            else "the vendor spec, the inventory or its limits changed"
+        if hold.reservation_id != assignment.reservation_id:
+            why = "its reservation id changed"
+        elif not assignment.reservation_id and hold.reservation_annotated:
+            why = "it has no reservation id, and no empty bcd.dev/reservation-id annotation is written any more"
+        else:
+            why = "the vendor spec, the inventory or its limits changed"
         changes.append((Rerender, FileChange("cdi", hold.path, hold.content, spec, request),
                         "re-render %s (%s)" % (hold.path, why)))
     current_env = observed.env_files.get(allocation_id)
@@ -1039,6 +1043,6 @@ def _report_failures(ctx: Pass, refusals: Sequence[Refusal]) -> Tuple[Tuple[Acti
             continue
         body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
                 "reason": reason, "message": message}
-        actions.append(Refuse(allocation_id, "refuse %s (%s): %s" % (allocation_id, reason, message),
+        actions.append(Refuse(allocation_id, "refuse %s%s: %s" % (allocation_id, reason_shown(reason, message), message),
                               {"type": ALLOCATION_FAILED, "body": body}, generation))
     return tuple(actions), failures

@@ -36,3 +36,11 @@ ORDER = (Reason.UNSUPPORTED_BINDING, Reason.NODE_UNPRIVILEGED, Reason.UNSUPPORTE
          Reason.OVERLAP, Reason.RESOURCES_EXHAUSTED)  # type: Tuple[str, ...]
 
 REASONS = ORDER + (Reason.INVALID_ASSIGNMENT,)  # type: Tuple[str, ...]
+
+
+def reason_shown(reason, message):
+    """How a line for a person names the reason before ``message``: `` (<reason>)``, or nothing when the
+    message already starts with it in CamelCase (``ResourcesExhausted: …``, the spec's wording for
+    ``resources-exhausted``), so that the line says it once: ``refuse a1: ResourcesExhausted: …``."""
+    camel = "".join(word.capitalize() for word in str(reason).split("-"))
+    return "" if str(message).startswith(camel + ":") else " (%s)" % reason

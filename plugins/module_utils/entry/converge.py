@@ -34,6 +34,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import 
     plan_pass,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import reason_shown
 from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import journal_full, journal_near
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
@@ -60,9 +61,10 @@ class PassResult:
     events_not_shown: int = 0
 
     def refusal_texts(self):
-        """One line per refusal for a person: ``<allocation> refused (<reason>): <message><hint>``."""
-        return ["%s refused (%s): %s%s" % (f.allocation_id, f.reason, f.message,
-                                           refusal_hint(f.reason, f.message, self.inventory))
+        """One line per refusal for a person: ``<allocation> refused (<reason>): <message><hint>``, the reason
+        said once where the message already names it (``a1 refused: ResourcesExhausted: …``)."""
+        return ["%s refused%s: %s%s" % (f.allocation_id, reason_shown(f.reason, f.message), f.message,
+                                        refusal_hint(f.reason, f.message, self.inventory))
                 for f in self.plan.failures]
 
     def refusal_hints(self):

@@ -497,9 +497,9 @@ def run_slices_worked_example(run, text):
     assert plan(run.captured["second"]) == [
         "bind alloc_small: bcd.dev/gpu=%s_s0 -> /etc/cdi/bcd-alloc_small.json, /run/bcd/allocations/alloc_small.env, "
         "in bcd-alloc-alloc_small.slice (MemoryMax=2147483648, MemoryHigh=1932735283)" % gpu(1, 2),
-        "refuse alloc_more (resources-exhausted): ResourcesExhausted: 4096 MiB of memory needed, 512 MiB left on this host",
-        "refuse alloc_huge (resources-exhausted): ResourcesExhausted: 2 hugepages of 1048576 KiB needed, 1 free",
-        "refuse alloc_numa1 (resources-exhausted): ResourcesExhausted: 600 hugepages of 2048 KiB needed, 512 free"]
+        "refuse alloc_more: ResourcesExhausted: 4096 MiB of memory needed, 512 MiB left on this host",
+        "refuse alloc_huge: ResourcesExhausted: 2 hugepages of 1048576 KiB needed, 1 free",
+        "refuse alloc_numa1: ResourcesExhausted: 600 hugepages of 2048 KiB needed, 512 free"]
 
 
 def run_node_md_reset(run, text):

@@ -15,7 +15,9 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import planner
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import EVENT_TYPES
-from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import ORDER, REASONS, Reason
+from ansible_collections.bcd.devices.plugins.module_utils.domain.hints import refusal_hint
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
+from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import ORDER, REASONS, Reason, reason_shown
 
 PLUGINS = Path(planner.__file__).resolve().parent.parent.parent
 DOCS = PLUGINS.parent / "docs"
@@ -59,3 +61,26 @@ def test_the_reasons_are_the_spec_s_and_each_has_its_troubleshooting_section():
     assert [reason for reason in ORDER if "`%s`" % reason not in order] == []
     positions = [order.index("`%s`" % reason) for reason in ORDER]
     assert positions == sorted(positions), "docs/troubleshooting.md lists the checks in another order"
+
+
+@pytest.mark.parametrize("reason, message, shown", [
+    (Reason.RESOURCES_EXHAUSTED, "ResourcesExhausted: 4096 MiB of memory needed, 512 MiB left on this host", ""),
+    (Reason.OVERLAP, "GPU-a is assigned to a1", " (overlap)"),
+    (Reason.DEVICE_MISSING, "DeviceMissing is not a GPU this node has", " (device-missing)"),  # no colon: not named
+    (Reason.INVALID_ASSIGNMENT, "limits.cpus: range 7-3 runs backwards", " (invalid-assignment)"),
+])
+def test_a_line_for_a_person_names_the_reason_once(reason, message, shown):
+    """``refuse a1: ResourcesExhausted: …``, not ``refuse a1 (resources-exhausted): ResourcesExhausted: …``."""
+    assert reason_shown(reason, message) == shown
+
+
+@pytest.mark.parametrize("message, hint", [
+    ("ResourcesExhausted: 8 hugepages of 1048576 KiB needed, 2 free", "; that is 8 × 1 GiB huge pages (hugepages_1gi), 2 free"),
+    ("ResourcesExhausted: 600 hugepages of 2048 KiB needed, 512 free",
+     "; that is 600 × 2 MiB huge pages (hugepages_2mi), 512 free"),
+    ("ResourcesExhausted: 3 hugepages of 16384 KiB needed, 0 free", ""),  # a size no hold books
+    ("ResourcesExhausted: 4096 MiB of memory needed, 512 MiB left on this host", ""),
+])
+def test_a_huge_page_refusal_says_the_page_size_as_a_hold_books_it(message, hint):
+    """The spec's message stays word for word (the event carries it); the hint after it reads the size."""
+    assert refusal_hint(Reason.RESOURCES_EXHAUSTED, message, Inventory()) == hint
