@@ -61,7 +61,9 @@ BASE_VERSION = "0.6.0"
 # Bump whenever render_hold gives other bytes for the same inputs: a pass trusts a kept hold whose
 # render key and file digests it recorded (``render_record``) without rendering it again, and a new
 # revision makes every key new. tests/unit/plugins/module_utils/domain/test_cdi.py pins the output.
-RENDER_REVISION = 2  # 2: a vendor env line setting one of bcd's own keys is dropped (issue 23)
+# 2: a vendor env line setting one of bcd's own keys is dropped (issue 23); 3: a hold without a reservation id
+# carries no bcd.dev/reservation-id annotation, where it had an empty one (issue 32)
+RENDER_REVISION = 3
 
 ANN_ALLOCATION = "bcd.dev/allocation-id"
 ANN_RESERVATION = "bcd.dev/reservation-id"
@@ -180,11 +182,10 @@ def render_spec(hold, vendor=None, notes=None, runtimes=()):
     vendor spec does not name gets no vendor edits. ``runtimes`` are the node's
     container runtimes (``cdi_runtimes.Runtime``).
     """
-    annotations = {
-        ANN_ALLOCATION: hold.allocation_id,
-        ANN_RESERVATION: hold.reservation_id,
-        ANN_GENERATION: str(hold.generation),
-    }
+    annotations = {ANN_ALLOCATION: hold.allocation_id}
+    if hold.reservation_id:  # optional in the assignment: a hold without one carries no empty annotation
+        annotations[ANN_RESERVATION] = hold.reservation_id
+    annotations[ANN_GENERATION] = str(hold.generation)
     if hold.cgroup_parent:
         annotations[ANN_CGROUP_PARENT] = hold.cgroup_parent
     if hold.kubernetes:
@@ -390,6 +391,7 @@ class LiveHold:
     device_ids: List[str] = []
     atoms: List = []
     reservation_id: str = ""
+    reservation_annotated: bool = False  # the spec has the annotation (a hold bound before revision 3: even empty)
     generation: Optional[int] = None
     kubernetes: bool = False
     cgroup_parent: Optional[str] = None
@@ -414,6 +416,7 @@ def read_hold(allocation_id, path, content):
     if not isinstance(annotations, dict):
         annotations = {}
     reservation = annotations.get(ANN_RESERVATION, "")
+    hold.reservation_annotated = ANN_RESERVATION in annotations
     hold.reservation_id = reservation if isinstance(reservation, str) else _scalar_text(reservation)
     try:
         hold.generation = int(annotations.get(ANN_GENERATION, ""))  # absent: ValueError, as for a non-number

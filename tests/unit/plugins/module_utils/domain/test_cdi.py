@@ -429,8 +429,10 @@ def test_an_empty_vendor_spec_object_means_no_vendor_spec(make_node):
 # whose render key it recorded without rendering it again, so a change to the rendered bytes must come
 # with a new RENDER_REVISION (then every recorded key is stale and every hold is rendered again).
 # 2: the same bytes for these inputs; a vendor env line setting one of bcd's own keys is dropped since
+# 3: the same bytes for these inputs, which have reservation ids; a hold without one has no empty annotation since
 PINNED_RENDER = {1: "13bc445e7859fe4ca4d042efbccdee066301fe06dc2c010e9e744eff75f0d392",
-                 2: "13bc445e7859fe4ca4d042efbccdee066301fe06dc2c010e9e744eff75f0d392"}
+                 2: "13bc445e7859fe4ca4d042efbccdee066301fe06dc2c010e9e744eff75f0d392",
+                 3: "13bc445e7859fe4ca4d042efbccdee066301fe06dc2c010e9e744eff75f0d392"}
 
 
 def test_rendered_bytes_change_only_with_a_new_render_revision(make_node):
