@@ -89,12 +89,14 @@ maintenance:
       description: Why it is out of service.
       type: str
     since:
-      description: When it was put in maintenance (seconds since the epoch).
-      type: float
+      description:
+        - When it was put in maintenance, in UTC as ISO 8601 (C(2026-12-02T09:00:00Z)); null when the record does
+          not say.
+      type: str
   sample:
     - uuid: GPU-5f1c2a90-0000-4000-8000-000000000001
       reason: firmware update
-      since: 1796300000.0
+      since: "2026-12-02T09:00:00Z"
 """
 
 import gc

@@ -6,7 +6,8 @@
 While a GPU is in maintenance no new hold may claim it or a part of it (refused with
 ``overlap`` and ``GPU-… is in maintenance (<reason>)``); kept holds stay, because releasing
 them is the control plane's decision. The record lives in the node's state directory
-(``maintenance.json``: ``{uuid: {reason, since}}``), so the timers' passes honour it too,
+(``maintenance.json``: ``{uuid: {reason, since}}``, ``since`` in seconds since the epoch; a module returns it
+in ISO 8601 UTC), so the timers' passes honour it too,
 and is changed only under the pass lock (``bcd.devices.maintenance``).
 
 Maintenance is not a claim a reset must wait for: it is how an operator keeps new holds off
@@ -15,6 +16,9 @@ a GPU so that it can be reset or re-partitioned once its holds are gone (``domai
 
 from __future__ import annotations
 
+import calendar
+import math
+import time
 from typing import Dict, List, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
@@ -27,6 +31,7 @@ MAX_REASON = 256
 MAX_FILE_BYTES = 256 * 1024
 GPU_UUID_RE = lazy_pattern(r"^GPU-[A-Za-z0-9-]{1,128}$")
 _REASON_RE = lazy_pattern(r"^[^\x00-\x1f\x7f]{1,%d}$" % MAX_REASON)
+ISO_UTC = "%Y-%m-%dT%H:%M:%SZ"
 
 
 class MaintenanceError(BcdError, ValueError):
@@ -76,8 +81,34 @@ def parse_maintenance(content, where):
         if not GPU_UUID_RE.match(str(uuid)) or not isinstance(reason, str) or not _REASON_RE.match(reason):
             return {}, "%s has an entry that is not {GPU UUID: {reason, since}}; no GPU counts as in maintenance" \
                 % where
-        records[uuid] = {"reason": reason, "since": since if isinstance(since, (int, float)) else None}
+        records[uuid] = {"reason": reason, "since": _epoch(since)}
     return records, None
+
+
+def _epoch(since):
+    """A record's ``since`` as seconds since the epoch: the file keeps a number (as every release wrote it,
+    so an older ``bcd-holds`` reads a newer file), and an ISO 8601 UTC time is read too. None for anything else."""
+    if isinstance(since, bool):
+        return None
+    if isinstance(since, (int, float)):
+        return since if math.isfinite(since) else None
+    if isinstance(since, str):
+        try:
+            return float(calendar.timegm(time.strptime(since, ISO_UTC)))
+        except (ValueError, OverflowError):
+            return None
+    return None
+
+
+def iso_utc(since):
+    """``since`` (seconds since the epoch) as the collection writes times for a person or a playbook: ISO 8601
+    in UTC, ``2026-12-05T09:00:00Z`` (as a pending Kubernetes release's ``since``). None stays None."""
+    if since is None:
+        return None
+    try:
+        return time.strftime(ISO_UTC, time.gmtime(since))
+    except (ValueError, OverflowError, OSError):  # a number no calendar holds, from a hand-edited file
+        return None
 
 
 def render_maintenance(records):
@@ -105,8 +136,8 @@ def change(records, gpus, present, reason, now):
 
 def listing(records):
     # type: (Dict[str, dict]) -> List[dict]
-    """The records as a module returns them, by UUID."""
-    return [{"uuid": uuid, "reason": records[uuid]["reason"], "since": records[uuid].get("since")}
+    """The records as a module returns them, by UUID, ``since`` in ISO 8601 UTC."""
+    return [{"uuid": uuid, "reason": records[uuid]["reason"], "since": iso_utc(records[uuid].get("since"))}
             for uuid in sorted(records)]
 
 

@@ -7,7 +7,10 @@
 
 from __future__ import annotations
 
+import calendar
 import json
+import re
+import time
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_BUSY, EX_ERROR, EX_OK
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock
@@ -78,6 +81,29 @@ def test_maintenance_is_idempotent_honest_in_check_mode_and_shows_a_diff(capsys,
     assert service(capsys, node, gpus=[GPU_A], state="absent")["changed"] is False
     shown = dict((g["uuid"], g["maintenance"]) for g in info(capsys, node)["gpus"])
     assert shown == {GPU_A: None, GPU_B: "RMA", GPU_C: "row remapping"}
+
+
+def test_maintenance_says_since_in_iso_8601_utc_and_reads_the_old_epoch_seconds(capsys, node):
+    before = time.time()
+    put = service(capsys, node, gpus=[GPU_A], reason="firmware update")
+    [record] = put["maintenance"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record["since"]), record
+    assert int(before) <= calendar.timegm(time.strptime(record["since"], "%Y-%m-%dT%H:%M:%SZ")) <= time.time()
+    # the file keeps seconds since the epoch, as every release wrote it: an older bcd-holds reads it
+    stored = json.loads(node.read("/var/lib/bcd/maintenance.json"))
+    assert isinstance(stored[GPU_A]["since"], float)
+    # a file an older release wrote (an integer, a float), or an ISO time, reads the same
+    node.write("/var/lib/bcd/maintenance.json", json.dumps({
+        GPU_A: {"reason": "old", "since": 1796300000}, GPU_B: {"reason": "older", "since": 1796300000.5},
+        GPU_C: {"reason": "iso", "since": "2026-12-02T09:00:00Z"}}))
+    listed = service(capsys, node, gpus=[GPU_A], reason="old")
+    assert listed["changed"] is False
+    assert [(m["uuid"], m["since"]) for m in listed["maintenance"]] == [
+        (GPU_A, "2026-12-03T12:13:20Z"), (GPU_B, "2026-12-03T12:13:20Z"), (GPU_C, "2026-12-02T09:00:00Z")]
+    # a since no time can be made of is null, not an error
+    node.write("/var/lib/bcd/maintenance.json", json.dumps({GPU_A: {"reason": "x", "since": "yesterday"},
+                                                            GPU_B: {"reason": "y", "since": 1e300}}))
+    assert [m["since"] for m in service(capsys, node, gpus=[GPU_A], reason="x")["maintenance"]] == [None, None]
 
 
 def test_maintenance_refuses_bad_input_clearly(capsys, node):
