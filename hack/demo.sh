@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(bash hack/core_venv.sh "${DEMO_CORE:-2.19}")
+"$bin/python" -c 'import sys, ansible.release; print("== ansible-core %s on Python %s (%s)" % (ansible.release.__version__, sys.version.split()[0], sys.executable))'
 root=$(mktemp -d "${TMPDIR:-/tmp}/bcd-demo.XXXXXX")
 "$bin/python" hack/fakehw_node.py --root "$root/node-a" --node-id node-a --gpus 4 --mig-gpu 1 \
   --domain inst_7:3 --compact >/dev/null

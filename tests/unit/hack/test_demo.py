@@ -43,6 +43,8 @@ def test_the_demo_reads_as_a_story_with_a_table_before_and_after_generation_2(tm
     out = demo(tmp_path)
     lines = out.splitlines()
     assert len(lines) < 150
+    # its first line says which ansible-core and Python ran (make demo DEMO_CORE=2.22 runs another)
+    assert lines[0].startswith("== ansible-core %s on Python %s (" % (ansible.__version__, sys.version.split()[0])), lines[0]
     assert not any(line.startswith(("+++ ", "--- before")) for line in lines)  # no file content without --diff
     assert '"generation 1: 3 bound, 1 refused (the section reads FAILED: something was refused, the rest is in place)",' \
         in out
