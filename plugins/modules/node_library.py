@@ -15,7 +15,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: node_library
-short_description: Run a bcd.devices module from the node's installed library (used by the collection's action plugins)
+short_description: "Internal: run a bcd.devices module from the node's installed library (for the collection's action plugins)"
 version_added: 0.3.0
 description:
   - Internal to the collection - the action plugins of M(bcd.devices.holds), M(bcd.devices.holds_info),

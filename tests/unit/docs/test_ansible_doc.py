@@ -271,3 +271,40 @@ def test_the_one_sided_fields_exist():
     for module, field in ONE_SIDED_FIELDS:
         source = (REPO / "plugins" / "modules" / (module.rsplit(".", maxsplit=1)[-1] + ".py")).read_text(encoding="utf-8")
         assert "\n    %s:\n" % field.rsplit(".", maxsplit=1)[-1] in source, (module, field)
+
+
+def listings():
+    """``(page, args, quoted lines)`` for each ``$ ansible-doc ... -l`` in a console block of README.md or docs/:
+    the lines after it, up to the next command or the end of the block."""
+    found = []
+    for path in [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        for block in re.findall(r"^```console\n(.*?)^```$", text, re.M | re.S):
+            current = None
+            for line in block.splitlines():
+                if line.startswith("$ "):
+                    current = None
+                    args = shlex.split(line[2:], comments=True) if line.startswith("$ ansible-doc ") else []
+                    if "-l" in args or "--list" in args:
+                        current = (str(path.relative_to(REPO)), args[1:], [])
+                        found.append(current)
+                elif current is not None:
+                    current[2].append(line)
+    return found
+
+
+def test_the_docs_list_the_plugins_with_ansible_doc():
+    listed = [(page, args) for page, args, _lines in listings()]
+    assert ("docs/user-guide.md", ["-l", "bcd.devices"]) in listed, listed
+
+
+@pytest.mark.parametrize("page, args, quoted", listings(), ids=lambda value: " ".join(value) if isinstance(value, list) else None)
+def test_a_listing_in_the_docs_is_what_ansible_doc_lists(page, args, quoted, tmp_path):
+    """Every plugin ``ansible-doc -l`` lists, with its short description as it prints it, and no other: a new
+    plugin (``node_library``, internal) or a new description must show in the page. Runs of spaces are one
+    (the columns follow the longest name)."""
+    done = ansible_doc(args, tmp_path)
+    assert done.returncode == 0, done.stderr
+    printed = [" ".join(line.split()) for line in done.stdout.splitlines() if line.strip()]
+    shown = [" ".join(line.split()) for line in quoted if line.strip()]
+    assert shown == printed, "%s: $ ansible-doc %s prints\n%s" % (page, " ".join(args), "\n".join(done.stdout.splitlines()))
