@@ -59,7 +59,7 @@ def run_figures(**changed):
     times.update({
         "floor %d" % N: [0.2, 0.2, 0.2], "direct bind %d" % N: [0.3] * 3, "direct noop %d" % N: [0.2] * 3,
         "warnings bundled %d" % SMALL: [0, 0, 0], "warnings bundled %d" % N: [0, 0, 0],
-        "warnings fleet bundled": [0, 0, 0], "memory MB": [45.0] * 3,
+        "warnings fleet bundled": [0, 0, 0], "warnings role": [0] * 12, "memory MB": [45.0] * 3,
         "worst bind s": [0.6] * 3, "worst noop s": [0.4] * 3, "worst MB": [74.0] * 3, "worst bind wall": [0.9] * 3,
         "worst floor": [0.2] * 3, "worst section MB": [3.6] * 3, "worst bind user s": [0.5] * 3,
         "worst noop wall": [0.5] * 3,
@@ -93,7 +93,8 @@ def test_every_target_is_judged_from_a_full_runs_figures_and_met(capsys):
 
 def test_the_ratios_of_ansible_runs_are_judged_in_wall_and_cpu():
     ratios, _missed = judged(run_figures())
-    wall_only = {"bind/floor", "noop bundled warnings", "fleet bundled warnings", "memory MB", "worst bind s",
+    wall_only = {"bind/floor", "noop bundled warnings", "fleet bundled warnings", "warnings with the role",
+                 "memory MB", "worst bind s",
                  "worst noop s", "worst bind wall-floor s", "worst MB", "bind N/bind N/4"}
     for name, _what, _limit, _at_most in bench.TARGETS:
         assert (name + " cpu" in ratios) == (name not in wall_only), name
@@ -141,3 +142,39 @@ def test_a_warning_without_the_role_is_a_miss_and_shown(capsys):
     assert "fleet bundled warnings: 2 runs printed a warning, the first: " + line in out
     ratios, missed = judged(run_figures(**{"warnings bundled %d" % SMALL: [1, 0, 0]}), {"noop bundled warnings": [line]})
     assert missed == ["noop bundled warnings"]
+
+
+def test_a_library_refused_with_the_role_is_a_miss_not_an_abort(capsys):
+    line = "[WARNING]: bcd.devices.holds ran as Ansible ships it, not from the node's library: another version"
+    ratios, missed = judged(run_figures(**{"warnings role": [0] * 11 + [1]}), {"warnings with the role": [line]})
+    assert ratios["warnings with the role"] == 1
+    assert missed == ["warnings with the role"]
+    assert "warnings with the role: 1 run printed a warning, the first: " + line in capsys.readouterr().out
+
+
+def test_each_run_is_checked_for_the_code_it_ran(tmp_path):
+    runs = bench.Bench(bench.arguments().parse_args([]), str(tmp_path))
+    library = b'localhost | SUCCESS => {"changed": false, "ran_from": "node-library"}'
+    refused = b'[WARNING]: bcd.devices.holds ran as Ansible ships it: missing\nlocalhost | SUCCESS => {"ran_from": "bundled"}'
+    shipped = b'localhost | SUCCESS => {"changed": false, "ran_from": "bundled"}'
+    assert runs.ran(True, library) == 0
+    assert runs.ran(True, refused) == 1
+    assert runs.ran(True, shipped) == 1  # no warning, but not the library either
+    assert runs.ran(False, shipped) == 0
+    assert runs.ran(False, refused) == 1
+    assert runs.warnings == {
+        "warnings with the role": ["[WARNING]: bcd.devices.holds ran as Ansible ships it: missing",
+                                   "[WARNING] (none printed) the module did not run from the node library"],
+        "noop bundled warnings": ["[WARNING]: bcd.devices.holds ran as Ansible ships it: missing"]}
+    with pytest.raises(SystemExit, match="did not run as shipped"):
+        runs.ran(False, library)
+
+
+def test_the_run_measures_a_copy_of_the_collection(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.node_library, "SOURCE", bench.node_library.SOURCE)
+    top = Path(bench.snapshot(str(tmp_path)))
+    copied = top / "ansible_collections" / "bcd" / "devices"
+    assert (copied / "galaxy.yml").is_file() and (copied / "meta" / "runtime.yml").is_file()
+    assert (copied / "plugins" / "action" / "holds.py").read_bytes() == (REPO / "plugins" / "action" / "holds.py").read_bytes()
+    assert not list(copied.rglob("__pycache__"))
+    assert bench.node_library.SOURCE == str(copied / "plugins" / "module_utils")  # the nodes' library, from the copy
