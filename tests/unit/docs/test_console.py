@@ -61,20 +61,21 @@ def sessions(text):
 
 @pytest.fixture
 def node_md(tmp_path):
-    """docs/node.md's node at generation 42: alloc_train on GPU 0, alloc_notebook on GPU 1's gi1/ci0,
-    alloc_nic refused; GPU 2 in maintenance for a firmware update."""
+    """docs/node.md's node at generation 42: GPU 2 in maintenance for a firmware update, so of the role's
+    example alloc_train is on GPU 0, alloc_notebook on GPU 1's gi1/ci0, and alloc_infer (GPU 2) refused."""
     root = tmp_path / "bcd-nodes" / "node-a"
     assert fakehw_node.main(["--root", str(root), "--gpus", "3"]) == 0
     host = FakeHwHost(str(root), str(root / "fakehw.yml"))
+    set_maintenance(host, [GPU % 3], True, "firmware update", lock_timeout=10)
     result = run_pass(host, 42, [
         {"allocation_id": "alloc_train", "reservation_id": "rsv_01", "binding": "BINDING_HOLD",
          "devices": [{"id": GPU % 1}]},
         {"allocation_id": "alloc_notebook", "reservation_id": "rsv_02", "binding": "BINDING_HOLD",
          "devices": [{"id": GPU % 2 + "/gi1/ci0", "device_class": "gpu.mig"}]},
-        {"allocation_id": "alloc_nic", "reservation_id": "rsv_03", "binding": "BINDING_HOLD",
-         "devices": [{"id": "vf-0", "device_class": "nic.vf"}]}], lock_timeout=10)
-    assert [f.allocation_id for f in result.plan.failures] == ["alloc_nic"]
-    set_maintenance(host, [GPU % 3], True, "firmware update", lock_timeout=10)
+        {"allocation_id": "alloc_infer", "reservation_id": "rsv_03", "binding": "BINDING_HOLD",
+         "devices": [{"id": GPU % 3}]}], lock_timeout=10)
+    assert [(f.allocation_id, f.reason, f.message) for f in result.plan.failures] == [
+        ("alloc_infer", "overlap", "%s is in maintenance (firmware update)" % (GPU % 3))]
     return root
 
 
