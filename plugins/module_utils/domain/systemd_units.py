@@ -139,7 +139,9 @@ def bcd_command(words):
     if not found:
         return None
     index = found[0]
-    subcommand, options, rest = None, {}, words[index + 1:]  # type: Optional[str], Dict[str, List[str]], List[str]
+    subcommand: Optional[str] = None
+    options: Dict[str, List[str]] = {}
+    rest: List[str] = words[index + 1:]
     position = 0
     while position < len(rest):
         word = rest[position]

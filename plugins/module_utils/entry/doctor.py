@@ -162,7 +162,8 @@ def systemd_states(host, names):
     rc, out, err = run_tool(host.runner, argv)
     if rc != 0:
         return {}, "systemctl show failed (rc %d): %s" % (rc, (err or out).strip()[:200])
-    states, current = {}, {}  # type: Dict[str, Dict[str, str]], Dict[str, str]
+    states: Dict[str, Dict[str, str]] = {}
+    current: Dict[str, str] = {}
     for line in out[:65536].splitlines() + [""]:
         if not line.strip():
             if current.get("Id"):
@@ -467,8 +468,8 @@ def check_passes(host, role, state_dir):
         problems.append((WARN, "the pass units run as different accounts (%s); the role runs both as one"
                          % ", ".join(accounts)))
     if len(role.sockets) > 1:
-        problems.append((ERROR, "the pass units use different helper sockets (%s) (%s)" % (", ".join(role.sockets),
-                                                                                          RERUN)))
+        problems.append((ERROR, "the pass units use different helper sockets (%s) (%s)"
+                         % (", ".join(role.sockets), RERUN)))
     programs, state_dirs, shown = [], [], role.account
     if role.account is not None:
         account = _account(role.account)

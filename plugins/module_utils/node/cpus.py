@@ -104,4 +104,3 @@ def read_host_cpus(host):
     except Unreadable as exc:
         return None, str(exc)
     return HostCpus(online=online, memory_nodes=memory, node_cpus=node_cpus), None
-

@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parents[4]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 NODES = 3
 HOLDS = 3
+
+
 def play_text():
     """The play, its devices built in YAML (no filter plugin of the test's own)."""
     devices = [{"allocation_id": "a%d" % i, "reservation_id": "rsv_%d" % i, "binding": "BINDING_HOLD",

@@ -68,8 +68,8 @@ def refusals_shown(result, node=None):
     them again."""
     failures = result["failures"]
     if not result.get("failed"):
-        return [text for text in warnings(result, node) if any(text.startswith(f["allocation_id"] + " refused")
-                                                                for f in failures)]
+        return [text for text in warnings(result, node)
+                if any(text.startswith(f["allocation_id"] + " refused") for f in failures)]
     assert not [text for text in warnings(result, node) if " refused (" in text], warnings(result, node)
     msg = result["msg"]
     msg = msg[msg.index(REFUSED) + len(REFUSED):]

@@ -86,8 +86,8 @@ def test_a_node_of_one_numa_node_refuses_another_and_a_kubernetes_hold_is_refuse
 
 
 def test_limits_the_node_has_bind_as_before_with_no_note_and_no_warning(capsys, numa):
-    result = run(capsys, numa, generation=1, devices=[limited("a1", GPU_A, cpus="0-7", mems="0", memory_bytes=1 << 30),
-                                                       limited("a2", GPU_B, cpus="32-63", mems=1)])
+    result = run(capsys, numa, generation=1, devices=[
+        limited("a1", GPU_A, cpus="0-7", mems="0", memory_bytes=1 << 30), limited("a2", GPU_B, cpus="32-63", mems=1)])
     assert result["section"]["state"] == "CONVERGED"
     assert [p["text"].split(", in ", 1)[1] for p in result["plan"]] == [
         "bcd-alloc-a1.slice (AllowedCPUs=0-7, AllowedMemoryNodes=0, MemoryMax=1073741824, MemoryHigh=966367641)",
@@ -143,8 +143,9 @@ def test_cpus_and_mems_off_the_gpus_numa_node_are_held_said_in_the_plan_holds_in
 def test_a_kept_hold_moved_to_cpus_the_node_lacks_keeps_its_limits(capsys, numa):
     run(capsys, numa, generation=1, devices=[limited("a1", GPU_A, cpus="0-7")])
     moved = run(capsys, numa, generation=2, on_refusal="report", devices=[limited("a1", GPU_A, cpus="0-100")])
-    assert refusals(moved) == [("a1", "invalid-assignment", "limits.cpus 0-100: CPUs 64-100 are not online on this node "
-                                                             "(online: 0-63); the hold keeps its limits")]
+    assert refusals(moved) == [("a1", "invalid-assignment",
+                                "limits.cpus 0-100: CPUs 64-100 are not online on this node (online: 0-63); "
+                                "the hold keeps its limits")]
     assert json.loads(numa.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))["properties"] == {"AllowedCPUs": "0-7"}
     kept = run(capsys, numa, generation=3, devices=[limited("a1", GPU_A, cpus="0-15")])  # one it has: set
     assert kept["failures"] == []

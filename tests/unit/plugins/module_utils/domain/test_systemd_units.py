@@ -55,8 +55,8 @@ def test_a_drop_in_clears_exec_start_and_sets_another_and_the_last_user_wins():
     ("", "has no ExecStart"),
     ("/usr/bin/true", "ExecStart does not run bcd-holds: /usr/bin/true"),
     ("/usr/local/bin/bcd-holds status", "ExecStart runs bcd-holds status, not bcd-holds converge"),
-    ("/usr/local/bin/bcd-holds converge --spec x.json", "ExecStart's bcd-holds converge has no --stored: it converges "
-                                                       "no stored input"),
+    ("/usr/local/bin/bcd-holds converge --spec x.json",
+     "ExecStart's bcd-holds converge has no --stored: it converges no stored input"),
     ("/usr/local/bin/bcd-holds 'converge", "ExecStart cannot be read (No closing quotation): "
                                            "/usr/local/bin/bcd-holds 'converge"),
 ])

@@ -116,9 +116,9 @@ def fakehw_host(tmp_path, **data):
 
 
 def test_a_fakehw_file_describes_its_cpus_and_numa_nodes(tmp_path):
-    host = fakehw_host(tmp_path, cpus="0-63", numa_nodes=[{"node": 0, "cpus": "0-31"},
-                                                         {"node": 1, "cpus": "32-63"},
-                                                         {"node": 2, "memory": True}, {"node": 3, "cpus": "", "memory": False}])
+    host = fakehw_host(tmp_path, cpus="0-63", numa_nodes=[
+        {"node": 0, "cpus": "0-31"}, {"node": 1, "cpus": "32-63"},
+        {"node": 2, "memory": True}, {"node": 3, "cpus": "", "memory": False}])
     sysfs(tmp_path / "root", online="0")  # the description wins over files under the root
     assert host.cpus() == (HostCpus(online=numbers("0-63"), memory_nodes=frozenset([0, 1, 2]),
                                     node_cpus={0: numbers("0-31"), 1: numbers("32-63"), 2: frozenset(), 3: frozenset()}),
@@ -126,8 +126,8 @@ def test_a_fakehw_file_describes_its_cpus_and_numa_nodes(tmp_path):
 
 
 def test_cpus_alone_is_one_node_and_numa_nodes_alone_put_their_cpus_online(tmp_path):
-    assert fakehw_host(tmp_path, cpus=7).cpus()[0] == HostCpus(online=frozenset([7]), memory_nodes=frozenset([0]),
-                                                                node_cpus={0: frozenset([7])})
+    assert fakehw_host(tmp_path, cpus=7).cpus()[0] == HostCpus(
+        online=frozenset([7]), memory_nodes=frozenset([0]), node_cpus={0: frozenset([7])})
     assert fakehw_host(tmp_path, numa_nodes=[{"node": 1, "cpus": "4-7"}]).cpus()[0] == HostCpus(
         online=numbers("4-7"), memory_nodes=frozenset([1]), node_cpus={1: numbers("4-7")})
 
