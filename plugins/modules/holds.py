@@ -130,6 +130,18 @@ options:
     choices: [summary, full]
     default: summary
     version_added: 0.3.0
+  env_allow:
+    description:
+      - The only env keys a hold's C(env) may set on this node - an operator's allowlist. An assignment with a key
+        it does not list is refused V(invalid-assignment), naming the entry and the key, as a key the env policy
+        refuses is.
+      - It narrows the env policy, never widens it - a key the policy refuses (C(LD_PRELOAD), C(GIT_*),
+        C(SLURM_*)) is an error here, failing the task before anything is written.
+      - Left out, every key the policy allows is accepted. The timers' passes use what the last task gave.
+      - docs/security.md, "The env policy".
+    type: list
+    elements: str
+    version_added: 0.3.0
   fail_on_refusal:
     description:
       - Deprecated, use O(on_refusal) - V(true) is O(on_refusal=fail), V(false) O(on_refusal=report).

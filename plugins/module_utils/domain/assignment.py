@@ -19,6 +19,7 @@ from typing import List, Optional, Set, Tuple
 from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import MAX_INT_DIGITS
 from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy import (
     ENV_KEY_RE,
+    check_env_allowed,
     check_env_key,
     check_env_value,
 )
@@ -322,9 +323,9 @@ def _env_pairs(raw):
         yield where, key, value
 
 
-def _env(raw):
-    """The env lines, each checked by the env policy (``domain/env_policy.py``): a key it allows, a
-    value that is one line of text."""
+def _env(raw, env_allow=None):
+    """The env lines, each checked by the env policy (``domain/env_policy.py``): a key it allows (and,
+    with the operator's ``env_allow``, one that lists), a value that is one line of text."""
     if raw is None:
         return ()
     if not isinstance(raw, (list, dict)):
@@ -335,7 +336,7 @@ def _env(raw):
     for where, key, value in _env_pairs(raw):
         if len(key) + 1 + len(value) > 4096:
             raise InvalidAssignment("%s: longer than 4096 characters" % where)
-        why = check_env_key(key) or check_env_value(key, value)
+        why = check_env_key(key) or check_env_allowed(key, env_allow) or check_env_value(key, value)
         if why:
             raise InvalidAssignment("%s: %s" % (where, why))
         lines.append("%s=%s" % (key, value))
@@ -361,8 +362,9 @@ def _devices(raw):
     return tuple(refs)
 
 
-def parse_assignment(raw, index=0):
-    """Check one raw assignment; raise ``InvalidAssignment`` naming the field."""
+def parse_assignment(raw, index=0, env_allow=None):
+    """Check one raw assignment; raise ``InvalidAssignment`` naming the field. ``env_allow``: the
+    operator's allowlist of env keys (``env_policy.parse_env_allow``), None for none."""
     if not isinstance(raw, dict):
         raise InvalidAssignment("devices[%d]: an assignment must be a mapping" % index)
     binding = check_binding(raw)
@@ -376,7 +378,7 @@ def parse_assignment(raw, index=0):
         binding=binding,
         devices=_devices(raw.get("devices")),
         limits=parse_limits(raw.get("limits")),
-        env=_env(raw.get("env")),
+        env=_env(raw.get("env"), env_allow),
     )
 
 
@@ -507,7 +509,7 @@ def _atoms_listed(raw):
     return len(devices) if isinstance(devices, list) else 0
 
 
-def parse_assignments(raw_list):
+def parse_assignments(raw_list, env_allow=None):
     """Split the raw ``devices`` section into assignments and refusals.
 
     The first ``MAX_ASSIGNMENTS`` entries are honoured; each one after them is
@@ -546,7 +548,7 @@ def parse_assignments(raw_list):
                 raise InvalidAssignment("devices: %d atoms would take the section to %d, past the %d atoms a pass "
                                         "honours (%d taken by the assignments before it)"
                                         % (listed, atoms + listed, MAX_ATOMS, atoms))
-            parsed.assignments.append(parse_assignment(raw, index))
+            parsed.assignments.append(parse_assignment(raw, index, env_allow))
             atoms += listed
             parsed.warnings.extend("%s: limits.%s: %s reads as unset (proto3's zero value), so no %s limit is set"
                                    % (key, name, json.dumps(raw["limits"][name]), name)

@@ -36,6 +36,15 @@ SERVICE = "is what systemd hands a service"
 FILES = "places the files programs create"
 BCD = "is set by bcd and cannot be overridden"
 
+SLURM = "is what Slurm sets for a job and its tasks"
+BUS = "steers which bus or manager a program talks to"
+
+# How a rule's ``key`` matches: the name itself, a prefix (``LD_``: every key starting so), or a pattern
+# (a regular expression that must match the whole key: ``.*_ASKPASS``). A family is named by what makes
+# its members dangerous, not by the members someone thought of: every key git reads is ``GIT_*``, every
+# program that asks for a password runs ``*ASKPASS``, every editor a program starts is ``*EDITOR``.
+EXACT, PREFIX, PATTERN = False, True, "pattern"
+
 Rule = namedtuple("Rule", "key prefix says why")
 
 
@@ -94,21 +103,40 @@ POLICY = (
              "name (VK_ICD_FILENAMES, VK_LAYER_PATH, __EGL_VENDOR_LIBRARY_FILENAMES, OCL_ICD_VENDORS)",
              "VK_", "__EGL_", "__GLX_", "OCL_ICD_", "LIBGL_")
     + _rules(LOADS, False, "MPI and the fabric libraries load components and providers from these directories",
-             "OMPI_MCA_mca_base_component_path", "OPAL_PREFIX", "UCX_MODULE_DIR", "FI_PROVIDER_PATH")
+             "OMPI_MCA_mca_base_component_path", "OPAL_PREFIX", "PRTE_PREFIX", "PMIX_PREFIX", "UCX_MODULE_DIR",
+             "FI_PROVIDER_PATH")
+    + _rules(LOADS, PATTERN, "Open MPI, PRRTE, PMIx and OPAL read any MCA parameter from <PROJECT>_MCA_<name>: "
+             "plm_rsh_agent and plm_ssh_agent name the program that starts remote ranks, "
+             "mca_base_component_path the directories components load from", "[A-Za-z0-9_]*_MCA_.*")
+    + _rules(LOADS, PREFIX, "MPICH's and Intel MPI's Hydra run the launcher and bootstrap programs these name "
+             "(HYDRA_LAUNCHER_EXEC, I_MPI_HYDRA_BOOTSTRAP_EXEC)", "HYDRA_", "I_MPI_HYDRA_")
+    + _rules(LOADS, PREFIX, "hwloc loads plugins from HWLOC_PLUGINS_PATH and takes the machine's topology "
+             "from HWLOC_XMLFILE, HWLOC_FSROOT and HWLOC_COMPONENTS, which MPI and NCCL bind ranks by",
+             "HWLOC_")
+    + _rules(LOADS, PATTERN, "a library loads code from the directories or files a key named so lists "
+             "(HWLOC_PLUGINS_PATH, GST_PLUGIN_PATH, QT_PLUGIN_PATH, UCX_MODULE_DIR, FI_PROVIDER_PATH, "
+             "DYLD_LIBRARY_PATH)",
+             "[A-Za-z0-9_]*(PLUGIN|PLUGINS|MODULE|MODULES|COMPONENT|COMPONENTS|PROVIDER|PROVIDERS)_"
+             "(PATH|PATHS|DIR|DIRS|FILE|FILES|DIRECTORY)",
+             "[A-Za-z0-9_]*(LIBRARY_PATH|_PRELOAD)")
     + _rules(LOADS, False, "toolkits load modules and plugins from these (GTK, GIO, GStreamer, Qt, gdk-pixbuf), "
              "and R, Julia and PHP read startup code or configuration from them",
              "GTK_MODULES", "GTK_PATH", "GIO_EXTRA_MODULES", "GST_PLUGIN_PATH", "GST_PLUGIN_SYSTEM_PATH",
              "QT_PLUGIN_PATH", "GDK_PIXBUF_MODULE_FILE", "R_PROFILE", "R_PROFILE_USER", "R_ENVIRON",
              "R_ENVIRON_USER", "R_LIBS", "R_LIBS_USER", "JULIA_LOAD_PATH", "JULIA_DEPOT_PATH", "PHPRC",
              "PHP_INI_SCAN_DIR")
-    + _rules(LOADS, False, "a program runs the pager, editor or less filter these name",
-             "PAGER", "MANPAGER", "EDITOR", "VISUAL", "LESSOPEN", "LESSCLOSE")
-    + _rules(LOADS, False, "git runs the commands and reads the configuration these name (GIT_SSH_COMMAND, "
-             "GIT_EXEC_PATH, GIT_CONFIG_COUNT with GIT_CONFIG_KEY_n and GIT_CONFIG_VALUE_n)",
-             "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH", "GIT_ASKPASS", "GIT_EDITOR", "GIT_PAGER",
-             "GIT_CONFIG_COUNT", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM")
-    + _rules(LOADS, True, "with GIT_CONFIG_COUNT, these set any git configuration (core.sshCommand runs a program)",
-             "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
+    + _rules(LOADS, False, "a program runs the pager, editor, less filter or browser these name "
+             "(fc runs FCEDIT)", "VISUAL", "FCEDIT", "LESSOPEN", "LESSCLOSE")
+    + _rules(LOADS, PATTERN, "a program runs the editor, pager or browser a key named so names (EDITOR, "
+             "SUDO_EDITOR, GIT_SEQUENCE_EDITOR, PAGER, MANPAGER, BROWSER), and the command a *_COMMAND "
+             "key holds (GIT_PROXY_COMMAND, PROMPT_COMMAND)",
+             "[A-Za-z0-9_]*(EDITOR|PAGER|BROWSER)", "[A-Za-z0-9_]*_COMMAND")
+    + _rules(LOADS, PATTERN, "ssh, sudo, git and the rest run the password prompt a *ASKPASS key names "
+             "(SSH_ASKPASS, SUDO_ASKPASS, GIT_ASKPASS; SSH_ASKPASS_REQUIRE forces it)", "[A-Za-z0-9_]*ASKPASS[A-Za-z0-9_]*")
+    + _rules(LOADS, PREFIX, "git reads GIT_* as commands to run and configuration: GIT_CONFIG_PARAMETERS and "
+             "GIT_CONFIG_COUNT with GIT_CONFIG_KEY_n set any configuration (core.sshCommand, core.fsmonitor "
+             "run programs), GIT_EXTERNAL_DIFF, GIT_PROXY_COMMAND, GIT_SSH_COMMAND and GIT_SEQUENCE_EDITOR run "
+             "one, GIT_EXEC_PATH and GIT_DIR choose what runs and which repository's hooks", "GIT_")
     + _rules(FILES, False, "TLS libraries write every session key to the file SSLKEYLOGFILE names",
              "SSLKEYLOGFILE")
     # -- name resolution --------------------------------------------------------------------------------
@@ -122,13 +150,24 @@ POLICY = (
              "its main PID, where its credentials lie, its invocation and journal stream",
              "NOTIFY_SOCKET", "CREDENTIALS_DIRECTORY", "INVOCATION_ID", "JOURNAL_STREAM", "MAINPID",
              "MANAGERPID")
+    + _rules(BUS, PREFIX, "D-Bus clients (systemctl, busctl, every sd-bus and libdbus program) connect to "
+             "the bus DBUS_SYSTEM_BUS_ADDRESS, DBUS_SESSION_BUS_ADDRESS or DBUS_STARTER_ADDRESS names, and take "
+             "its answers as the system's", "DBUS_")
+    + _rules(BUS, False, "systemctl --user, sd-bus and the session's tools find their manager and bus under it",
+             "XDG_RUNTIME_DIR")
+    # -- the batch scheduler ----------------------------------------------------------------------------
+    + _rules(SLURM, PREFIX, "Slurm hands a job's tasks SLURM_* (SLURM_JOB_ID, SLURM_PROCID, SLURM_CPU_BIND, "
+             "SLURM_STEP_GPUS), and srun, sbatch and salloc read their options from SLURM_*, SBATCH_*, "
+             "SALLOC_* and SRUN_*: a hold's line would override the scheduler's own", "SLURM_", "SBATCH_",
+             "SALLOC_", "SRUN_")
     # -- temporary files ----------------------------------------------------------------------------
     + _rules(FILES, False, "a directory another account can write, as every program's temporary "
              "directory, is the classic link race", "TMPDIR", "TMP", "TEMP")
 )
 
-_EXACT = dict((rule.key, rule) for rule in POLICY if not rule.prefix)
-_PREFIXES = tuple(rule for rule in POLICY if rule.prefix)
+_EXACT = dict((rule.key, rule) for rule in POLICY if rule.prefix is EXACT)
+_PREFIXES = tuple(rule for rule in POLICY if rule.prefix is PREFIX)
+_PATTERNS = tuple((lazy_pattern("(?:%s)" % rule.key), rule) for rule in POLICY if rule.prefix == PATTERN)
 
 DOC = 'docs/security.md, "The env policy"'
 
@@ -140,6 +179,9 @@ def rule_for(key):
         return rule
     for rule in _PREFIXES:
         if key.startswith(rule.key):
+            return rule
+    for pattern, rule in _PATTERNS:
+        if pattern.fullmatch(key):
             return rule
     return None
 
@@ -153,6 +195,43 @@ def check_env_key(key):
     if rule.says == BCD:
         return "%s %s" % (key, BCD)
     return "%s %s; a hold's env may not set it (%s)" % (key, rule.says, DOC)
+
+
+# -- the operator's allowlist ---------------------------------------------------------------------
+
+MAX_ALLOWED_KEYS = 256
+
+
+def parse_env_allow(value, where="env_allow"):
+    """``env_allow`` (the module's option, the role's ``bcd_holds_env_allow``, the timers' stored input):
+    None (every key the policy allows) or a list of at most ``MAX_ALLOWED_KEYS`` keys, each matching
+    ``ENV_KEY_RE`` and not one the policy refuses (an allowlist narrows the policy, never widens it), as a
+    sorted tuple; ``ValueError`` naming the entry otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise ValueError("%s: must be a list of env keys, not %s" % (where, type(value).__name__))
+    if len(value) > MAX_ALLOWED_KEYS:
+        raise ValueError("%s: more than %d keys" % (where, MAX_ALLOWED_KEYS))
+    keys = set()
+    for index, key in enumerate(value):
+        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+            raise ValueError("%s[%d]: %s is not a key matching %s"
+                             % (where, index, ascii(key)[:90], ENV_KEY_RE.pattern))
+        why = check_env_key(key)
+        if why:
+            raise ValueError("%s[%d]: %s; an allowlist cannot let it through" % (where, index, why))
+        keys.add(key)
+    return tuple(sorted(keys))
+
+
+def check_env_allowed(key, allow):
+    """None when ``allow`` (``parse_env_allow``'s tuple, or None: no allowlist) takes ``key``, else why not,
+    for a message that starts ``env[N]: ``."""
+    if allow is None or key in allow:
+        return None
+    return ("%s is not among the keys this node's env_allow accepts (%d); a hold's env may not set it (%s)"
+            % (key, len(allow), DOC))
 
 
 # Control characters: C0, DEL, C1, and the line and paragraph separators; with them, everything

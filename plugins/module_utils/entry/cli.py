@@ -155,7 +155,7 @@ def cmd_converge(args):
         if stored is None:
             out("no stored input in %s/nodespec.json: nothing to converge" % args.state_dir)
             return EX_OK
-        generation, devices, instances, cdi_runtimes = stored
+        generation, devices, instances, cdi_runtimes, env_allow = stored
     else:
         try:
             with open(args.spec, "rb") as handle:
@@ -167,12 +167,13 @@ def cmd_converge(args):
             log("ERROR", "cannot read the spec %s: %s" % (args.spec, exc))
             return EX_ERROR
         try:
-            generation, devices, instances, cdi_runtimes = nodespec_from_data(data, args.spec, generation_required=False)
+            generation, devices, instances, cdi_runtimes, env_allow = nodespec_from_data(data, args.spec,
+                                                                                         generation_required=False)
         except StateFileError as exc:
             log("ERROR", "cannot read the spec %s" % exc)
             return EX_ERROR
     result = run_pass(host, generation, devices, instances, state_dir=args.state_dir, check_mode=args.check,
-                      store_input=not args.stored, cdi_runtimes=cdi_runtimes)
+                      store_input=not args.stored, cdi_runtimes=cdi_runtimes, env_allow=env_allow)
     for warning in result.warnings:
         log("WARNING", warning)
     section = result.section

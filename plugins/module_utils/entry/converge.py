@@ -20,6 +20,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.admission impor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER, InvalidAssignment, check_instances, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
+from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy import parse_env_allow
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.generations import GenerationConflict, pass_generation
 from ansible_collections.bcd.devices.plugins.module_utils.domain.hints import refusal_hint
@@ -210,15 +211,16 @@ def section_of(generation, plan, errors, previous_observed):
 
 
 def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_DIR, check_mode=False,
-             lock_timeout=120.0, store_input=True, cdi_runtimes="auto"):
+             lock_timeout=120.0, store_input=True, cdi_runtimes="auto", env_allow=None):
     """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing.
     ``generation`` None: the node numbers the input (``domain/generations.py``); one given that the node
     applied with another input is a ``PassError`` before anything is written.
     A real pass stores its input for the node's timers unless ``store_input`` is false.
-    ``cdi_runtimes``: ``auto`` (find them) or the node's container runtimes as ``{name, version}``."""
+    ``cdi_runtimes``: ``auto`` (find them) or the node's container runtimes as ``{name, version}``.
+    ``env_allow``: None, or the only env keys a hold may set (``domain/env_policy.py``)."""
     with fewer_collections():
         return _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_timeout, store_input,
-                         cdi_runtimes)
+                         cdi_runtimes, env_allow)
 
 
 @contextmanager
@@ -239,11 +241,16 @@ def fewer_collections(young=20000):
 OLDER_EVENTS_SHOWN = 16
 
 
-def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_timeout, store_input, cdi_runtimes):
+def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_timeout, store_input, cdi_runtimes,
+              env_allow=None):
     if generation is not None:
         _check_generation(generation)
     try:
-        parsed = parse_assignments(devices)
+        allow = parse_env_allow(env_allow)
+    except ValueError as exc:
+        raise PassError(str(exc))
+    try:
+        parsed = parse_assignments(devices, allow)
         check_instances(instances)
     except InvalidAssignment as exc:
         raise PassError(str(exc))
@@ -288,7 +295,7 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
             changed = bool(done)
             errors.extend(apply_errors)
             if store_input:
-                state.store_nodespec(generation, devices, instances, cdi_runtimes)
+                state.store_nodespec(generation, devices, instances, cdi_runtimes, allow)
             state.finish(generation, section_of(generation, plan, errors, previous)["state"], plan.vfio,
                          set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals),
                          finished=not errors, renders=plan.renders, started=now, booked=plan.booked)

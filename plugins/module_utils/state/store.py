@@ -138,10 +138,10 @@ def _instances(value: Any, where: str) -> List[Dict[str, Any]]:
     return checked
 
 
-def nodespec_from_data(data: Any, where: str, generation_required: bool = True) -> Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any]:
-    """``(generation, devices, instances, cdi_runtimes)`` from a ``{generation, devices, instances,
-    cdi_runtimes}`` mapping, as the timers' stored input and ``bcd-holds converge --spec`` carry it
-    (``cdi_runtimes`` is ``auto`` when absent, and checked by the pass; the devices by the pass, one by
+def nodespec_from_data(data: Any, where: str, generation_required: bool = True) -> Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any, Any]:
+    """``(generation, devices, instances, cdi_runtimes, env_allow)`` from a ``{generation, devices, instances,
+    cdi_runtimes, env_allow}`` mapping, as the timers' stored input and ``bcd-holds converge --spec`` carry it
+    (``cdi_runtimes`` is ``auto`` when absent, ``env_allow`` None, both checked by the pass; the devices by the pass, one by
     one); ``StateFileError`` naming ``where``. Unless ``generation_required`` (a spec a person wrote:
     the node numbers it), a missing generation is None."""
     if not isinstance(data, dict):
@@ -157,7 +157,7 @@ def nodespec_from_data(data: Any, where: str, generation_required: bool = True) 
         raise StateFileError(where, "devices must be a list, not %s" % type_name(devices))
     instances = _instances(data.get("instances"), where)
     cdi_runtimes = data.get("cdi_runtimes")
-    return generation, devices, instances, "auto" if cdi_runtimes is None else cdi_runtimes
+    return generation, devices, instances, "auto" if cdi_runtimes is None else cdi_runtimes, data.get("env_allow")
 
 
 @record
@@ -465,18 +465,22 @@ class NodeState:
 
     # -- the stored input --------------------------------------------------------------
     @_as_owner
-    def store_nodespec(self, generation: int, devices: List[Any], instances: List[Any], cdi_runtimes: Any = "auto") -> None:
-        """Keep the last input for the timers' passes; rewritten only when it changed."""
+    def store_nodespec(self, generation: int, devices: List[Any], instances: List[Any], cdi_runtimes: Any = "auto",
+                       env_allow: Any = None) -> None:
+        """Keep the last input for the timers' passes (the options they must pass the same way included);
+        rewritten only when it changed."""
         data = {"generation": generation, "devices": devices, "instances": instances or []}
         if cdi_runtimes != "auto":
             data["cdi_runtimes"] = cdi_runtimes
+        if env_allow is not None:
+            data["env_allow"] = list(env_allow)
         content = (pretty_json.dumps(data, sort_keys=True) + "\n").encode("utf-8")
         if self._stored(NODESPEC_NAME) != content:
             self._write(NODESPEC_NAME, content)
 
     @_as_owner
-    def load_nodespec(self) -> Optional[Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any]]:
-        """The stored input as ``(generation, devices, instances, cdi_runtimes)``, or None when there is none."""
+    def load_nodespec(self) -> Optional[Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any, Any]]:
+        """The stored input as ``(generation, devices, instances, cdi_runtimes, env_allow)``, or None when there is none."""
         content = self.files.read(NODESPEC_NAME)
         if content is None:
             return None

@@ -567,6 +567,8 @@ CLAIMS = {
         [assignment("alloc_doc", GPU % 4)], instances=[{"instance_id": "inst_1", "gpus": [GPU % 4]}]),
     ("docs/user-guide.md", "`binding`"): bindings,
     ("docs/user-guide.md", "`devices`"): spellings,
+    ("docs/user-guide.md", "`env_allow`"): lambda node: node.run(
+        [assignment("alloc_doc", GPU % 1, env=["TEAM=vision", "NCCL_DEBUG=INFO"])], env_allow=["TEAM"]),
 }
 
 

@@ -72,6 +72,8 @@ def module_argument_spec():
         on_refusal=dict(type="str", choices=["fail", "report"]),
         # what --diff shows of a CDI spec: summary (NVIDIA's common edits as one line), or full (every line)
         diff_detail=dict(type="str", choices=["summary", "full"], default="summary"),
+        # the only env keys a hold may set (within the env policy); left out, every key the policy allows
+        env_allow=dict(type="list", elements="str"),
         fail_on_refusal=dict(type="bool", removed_in_version="1.0.0", removed_from_collection="bcd.devices"),
     )
 
@@ -107,7 +109,8 @@ def main(basic):
         host = host_from_params(params)
         result = run_pass(host, params["generation"], params["devices"], params["instances"],
                           state_dir=params["state_dir"], check_mode=module.check_mode,
-                          lock_timeout=params["lock_timeout"], cdi_runtimes=params["cdi_runtimes"])
+                          lock_timeout=params["lock_timeout"], cdi_runtimes=params["cdi_runtimes"],
+                          env_allow=params["env_allow"])
     except (BcdError, OSError) as exc:
         module.fail_json(msg=printable(exc), invocation=echoed(params))
     output = result.to_dict()

@@ -7,7 +7,11 @@ helper apply the one check (``domain/assignment.py`` and ``domain/env_policy.py`
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import assignment, env_policy
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import parse_assignments
@@ -35,7 +39,13 @@ REFUSED = ["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV
            "VK_LAYER_PATH", "__EGL_VENDOR_LIBRARY_FILENAMES", "__GLX_VENDOR_LIBRARY_NAME", "OCL_ICD_VENDORS",
            "LIBGL_DRIVERS_PATH", "OMPI_MCA_mca_base_component_path", "UCX_MODULE_DIR", "FI_PROVIDER_PATH",
            "GTK_MODULES", "QT_PLUGIN_PATH", "R_PROFILE_USER", "PHPRC", "PAGER", "LESSOPEN", "GIT_SSH_COMMAND",
-           "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0", "SSLKEYLOGFILE"]
+           "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0", "SSLKEYLOGFILE",
+           # issue 33: members of families the policy listed by name, written on 0.x; and issue 34's SLURM_*
+           "GIT_CONFIG_PARAMETERS", "GIT_EXTERNAL_DIFF", "GIT_PROXY_COMMAND", "GIT_SEQUENCE_EDITOR", "SSH_ASKPASS",
+           "SUDO_ASKPASS", "FCEDIT", "OMPI_MCA_plm_rsh_agent", "PRTE_MCA_plm_ssh_agent",
+           "PMIX_MCA_mca_base_component_path", "HWLOC_PLUGINS_PATH", "DBUS_SYSTEM_BUS_ADDRESS", "SLURM_JOB_ID",
+           "SLURM_PROCID", "SBATCH_EXPORT", "SUDO_EDITOR", "SSH_ASKPASS_REQUIRE", "DYLD_LIBRARY_PATH",
+           "HYDRA_LAUNCHER_EXEC", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "BROWSER", "EDITOR", "PAGER"]
 ALLOWED = ["TEAM", "OMP_NUM_THREADS", "NCCL_DEBUG", "HTTPS_PROXY", "LANG", "LC_ALL", "TZ", "ld_preload",
            "path", "_", "A" * 128, "WANDB_PROJECT", "HF_HOME"]
 RESERVED = ["BCD_ALLOCATION_ID", "BCD_RESERVATION_ID", "BCD_CGROUP_PARENT", "NVIDIA_VISIBLE_DEVICES",
@@ -86,9 +96,60 @@ def test_a_key_outside_the_policy_is_kept(key):
 
 def test_every_rule_refuses_what_it_names_and_says_why():
     for rule in POLICY:
+        if rule.prefix == env_policy.PATTERN:
+            continue  # the property tests below generate their keys
         key = rule.key + ("X" if rule.prefix else "")
         assert check_env_key(key) is not None, key
         assert rule.why and rule.says and env_policy.rule_for(key) is not None
+
+
+# -- families (issue 33): keys generated from each family, every one refused -------------------------
+
+NAME = st.from_regex(r"\A[A-Za-z0-9_]{0,20}\Z", fullmatch=True)
+WORD = st.from_regex(r"\A[A-Z][A-Z0-9]{0,8}\Z", fullmatch=True)
+FAMILIES = {
+    # every key git reads: commands it runs, configuration it takes
+    "git": st.builds("GIT_{}".format, NAME),
+    # a password prompt a program runs, by any program's name, with or without a suffix
+    "askpass": st.builds("{}ASKPASS{}".format, NAME, NAME),
+    # an editor, pager or browser a program runs, and any *_COMMAND
+    "editors": st.builds("{}{}".format, NAME, st.sampled_from(["EDITOR", "PAGER", "BROWSER", "_COMMAND"])),
+    "fcedit": st.just("FCEDIT"),
+    # any MCA parameter of any MPI project (plm_rsh_agent, mca_base_component_path, ...)
+    "mca": st.builds("{}_MCA_{}".format, st.sampled_from(["OMPI", "PRTE", "PMIX", "OPAL", "ORTE"]) | WORD, NAME),
+    "hydra": st.builds("{}{}".format, st.sampled_from(["HYDRA_", "I_MPI_HYDRA_"]), NAME),
+    "hwloc": st.builds("HWLOC_{}".format, NAME),
+    # a library's plugin, module, component or provider directory, a library path, a preload
+    "plugin_paths": st.builds("{}{}_{}".format, NAME,
+                              st.sampled_from(["PLUGIN", "PLUGINS", "MODULE", "MODULES", "COMPONENT", "COMPONENTS",
+                                               "PROVIDER", "PROVIDERS"]),
+                              st.sampled_from(["PATH", "PATHS", "DIR", "DIRS", "FILE", "FILES", "DIRECTORY"])),
+    "library_paths": st.builds("{}{}".format, NAME, st.sampled_from(["LIBRARY_PATH", "_PRELOAD"])),
+    "dbus": st.builds("DBUS_{}".format, NAME),
+    "slurm": st.builds("{}{}".format, st.sampled_from(["SLURM_", "SBATCH_", "SALLOC_", "SRUN_"]), NAME),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_key_of_a_family_is_refused(family):
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(FAMILIES[family])
+    def refused(key):
+        key = key[:128]
+        if not env_policy.ENV_KEY_RE.fullmatch(key):
+            return
+        why = check_env_key(key)
+        assert why is not None and why.startswith(key + " "), key
+        message = refusal(["GOOD=1", "%s=x" % key])
+        assert message.startswith("env[1]: %s " % key)
+
+    refused()  # pylint: disable=no-value-for-parameter
+
+
+def test_the_families_leave_the_workloads_own_keys_alone():
+    for key in ALLOWED + ["GITHUB_TOKEN_NAME", "SLURMISH", "MODULE_NAME", "PLUGIN", "DBUS", "HWLOC",
+                          "NCCL_SOCKET_IFNAME", "PROMPT", "EDITORIAL_TEAM"]:
+        assert check_env_key(key) is None, key
 
 
 @pytest.mark.parametrize("key, shown", [
@@ -179,3 +240,74 @@ def test_a_helper_request_carrying_a_refused_line_is_refused_and_writes_nothing(
     assert helper.files() == {}
     # and the same hold without the line is written
     assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": request(env=["OK=1"])})["ok"]
+
+
+# -- issue 33: the families and the operator's allowlist through the module ---------------------------
+
+ISSUE_33 = ["GIT_CONFIG_PARAMETERS", "GIT_EXTERNAL_DIFF", "GIT_PROXY_COMMAND", "GIT_SEQUENCE_EDITOR", "SSH_ASKPASS",
+            "SUDO_ASKPASS", "FCEDIT", "OMPI_MCA_plm_rsh_agent", "PRTE_MCA_plm_ssh_agent",
+            "PMIX_MCA_mca_base_component_path", "HWLOC_PLUGINS_PATH", "DBUS_SYSTEM_BUS_ADDRESS", "SLURM_PROCID"]
+
+
+def test_the_module_refuses_every_key_the_issue_wrote_and_writes_no_env_file(capsys, node):
+    devices = [hold("k%d" % index, GPU_B + "/s%d" % index if index < 2 else GPU_A, env=["TEAM=v", "%s=x" % key])
+               for index, key in enumerate(ISSUE_33[:3])]
+    result = run(capsys, node, generation=1, on_refusal="report", devices=devices)
+    assert not result.get("failed") and result["holds"] == []
+    assert sorted(f["allocation_id"] for f in result["failures"]) == ["k0", "k1", "k2"]
+    for failure, key in zip(sorted(result["failures"], key=lambda f: f["allocation_id"]), ISSUE_33):
+        assert failure["reason"] == "invalid-assignment"
+        assert failure["message"].startswith("env[1]: %s " % key) and failure["message"].endswith(DOC)
+    for index in range(3):
+        assert not node.exists("/run/bcd/allocations/k%d.env" % index)
+    for key in ISSUE_33:
+        assert check_env_key(key) is not None, key
+
+
+ALLOW_MESSAGE = ("env[1]: NCCL_DEBUG is not among the keys this node's env_allow accepts (2); a hold's env may not "
+                 "set it %s" % DOC)
+
+
+def test_an_allowlist_is_the_only_set_accepted(capsys, node):
+    devices = [hold("a1", GPU_A, env=["TEAM=vision", "WANDB_PROJECT=x"]),
+               hold("a2", GPU_B, env=["TEAM=vision", "NCCL_DEBUG=INFO"])]
+    result = run(capsys, node, generation=1, on_refusal="report", devices=devices, env_allow=["TEAM", "WANDB_PROJECT"])
+    assert [h["allocation_id"] for h in result["holds"]] == ["a1"]
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a2", "invalid-assignment", ALLOW_MESSAGE)]
+    assert b"WANDB_PROJECT=x" in node.read("/run/bcd/allocations/a1.env")
+    assert not node.exists("/run/bcd/allocations/a2.env")
+    # the default (fail) lists it in msg; without an allowlist the same key is kept
+    failed = run(capsys, node, generation=2, devices=devices, env_allow=["TEAM", "WANDB_PROJECT"])
+    assert failed["failed"] is True and ALLOW_MESSAGE in failed["msg"]
+    kept = run(capsys, node, generation=3, devices=devices)
+    assert not kept.get("failed") and sorted(h["allocation_id"] for h in kept["holds"]) == ["a1", "a2"]
+
+
+@pytest.mark.parametrize("value, message", [
+    (["TEAM", "LD_PRELOAD"], "env_allow[1]: LD_PRELOAD changes what programs load or run; a hold's env may not set "
+                             "it %s; an allowlist cannot let it through" % DOC),
+    (["SLURM_JOB_ID"], "env_allow[0]: SLURM_JOB_ID is what Slurm sets for a job and its tasks; a hold's env may not "
+                       "set it %s; an allowlist cannot let it through" % DOC),
+    (["A-B"], "env_allow[0]: 'A-B' is not a key matching ^[A-Za-z_][A-Za-z0-9_]{0,127}$"),
+    (["BCD_ALLOCATION_ID"], "env_allow[0]: BCD_ALLOCATION_ID is set by bcd and cannot be overridden; an allowlist "
+                            "cannot let it through"),
+])
+def test_an_allowlist_cannot_widen_the_policy(capsys, node, value, message):
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_A, env=["TEAM=x"])], env_allow=value)
+    assert result["failed"] is True and result["msg"] == message
+    assert not node.exists("/run/bcd/allocations/a1.env")
+
+
+def test_the_timers_passes_keep_the_allowlist_the_last_task_gave(capsys, node):
+    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_cli import cli
+
+    devices = [hold("a1", GPU_A, env=["TEAM=vision"]), hold("a2", GPU_B, env=["NCCL_DEBUG=INFO"])]
+    run(capsys, node, generation=1, on_refusal="report", devices=devices, env_allow=["TEAM"],
+        state_dir="/var/lib/bcd")
+    assert json.loads(node.read("/var/lib/bcd/nodespec.json"))["env_allow"] == ["TEAM"]
+    _code, out, _err = cli(capsys, node, "converge", "--stored", "--check", "--json")
+    assert [(f["allocation_id"], f["reason"]) for f in json.loads(out)["failures"]] == [("a2", "invalid-assignment")]
+    # a task without it stores none, and the timers accept what the policy allows again
+    run(capsys, node, generation=2, on_refusal="report", devices=devices, state_dir="/var/lib/bcd")
+    assert "env_allow" not in json.loads(node.read("/var/lib/bcd/nodespec.json"))

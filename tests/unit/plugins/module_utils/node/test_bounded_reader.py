@@ -434,7 +434,7 @@ def test_node_state_reads_nothing_but_through_the_reader(tmp_path, monkeypatch):
     fresh = NodeState(str(state_dir), "/var/lib/bcd")
     with fresh.lock(5, create=False, shared=True):
         fresh.load(write=False)
-        assert fresh.load_nodespec() == (1, [], [], "auto")
+        assert fresh.load_nodespec() == (1, [], [], "auto", None)
         assert fresh.last_pass()["state"] == "CONVERGED"
         assert fresh.unacked() == []
 
