@@ -118,6 +118,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     allocation_of,
     cgroup_parent_of,
+    cpuset_problem,
     limits_of_slice,
     limits_problem,
     same_properties,
@@ -753,6 +754,10 @@ def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tupl
     if problem is not None:  # new cpus or mems the host does not have: refused as for a new hold
         return Decided(failures=((allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
             kept, claims
+    narrowing = _narrows_running_slice(observed, assignment, hold)
+    if narrowing is not None:  # cpus or mems taken from a running workload: refused until its slice is empty
+        return Decided(failures=((allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % narrowing),)), \
+            kept, claims
     if not grows(recorded, assignment.limits):
         return Decided(), assignment, claims
     if claims.memory is None:
@@ -770,6 +775,16 @@ def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tupl
         return Decided(failures=((allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % exc),)), \
             kept, claims
     return Decided(), assignment, claims
+
+
+def _narrows_running_slice(observed: Observed, assignment: Any, hold: Any) -> Optional[str]:
+    """Why a kept hold's new ``cpus``/``mems`` are refused on its populated slice (a narrowing), or None: the
+    rule the helper and every slice backend apply (``slices.cpuset_problem``)."""
+    if cgroup_parent_of(assignment, hold.kubernetes) is None:
+        return None
+    current = observed.slices.get(slice_name(assignment.allocation_id))
+    refused = cpuset_problem(current, wanted_slice(assignment.limits)[0]) if current is not None else None
+    return refused[0] if refused is not None else None
 
 
 def _keep_slice(ctx: Pass, assignment: Any, hold: Any) -> Decided:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import format_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
     ALLOCATION_ID,
     InvalidAssignment,
@@ -210,7 +211,72 @@ def limits_problem(limits):
     return None if problem is None else "limits.cpu_millis: %d gives %s" % (limits.cpu_millis, problem)
 
 
-def check_slice_change(current, properties, huge, name="the slice"):
+# cpus and mems as a slice's properties: (property, the limit it comes from, what it lists, the host's set of them)
+CPUSET_PROPERTIES = (("AllowedCPUs", "cpus", "CPU", "online"), ("AllowedMemoryNodes", "mems", "NUMA node", "memory_nodes"))
+
+
+def _cpuset(value):
+    """A cpulist property as a set of numbers; None for none (every CPU or node) or one that does not parse."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        return frozenset(parse_cpulist(value))
+    except (ValueError, InvalidAssignment):
+        return None
+
+
+def cpuset_problem(current, properties, host=None, name="the slice"):
+    """Why a slice's new ``cpus``/``mems`` are refused, or None (docs/security.md, "Limits on a running slice"):
+
+    * numbers the host lacks (``host``, an ``admission.HostCpus``: CPUs not online, NUMA nodes without
+      memory); not checked where the host was not read (None). Permanent: ``(message, False)``;
+    * on a populated slice whose properties are known, a narrowing: a CPU or node it has now that the new
+      list leaves out (a list where it had none narrows from every one). Its workload would lose CPUs, or
+      the memory nodes its pages are on (an OOM kill in the cpuset), so ``cpus`` and ``mems`` of a running
+      slice only widen or stay. Retryable: ``(message, True)``, the same change is made once it is empty.
+
+    The planner (a kept hold's new limits), the helper's ``slice.apply`` and every backend's ``apply`` ask
+    this one function."""
+    label = current.name if current is not None else name
+    if host is not None:
+        problems = []
+        for key, limit, noun, have in CPUSET_PROPERTIES:
+            wanted = _cpuset(properties.get(key))
+            lacking = wanted - getattr(host, have) if wanted is not None else None
+            if lacking:
+                problems.append("limits.%s %s: %s %s on this node (%s: %s)" % (
+                    limit, properties[key], _counted(noun, lacking),
+                    "not online" if have == "online" else "without memory",
+                    "online" if have == "online" else "NUMA nodes with memory",
+                    format_cpulist(getattr(host, have)) or "none"))
+        if problems:
+            return "%s: %s" % (label, "; ".join(problems)), False
+    if current is None or not current.populated or current.properties is None:
+        return None
+    problems = []
+    for key, limit, noun, _have in CPUSET_PROPERTIES:
+        present = _cpuset(current.properties.get(key))
+        wanted = _cpuset(properties.get(key))
+        if wanted is None:  # none: every CPU or node, a widening (or the same)
+            continue
+        if present is None:
+            problems.append("limits.%s %s narrows %s from every %s to %s" % (limit, properties[key], key, noun,
+                                                                            format_cpulist(wanted)))
+        elif not present <= wanted:
+            problems.append("limits.%s %s narrows %s=%s: it leaves out %s" % (
+                limit, properties[key], key, format_cpulist(present), _counted(noun, present - wanted)))
+    if not problems:
+        return None
+    return ("%s: %s; a running workload's cpus and mems only widen or stay (it would lose CPUs, or the memory "
+            "nodes its pages are on): set once the slice is empty" % (label, "; ".join(problems))), True
+
+
+def _counted(noun, numbers):
+    """``CPU 3``, ``NUMA nodes 0-1``."""
+    return "%s%s %s" % (noun, "s" if len(numbers) > 1 else "", format_cpulist(numbers))
+
+
+def check_slice_change(current, properties, huge, name="the slice", host=None):
     """Refuse slice settings that leave a running workload no headroom: a change never kills a workload,
     and never starves it. ``current`` is the slice ``name``'s ``SliceState`` (None: no slice yet). Every
     backend's ``apply`` runs it as the writer (root, or the helper as root); the helper runs it first too.
@@ -225,6 +291,9 @@ def check_slice_change(current, properties, huge, name="the slice"):
     cache keeps it there), past it, or with every huge page it booked faulted in keeps its slice's
     limits settable, and a slice bound under the CPU floor keeps its quota.
     """
+    refused = cpuset_problem(current, properties, host, name)
+    if refused is not None:
+        raise (TransientSliceError if refused[1] else SliceError)(refused[0])
     present = current_settings(current)
     problem = cpu_quota_problem(properties)
     if problem is not None and lowers(_percent(properties.get("CPUQuota")), present.get("CPUQuota")):

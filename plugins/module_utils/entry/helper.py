@@ -19,7 +19,8 @@ writes itself (docs/security.md):
   ``writers.ASIDE_PER_HOLD`` per allocation and ``writers.ASIDE_TOTAL`` in all removed;
 * ``{"op": "slice.apply", "allocation_id": …, "limits": {…}}``: the slice's
   properties built by root from the limits, with headroom over what its workload uses
-  and a CPUQuota floor (``domain.slices.check_slice_change``);
+  a CPUQuota floor, and ``cpus``/``mems`` the host has that never narrow under a running
+  workload (``domain.slices.check_slice_change``);
 * ``{"op": "slice.stop", "allocation_id": …}``: only once the slice is empty, checked
   again with the slice closed and frozen;
 * ``{"op": "kube.look"}``: what pods hold, asked of the kubelet; the reply carries
@@ -302,8 +303,9 @@ def _apply_slice(host, allocation_id, raw_limits):
                       "hugepages_2mi or hugepages_1gi)")
     properties, huge = wanted
     name = slice_name(allocation_id)
-    try:  # root's own check (headroom over use, the CPUQuota floor); the backend's apply runs it again
-        check_slice_change(host.slices.state(name), properties, huge, name)
+    try:  # root's own check (headroom over use, the CPUQuota floor, cpus and mems the host has and that never
+        # narrow under a workload); the backend's apply runs it again
+        check_slice_change(host.slices.state(name), properties, huge, name, host=host.cpus()[0])
     except SliceError as exc:
         raise Refused(str(exc), retryable=isinstance(exc, RetryableError))
     host.writer.apply_slice(SliceApply(name, properties, huge))
