@@ -19,10 +19,10 @@ makes is no conflict: the hold waits for it instead (``Claims.needs``).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import Atom
-from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import Claims
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_SLOT, Atom, AtomRefused, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, Claims
 
 UNREADABLE_RELEASES = "(pending Kubernetes releases that could not be read)"
 
@@ -58,3 +58,76 @@ def conflicts(atoms: Sequence[Atom], claims: Claims, owner: Optional[str] = None
         elif whole is not None:
             add("%s is assigned to %s" % (atom.gpu_uuid, whole.owner))
     return list(found)
+
+
+def env_file_atoms(content: Optional[bytes]) -> List[Atom]:
+    """The GPUs an env file names in ``NVIDIA_VISIBLE_DEVICES`` (its last such line, as a shell reads it), each
+    as a whole GPU: an env file does not say which slot of a GPU it was rendered for. MIG UUIDs and names that
+    do not parse name nothing here (the spec of the hold says what they are)."""
+    if not content:
+        return []
+    value = None
+    for line in content.decode("utf-8", "replace").splitlines():
+        if line.startswith("NVIDIA_VISIBLE_DEVICES="):
+            value = line.split("=", 1)[1]
+    atoms = []  # type: List[Atom]
+    for name in (value or "").split(","):
+        if not name.startswith("GPU-"):
+            continue
+        try:
+            atom = atom_from_id(name.strip())
+        except AtomRefused:
+            continue
+        if atom.whole:
+            atoms.append(atom)
+    return atoms
+
+
+def env_file_claim(atoms: Sequence[Atom], number: int) -> List[Atom]:
+    """What an env file without a spec claims of the GPUs it names: a part of each that no hold's atom is (the
+    file does not say which slot, or whether all of it): a whole-GPU hold there overlaps it, and so does one
+    on any part the others hold, but another allocation's slot does not (slot holds share a GPU, and each
+    bind writes its env file before its spec). ``number`` keeps each env file's part its own."""
+    return [Atom(id="%s (env file)" % atom.gpu_uuid, device_class=CLASS_SLOT, gpu_uuid=atom.gpu_uuid,
+                 slot=-1 - number) for atom in atoms]
+
+
+def claims_on_disk(specs: Mapping[str, Sequence[Atom]], env_files: Optional[Mapping[str, Sequence[Atom]]] = None,
+                   pending: Optional[Mapping[str, Sequence[Atom]]] = None,
+                   vms: Optional[Iterable[Tuple[str, str]]] = None) -> Claims:
+    """Who claims what by the files on the node, as ``Claims``: every live bcd spec (``specs``: allocation ->
+    its atoms, from ``/etc/cdi`` and ``/var/run/cdi``), every env file of an allocation without a spec
+    (``env_files``: its GPUs, ``env_file_atoms``: a bind that wrote its env file and not yet its spec, or one
+    that never finished), every pending Kubernetes release (``pending``), and the GPUs running VMs have
+    (``vms``: ``(GPU UUID, instance id)``). The root helper checks a ``hold.write`` against it and ``doctor``
+    the node, with ``conflicts``: the very rule the planner applies to its own claims."""
+    claims = Claims()
+    for gpu_uuid, instance in vms or ():
+        claims = claims.pass_through(instance, [gpu_uuid])
+    for owner in sorted(specs):
+        claims = claims.hold(owner, specs[owner])
+    for number, owner in enumerate(sorted(env_files or {})):
+        if owner not in specs:
+            claims = claims.hold(owner, env_file_claim((env_files or {})[owner], number))
+    for owner in sorted(pending or {}):
+        claims = claims.hold(owner, (pending or {})[owner], PENDING)
+    return claims
+
+
+def one_gpu_one_hold(specs: Mapping[str, Sequence[Atom]], env_files: Optional[Mapping[str, Sequence[Atom]]] = None,
+                     vms: Optional[Iterable[Tuple[str, str]]] = None) -> List[str]:
+    """Every overlap between the holds on disk (``claims_on_disk``'s specs, env files and VMs), as
+    ``<allocation>: <conflict>``, each pair once (the later allocation of the two is named); empty when each
+    GPU, or part of one, has one hold."""
+    env_files = env_files or {}
+    vms = list(vms or ())
+    owners = sorted(set(specs) | set(owner for owner in env_files if owner not in specs))
+    found = []  # type: List[str]
+    for index, owner in enumerate(owners):
+        atoms = specs[owner] if owner in specs else env_file_claim(env_files[owner], owners.index(owner) + 4096)
+        earlier = dict((other, specs[other]) for other in owners[:index] if other in specs)
+        earlier_env = dict((other, env_files[other]) for other in owners[:index] if other not in specs)
+        found.extend("%s: %s" % (owner, message)
+                     for message in conflicts(atoms, claims_on_disk(earlier, earlier_env, vms=vms), owner)
+                     if message != "a device is listed twice")
+    return found

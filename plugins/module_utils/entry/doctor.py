@@ -27,6 +27,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_lint import
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import ceiling
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import summary
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import version_key
+from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import one_gpu_one_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.systemd_units import (
     DEFAULT_HELPER_SOCKET,
@@ -42,6 +43,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.systemd_units i
     timer_target,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import node_holds
 from ansible_collections.bcd.devices.plugins.module_utils.node.cdi_files import read_spec_dirs
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import run_tool
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
@@ -611,6 +613,18 @@ def check_holds(host, inventory):
     return _check("holds", OK, "%d holds, each on devices the node has" % len(host.hold_files()))
 
 
+def check_one_hold(host):
+    """One GPU, one hold: no two allocations' specs (/etc/cdi, /var/run/cdi) or env files name one GPU, or
+    one part of it, the rule the planner and the root helper apply (``conflicts.one_gpu_one_hold``)."""
+    specs, env_files = node_holds(host)
+    found = one_gpu_one_hold(specs, env_files)
+    if found:
+        more = len(found) - 8
+        return _check("one-hold", ERROR, "; ".join(found[:8]) + (" (and %d more)" % more if more > 0 else ""))
+    return _check("one-hold", OK, "each GPU, or part of one, is held once (%d specs, %d env files)"
+                  % (len(specs), len(env_files)))
+
+
 def check_slices(host):
     why = host.slices_unavailable()
     if why:
@@ -658,6 +672,7 @@ def run_checks(host, state_dir=DEFAULT_STATE_DIR, helper_socket=None, runtimes=N
         check_cdi_runtimes(host, runtimes, runtime_warnings, vendor),
         check_cdi_lint(host),
         check_holds(host, inventory),
+        check_one_hold(host),
         check_slices(host),
         check_state(host, state_dir),
     ]

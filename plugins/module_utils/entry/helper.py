@@ -62,32 +62,39 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     parse_hold_request,
     parse_limits,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import AtomRefused, resolve_atom, resolve_devices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import AtomRefused, atoms_of, resolve_atom, resolve_devices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     MPS_PIPE_DIRECTORY,
+    SPEC_DIR,
     RenderError,
     cdi_spec_path,
     env_atoms,
+    env_file_path,
     read_hold,
     render_hold,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
+from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import claims_on_disk, conflicts, env_file_atoms
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
     NODE_FILE_KINDS,
     NODE_FILE_NAMES,
     TooManyEntries,
     node_file_path,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.state.releases import load_releases
 
 MAX_REQUEST = 64 * 1024  # one request line: data only, no file content
 MAX_DEPTH = 16  # nesting of a request's JSON
 REQUEST_DEADLINE = 10.0  # seconds from connecting to a complete request
 MAX_CONNECTIONS = 16  # peers served at once; more are told the helper is busy
 SOCKET_MODE_GROUP = 0o660
+RUN_SPEC_DIR = "/var/run/cdi"  # the other directory CDI runtimes load: a bcd spec there claims as in /etc/cdi
 # op -> the keys its request carries besides "op"
 OPS = {
     "hold.write": ("kind", "hold"),
@@ -243,9 +250,53 @@ def _write_hold(host, kind, data):
     except (AtomRefused, RenderError) as exc:
         # a device not there (yet), or the vendor spec root reads now, may change; anything else of the request not
         raise Refused(str(exc), retryable=_node_may_change(exc))
-    with _CREATING:
+    with _CREATING:  # one write at a time: two peers never both take the last place, or one GPU
+        found = conflicts(atoms, claims_on_node(host), assignment.allocation_id)
+        if found:  # another allocation's hold, pending release or VM has them: the planner's refusal, word for word
+            raise Refused("%s: %s" % (Reason.OVERLAP, "; ".join(found)), retryable=True)
         _check_quota(host, kind, assignment.allocation_id)
         host.writer.write_node_file(kind, assignment.allocation_id, spec if kind == "cdi" else env)
+
+
+def claims_on_node(host, state_dir=DEFAULT_STATE_DIR):
+    """Who claims what on the node by root's own reading (``conflicts.claims_on_disk``): the bcd specs in
+    /etc/cdi and /var/run/cdi, the env files of allocations without one, the pending Kubernetes releases,
+    the GPUs running VMs have. A plain release of a pass is made (its files removed) before the bind that
+    takes its devices (``actions.apply_plan``), so what is on disk when that bind asks is what the planner
+    counted. Raises ``Refused`` (retryable) where the pending releases cannot be read: nothing is written
+    that one of them may hold."""
+    specs, env_files = node_holds(host)
+    try:
+        releases = load_releases(StateFiles(host.path(state_dir), state_dir))
+    except (BcdError, OSError) as exc:
+        raise Refused("cannot read the pending releases: %s" % exc, retryable=True)
+    if releases.unreadable is not None or releases.marker:
+        raise Refused("the pending releases in %s cannot be read: every GPU stays claimed until a pass sets them "
+                      "aside and the kubelet is asked" % state_dir, retryable=True)
+    pending = dict((allocation_id, atoms_of(release.device_ids)) for allocation_id, release in releases.pending.items())
+    domains, _error = host.domains()
+    vms = [(gpu, domain.instance_id) for domain in domains for gpu in domain.gpus]
+    return claims_on_disk(specs, env_files, pending, vms)
+
+
+def node_holds(host):
+    """``(specs, env_files)``: allocation -> the atoms of its bcd specs (/etc/cdi and /var/run/cdi), and of its
+    env file (``env_file_atoms``), as root reads them."""
+    specs = {}
+    for spec_dir in (SPEC_DIR, RUN_SPEC_DIR):
+        for allocation_id, (path, content) in host.hold_files(spec_dir).items():
+            specs.setdefault(allocation_id, []).extend(read_hold(allocation_id, path, content).atoms)
+    env_files = {}
+    directory, pattern = NODE_FILE_NAMES["allocation-env"]
+    try:
+        names = sorted(os.listdir(host.path(directory)))[:4 * MAX_HOLD_FILES]
+    except OSError:
+        names = []
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match:
+            env_files[match.group(1)] = env_file_atoms(host.read(env_file_path(match.group(1))))
+    return specs, env_files
 
 
 def _node_may_change(exc):

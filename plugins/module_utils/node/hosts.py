@@ -71,10 +71,10 @@ class Host(abc.ABC):
         return self.writer.privileged
 
     # -- holds -----------------------------------------------------------------
-    def hold_files(self):
-        """``{allocation_id: (node_path, bytes)}`` of every ``/etc/cdi/bcd-*.json``."""
+    def hold_files(self, spec_dir=SPEC_DIR):
+        """``{allocation_id: (node_path, bytes)}`` of every ``/etc/cdi/bcd-*.json`` (of ``spec_dir``'s)."""
         found = {}  # type: Dict[str, Tuple[str, bytes]]
-        directory = self.path(SPEC_DIR)
+        directory = self.path(spec_dir)
         try:
             names = sorted(os.listdir(directory))
         except (FileNotFoundError, NotADirectoryError):
@@ -83,7 +83,7 @@ class Host(abc.ABC):
             match = SPEC_FILE_RE.fullmatch(name)
             if not match:
                 continue
-            node_path = "%s/%s" % (SPEC_DIR, name)
+            node_path = "%s/%s" % (spec_dir, name)
             try:
                 content = _read_spec(self.path(node_path))
             except OSError:  # a directory of that name is no hold; writing the hold there fails on its own

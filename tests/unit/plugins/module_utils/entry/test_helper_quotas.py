@@ -50,23 +50,30 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
     set_aside,
 )
 from ansible_collections.bcd.devices.tests.unit.attackers import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
-    attacker,
-    world,
-)
-from ansible_collections.bcd.devices.tests.unit.attackers import (
     CAN_PLAY,
     CANNOT_PLAY,
     COLLECTIONS_PARENT,
     GPU_A,
     HARDWARE,
     LAUNCHER,
-    hold,
+    attacker,
     target_untouched,
+    world,
 )
+from ansible_collections.bcd.devices.tests.unit.attackers import hold as _hold
 from ansible_collections.bcd.devices.tests.unit.builders import slot
 from ansible_collections.bcd.devices.tests.unit.served_helper import ServedHelper
 
 needs_an_account = pytest.mark.skipif(not CAN_PLAY, reason=CANNOT_PLAY)
+_SLOTS = {}  # type: dict
+
+
+def hold(allocation_id, **fields):
+    """What the account asks the helper to write: each allocation on a slot of GPU_A of its own, since root
+    refuses two allocations on one atom (issue 33) and these tests are about how many files root keeps."""
+    number = _SLOTS.setdefault(allocation_id, len(_SLOTS))
+    return _hold(allocation_id, devices=[{"id": "%s/s%d" % (GPU_A, number), "device_class": "gpu.slot"}], **fields)
+
 
 # The account's loop: one connection per request, the requests one JSON object a line on stdin, until
 # they run out, a reply's error contains STOP (when not empty) or SECONDS pass. A line "--" starts a tail:
