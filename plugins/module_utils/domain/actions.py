@@ -546,6 +546,7 @@ def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[s
     except (OSError, RetryableError) as exc:  # nothing may be removed unrecorded: nothing is done
         return done, ["cannot record this pass's releases: %s" % exc]
     writer.batch()  # each directory fsynced once, at writer.flush(), not once per file
+    settled = set()  # type: Set[str]  # Kubernetes releases reported in this pass, still pending on disk
     for action in plan.actions:
         if not action.changes or (action.allocation_id and action.allocation_id in failed):
             continue
@@ -556,12 +557,22 @@ def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[s
             failed.add(action.allocation_id)
             continue
         try:
+            if settled.intersection(action.needs):
+                # a bind that takes a settled Kubernetes release's devices: the release leaves the pending
+                # releases on disk first (its removals made durable, its report journaled), so the root
+                # helper, which counts every pending release as a claim, sees what the planner saw
+                writer.flush()
+                state.flush(save=False)
+                writer.batch()
+                settled.clear()
             action.apply(writer, state)
         except (OSError, RetryableError) as exc:
             errors.append("%s: %s" % (action.allocation_id or action.kind, exc))
             if action.allocation_id:
                 failed.add(action.allocation_id)
             continue
+        if isinstance(action, ReleaseKubernetes) and action.event:
+            settled.add(action.allocation_id)
         done.append(action)
     writer.flush()  # the pass's renames and removals durable before any event reporting them is journaled
     try:
