@@ -85,7 +85,7 @@ class Host(abc.ABC):
                 continue
             node_path = "%s/%s" % (spec_dir, name)
             try:
-                content = _read_spec(self.path(node_path))
+                content = read_spec(self.path(node_path))
             except OSError:  # a directory of that name is no hold; writing the hold there fails on its own
                 continue
             if content is not None:
@@ -315,7 +315,7 @@ class FakeHwHost(Host):
         return self.hw.node_id or super().node_id()
 
 
-def _read_spec(path):
+def read_spec(path):
     """A hold's spec: None when it is gone or not a regular file (a FIFO there is opened without waiting,
     and is no hold), its first ``MAX_HOLD_SPEC_BYTES`` + 1 bytes when larger (a damaged spec: the pass sets
     it aside), else its bytes."""

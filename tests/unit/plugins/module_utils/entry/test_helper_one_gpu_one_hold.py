@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_module
 from ansible_collections.bcd.devices.tests.unit.builders import device, request
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import (  # noqa: F401  # pylint: disable=unused-import
     GPU_A,
@@ -80,3 +81,24 @@ def test_a_gpu_a_running_vm_has_and_a_pending_release_are_refused(helper):  # no
     assert write(helper, "a2", GPU_B) == {"ok": False, "retryable": True,
                                           "error": "overlap: %s is assigned to k1" % GPU_B}
     assert write(helper, "k1", GPU_B) == {"ok": True}  # its own release taken back: no conflict
+
+
+def test_root_reads_each_hold_file_once_a_change_and_sees_every_change(helper, monkeypatch):  # noqa: F811  # pylint: disable=redefined-outer-name
+    """hold.write checks every hold on disk; what an earlier request read is kept while the file is unchanged
+    (entry/helper.py, HoldFileCache), so 24 writes read 24 specs, not 300. A spec changed in place, renamed
+    away or replaced is read again."""
+    read = []
+    real = helper_module.read_spec
+    monkeypatch.setattr(helper_module, "read_spec", lambda path: read.append(path) or real(path))
+    for number in range(24):
+        assert write(helper, "s%d" % number, "%s/s%d" % (GPU_A, number), device_class="gpu.slot") == {"ok": True}
+    assert len(read) == 23 and len(set(read)) == 23  # each earlier spec once
+    # root edits s0's spec in place to name GPU_B whole (same inode, new content): it is read again
+    path = spec(helper, "s0")
+    text = open(path).read().replace("%s/s0" % GPU_A, GPU_B).replace('"name": "%s_s0"' % GPU_A, '"name": "%s"' % GPU_B)
+    with open(path, "r+") as handle:
+        handle.write(text)
+        handle.truncate()
+    assert write(helper, "t1", GPU_B) == {"ok": False, "retryable": True, "error": "overlap: %s is assigned to s0" % GPU_B}
+    os.rename(path, path + ".moved")  # gone from the listing: no longer a claim
+    assert write(helper, "t1", GPU_B) == {"ok": True}
