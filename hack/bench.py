@@ -696,8 +696,8 @@ def report(bench, args):
               % (m["direct bind %d" % n], m["direct noop %d" % n]))
     for name in sorted(bench.warnings):
         lines = bench.warnings[name]
-        print("\n  %s: %d run%s printed a warning, the first: %s" % (name, len(lines), "" if len(lines) == 1 else "s",
-                                                                   lines[0]))
+        plural = "" if len(lines) == 1 else "s"
+        print("\n  %s: %d run%s printed a warning, the first: %s" % (name, len(lines), plural, lines[0]))
     if missed:
         print("\nmissed: %s" % ", ".join(missed))
     return m, ratios, missed
