@@ -260,8 +260,8 @@ def cpuset_problem(current, properties, host=None, name="the slice"):
         if wanted is None:  # none: every CPU or node, a widening (or the same)
             continue
         if present is None:
-            problems.append("limits.%s %s narrows %s from every %s to %s" % (limit, properties[key], key, noun,
-                                                                            format_cpulist(wanted)))
+            problems.append("limits.%s %s narrows %s from every %s to %s"
+                            % (limit, properties[key], key, noun, format_cpulist(wanted)))
         elif not present <= wanted:
             problems.append("limits.%s %s narrows %s=%s: it leaves out %s" % (
                 limit, properties[key], key, format_cpulist(present), _counted(noun, present - wanted)))

@@ -505,8 +505,8 @@ def test_a_refusal_row_is_refused_as_it_says(table, reason, row, capsys, make_no
     for failures, message in zip(runs, wanted):
         refused = [(f["reason"], f["message"]) for f in failures]
         assert len(refused) == 1 and refused[0][0] == reason and matches(message, refused[0][1]), (
-            "%s: %r is not refused with %s: %s as the page says; refused: %s" % (table.page, row[0], reason, message,
-                                                                                refused))
+            "%s: %r is not refused with %s: %s as the page says; refused: %s"
+            % (table.page, row[0], reason, message, refused))
         reported = re.search(r"reported under `([^`]+)`", said)
         if reported:
             assert failures[0]["allocation_id"] == reported.group(1), failures

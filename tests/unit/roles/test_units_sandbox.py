@@ -116,6 +116,6 @@ def test_the_metrics_unit_writes_only_the_textfile_s_directory(root):
     assert words(metrics["ReadWritePaths"]) == ["/var/lib/prometheus/node-exporter"]
     assert metrics["RestrictAddressFamilies"] == ["AF_UNIX"]
     # CAP_SETUID/CAP_SETGID: root reads the account's state directory as its owner (NodeState.as_owner's seteuid)
-    assert set(words(metrics["CapabilityBoundingSet"])) == {"CAP_DAC_READ_SEARCH", "CAP_SETUID", "CAP_SETGID",
-                                                             "CAP_SYSLOG", "CAP_SYS_ADMIN"}
+    assert set(words(metrics["CapabilityBoundingSet"])) == {
+        "CAP_DAC_READ_SEARCH", "CAP_SETUID", "CAP_SETGID", "CAP_SYSLOG", "CAP_SYS_ADMIN"}
     assert metrics["SystemCallFilter"] == ["@system-service"]
