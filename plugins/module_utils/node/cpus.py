@@ -19,14 +19,13 @@ hardware file describes no CPUs (``node/fakehw.py``).
 from __future__ import annotations
 
 import errno
-import os
-import stat
 from typing import Dict, FrozenSet, Set
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import HostCpus
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_CPU, MAX_NODE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
 
 CPU_ONLINE = "/sys/devices/system/cpu/online"
 NODE_ONLINE = "/sys/devices/system/node/online"
@@ -43,19 +42,13 @@ class Unreadable(BcdError):
 
 def _read(host, node_path):
     """The text of a small sysfs file under the host's root; None when it is not there."""
-    path = host.path(node_path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        content = read_regular(host.path(node_path), MAX_BYTES)
+    except NotRegularFile:
+        raise Unreadable("%s is not a regular file" % node_path)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
-        raise Unreadable("cannot read %s: %s" % (node_path, exc.strerror or exc))
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise Unreadable("%s is not a regular file" % node_path)
-            content = handle.read(MAX_BYTES + 1)
-    except OSError as exc:
         raise Unreadable("cannot read %s: %s" % (node_path, exc.strerror or exc))
     if len(content) > MAX_BYTES:
         raise Unreadable("%s is larger than %d bytes" % (node_path, MAX_BYTES))

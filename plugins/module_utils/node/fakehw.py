@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import stat
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import HostCpus, format_cpulist
@@ -43,6 +41,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import dra_device_ids
 from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
 
 # PyYAML is imported only to read a file that is not JSON (_strict_loader); whether it is there is
 # known without importing it.
@@ -203,11 +202,9 @@ def load_fakehw(path):
     """Read and validate the fakehw file at ``path``. Raises ``FakeHwError``. The file is opened without
     waiting (a FIFO in its place would block every pass) and must be a regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise FakeHwError("fakehw file %s is not a regular file" % path)
-            raw = handle.read(MAX_FILE_BYTES + 1)
+        raw = read_regular(path, MAX_FILE_BYTES)
+    except NotRegularFile:
+        raise FakeHwError("fakehw file %s is not a regular file" % path)
     except OSError as exc:
         raise FakeHwError("cannot read fakehw file %s: %s" % (path, exc.strerror or exc))
     if len(raw) > MAX_FILE_BYTES:

@@ -21,6 +21,7 @@ import errno
 import fcntl
 import os
 import secrets
+import stat
 import time
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Set
@@ -259,6 +260,24 @@ def remove_file(path: str) -> bool:
         return False
     _changed(os.path.dirname(os.path.abspath(path)))
     return True
+
+
+class NotRegularFile(BcdError):
+    """What ``read_regular`` found in a file's place instead of a regular file (a FIFO, a device, a socket, a
+    directory); the message is its path."""
+
+
+def read_regular(path: str, cap: int) -> bytes:
+    """The first ``cap`` + 1 bytes of the regular file at ``path``: more than ``cap`` tells the caller the file is
+    larger than it takes (``/dev/zero``'s read would never end). Opened without waiting, so a FIFO in its place
+    answers at once instead of blocking a pass; anything but a regular file raises ``NotRegularFile``, and a
+    missing one the ``OSError`` ``os.open`` raises. The one reader of the host's small files: hold specs, the
+    vendor spec, the fakehw file, sysfs lists. A state file is read by ``node/state_files.py`` alone."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise NotRegularFile(path)
+        return handle.read(cap + 1)
 
 
 def read_bytes(path: str) -> Optional[bytes]:

@@ -28,7 +28,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness i
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.cpus import CPU_ONLINE, read_host_cpus
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import ACTIVE_DOMAIN_STATES, load_fakehw
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, RootJoin, read_bytes
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, NotRegularFile, RootJoin, read_bytes, read_regular
 from ansible_collections.bcd.devices.plugins.module_utils.node.memory import read_host_memory
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
 from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
@@ -320,13 +320,9 @@ def read_spec(path):
     and is no hold), its first ``MAX_HOLD_SPEC_BYTES`` + 1 bytes when larger (a damaged spec: the pass sets
     it aside), else its bytes."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    except (FileNotFoundError, NotADirectoryError):
+        return read_regular(path, MAX_HOLD_SPEC_BYTES)
+    except (FileNotFoundError, NotADirectoryError, NotRegularFile):
         return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
-        return handle.read(MAX_HOLD_SPEC_BYTES + 1)
 
 
 # The readers of a real node and the kubelet are imported when a pass first needs them: a module run

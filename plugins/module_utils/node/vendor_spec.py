@@ -26,7 +26,6 @@ Which file is used:
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import structure_problem
@@ -40,6 +39,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor impo
     build_vendor_spec,
     parse_spec_text,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
 
 # NVIDIA's spec of 64 GPUs and MIG devices is some 50 KiB; PyYAML reads well under a MiB a second,
 # and a pass reads the spec every time.
@@ -78,11 +78,10 @@ def _read_bounded(path):
     """The bytes of the regular file at ``path``, at most ``MAX_SPEC_BYTES``; ``ValueError`` for a FIFO, a
     device or a socket in a spec's place (opened without waiting: a FIFO would block a pass forever) or a
     larger file (``/dev/zero``'s read would never end)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ValueError("not a regular file")
-        raw = handle.read(MAX_SPEC_BYTES + 1)
+    try:
+        raw = read_regular(path, MAX_SPEC_BYTES)
+    except NotRegularFile:
+        raise ValueError("not a regular file")
     if len(raw) > MAX_SPEC_BYTES:
         raise ValueError("larger than %d KiB; a real one is a few dozen" % (MAX_SPEC_BYTES // 1024))
     return raw
