@@ -345,6 +345,10 @@ import gc
 
 from ansible.module_utils import basic
 
+from ansible_collections.bcd.devices.plugins.module_utils.entry import zip_payload
+
+zip_payload.compile_once()  # first: the rest of the collection compiles once from Ansible's zip (docs/performance.md)
+
 from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds_info as module_code
 
 
