@@ -92,23 +92,35 @@ def env_file_claim(atoms: Sequence[Atom], number: int) -> List[Atom]:
                  slot=-1 - number) for atom in atoms]
 
 
+def beyond_spec(named: Sequence[Atom], spec: Optional[Sequence[Atom]]) -> List[Atom]:
+    """The GPUs an env file names (``env_file_atoms``) that its allocation's spec has no atom on: all of them
+    when there is no spec (a bind that wrote its env file and not yet its spec, or one that never finished),
+    else those the env file names besides (one written for other devices than its spec's): the file hands
+    them to a workload all the same."""
+    if spec is None:
+        return list(named)
+    own = set(atom.gpu_uuid for atom in spec)
+    return [atom for atom in named if atom.gpu_uuid not in own]
+
+
 def claims_on_disk(specs: Mapping[str, Sequence[Atom]], env_files: Optional[Mapping[str, Sequence[Atom]]] = None,
                    pending: Optional[Mapping[str, Sequence[Atom]]] = None,
                    vms: Optional[Iterable[Tuple[str, str]]] = None) -> Claims:
     """Who claims what by the files on the node, as ``Claims``: every live bcd spec (``specs``: allocation ->
-    its atoms, from ``/etc/cdi`` and ``/var/run/cdi``), every env file of an allocation without a spec
-    (``env_files``: its GPUs, ``env_file_atoms``: a bind that wrote its env file and not yet its spec, or one
-    that never finished), every pending Kubernetes release (``pending``), and the GPUs running VMs have
-    (``vms``: ``(GPU UUID, instance id)``). The root helper checks a ``hold.write`` against it and ``doctor``
-    the node, with ``conflicts``: the very rule the planner applies to its own claims."""
+    its atoms, from ``/etc/cdi`` and ``/var/run/cdi``), every env file (``env_files``: its GPUs,
+    ``env_file_atoms``) for the GPUs its allocation's spec does not have (``beyond_spec``), every pending
+    Kubernetes release (``pending``), and the GPUs running VMs have (``vms``: ``(GPU UUID, instance id)``).
+    The root helper checks a ``hold.write`` against it and ``doctor`` the node, with ``conflicts``: the very
+    rule the planner applies to its own claims."""
     claims = Claims()
     for gpu_uuid, instance in vms or ():
         claims = claims.pass_through(instance, [gpu_uuid])
     for owner in sorted(specs):
         claims = claims.hold(owner, specs[owner])
     for number, owner in enumerate(sorted(env_files or {})):
-        if owner not in specs:
-            claims = claims.hold(owner, env_file_claim((env_files or {})[owner], number))
+        named = beyond_spec((env_files or {})[owner], specs.get(owner))
+        if named:
+            claims = claims.hold(owner, env_file_claim(named, number))
     for owner in sorted(pending or {}):
         claims = claims.hold(owner, (pending or {})[owner], PENDING)
     return claims
@@ -121,12 +133,13 @@ def one_gpu_one_hold(specs: Mapping[str, Sequence[Atom]], env_files: Optional[Ma
     GPU, or part of one, has one hold."""
     env_files = env_files or {}
     vms = list(vms or ())
-    owners = sorted(set(specs) | set(owner for owner in env_files if owner not in specs))
+    owners = sorted(set(specs) | set(env_files))
     found = []  # type: List[str]
     for index, owner in enumerate(owners):
-        atoms = specs[owner] if owner in specs else env_file_claim(env_files[owner], owners.index(owner) + 4096)
+        atoms = list(specs.get(owner, ())) + env_file_claim(beyond_spec(env_files.get(owner, ()), specs.get(owner)),
+                                                            index + 4096)
         earlier = dict((other, specs[other]) for other in owners[:index] if other in specs)
-        earlier_env = dict((other, env_files[other]) for other in owners[:index] if other not in specs)
+        earlier_env = dict((other, env_files[other]) for other in owners[:index] if other in env_files)
         found.extend("%s: %s" % (owner, message)
                      for message in conflicts(atoms, claims_on_disk(earlier, earlier_env, vms=vms), owner)
                      if message != "a device is listed twice")

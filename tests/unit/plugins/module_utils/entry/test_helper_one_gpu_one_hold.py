@@ -102,3 +102,22 @@ def test_root_reads_each_hold_file_once_a_change_and_sees_every_change(helper, m
     assert write(helper, "t1", GPU_B) == {"ok": False, "retryable": True, "error": "overlap: %s is assigned to s0" % GPU_B}
     os.rename(path, path + ".moved")  # gone from the listing: no longer a claim
     assert write(helper, "t1", GPU_B) == {"ok": True}
+
+
+def test_an_env_file_naming_gpus_its_spec_lacks_claims_them(helper):  # noqa: F811  # pylint: disable=redefined-outer-name
+    """The account has root write a1's env file for GPU_B while a1's spec is GPU_A's: the env file hands GPU_B to
+    a1's workload, so root writes no other allocation's hold of GPU_B (found by test_model_helper.py)."""
+    assert write(helper, "a1", GPU_A) == {"ok": True}
+    assert write(helper, "a1", GPU_B, kind="allocation-env") == {"ok": True}  # its own file: no conflict
+    refused = {"ok": False, "retryable": True, "error": "overlap: %s has %s (env file) assigned to a1" % (GPU_B, GPU_B)}
+    assert write(helper, "a2", GPU_B) == refused
+    assert write(helper, "a2", GPU_B, kind="allocation-env") == refused
+    assert not os.path.exists(spec(helper, "a2")) and not os.path.exists(helper.node("/run/bcd/allocations/a2.env"))
+    # a slot of GPU_B is no conflict (the env file does not say which part), nor is a1's own spec's GPU
+    assert write(helper, "a3", GPU_B + "/s1", device_class="gpu.slot") == {"ok": True}
+    # a1's env file written again for its spec's GPU: GPU_B is free
+    assert write(helper, "a1", GPU_A, kind="allocation-env") == {"ok": True}
+    assert write(helper, "a2", GPU_B) == {"ok": False, "retryable": True,
+                                          "error": "overlap: %s has %s/s1 assigned to a3" % (GPU_B, GPU_B)}
+    assert helper.request({"op": "hold.remove", "kind": "cdi", "allocation_id": "a3"}) == {"ok": True}
+    assert write(helper, "a2", GPU_B) == {"ok": True}
