@@ -19,7 +19,11 @@ systemd itself (``systemctl show``, the journal, the cgroup files):
 * a slice stopped by hand (its runtime properties reverted) is made again, with its
   properties, by the pass the drift timer runs (``bcd-holds-converge.service``);
 * a release leaves a slice that runs a process alone, with its limits, through a role
-  run and a timer pass; once the process exits, the next timer pass stops the slice.
+  run and a timer pass; once the process exits, the next timer pass stops the slice;
+* the root units are sandboxed (issue 33, item 4): ``systemd-analyze security`` rates the
+  helper and the metrics unit, as this node's systemd loaded them, at most 5.0, and inside
+  that sandbox the helper still releases and binds a hold for ``bcd`` over its socket, and
+  no helper process of the boot died or failed.
 
 Each failure prints what systemd and the journal of the units said.
 Run with `bash hack/e2e.sh`; see docs/verified-consumers.md.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 
@@ -37,7 +42,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "systemd"))
 
 import bcd_systemd  # noqa: E402  pylint: disable=wrong-import-position,import-error
-from bcd_systemd import GPUS, METRICS_TEXTFILE, cgroup_dir, parse_cgroup_events, timer_setting  # noqa: E402  pylint: disable=import-error
+from bcd_systemd import GPUS, METRICS_TEXTFILE, cgroup_dir, parse_cgroup_events, timer_setting, worst_exposures  # noqa: E402  pylint: disable=import-error
 
 pytestmark = pytest.mark.skipif(
     not (bcd_systemd.TARBALLS and bcd_systemd.WORK and all(map(os.path.isfile, bcd_systemd.TARBALLS.values()))),
@@ -62,6 +67,12 @@ EXPECTED = {
     "MemoryHigh": "724775731",
 }
 HELPER_SOCKET = "/run/bcd/helper.sock"
+HELPER = "bcd-holds-helper.service"
+# The root units the role sandboxes, and the most systemd-analyze security may rate each (issue 33, item 4;
+# tests/unit/roles/test_units_sandbox.py holds the rendered units to it offline, this suite the loaded ones).
+SANDBOXED = (HELPER, "bcd-holds-metrics.service")
+MAX_EXPOSURE = 5.0
+HELPER_OPS = ("hold.write", "hold.remove", "hold.set_aside", "slice.apply", "slice.stop", "kube.look")
 
 
 def sliced_hold():
@@ -87,6 +98,8 @@ class SummaryPlugin(object):
                 terminalreporter.write_line("%-34s %s" % (name, version))
             terminalreporter.write_line("%-34s %.1f s (unpack, boot to multi-user, sshd)" % (
                 "container boot", node.boot_seconds))
+            for unit, level in sorted(node.exposures.items()):
+                terminalreporter.write_line("%-34s %.1f (systemd-analyze security)" % (unit, level))
 
 
 SUMMARY_PLUGIN = "bcd-e2e-systemd-summary"
@@ -348,3 +361,116 @@ def test_a_release_leaves_a_busy_slice_until_its_process_exits(node, generation_
         _records, helper = node.journal_text("bcd-holds-helper.service", cursor, wanted)
         assert wanted in helper, "the helper did not stop the slice:\n" + helper
         assert node.exists("/etc/cdi/bcd-%s.json" % PLAIN), "the plain hold went with the slice"
+
+
+def test_the_root_units_rate_at_most_5_0_as_this_node_s_systemd_loaded_them(node, generation_1):  # pylint: disable=redefined-outer-name
+    """Issue 33, item 4: ``systemd-analyze security`` online, over the node's own D-Bus: the units as its
+    systemd loaded them (drop-ins, its defaults, what this version knows of each setting), not the files."""
+    del generation_1
+    with node.explained(*SANDBOXED):
+        too_exposed = []
+        for unit in SANDBOXED:
+            assert node.show(unit, "LoadState")["LoadState"] == "loaded", unit
+            level, text = node.security(unit)
+            assert level is not None, "systemd-analyze security printed no overall exposure for %s:\n%s" % (
+                unit, text[-3000:])
+            node.exposures[unit] = level
+            if level > MAX_EXPOSURE:
+                too_exposed.append("%s rates %.1f, above %.1f; its worst settings:\n  %s" % (
+                    unit, level, MAX_EXPOSURE, "\n  ".join(worst_exposures(text))))
+        assert not too_exposed, "on %s (%s):\n%s" % (
+            node.release, node.versions.get("systemd (container PID 1)"), "\n".join(too_exposed))
+
+
+# The capabilities by number (linux/capability.h), to read a bounding set in /proc/PID/status.
+CAPABILITIES = (
+    "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+    "linux_immutable", "net_bind_service", "net_broadcast", "net_admin", "net_raw", "ipc_lock", "ipc_owner",
+    "sys_module", "sys_rawio", "sys_chroot", "sys_ptrace", "sys_pacct", "sys_admin", "sys_boot", "sys_nice",
+    "sys_resource", "sys_time", "sys_tty_config", "mknod", "lease", "audit_write", "audit_control", "setfcap",
+    "mac_override", "mac_admin", "syslog", "wake_alarm", "block_suspend", "audit_read", "perfmon", "bpf",
+    "checkpoint_restore")
+ANSWERED = re.compile(r"\buid \d+: (%s) " % "|".join(re.escape(op) for op in HELPER_OPS))
+# What systemd logs when a service's process dies or the service fails (not on a stop it was asked for).
+HELPER_FAILED = ("Main process exited", "Failed with result", "Scheduled restart job")
+
+
+def helper_history(node):  # pylint: disable=redefined-outer-name
+    """The helper's life since the node booted, out of the journal: the PIDs of its processes (each logs
+    "helper listening on" once it serves), the ``(PID, op)`` of every request it logged as answered
+    ("INFO: uid N: OP ..."), and what systemd said of a process that died or failed."""
+    started, answered, failed = [], [], []
+    for record in node.journal_records(HELPER):
+        message = str(record.get("MESSAGE") or "")
+        if record.get("_PID") == "1":
+            if any(words in message for words in HELPER_FAILED):
+                failed.append(message)
+        elif "helper listening on" in message:
+            started.append(record.get("_PID"))
+        else:
+            found = ANSWERED.search(message)
+            if found:
+                answered.append((record.get("_PID"), found.group(1)))
+    return started, answered, failed
+
+
+def test_the_sandboxed_helper_releases_and_binds_for_bcd_and_never_failed(node, generation_1):  # pylint: disable=redefined-outer-name
+    """Issue 33, item 4: the sandbox leaves the helper its work. As ``bcd``, over the socket, the plain
+    hold's spec and env file are removed (a release) and written again (a bind): the files go, then come
+    back as the role's pass left them, ``root:root 0644``, and the running helper answered each. Every
+    request it answered this boot (the timer passes' ``slice.apply`` and ``slice.stop`` of the tests above
+    included) came from a helper process systemd started for the unit, and none of them died or failed
+    (the role restarts the helper, by a stop, when the library it runs changed). The process running now
+    is sandboxed: no new privileges, a seccomp filter, the unit's capabilities only, a mount namespace of
+    its own."""
+    del generation_1
+    spec_path = "/etc/cdi/bcd-%s.json" % PLAIN
+    env_path = "/run/bcd/allocations/%s.env" % PLAIN
+    with node.explained():
+        spec_before, env_before = node.read(spec_path), node.read(env_path)
+        assert spec_before and env_before is not None, "the plain hold is not bound: %r %r" % (spec_before, env_before)
+        generation = int(json.loads(spec_before)["annotations"]["bcd.dev/generation"])
+        bcd = node.uid_of("bcd")
+        cursor = node.cursor()
+
+        for kind in ("cdi", "allocation-env"):  # a release: the spec first
+            reply = node.helper_request({"op": "hold.remove", "kind": kind, "allocation_id": PLAIN})
+            assert reply == {"ok": True}, ("hold.remove", kind, reply)
+        assert not node.exists(spec_path) and not node.exists(env_path), "the helper removed nothing"
+        hold = dict(plain_hold(), generation=generation)
+        for kind in ("allocation-env", "cdi"):  # a bind: the env file first
+            reply = node.helper_request({"op": "hold.write", "kind": kind, "hold": hold})
+            assert reply == {"ok": True}, ("hold.write", kind, reply)
+        assert node.read(spec_path) == spec_before, "the spec the helper wrote differs from the pass's"
+        assert node.read(env_path) == env_before, "the env file the helper wrote differs from the pass's"
+        owners = node.owners(spec_path, env_path)
+        assert owners == {spec_path: "root:root 644", env_path: "root:root 644"}, owners
+
+        helper = node.show(HELPER, "ActiveState", "MainPID", "NRestarts", "CapabilityBoundingSet")
+        assert helper["ActiveState"] == "active" and helper["NRestarts"] == "0", helper
+        wanted = "uid %d: hold.write cdi %s" % (bcd, PLAIN)
+        records, text = node.journal_text(HELPER, cursor, wanted)
+        for line in ("uid %d: hold.remove cdi %s" % (bcd, PLAIN), "uid %d: hold.remove allocation-env %s" % (bcd, PLAIN),
+                     "uid %d: hold.write allocation-env %s" % (bcd, PLAIN), wanted):
+            mine = [r for r in records if line in str(r.get("MESSAGE"))]
+            assert mine, "the helper did not log %r:\n%s" % (line, text)
+            assert mine[0].get("_PID") == helper["MainPID"], "%r came from %s, not the helper's process %s" % (
+                line, mine[0].get("_PID"), helper["MainPID"])
+        started, answered, failed = helper_history(node)
+        assert not failed, "a helper process died or failed this boot: %s" % failed
+        assert started and started[-1] == helper["MainPID"], (started, helper["MainPID"])
+        strays = [(pid, op) for pid, op in answered if pid not in started]
+        assert not strays, "answered by no helper process systemd started: %s (started: %s)" % (strays, started)
+
+        status = dict(line.split(":", 1) for line in (node.read("/proc/%s/status" % helper["MainPID"]) or "").splitlines()
+                      if ":" in line)
+        assert status.get("NoNewPrivs", "").strip() == "1", status.get("NoNewPrivs")
+        assert status.get("Seccomp", "").strip() == "2", "no seccomp filter on the helper: %s" % status.get("Seccomp")
+        # The unit's bounding set, within the container's own (systemd-nspawn keeps no CAP_SYSLOG, for one).
+        container = dict(line.split(":", 1) for line in (node.read("/proc/1/status") or "").splitlines() if ":" in line)
+        unit_mask = sum(1 << CAPABILITIES.index(name[len("cap_"):]) for name in helper["CapabilityBoundingSet"].split())
+        assert int(status["CapBnd"], 16) == unit_mask & int(container["CapBnd"], 16), (
+            "the helper's bounding set is %s, the unit's %s (%#x) within the container's %s" % (
+                status["CapBnd"].strip(), helper["CapabilityBoundingSet"], unit_mask, container["CapBnd"].strip()))
+        own_ns = node.nsenter("readlink", "/proc/%s/ns/mnt" % helper["MainPID"], "/proc/1/ns/mnt").stdout.split()
+        assert len(own_ns) == 2 and own_ns[0] != own_ns[1], "the helper shares systemd's mount namespace: %s" % own_ns

@@ -137,6 +137,24 @@ def _die_with_parent():
 # Where the role has root write the metrics (bcd-holds-metrics.service after every timer pass).
 METRICS_TEXTFILE = "/run/bcd-holds-e2e.prom"
 
+# The account's end of the root helper's socket, run in the container as that account
+# (``SystemdNode.helper_request``): one JSON request per connection, one reply line, as
+# plugins/module_utils/node/helper_client.py speaks it, with nothing of bcd.devices imported.
+HELPER_PEER = r"""
+import socket, sys
+with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
+    peer.settimeout(30)
+    peer.connect(sys.argv[1])
+    peer.sendall(sys.argv[2].encode("utf-8") + b"\n")
+    reply = b""
+    while b"\n" not in reply:
+        chunk = peer.recv(65536)
+        if not chunk:
+            break
+        reply += chunk
+sys.stdout.write(reply.decode("utf-8", "replace"))
+"""
+
 
 class NodeError(AssertionError):
     """The node could not be booted or driven; the message carries what the runtime said."""
@@ -157,6 +175,7 @@ class SystemdNode(object):
         self.leader = 0  # the container's PID 1, as this machine numbers it
         self.last_playbook = ""  # the output of the last ansible-playbook run, for failures
         self.versions = {}  # type: Dict[str, str]
+        self.exposures = {}  # type: Dict[str, float]  # systemd-analyze security's rating of a unit, for the summary
         self.boot_seconds = 0.0
         self.control_dir = ""  # ssh's control sockets, made at boot (see control_path_dir)
 
@@ -324,6 +343,23 @@ class SystemdNode(object):
                 values[key] = value.strip('"')
         return values
 
+    def security(self, unit):
+        """``systemd-analyze security UNIT`` as the node's systemd has the unit loaded (online, over its
+        D-Bus): ``(overall exposure or None, the whole output)``."""
+        proc = self.nsenter("systemd-analyze", "security", "--no-pager", unit, check=False)
+        text = proc.stdout + proc.stderr
+        return exposure_level(text, unit), text
+
+    def helper_request(self, message, user="bcd", socket_path="/run/bcd/helper.sock"):
+        """One request to the root helper's socket from a process of ``user``'s (``runuser``), as a
+        pass of that account sends it; the helper's reply, a dict."""
+        proc = self.nsenter("runuser", "-u", user, "--", "python3", "-I", "-c", HELPER_PEER, socket_path,
+                            json.dumps(message))
+        try:
+            return json.loads(proc.stdout.splitlines()[0])
+        except (IndexError, ValueError):
+            raise NodeError("the helper gave no reply to %s: %r %r" % (message.get("op"), proc.stdout, proc.stderr))
+
     def uid_of(self, user):
         return int(self.nsenter("id", "-u", user).stdout.strip())
 
@@ -342,12 +378,14 @@ class SystemdNode(object):
         proc = self.nsenter(*argv, check=False)
         return "journalctl %s:\n%s%s" % (" ".join("-u " + u for u in units), proc.stdout, proc.stderr)
 
-    def journal_records(self, unit, since):
-        """The journal of a unit after a cursor, as JSON records (``_UID``, ``_PID``, ``MESSAGE``, ...):
-        the unit's own lines and systemd's about it. The journal is filtered here: journalctl 252 finds
-        no entries for ``-u UNIT --after-cursor C`` when the cursor's entry is another unit's."""
+    def journal_records(self, unit, since=None):
+        """The journal of a unit after a cursor (or all of it: the node boots once), as JSON records
+        (``_UID``, ``_PID``, ``MESSAGE``, ...): the unit's own lines and systemd's about it. The journal is
+        filtered here: journalctl 252 finds no entries for ``-u UNIT --after-cursor C`` when the cursor's
+        entry is another unit's."""
         records = []
-        for line in self.nsenter("journalctl", "--no-pager", "-o", "json", "--after-cursor", since).stdout.splitlines():
+        after = ["--after-cursor", since] if since else []
+        for line in self.nsenter("journalctl", "--no-pager", "-o", "json", *after).stdout.splitlines():
             record = json.loads(line)
             if unit not in (record.get("_SYSTEMD_UNIT"), record.get("UNIT")):
                 continue
@@ -446,6 +484,30 @@ def parse_cgroup_events(text):
     return dict(line.split(" ", 1) for line in (text or "").splitlines() if " " in line)
 
 
+EXPOSURE_LINE = re.compile(r"Overall exposure level for (\S+): (\d+\.\d+)")
+EXPOSURE_ITEM = re.compile(r"^\u2717 (\S+)\s+(.*?)\s+(\d+\.\d+)\s*$")
+
+
+def exposure_level(text, unit):
+    """The overall exposure ``systemd-analyze security`` printed for ``unit`` (a float), or None."""
+    for name, level in EXPOSURE_LINE.findall(text):
+        if name == unit:
+            return float(level)
+    return None
+
+
+def worst_exposures(text, count=12):
+    """The settings ``systemd-analyze security`` marked \u2717, the highest exposure first:
+    ``["0.4 User=/DynamicUser= (Service runs as root user)", ...]``."""
+    items = []
+    for line in text.splitlines():
+        found = EXPOSURE_ITEM.match(line.strip())
+        if found:
+            items.append((float(found.group(3)), "%s %s (%s)" % (found.group(3), found.group(1), found.group(2))))
+    items.sort(key=lambda item: -item[0])
+    return [shown for _level, shown in items[:count]]
+
+
 def timer_setting(value, name):
     """A setting (``OnUnitInactiveUSec``) out of ``systemctl show -p TimersMonotonic``, which prints one
     ``{ OnUnitInactiveUSec=10min ; next_elapse=... }`` per setting; None when the timer has none."""
@@ -456,4 +518,4 @@ def timer_setting(value, name):
 
 
 __all__ = ["SystemdNode", "NodeError", "GPUS", "UNITS", "TARBALLS", "WORK", "systemd_tarballs", "cgroup_dir", "parse_cgroup_events",
-           "timer_setting"]
+           "timer_setting", "exposure_level", "worst_exposures"]
