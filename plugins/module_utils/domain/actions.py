@@ -21,13 +21,14 @@ crash harmless (see docs/architecture.md):
 
 A failure of any step stops that action; ``apply_plan`` returns it as a
 retryable error, no event is sent for it, and the next pass, whose plan sees
-what is on disk, finishes the work.
+what is on disk, finishes the work. What the steps before it changed still
+counts: the pass says ``changed`` whenever any step changed the node.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
@@ -532,19 +533,52 @@ class ClearMarker(Action):
         state.clear_releases_marker()
 
 
-def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[str]]:
-    """Run every action in order; return ``(done, errors)``: the actions carried out, and one
-    retryable error per action that failed. A failure holds up that allocation's later actions in
-    this pass (a hold whose env file could not be written is not reported bound), and every bind that
-    needs its release (``Bind.needs``); the other allocations' go on."""
+# What an action may call that changes the node (its files and slices, the journal, the releases it keeps):
+# ``apply_plan`` notes each call that returned, so a pass that changed the node says so even when an action
+# failed half-way (a release whose spec went and whose env file did not).
+WRITER_CHANGES = frozenset(("write_node_file", "remove_node_file", "set_aside_spec", "apply_slice", "stop_slice"))
+STATE_CHANGES = frozenset(("report", "set_hold_limits", "record_kube_release", "drop_kube_release",
+                           "quarantine_releases", "clear_releases_marker"))
+
+
+class _Noted:
+    """``inner`` (the writer or the state) as the actions see it: each call of a method in ``changing`` that
+    returns sets ``done[0]``."""
+
+    def __init__(self, inner: Any, changing: FrozenSet[str], done: List[bool]) -> None:
+        self._inner = inner
+        self._changing = changing
+        self._done = done
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name not in self._changing:
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = value(*args, **kwargs)
+            self._done[0] = True
+            return result
+        return call
+
+
+def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[str], bool]:
+    """Run every action in order; return ``(done, errors, changed)``: the actions carried out, one
+    retryable error per action that failed, and whether the node was changed at all (an action that failed
+    after a step that changed it counts: a release whose spec was removed and whose env file could not be).
+    A failure holds up that allocation's later actions in this pass (a hold whose env file could not be
+    written is not reported bound), and every bind that needs its release (``Bind.needs``); the other
+    allocations' go on."""
     done = []  # type: List[Action]
     errors = []  # type: List[str]
     failed = set()  # type: Set[str]
+    changed = [False]
     releases = [action.recorded_release() for action in plan.actions if action.changes]
     try:
         state.begin_releases([release for release in releases if release is not None])
     except (OSError, RetryableError) as exc:  # nothing may be removed unrecorded: nothing is done
-        return done, ["cannot record this pass's releases: %s" % exc]
+        return done, ["cannot record this pass's releases: %s" % exc], False
+    noted_writer, noted_state = _Noted(writer, WRITER_CHANGES, changed), _Noted(state, STATE_CHANGES, changed)
     writer.batch()  # each directory fsynced once, at writer.flush(), not once per file
     settled = set()  # type: Set[str]  # Kubernetes releases reported in this pass, still pending on disk
     for action in plan.actions:
@@ -565,7 +599,7 @@ def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[s
                 state.flush(save=False)
                 writer.batch()
                 settled.clear()
-            action.apply(writer, state)
+            action.apply(noted_writer, noted_state)
         except (OSError, RetryableError) as exc:
             errors.append("%s: %s" % (action.allocation_id or action.kind, exc))
             if action.allocation_id:
@@ -579,4 +613,4 @@ def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[s
         state.flush(save=False)  # the pass's reports, journaled before any is returned; the pass saves the ledger
     except (OSError, RetryableError) as exc:
         errors.append("cannot journal this pass's events: %s" % exc)
-    return done, errors
+    return done, errors, changed[0]

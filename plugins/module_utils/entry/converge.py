@@ -291,8 +291,7 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
         if unrecorded:
             warnings.append("%s: this pass wrote nothing and journaled no event" % unrecorded)
         if writes and not full:
-            done, apply_errors = apply_plan(plan, host.writer, state)
-            changed = bool(done)
+            done, apply_errors, changed = apply_plan(plan, host.writer, state)  # what was done, failed or not
             errors.extend(apply_errors)
             if store_input:
                 state.store_nodespec(generation, devices, instances, cdi_runtimes, allow)

@@ -81,8 +81,8 @@ def plan(*actions):
 
 def test_a_move_records_the_release_removes_before_it_binds_and_journals_last():
     node = Recorder()
-    done, errors = apply_plan(plan(release("old"), bind("new", needs=["old"])), node, node)
-    assert errors == [] and [a.allocation_id for a in done] == ["old", "new"]
+    done, errors, changed = apply_plan(plan(release("old"), bind("new", needs=["old"])), node, node)
+    assert errors == [] and [a.allocation_id for a in done] == ["old", "new"] and changed is True
     assert node.calls == [
         ("record", ("old",)), ("batch",),
         ("begin_release", "old"), ("remove", "cdi", "old"), ("remove", "allocation-env", "old"),
@@ -93,7 +93,7 @@ def test_a_move_records_the_release_removes_before_it_binds_and_journals_last():
 
 def test_a_bind_whose_release_failed_is_not_applied_and_is_retried():
     node = Recorder(fail=[("remove", "cdi", "old")])
-    done, errors = apply_plan(plan(release("old"), bind("new", needs=["old"]), bind("other")), node, node)
+    done, errors, _changed = apply_plan(plan(release("old"), bind("new", needs=["old"]), bind("other")), node, node)
     assert [a.allocation_id for a in done] == ["other"]
     assert errors == ["old: cannot remove /cdi/old: Read-only file system",
                       "new: waits for the release of old, which failed; retried next pass"]
@@ -103,7 +103,7 @@ def test_a_bind_whose_release_failed_is_not_applied_and_is_retried():
 
 def test_a_failed_step_holds_up_its_allocations_later_steps_only():
     node = Recorder(fail=[("write", "allocation-env", "a1")])
-    done, errors = apply_plan(plan(bind("a1"), bind("a2")), node, node)
+    done, errors, _changed = apply_plan(plan(bind("a1"), bind("a2")), node, node)
     assert [a.allocation_id for a in done] == ["a2"]
     assert errors == ["a1: cannot write /allocation-env/a1: Read-only file system"]
     assert ("report", "AllocationBound", "a1") not in node.calls  # its spec alone is not a hold
@@ -111,8 +111,8 @@ def test_a_failed_step_holds_up_its_allocations_later_steps_only():
 
 def test_nothing_is_touched_when_the_releases_cannot_be_recorded():
     node = Recorder(fail=[("record",)])
-    done, errors = apply_plan(plan(release("old"), bind("new")), node, node)
-    assert done == [] and errors[0].startswith("cannot record this pass's releases")
+    done, errors, changed = apply_plan(plan(release("old"), bind("new")), node, node)
+    assert done == [] and errors[0].startswith("cannot record this pass's releases") and changed is False
     assert node.calls == [("record", ("old",))]
 
 
@@ -124,7 +124,7 @@ def test_a_journal_that_cannot_be_written_is_a_retryable_error_after_the_files()
             super().flush(save)
 
     node = JournalDown()
-    done, errors = apply_plan(plan(bind("a1")), node, node)
+    done, errors, _changed = apply_plan(plan(bind("a1")), node, node)
     assert [a.allocation_id for a in done] == ["a1"]
     assert errors == ["cannot journal this pass's events: cannot journal: disk full"]
 
