@@ -119,8 +119,10 @@ class Admission:
         return Admission(self.memory, committed=self.committed + (limits.memory_bytes or 0), outstanding=outstanding,
                          node_outstanding=node_outstanding)
 
-    def check(self, limits):
-        """Raise ``Exhausted`` when the hold does not fit; otherwise return this ledger with it booked."""
+    def check(self, limits, current=None):
+        """Raise ``Exhausted`` when the hold does not fit; otherwise return this ledger with it booked.
+        ``current``: the ``hugetlb.<size>.current`` of the slice it goes into (a hold bound again into its own
+        slice, whose workload runs on): the pages faulted in there are the hold's already, not needed again."""
         if limits.memory_bytes:
             left = max(0, self.memory.normal_available - self.committed)
             if limits.memory_bytes > left:
@@ -130,6 +132,9 @@ class Admission:
             pages = getattr(limits, attribute) or 0
             if not pages:
                 continue
+            faulted = ((current or {}).get(size, 0)) // (kib * 1024)
+            if pages <= faulted:
+                continue
             free = self.memory.free_pages.get(size, 0) - self.outstanding.get(size, 0)
             per_node = self.memory.node_free_pages.get(size) or {}
             if limits.mems and per_node:
@@ -137,9 +142,9 @@ class Admission:
                                for node in parse_cpulist(limits.mems))
                 free = min(free, on_nodes)
             free = max(0, free)
-            if pages > free:
-                raise Exhausted("ResourcesExhausted: %d hugepages of %d KiB needed, %d free" % (pages, kib, free))
-        return self.counted(limits)
+            if pages - faulted > free:
+                raise Exhausted("ResourcesExhausted: %d hugepages of %d KiB needed, %d free" % (pages - faulted, kib, free))
+        return self.counted(limits, current)
 
 
 # -- the host's CPUs and NUMA nodes -------------------------------------------------------------------

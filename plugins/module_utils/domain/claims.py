@@ -7,7 +7,9 @@
 releases this pass plans but has not made yet, the Kubernetes releases pending
 on pods, the GPUs VMs have (``vms``), those in maintenance and those unhealthy;
 and what holds and VMs booked of the host's memory and huge pages, per NUMA
-node (``admission.Admission``). Every method returns a new value; none changes
+node (``admission.Admission``), a slice whose hold is gone and that still runs
+a workload included (``SLICE``: replaced, not added to, when its allocation is
+bound again into it, ``admit_into_slice``). Every method returns a new value; none changes
 the one it is called on, so a hold refused at any check books nothing: the
 planner keeps the claims it had before the check.
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import Admission, HostMemory
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import Limits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_GPU, Atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record, replace
 
@@ -35,6 +38,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.records import 
 LIVE = "live"  # a live hold (or one bound earlier in this pass)
 RELEASING = "releasing"  # a release this pass plans: claimed until it is made
 PENDING = "pending"  # a Kubernetes release waiting for pods (or a taken-back one)
+SLICE = "slice"  # a booking only: a slice whose hold is gone, still running a workload, keeps its limits
 
 
 @record(frozen=True)
@@ -102,6 +106,28 @@ def _first(table: Mapping[str, str], pairs: Iterable[Tuple[str, str]]) -> Dict[s
     return new
 
 
+def _ledger_of(memory: Optional[HostMemory], domains: Sequence, bookings: Sequence[Booking]) -> Optional[Admission]:
+    """The admission ledger of ``memory`` with ``domains`` and every booking but those a release frees."""
+    if memory is None:
+        return None
+    ledger = Admission(memory, domains)
+    for booking in bookings:
+        if booking.kind != RELEASING:
+            ledger = ledger.counted(booking.limits, booking.current)
+    return ledger
+
+
+def _beyond(old: Any, new: Any) -> Optional[Limits]:
+    """What ``old`` limits book of memory and huge pages beyond ``new`` (on ``old``'s NUMA nodes), or None."""
+    def more(name: str) -> Optional[int]:
+        return max(0, (getattr(old, name, None) or 0) - (getattr(new, name, None) or 0)) or None
+
+    memory, pages_2mi, pages_1gi = more("memory_bytes"), more("hugepages_2mi"), more("hugepages_1gi")
+    if not (memory or pages_2mi or pages_1gi):
+        return None
+    return Limits(mems=getattr(old, "mems", None), memory_bytes=memory, hugepages_2mi=pages_2mi, hugepages_1gi=pages_1gi)
+
+
 @record(frozen=True)
 class Claims:
     """Every claim on the node's GPUs and memory. Immutable: each method returns a new ``Claims`` (its dicts
@@ -154,13 +180,7 @@ class Claims:
         return replace(self, bookings=self.bookings + (booking,), ledger=ledger)
 
     def with_memory(self, memory: Optional[HostMemory], domains: Sequence = ()) -> Claims:
-        ledger = None
-        if memory is not None:
-            ledger = Admission(memory, domains)
-            for booking in self.bookings:
-                if booking.kind != RELEASING:
-                    ledger = ledger.counted(booking.limits, booking.current)
-        return replace(self, memory=memory, domains=tuple(domains), ledger=ledger)
+        return replace(self, memory=memory, domains=tuple(domains), ledger=_ledger_of(memory, domains, self.bookings))
 
     # --- questions ----------------------------------------------------------------------------------------------
 
@@ -207,3 +227,24 @@ class Claims:
         if self.ledger is not None:
             self.ledger.check(limits)
         return self.book(owner, limits)
+
+    def admit_into_slice(self, owner: str, limits: Any) -> Claims:
+        """``admit`` for a hold that goes into its allocation's own slice, which may still run a workload of
+        the allocation's old hold (moved to other devices, or bound again after a release) and keep that
+        hold's limits (a ``SLICE`` booking of ``owner``). The new hold's limits replace the slice's, so they
+        are admitted against everything else: counted once, never on top of the slice's own. The huge pages
+        its workload faulted in are the new hold's already. What the slice has beyond the new limits stays
+        booked for the rest of the pass (until the bind has set the slice, it keeps them; a kept hold whose
+        limits shrink is counted the same way); from the next pass on, the hold's limits alone count."""
+        old = tuple(booking for booking in self.bookings if booking.owner == owner and booking.kind == SLICE)
+        if not old:
+            return self.admit(owner, limits)
+        rest = tuple(booking for booking in self.bookings if not (booking.owner == owner and booking.kind == SLICE))
+        current = old[0].current
+        claims = replace(self, bookings=rest, ledger=_ledger_of(self.memory, self.domains, rest))
+        if claims.ledger is not None:
+            claims.ledger.check(limits, current)
+        claims = claims.book(owner, limits, current)
+        for booking in old:
+            claims = claims.book(owner, _beyond(booking.limits, limits), kind=SLICE)
+        return claims

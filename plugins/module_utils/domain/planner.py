@@ -22,9 +22,12 @@ executes exactly it. ``plan_pass`` runs the phases of a pass in this order
    rewritten, a hold never reported is reported;
 4. new holds, in spec order, are checked — binding, privilege, atoms,
    conflicts, host admission — and bound, their slice first; each claims its
-   atoms (and its memory) against the holds after it. One refused at this
-   generation by an earlier pass stays refused with the same reason: a
-   refusal is final at its generation;
+   atoms (and its memory) against the holds after it; one bound again into
+   its own slice, still running a workload, replaces that slice's booking
+   (admitted once). One refused at this generation by an earlier pass stays
+   refused with the same reason: a refusal is final at its generation (an
+   input that sends it with another assignment at that generation is refused
+   before the pass: ``generations.pass_generation``);
 5. every refusal not yet reported for this generation becomes one
    ``AllocationFailed``.
 """
@@ -92,7 +95,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     unchanged,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
-from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, RELEASING, Claims
+from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, RELEASING, SLICE, Claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, conflicts
 from ansible_collections.bcd.devices.plugins.module_utils.domain.decisions import Decided, Pass, Refusal
 from ansible_collections.bcd.devices.plugins.module_utils.domain.diffs import plan_diffs
@@ -583,7 +586,7 @@ def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Clai
         # A slice whose hold is gone but whose workload still runs keeps what it was promised.
         current = observed.slices[name]
         if current.populated and allocation_of(name) not in live:
-            claims = claims.book(allocation_of(name), limits_of_slice(current), current.hugetlb_current)
+            claims = claims.book(allocation_of(name), limits_of_slice(current), current.hugetlb_current, SLICE)
     marker = ctx.marker and not released.marker_cleared
     if marker:
         claims = claims.every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
@@ -1020,7 +1023,13 @@ def _check_new(ctx: Pass, claims: Claims, assignment: Any) -> Tuple[Decided, Lis
     if problem is not None:  # CPUs not online, NUMA nodes without memory: hardware this node does not have
         raise AtomRefused(Reason.INVALID_ASSIGNMENT, problem)
     if needs_admission(assignment.limits):
-        return _unreadable_memory(claims), atoms, claims.admit(assignment.allocation_id, assignment.limits)
+        if cgroup_parent_of(assignment, assignment.kubernetes) is not None:
+            # its own slice may still run its old hold's workload: the new limits replace the slice's, admitted
+            # once (the slice's change is held to the never-kill rules where it is made: check_slice_change)
+            admitted = claims.admit_into_slice(assignment.allocation_id, assignment.limits)
+        else:
+            admitted = claims.admit(assignment.allocation_id, assignment.limits)
+        return _unreadable_memory(claims), atoms, admitted
     return Decided(), atoms, claims
 
 

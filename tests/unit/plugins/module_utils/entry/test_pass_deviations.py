@@ -87,6 +87,107 @@ def spec_devices(node, allocation_id):
     return None if content is None else sorted(d["name"] for d in json.loads(content)["devices"])
 
 
+# --- 1. a hold bound again into its own running slice is admitted once ---------------------------------------
+
+# 16 GiB of memory: 15 360 MiB for holds once the host's 1 GiB of headroom is kept.
+EIGHT = {"memory_bytes": 8 * GIB}
+
+
+def test_a_hold_moved_while_its_slice_runs_a_workload_is_admitted_once(node):
+    write_memory(node, 16 * GIB)
+    node.run(1, [hold("a1", GPU_A, limits=EIGHT)])
+    run_workload(node, memory_current=GIB)
+    moved = node.run(2, [hold("a1", GPU_B, limits=EIGHT)])
+    assert failures(moved) == {}  # was: "8192 MiB of memory needed, 7168 MiB left on this host"
+    assert moved.section["state"] == "CONVERGED"
+    assert steps(moved) == [("release", "a1"), ("bind", "a1")]
+    assert moved.changed is True
+    assert spec_devices(node, "a1") == ["GPU-5f1c2a90-0000-4000-8000-000000000002"]
+    assert env_names(node) == {"a1.env": GPU_B}
+    kept = slice_record(node)
+    assert kept["populated"] is True and kept["properties"]["MemoryMax"] == str(8 * GIB)  # the workload ran on
+    assert events(node, allocation_id="a1")[1:] == [("AllocationReleased", "a1", 2, [GPU_A]),
+                                                    ("AllocationBound", "a1", 2, [GPU_B])]
+    assert node.run(2, [hold("a1", GPU_B, limits=EIGHT)]).changed is False
+
+
+def test_a_hold_bound_again_after_its_release_into_its_running_slice_is_admitted_once(node):
+    write_memory(node, 16 * GIB)
+    node.run(1, [hold("a1", GPU_A, limits=EIGHT)])
+    run_workload(node, memory_current=GIB)
+    released = node.run(2, [])
+    assert slice_record(node)["populated"] is True  # the release keeps the slice its workload runs in
+    again = node.run(3, [hold("a1", GPU_B, limits=EIGHT)])
+    assert failures(again) == {}
+    assert steps(again) == [("bind", "a1")]
+    assert "in %s" % SLICE in again.plan.actions[0].text
+    assert spec_devices(node, "a1") == ["GPU-5f1c2a90-0000-4000-8000-000000000002"]
+    assert released.changed is True and again.changed is True
+
+
+def test_the_running_slice_is_still_counted_once_against_every_other_hold(node):
+    # admitted once, not zero times: the 8 GiB the slice has are not given to a2 as well
+    write_memory(node, 16 * GIB)
+    node.run(1, [hold("a1", GPU_A, limits=EIGHT)])
+    run_workload(node, memory_current=GIB)
+    result = node.run(2, [hold("a1", GPU_B, limits=EIGHT), hold("a2", GPU_C, limits=EIGHT)])
+    assert failures(result) == {
+        "a2": ("resources-exhausted", "ResourcesExhausted: 8192 MiB of memory needed, 7168 MiB left on this host")}
+    assert spec_devices(node, "a1") == ["GPU-5f1c2a90-0000-4000-8000-000000000002"]
+
+
+def test_a_hold_that_shrinks_into_its_running_slice_keeps_what_the_slice_has_until_it_is_set(node):
+    # a1 moves with 4 GiB while its slice has 8: until the pass has set the slice, it may keep 8, so a hold
+    # after it in the same pass gets what 8 leave (as for a kept hold whose limits shrink)
+    write_memory(node, 16 * GIB)
+    node.run(1, [hold("a1", GPU_A, limits=EIGHT)])
+    run_workload(node, memory_current=GIB)
+    result = node.run(2, [hold("a1", GPU_B, limits={"memory_bytes": 4 * GIB}),
+                          hold("a2", GPU_C, limits={"memory_bytes": 8 * GIB})])
+    assert failures(result)["a2"][1] == "ResourcesExhausted: 8192 MiB of memory needed, 7168 MiB left on this host"
+    assert slice_record(node)["properties"]["MemoryMax"] == str(4 * GIB)
+    later = node.run(3, [hold("a1", GPU_B, limits={"memory_bytes": 4 * GIB}),
+                         hold("a2", GPU_C, limits={"memory_bytes": 8 * GIB})])
+    assert failures(later) == {}
+
+
+def test_huge_pages_of_a_hold_moved_while_its_slice_runs_are_admitted_once(node):
+    # 4 pages of 1 GiB; a1 booked 3, and its workload faulted in 2 of them: 2 are free
+    write_memory(node, 16 * GIB, hugetlb=4 * GIB, pages={"1GB": (4, 0), "2MB": (0, 0)})
+    node.run(1, [hold("a1", GPU_A, limits={"hugepages_1gi": 3})])
+    run_workload(node, hugetlb_current={"1GB": 2 * GIB})
+    write_memory(node, 16 * GIB, hugetlb=4 * GIB, pages={"1GB": (2, 0), "2MB": (0, 0)})
+    moved = node.run(2, [hold("a1", GPU_B, limits={"hugepages_1gi": 3}), hold("a2", GPU_C, limits={"hugepages_1gi": 2})])
+    # a1 needs the one page it has not faulted in yet; a2's two are more than the one left after it
+    assert failures(moved) == {"a2": ("resources-exhausted", "ResourcesExhausted: 2 hugepages of 1048576 KiB needed, 1 free")}
+    assert spec_devices(node, "a1") == ["GPU-5f1c2a90-0000-4000-8000-000000000002"]
+    assert slice_record(node)["hugetlb_max"]["1GB"] == 3 * GIB
+
+
+@pytest.mark.parametrize("limits, words", [
+    ({"cpus": "0-3", "memory_bytes": 512 * MIB}, "leaves no headroom over the slice's current use %d" % GIB),
+    ({"cpus": "0-1", "memory_bytes": 8 * GIB}, "narrows AllowedCPUs=0-3: it leaves out CPUs 2-3"),
+], ids=["headroom", "narrowing"])
+def test_a_hold_bound_again_into_its_running_slice_never_takes_from_its_workload(node, limits, words):
+    # admitted once, and still held to the never-kill rules: a bind into a running slice is retried until
+    # its workload leaves it room, and the slice keeps what it has meanwhile
+    write_memory(node, 16 * GIB)
+    node.run(1, [hold("a1", GPU_A, limits={"cpus": "0-3", "memory_bytes": 8 * GIB})])
+    run_workload(node, memory_current=GIB)
+    node.run(2, [])
+    before = slice_record(node)
+    result = node.run(3, [hold("a1", GPU_B, limits=limits)])
+    assert failures(result) == {}
+    assert result.section["state"] == "PROGRESSING"
+    assert words in result.section["message"]
+    assert slice_record(node) == before
+    assert not node.exists("/etc/cdi/bcd-a1.json") and not node.exists("/run/bcd/allocations/a1.env")
+    run_workload(node, populated=False)  # the workload exits: the same input binds
+    done = node.run(3, [hold("a1", GPU_B, limits=limits)])
+    assert done.section["state"] == "CONVERGED"
+    assert spec_devices(node, "a1") == ["GPU-5f1c2a90-0000-4000-8000-000000000002"]
+
+
 # --- 4. changed is true whenever the pass changed the node ----------------------------------------------------------
 
 
