@@ -171,7 +171,9 @@ attributes:
 notes:
   - A run that cannot write a file (a full disk, a refused helper operation) leaves
     RV(section.state=PROGRESSING), journals no event for that hold and fails the task, so C(until)
-    retries work; the next run finishes the work.
+    retries work; the next run finishes the work. Its C(changed) says whether it changed the node all the same
+    (a release whose spec went and whose env file could not). A bind whose spec cannot be written removes the env
+    file it wrote.
   - Run as root, or as an ordinary user beside the root helper (O(helper_socket)). A run without root and
     without a helper refuses every new hold with V(node-unprivileged), advertises none of the capabilities
     that need root, and writes nothing.
@@ -262,7 +264,8 @@ plan:
         V(bind), V(rebind) (a wanted hold whose spec is damaged: set aside and written again),
         V(release), V(finish-release), V(rerender), V(write-env), V(report-bound), V(refuse),
         V(create-slice), V(apply-slice), V(stop-slice), V(keep-slice) (shown, changes nothing: a slice
-        whose hold is gone still runs a workload); for Kubernetes holds V(release-kube), V(withdraw),
+        whose hold is gone still runs a workload), V(remove-env) (an env file no spec, report or release stands
+        behind, which a bind that never finished left); for Kubernetes holds V(release-kube), V(withdraw),
         V(report-release), V(drop-release), V(take-back-release) (a pending release the input takes
         back while pods still hold old devices), V(quarantine-releases) and V(clear-marker).
       type: str

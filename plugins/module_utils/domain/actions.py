@@ -13,7 +13,8 @@ which does root's work (node files and slices, here or through the root helper:
 ``state/store.py``). The order within each action is what keeps a
 crash harmless (see docs/architecture.md):
 
-* a bind creates its slice, writes its files, then journals ``AllocationBound``;
+* a bind creates its slice, writes its files, then journals ``AllocationBound``
+  (one whose spec cannot be written removes the env file it wrote);
 * a release is recorded first, then its files go, then ``AllocationReleased``
   is journaled (which settles the record), and only then is an empty slice
   stopped;
@@ -30,7 +31,7 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_text
 
@@ -255,6 +256,25 @@ class Bind(Action):
         self.write_files(writer)
         state.report(self.event, self.limits)
 
+    def write_files(self, writer: Any) -> None:
+        """The hold's files in order (the env file before the spec, which makes the hold live). A bind whose
+        spec is not written removes the env file it wrote: an env file never outlives a bind that did not
+        finish, naming devices no live spec holds (a pass that died in between leaves it to the next pass,
+        which removes it: ``RemoveEnv``)."""
+        written = []  # type: List[FileChange]
+        try:
+            for change in self.node_files():
+                change.apply(writer, self.allocation_id)
+                if isinstance(change, FileChange) and change.kind == "allocation-env" and change.after is not None:
+                    written.append(change)
+        except Exception:
+            for change in written:
+                try:
+                    writer.remove_node_file(change.kind, self.allocation_id)
+                except (OSError, BcdError):  # left for the next pass, which finds it without a live spec
+                    pass
+            raise
+
 
 @record(frozen=True, eq=False)
 class Rebind(Bind):
@@ -341,6 +361,23 @@ class WriteEnv(RewriteFile):
     """A kept hold's env file, when missing (``/run`` is tmpfs) or out of date."""
 
     kind: ClassVar[str] = "write-env"
+
+
+@record(frozen=True, eq=False)
+class RemoveEnv(Action):
+    """An env file with no live spec, no record of a hold and no bind of this pass behind it (a bind that never
+    finished: the pass died between its env file and its spec), removed before anything is bound: its GPUs
+    count as claimed until it is gone, so no other allocation's env file names them beside it."""
+
+    kind: ClassVar[str] = "remove-env"
+
+    files: Tuple[FileChange, ...]
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def apply(self, writer: Any, state: Any) -> None:
+        self.write_files(writer)
 
 
 @record(frozen=True, eq=False)

@@ -15,8 +15,9 @@ executes exactly it. ``plan_pass`` runs the phases of a pass in this order
 2. holds no longer wanted are released (before any bind, so a GPU can move
    between allocations in one generation); a released hold's slice is
    stopped once empty; a Kubernetes hold is recorded and withdrawn, and
-   reported once free; then slices of holds gone earlier are stopped once
-   empty;
+   reported once free; env files a bind that never finished left (no spec,
+   report or release behind them) are removed, their GPUs claimed until
+   then; then slices of holds gone earlier are stopped once empty;
 3. holds still wanted are kept: a missing slice is created again (after a
    reboot), a changed rendering is written again, a missing env file
    rewritten, a hold never reported is reported;
@@ -47,6 +48,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
     Rebind,
     Refuse,
     Release,
+    RemoveEnv,
     ReportBound,
     Rerender,
     RewriteFile,
@@ -96,7 +98,12 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, RELEASING, SLICE, Claims
-from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import (
+    UNREADABLE_RELEASES,
+    conflicts,
+    env_file_atoms,
+    env_file_claim,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.decisions import Decided, Pass, Refusal
 from ansible_collections.bcd.devices.plugins.module_utils.domain.diffs import plan_diffs
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_FAILED
@@ -393,6 +400,7 @@ def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
     # 2. holds no longer wanted (those the phases above settled are no longer live)
     released += _release_unwanted(ctx, _live(observed, released), set(owner for owner, _a, _b in released.releasing))
     released += _bound_again(ctx, set(owner for owner, _a, _b in released.releasing))
+    released += _remove_stale_env(ctx)
     live = _live(observed, released)
     claims, seen = _claims(ctx, live, released)
     # 3. holds still wanted; 4. new holds
@@ -512,6 +520,39 @@ def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: Set[str]) -> Decide
                                                     "its spec is gone"),))
         decided += _releasing(observed, allocation_id, device_ids)
     return decided
+
+
+def _stale_env_files(observed: Observed) -> Dict[str, bytes]:
+    """Env files no hold stands behind: of an allocation without a spec in /etc/cdi (a damaged one counts as
+    a spec), never reported bound, with no release unfinished or pending. Only a bind that never finished
+    leaves one: its env file was written, and the pass died before its spec (on a fresh node, before there
+    was an /etc/cdi). A hold the node reported is never among them, whether /etc/cdi is there or not; one
+    written and not yet reported whose spec comes back gets its env file again (``_keep_files``)."""
+    ledger, pending = observed.ledger, observed.releases.pending
+    return dict((allocation_id, content) for allocation_id, content in observed.env_files.items()
+                if content is not None and allocation_id not in observed.live and allocation_id not in ledger.bound
+                and allocation_id not in ledger.unfinished_releases and allocation_id not in pending)
+
+
+def _remove_stale_env(ctx: Pass) -> Decided:
+    """2. Env files a bind that never finished left (``_stale_env_files``), removed before anything is bound,
+    also where the allocation is bound again in this pass (its bind writes its env file anew): the GPUs such
+    a file names in ``NVIDIA_VISIBLE_DEVICES`` are claimed until it is gone, as the root helper claims them
+    (``conflicts.env_file_claim``), so a bind that takes one of them waits for the removal, and no two env
+    files ever name one GPU for two allocations."""
+    observed, decided = ctx.observed, []  # type: Observed, List[Decided]
+    stale = _stale_env_files(observed)
+    for number, allocation_id in enumerate(sorted(stale)):
+        path = env_file_path(allocation_id)
+        text = "remove %s: %s has no live spec (a bind that never finished)" % (path, allocation_id)
+        if not observed.privileged:
+            decided.append(_needs_root(text))
+            continue
+        atoms = env_file_claim(env_file_atoms(stale[allocation_id]), number)
+        decided.append(Decided(
+            actions=(RemoveEnv(allocation_id, text, (FileChange("allocation-env", path, stale[allocation_id], None),)),),
+            releasing=((allocation_id, tuple(atoms), None),)))
+    return Decided.join(decided)
 
 
 def _aside(observed: Observed, hold: Any) -> SpecAside:
@@ -923,8 +964,9 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
         body = event["body"] if event is not None else {}
         request = hold_request(assignment, generation, observed.runtimes)
         # the env file first: the spec makes the hold live, so a hold is never live without its env file
+        stale = allocation_id in _stale_env_files(observed)  # removed before the binds (_remove_stale_env)
         files = [FileChange("allocation-env", env_file_path(allocation_id),
-                            observed.env_files.get(allocation_id), env, request),
+                            None if stale else observed.env_files.get(allocation_id), env, request),
                  FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request)]  # type: List[Union[FileChange, SpecAside]]
         text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
                                           body["cdi_spec_path"], body["env_file"])

@@ -132,8 +132,10 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
             for allocation_id, hold in live.items()):  # a Kubernetes hold goes, or moves to other devices
         kube = host.kube_side().look(host.inventory())
     env_files = {}
+    # a reported hold whose spec is gone: its env file goes with its release; an env file of an allocation the
+    # node knows nothing of: a bind that never finished left it (planner._stale_env_files)
     for allocation_id in set(live) | set(ledger.unfinished_releases) | wanted_ids | set(releases.pending) | \
-            set(ledger.bound):  # a reported hold whose spec is gone: its env file goes with its release
+            set(ledger.bound) | set(host.env_file_ids()):
         try:
             env_files[allocation_id] = host.read(env_file_path(allocation_id))
         except OSError:  # a directory in its place: planned as missing; writing it fails for that hold alone

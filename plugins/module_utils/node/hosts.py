@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import errno
+import itertools
 import os
 import shutil
 import socket
@@ -32,7 +33,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsE
 from ansible_collections.bcd.devices.plugins.module_utils.node.memory import read_host_memory
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
 from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
-from ansible_collections.bcd.devices.plugins.module_utils.node.writers import DirectWriter, HelperWriter
+from ansible_collections.bcd.devices.plugins.module_utils.node.writers import NODE_FILE_NAMES, SCAN_LIMIT, DirectWriter, HelperWriter
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # The largest hold a pass writes (1024 atoms, NVIDIA's edits on each) is some 300 KiB; parsing 2 MiB of
@@ -91,6 +92,22 @@ class Host(abc.ABC):
             if content is not None:
                 found[match.group(1)] = (node_path, content)
         return found
+
+    def env_file_ids(self, limit=SCAN_LIMIT):
+        """The allocation ids of the env files in /run/bcd/allocations, sorted (at most ``limit`` entries of
+        the directory looked at: a node's own env files are far fewer). A pass reads those of allocations it
+        knows nothing of: an env file a bind that never finished left (``planner._stale_env_files``)."""
+        directory, pattern = NODE_FILE_NAMES["allocation-env"]
+        found = []
+        try:
+            with os.scandir(self.path(directory)) as entries:
+                for entry in itertools.islice(entries, limit):
+                    match = pattern.fullmatch(entry.name)
+                    if match:
+                        found.append(match.group(1))
+        except OSError:  # none there, or not readable: nothing found is removed
+            pass
+        return sorted(found)
 
     def damaged_specs(self):
         """Node paths of the damaged specs set aside in /etc/cdi, oldest name first."""

@@ -129,6 +129,34 @@ def test_a_journal_that_cannot_be_written_is_a_retryable_error_after_the_files()
     assert errors == ["cannot journal this pass's events: cannot journal: disk full"]
 
 
+def env_first(allocation_id):
+    """A bind's files as the planner orders them: the env file, then the spec that makes the hold live."""
+    return tuple(reversed(files(allocation_id)))
+
+
+def test_a_bind_whose_spec_cannot_be_written_removes_the_env_file_it_wrote():
+    node = Recorder(fail=[("write", "cdi", "a1")])
+    step = Bind("a1", "bind a1", env_first("a1"), event("AllocationBound", "a1"), (GPU,), 2, None)
+    done, errors, changed = apply_plan(plan(step), node, node)
+    assert done == [] and errors == ["a1: cannot write /cdi/a1: Read-only file system"]
+    assert node.calls[2:] == [("write", "allocation-env", "a1"), ("write", "cdi", "a1"),
+                              ("remove", "allocation-env", "a1"), ("flush",), ("journal",)]
+    assert changed is True  # an env file was written (and removed): the node was touched
+
+
+def test_changed_counts_what_a_failed_step_did_before_it_failed():
+    # the release removed the spec, then its env file could not be removed: the node changed all the same
+    node = Recorder(fail=[("remove", "allocation-env", "old")])
+    done, errors, changed = apply_plan(plan(release("old")), node, node)
+    assert done == [] and errors == ["old: cannot remove /allocation-env/old: Read-only file system"]
+    assert ("remove", "cdi", "old") in node.calls and changed is True
+    # a step that failed at its first call changed nothing
+    node = Recorder(fail=[("write", "allocation-env", "a1")])
+    step = Bind("a1", "bind a1", env_first("a1"), event("AllocationBound", "a1"), (GPU,), 2, None)
+    done, errors, changed = apply_plan(plan(step), node, node)
+    assert done == [] and changed is False
+
+
 def test_a_step_is_a_frozen_value_carrying_only_its_own_fields():
     step = bind("a1", needs=["old"])
     with pytest.raises(records.FrozenInstanceError):

@@ -188,6 +188,107 @@ def test_a_hold_bound_again_into_its_running_slice_never_takes_from_its_workload
     assert spec_devices(node, "a1") == ["GPU-5f1c2a90-0000-4000-8000-000000000002"]
 
 
+# --- 2. an env file whose bind did not finish --------------------------------------------------------------------
+
+
+def failing_spec_write(monkeypatch, exc=None):
+    real = DirectWriter.write_node_file
+
+    def write(self, kind, allocation_id, content, hold=None):
+        if kind == "cdi":
+            raise exc if exc is not None else OSError(errno.ENOSPC, "No space left on device")
+        return real(self, kind, allocation_id, content, hold)
+
+    monkeypatch.setattr(DirectWriter, "write_node_file", write)
+
+
+def test_a_bind_whose_spec_cannot_be_written_removes_its_env_file(node, monkeypatch):
+    failing_spec_write(monkeypatch)
+    failed = node.run(1, [hold("a1", GPU_A)])
+    assert failed.section["state"] == "PROGRESSING"
+    assert "No space left on device" in failed.section["message"]
+    assert not node.exists("/run/bcd/allocations/a1.env")  # was: left naming GPU_A for good
+    assert not node.exists("/etc/cdi/bcd-a1.json")
+    monkeypatch.undo()
+    dropped = node.run(2, [hold("a2", GPU_A)])  # the allocation is dropped; another takes its GPU
+    assert dropped.section["state"] == "CONVERGED"
+    assert env_names(node) == {"a2.env": GPU_A}
+    assert [e[:2] for e in events(node)] == [("AllocationBound", "a2")]
+
+
+class Died(BaseException):
+    """The pass dies (killed, the machine stops) between two writes."""
+
+
+def test_a_pass_removes_the_env_file_a_pass_that_died_mid_bind_left(node, monkeypatch):
+    failing_spec_write(monkeypatch, Died())
+    with pytest.raises(Died):
+        node.run(1, [hold("a1", GPU_A)])
+    monkeypatch.undo()
+    assert env_names(node) == {"a1.env": GPU_A}  # what the dead pass left: an env file, no spec
+    checked = node.run(2, [hold("a2", GPU_A)], check_mode=True)
+    assert checked.changed is True
+    result = node.run(2, [hold("a2", GPU_A)])
+    assert steps(result) == steps(checked) == [("remove-env", "a1"), ("bind", "a2")]
+    assert result.plan.actions[0].text == (
+        "remove /run/bcd/allocations/a1.env: a1 has no live spec (a bind that never finished)")
+    assert result.plan.actions[1].needs == ("a1",)  # its GPU is a1's until the file is gone
+    assert result.changed is True and result.section["state"] == "CONVERGED"
+    assert env_names(node) == {"a2.env": GPU_A}  # was: a1.env and a2.env both naming GPU_A, CONVERGED, unchanged
+    assert [e[:2] for e in events(node)] == [("AllocationBound", "a2")]  # a1 was never reported: nothing to report
+    assert node.run(2, [hold("a2", GPU_A)]).changed is False
+
+
+def test_a_stale_env_file_that_cannot_be_removed_holds_up_the_bind_on_its_gpu(node, monkeypatch):
+    failing_spec_write(monkeypatch, Died())
+    with pytest.raises(Died):
+        node.run(1, [hold("a1", GPU_A)])
+    monkeypatch.undo()
+    real = DirectWriter.remove_node_file
+
+    def busy(self, kind, allocation_id):
+        if allocation_id == "a1":
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        return real(self, kind, allocation_id)
+
+    monkeypatch.setattr(DirectWriter, "remove_node_file", busy)
+    result = node.run(2, [hold("a2", GPU_A), hold("a3", GPU_B)])
+    assert result.section["state"] == "PROGRESSING"
+    assert "a2: waits for the release of a1" in result.section["message"]
+    assert env_names(node) == {"a1.env": GPU_A, "a3.env": GPU_B}  # never two env files naming one GPU
+    monkeypatch.undo()
+    done = node.run(2, [hold("a2", GPU_A), hold("a3", GPU_B)])
+    assert done.section["state"] == "CONVERGED"
+    assert env_names(node) == {"a2.env": GPU_A, "a3.env": GPU_B}
+
+
+def test_through_the_root_helper_the_stale_env_file_goes_before_the_bind_root_checks(node, helper_for, monkeypatch):  # noqa: F811  # pylint: disable=redefined-outer-name
+    # root refuses a whole-GPU hold where another allocation's env file without a spec names the GPU: the stale
+    # file kept the GPU from every other allocation, every pass PROGRESSING; removed first, a2 binds
+    failing_spec_write(monkeypatch, Died())
+    with pytest.raises(Died):
+        node.run(1, [hold("a1", GPU_A)])
+    monkeypatch.undo()
+    socket_path = helper_for(node)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the pass runs as the account, root's writes through the helper
+    host = FakeHwHost(node.root, node.fakehw, writer=HelperWriter(HelperClient(socket_path)))
+    result = run_pass(host, 2, [hold("a2", GPU_A)], state_dir=node.state_dir, lock_timeout=5)
+    assert result.errors == [] and result.section["state"] == "CONVERGED"
+    assert steps(result) == [("remove-env", "a1"), ("bind", "a2")]
+    assert env_names(node) == {"a2.env": GPU_A}
+
+
+def test_an_env_file_left_by_a_dead_bind_of_a_still_wanted_hold_is_written_by_its_bind(node, monkeypatch):
+    failing_spec_write(monkeypatch, Died())
+    with pytest.raises(Died):
+        node.run(1, [hold("a1", GPU_A)])
+    monkeypatch.undo()
+    result = node.run(1, [hold("a1", GPU_A)])
+    assert result.section["state"] == "CONVERGED"
+    assert env_names(node) == {"a1.env": GPU_A} and spec_devices(node, "a1") is not None
+    assert [e[:2] for e in events(node)] == [("AllocationBound", "a1")]
+
+
 # --- 4. changed is true whenever the pass changed the node ----------------------------------------------------------
 
 
