@@ -49,6 +49,10 @@ options:
         O(instances) differ, the task fails before anything is written -
         C(generation 3 was already applied with a different devices section; raise generation, or leave it out to let the node number its inputs)
         (C(instances section) when only the instances differ, C(devices and instances sections) when both do).
+      - A generation whose pass was left RV(section.state=PROGRESSING) may be sent a fixed input, but not one
+        that sends an allocation refused at it with another assignment (the refusal would judge it); the task
+        fails the same way, before anything is written -
+        C(generation 2 refused a1 for the assignment it was sent then, and a refusal is final at its generation ...).
       - A generation older than the last one the node finished is refused.
     type: int
   devices:

@@ -9,7 +9,9 @@ are. A person writing a playbook does not raise a number with every edit, so an 
 generation is numbered by the node: the stored input's generation when the devices and instances are
 the same (the same input: nothing new to do), else one more. Given, a generation the node already
 applied with another input is refused before anything is written: the fixed input would otherwise be
-judged by the refusals of the input it replaces."""
+judged by the refusals of the input it replaces. A generation left ``PROGRESSING`` is not finished and
+takes a fixed input, but not one that sends an allocation refused at it with another assignment, for the
+same reason."""
 
 from __future__ import annotations
 
@@ -62,12 +64,37 @@ def differing_sections(stored, devices, instances):
     return differ
 
 
-def pass_generation(given, stored, observed, devices, instances):
+def _by_allocation(devices):
+    """``{allocation_id: [each entry of it, as the pass reads it]}`` of a devices section (an id sent twice
+    has both entries, in order; an entry without a string id is left out)."""
+    found = {}  # type: dict
+    for raw, meant in zip(devices if isinstance(devices, list) else [], _meaning(devices)):
+        allocation_id = raw.get("allocation_id") if isinstance(raw, dict) else None
+        if isinstance(allocation_id, str):
+            found.setdefault(allocation_id, []).append(meant)
+    return found
+
+
+def changed_refusals(stored_devices, devices, refused):
+    """The allocations of ``refused`` (refused at the stored input's generation) that ``devices`` sends with an
+    assignment other than the one the stored input had, which is the one the refusal judged (or that the
+    stored input no longer had), sorted; an allocation ``devices`` leaves out is no change to judge."""
+    if not refused:
+        return []
+    before, now = _by_allocation(stored_devices), _by_allocation(devices)
+    return sorted(allocation_id for allocation_id in set(refused)
+                  if allocation_id in now and not _same(before.get(allocation_id), now[allocation_id]))
+
+
+def pass_generation(given, stored, observed, devices, instances, refused=()):
     """The generation of a pass over ``devices``/``instances``: ``given`` when it is not None, else the
     node's numbering. ``stored`` is the stored input ``(generation, devices, instances, cdi_runtimes)`` or
-    None, ``observed`` the ledger's observed generation or None. ``GenerationConflict`` for a ``given``
-    generation equal to the stored one, which the node finished (observed), with another input; a pass
-    left ``PROGRESSING`` at it may still be sent its fixed input."""
+    None, ``observed`` the ledger's observed generation or None, ``refused`` the allocations refused at
+    ``given`` (the ledger's). ``GenerationConflict`` for a ``given`` generation equal to the stored one,
+    which the node finished (observed), with another input; a pass left ``PROGRESSING`` at it may still be
+    sent its fixed input, but not one that sends an allocation refused at it with another assignment: a
+    refusal is final at its generation, and the fixed assignment would be judged by it (given the refusal
+    of a device it no longer asks for)."""
     differ = differing_sections(stored, devices, instances)
     if given is not None:
         if stored is not None and given == stored[0] == observed and differ:
@@ -75,8 +102,24 @@ def pass_generation(given, stored, observed, devices, instances):
             raise GenerationConflict(
                 "generation %d was already applied with a different %s; raise generation, or leave it out to let "
                 "the node number its inputs" % (given, sections))
+        changed = changed_refusals(stored[1], devices, refused) if stored is not None and given == stored[0] \
+            and "devices" in differ else []
+        if changed:
+            raise GenerationConflict(
+                "generation %d refused %s for the assignment%s it was sent then, and a refusal is final at its "
+                "generation: %s sent with another assignment would be judged by it; raise generation, or leave it "
+                "out to let the node number its inputs" % (
+                    given, _listed(changed), "s" if len(changed) > 1 else "", _listed(changed)))
         return given
     base = max(stored[0] if stored is not None else 0, observed or 0)
     if not differ and stored is not None and stored[0] >= (observed or 0):
         return base
     return base + 1
+
+
+def _listed(names, shown=8):
+    """``a1``, ``a1 and a2``, ``a1, a2 and a3``; past ``shown`` names, the count of the rest."""
+    names = list(names)
+    if len(names) > shown:
+        names = names[:shown] + ["%d more" % (len(names) - shown)]
+    return names[0] if len(names) == 1 else "%s and %s" % (", ".join(names[:-1]), names[-1])

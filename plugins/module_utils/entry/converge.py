@@ -270,7 +270,7 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
         except StateFileError:  # unreadable: replaced by this pass's input; a generation is new to it
             stored = None
         state.load(write=False)  # numbered (or refused) before anything is written, the journal's catch-up too
-        generation = _numbered(generation, stored, state.ledger.observed_generation, devices, instances)
+        generation = _numbered(generation, stored, state.ledger, devices, instances)
         if writes:
             state.load(write=True)
         ledger = state.ledger
@@ -334,9 +334,11 @@ def shown_events(before, after):
     return older[:OLDER_EVENTS_SHOWN] + new, max(0, len(older) - OLDER_EVENTS_SHOWN)
 
 
-def _numbered(generation, stored, observed, devices, instances):
+def _numbered(generation, stored, ledger, devices, instances):
+    refused = [] if generation is None else [allocation_id for allocation_id in ledger.failures
+                                             if ledger.refused_at(allocation_id) == generation]
     try:
-        generation = pass_generation(generation, stored, observed, devices, instances)
+        generation = pass_generation(generation, stored, ledger.observed_generation, devices, instances, refused)
     except GenerationConflict as exc:
         raise PassError(str(exc))
     _check_generation(generation)

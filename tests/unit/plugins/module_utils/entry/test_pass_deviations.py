@@ -289,6 +289,72 @@ def test_an_env_file_left_by_a_dead_bind_of_a_still_wanted_hold_is_written_by_it
     assert [e[:2] for e in events(node)] == [("AllocationBound", "a1")]
 
 
+# --- 3. a fixed input at a generation left PROGRESSING --------------------------------------------------------
+
+
+def full_for(monkeypatch, allocation_id):
+    """/etc/cdi has no room for ``allocation_id``'s spec: its bind fails, retryable, and the pass stays
+    PROGRESSING (its generation unfinished)."""
+    real = DirectWriter.write_node_file
+
+    def full(self, kind, allocation, content, hold=None):
+        if allocation == allocation_id and kind == "cdi":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, kind, allocation, content, hold)
+
+    monkeypatch.setattr(DirectWriter, "write_node_file", full)
+
+
+REFUSED = {"a1": ("overlap", "%s is assigned to a0" % GPU_B)}
+
+
+def test_a_fixed_input_at_an_unfinished_generation_never_gets_the_refusal_of_the_input_it_replaces(node, monkeypatch):
+    node.run(1, [hold("a0", GPU_B)])
+    full_for(monkeypatch, "a2")
+    first = node.run(2, [hold("a0", GPU_B), hold("a1", GPU_B), hold("a2", GPU_A)])
+    assert first.section["state"] == "PROGRESSING"  # generation 2 is not finished
+    assert failures(first) == REFUSED
+    # the same input may be sent again at 2 (the retry timer does): its refusal stands, final
+    again = node.run(2, [hold("a0", GPU_B), hold("a1", GPU_B), hold("a2", GPU_A)])
+    assert failures(again) == REFUSED and again.section["state"] == "PROGRESSING"
+    before = node.listing()
+    # a1 now asks for the free GPU_C: was refused "GPU_B is assigned to a0" word for word, never checked
+    for check_mode in (True, False):
+        with pytest.raises(PassError) as caught:
+            node.run(2, [hold("a0", GPU_B), hold("a1", GPU_C), hold("a2", GPU_A)], check_mode=check_mode)
+        assert str(caught.value) == (
+            "generation 2 refused a1 for the assignment it was sent then, and a refusal is final at its generation: "
+            "a1 sent with another assignment would be judged by it; raise generation, or leave it out to let the "
+            "node number its inputs")
+    assert node.listing() == before
+    monkeypatch.undo()
+    raised = node.run(3, [hold("a0", GPU_B), hold("a1", GPU_C), hold("a2", GPU_A)])
+    assert failures(raised) == {} and raised.section["state"] == "CONVERGED"
+    assert spec_devices(node, "a1") is not None
+
+
+def test_a_fixed_input_at_an_unfinished_generation_that_keeps_its_refusals_is_taken(node, monkeypatch):
+    node.run(1, [hold("a0", GPU_B)])
+    full_for(monkeypatch, "a2")
+    first = node.run(2, [hold("a0", GPU_B), hold("a1", GPU_B), hold("a2", GPU_A)])
+    assert first.section["state"] == "PROGRESSING"
+    monkeypatch.undo()
+    # a2 fixed (another GPU), a1 sent as it was refused: the docs' fixed input at an unfinished generation
+    fixed = node.run(2, [hold("a0", GPU_B), hold("a1", GPU_B), hold("a2", GPU_C)])
+    assert failures(fixed) == REFUSED and fixed.section["state"] == "FAILED"
+    assert spec_devices(node, "a2") is not None
+    assert events(node, "AllocationFailed") == [("AllocationFailed", "a1", 2, None)]  # once a generation
+
+
+def test_a_fixed_input_at_an_unfinished_generation_that_drops_the_refused_allocation_is_taken(node, monkeypatch):
+    node.run(1, [hold("a0", GPU_B)])
+    full_for(monkeypatch, "a2")
+    node.run(2, [hold("a0", GPU_B), hold("a1", GPU_B), hold("a2", GPU_A)])
+    monkeypatch.undo()
+    fixed = node.run(2, [hold("a0", GPU_B), hold("a2", GPU_A)])
+    assert failures(fixed) == {} and fixed.section["state"] == "CONVERGED"
+
+
 # --- 4. changed is true whenever the pass changed the node ----------------------------------------------------------
 
 
