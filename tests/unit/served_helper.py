@@ -10,20 +10,22 @@ from __future__ import annotations
 import socket
 import threading
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import LogLimit, Policy, listen, serve
 
 
 class ServedHelper(object):
-    """``serve`` for ``host`` on ``socket_path`` in a daemon thread until ``close``: the peers it
-    allows are ``users`` (besides root), what it creates is limited by ``limiter`` (a
-    ``RateLimit``), and what it logs is in ``log``."""
+    """``serve`` for ``host`` (a host, or a ``NodeView`` of one) on ``socket_path`` in a daemon thread
+    until ``close``: the peers it allows are ``users`` (besides root), what they ask for is limited by
+    ``limiter`` (``RateLimits`` or a ``RateLimit``; serve's own by default), and what it logs is in
+    ``log``, limited by a ``LogLimit`` on ``log_clock`` (serve's own, on the real clock, by default)."""
 
-    def __init__(self, host, socket_path, users=(), limiter=None):
+    def __init__(self, host, socket_path, users=(), limiter=None, log_clock=None):
         self.socket = socket_path
         self.log = []
         self.server = listen(self.socket, list(users))
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=serve, args=(host, self.server, Policy(users), self.log.append, self.stop),
+        lines = self.log.append if log_clock is None else LogLimit(self.log.append, clock=log_clock)
+        self.thread = threading.Thread(target=serve, args=(host, self.server, Policy(users), lines, self.stop),
                                        kwargs={"limiter": limiter})
         self.thread.daemon = True
         self.thread.start()

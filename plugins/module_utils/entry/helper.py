@@ -31,11 +31,15 @@ Only the allowed peers are served (``SO_PEERCRED``), at most ``MAX_CONNECTIONS``
 once, each within ``REQUEST_DEADLINE`` seconds and ``MAX_REQUEST`` bytes; whatever a
 peer sends gets an answer, and nothing a peer does stops the helper.
 
-What root creates is bounded (docs/security.md, "Quotas on what root creates"): a
-fresh hold spec or env file only while the node has fewer than ``MAX_HOLD_FILES`` of
-its kind, and each peer other than root may ask for ``RATED_OPS`` at most
-``RATE_PER_SECOND`` a second after a burst of ``RATE_BURST`` (``RateLimit``); both
-refusals name their numbers, and a pass retries them like any failed write.
+What root keeps and what it does are bounded (docs/security.md, "Quotas on what root
+creates"), in the module's own units (``domain/assignment.py``): a fresh hold spec or env
+file only while the node has fewer than ``MAX_HOLD_FILES`` of its kind; a hold's atoms
+(``MAX_DEVICES``, as the module parses it) and those of all holds (``MAX_ATOMS``); a spec's
+bytes (``MAX_HOLD_SPEC_BYTES``, what a pass reads back) and the env files' (``MAX_ENV_BYTES``,
+a devices section's). Each peer other than root gets a token bucket for every operation
+(``RATE_CLASSES``, ``RateLimits``); the node's hardware is read once per ``VIEW_SECONDS``,
+not once a request (``NodeView``); a peer's log lines are limited, what was dropped counted
+(``LogLimit``). Every refusal names its numbers, and a pass retries them like any failed write.
 ``node.helper_client.HelperClient`` is the other end.
 """
 
@@ -59,6 +63,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     BINDING_HOLD,
     BINDING_KUBERNETES,
     MAX_ASSIGNMENTS,
+    MAX_ATOMS,
+    MAX_SECTION_BYTES,
     InvalidAssignment,
     parse_hold_request,
     parse_limits,
@@ -71,7 +77,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     RenderError,
     cdi_spec_path,
     env_atoms,
-    env_file_path,
     read_hold,
     render_hold,
 )
@@ -81,7 +86,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import B
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import read_spec
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import MAX_HOLD_SPEC_BYTES, read_spec
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
@@ -107,22 +113,57 @@ OPS = {
     "slice.stop": ("allocation_id",),
     "kube.look": (),
 }
-# Quotas on what root creates (docs/security.md). A node may have at most MAX_ASSIGNMENTS holds: a pass
-# honours no more entries of a devices section than that and releases what is no longer wanted before it
-# binds, so no pass ever leaves more specs in /etc/cdi, or env files, than that. The node's atoms bound
-# it no tighter: a slot is bookkeeping (any s<N> of a listed GPU is held), so one GPU has as many atoms as
-# holds ask for. Overwriting a hold's file is always allowed; a fresh one past the quota is refused.
+# Quotas on what root creates (docs/security.md), the module's bounds on a devices section
+# (domain/assignment.py) applied to what is on the node, so root keeps no more than the largest section
+# a pass honours would make it keep:
+# - holds: at most MAX_ASSIGNMENTS specs, and as many env files. A pass honours no more entries than that
+#   and releases what is no longer wanted before it binds. Overwriting a hold's file is always allowed; a
+#   fresh one past the quota is refused.
+# - atoms: MAX_DEVICES a hold (the request is parsed as the module parses an entry) and MAX_ATOMS over all
+#   holds, this one's replacing what its own files name. Slots are bookkeeping (any s<N> of a listed GPU
+#   is held), so the node's GPUs bound the atoms no tighter; this does. A spec's bytes are the vendor
+#   spec's edits (root's own data) once a spec and once an atom, and ids bounded per atom, so the atoms
+#   bound the specs' bytes as they bound a section's: 13 MiB for the largest section with toolkit 1.17.8's
+#   spec (512 holds of 8 slots), against 60 MiB of 47 424 atoms before.
+# - bytes: a spec at most MAX_HOLD_SPEC_BYTES, what a pass reads back (past it, a spec reads as damaged);
+#   the env files, which carry the account's text (its env lines), at most MAX_SECTION_BYTES in all: an
+#   env file is never larger than its entry as the module counts a section (section_size), so a section
+#   the module accepts never fills it.
 MAX_HOLD_FILES = MAX_ASSIGNMENTS
-# The operations that create or change what root keeps (files in /etc/cdi and /run, slices), limited per
-# peer uid by a token bucket. The burst is a whole pass of the most holds there are, each set aside,
-# written (spec and env file) and given a slice: four requests a hold, so no pass is limited into failing;
-# the rate refills a whole burst in about four minutes. Removing and stopping are never limited: they
-# only shrink what root keeps. Root is not limited: it can write /etc/cdi without the helper.
+MAX_ENV_BYTES = MAX_SECTION_BYTES
+# Every operation, limited per peer uid by a token bucket of its class (RateLimits); root is not limited
+# (it can write /etc/cdi without the helper). A refused request costs a reply and nothing else.
+# - writes (what creates or changes what root keeps): a burst of a whole pass of the most holds there
+#   are, each set aside, written (spec and env file) and given a slice, four requests a hold, so no pass
+#   is limited into failing; then 16 a second (a whole burst again in about two minutes).
+# - releases (hold.remove, slice.stop): a bucket of their own, so that a pass releasing every hold (a spec,
+#   an env file and a slice each: 1 536 requests) is never starved by writes, and generous: 2 048 at once,
+#   then 32 a second. They only shrink what root keeps, but each costs root a look at the node
+#   (slice.stop: systemd's view of the slice).
+# - looks (kube.look): a pass asks once; 32 at once, then 2 a second. The answer comes from the node's
+#   view (NodeView), read at most once a VIEW_SECONDS whoever asks.
+# A malformed request or an unknown op is in no class: it is refused before the node is touched, costs
+# the parse of one bounded line (MAX_REQUEST, MAX_CONNECTIONS at once) and is not logged.
 RATED_OPS = ("hold.write", "hold.set_aside", "slice.apply")
 RATE_BURST = 4 * MAX_ASSIGNMENTS
 RATE_PER_SECOND = 16.0
+RELEASE_OPS = ("hold.remove", "slice.stop")
+RELEASE_BURST = 4 * MAX_ASSIGNMENTS
+RELEASE_PER_SECOND = 32.0
+LOOK_OPS = ("kube.look",)
+LOOK_BURST = 32
+LOOK_PER_SECOND = 2.0
+RATE_CLASSES = ((RATED_OPS, RATE_BURST, RATE_PER_SECOND), (RELEASE_OPS, RELEASE_BURST, RELEASE_PER_SECOND),
+                (LOOK_OPS, LOOK_BURST, LOOK_PER_SECOND))
 RATE_PEERS = 4096  # buckets kept; beyond it, those of peers that have waited long enough to be full go
 RATE_LOG_EVERY = 60.0  # seconds: a limited peer is logged once in this long, not once a refusal
+# How long root's reading of the node's hardware (GPUs, VMs, the kubelet's pods) serves requests: NodeView.
+VIEW_SECONDS = 1.0
+# A peer's log lines: a whole pass of the most holds logs every line (four a hold), then 4 a second; what
+# is dropped is counted and said once a LOG_WINDOW (LogLimit).
+LOG_BURST = 4 * MAX_ASSIGNMENTS
+LOG_PER_SECOND = 4.0
+LOG_WINDOW = 60.0
 _CREATING = threading.Lock()  # one counted creation at a time: two fresh holds never both take the last place
 _ACCEPT_RETRY = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED, errno.EINTR,
                  errno.EPROTO, errno.EPERM)
@@ -199,8 +240,62 @@ def _shown(value):
     return type_name(value)
 
 
+class NodeView:
+    """Root's reading of the node's hardware, shared by the requests one helper serves: ``fresh`` gives the
+    host a request reads the GPUs (NVML or ``nvidia-smi``, which takes the driver's lock), the running VMs
+    (``virsh``) and, for ``kube.look``, the kubelet's pods through (``kube_view``). It is read anew once it
+    is ``seconds`` old, or at once where the host can tell cheaply that it changed (``Host.view_key``: a
+    fakehw file's times), so a flood of requests costs root one reading a ``VIEW_SECONDS``, not one each.
+
+    Why a view up to a second old is safe for the writes that use it:
+
+    * What decides one GPU, one hold is never from this view: the holds root wrote (the specs, env files
+      and pending releases, ``claims_on_node``) are read for each ``hold.write``, with the count and the
+      write, under one lock; a slice's workload and use are read for each ``slice.apply`` and
+      ``slice.stop`` (never kill, never narrow).
+    * What is from it changes without asking the helper: a VM is started, a MIG layout made, a pod
+      scheduled whenever the host likes. Read fresh, it could change the instant after the read, before the
+      write; a second more only widens a race no reading closes. The pass that sends the request planned
+      from a reading older still (its own, at its start), and the next pass checks the node again.
+    * A stale view errs both ways, neither unsafe: a device that went a moment ago is still resolved (the
+      hold names a device the node lacks, as when it goes after the write: ``holds_info`` reports it
+      missing); one that came a moment ago is refused ``device-missing``, retryable, and the pass retries.
+      A pod that ended a moment ago still holds its device (a release waits longer); one that started a
+      moment ago could be missed, as it could be by a fresh reading taken just before it started.
+
+    ``seconds=0`` reads the node for every request (``handle_request`` given a host, as the fuzzer does)."""
+
+    def __init__(self, host, seconds=VIEW_SECONDS, clock=time.monotonic):
+        self.host, self.seconds, self.clock = host, float(seconds), clock
+        self.readings = 0  # hosts made: how many times the hardware may have been read
+        self._lock = threading.Lock()
+        self._looking = threading.Lock()
+        self._current = None  # (host, when, key)
+        self._kube = None  # (host, view as JSON data)
+
+    def fresh(self):
+        """The host of this interval: a new one (whose hardware is read when first asked for) once the last
+        is ``seconds`` old, or the host's ``view_key`` changed."""
+        with self._lock:
+            now, key = self.clock(), self.host.view_key()
+            current = self._current
+            if current is None or key != current[2] or not 0 <= now - current[1] < self.seconds:
+                current = self._current = (self.host.fresh(), now, key)
+                self.readings += 1
+            return current[0]
+
+    def kube_view(self, host):
+        """What pods hold, as ``kube.look`` answers it: asked of the kubelet once for ``host`` (a host of
+        ``fresh``), by one request while the others of its interval wait for the answer."""
+        with self._looking:
+            if self._kube is None or self._kube[0] is not host:
+                self._kube = (host, view_to_json(host.direct_kube_side().look(host.inventory())))
+            return self._kube[1]
+
+
 def handle_request(host, request):
-    """Carry out one request through ``host`` (whose writer does root's work here).
+    """Carry out one request through ``host`` (whose writer does root's work here): a ``NodeView`` (what a
+    served helper passes), or a host whose hardware is then read for this request alone.
     Returns extra reply fields, or None; raises ``Refused`` with the reason."""
     if not isinstance(request, dict):
         raise Refused("a request must be a JSON object, not %s" % type_name(request))
@@ -210,9 +305,10 @@ def handle_request(host, request):
     unknown = sorted(str(key) for key in request if key != "op" and key not in OPS[op])
     if unknown:
         raise Refused("%s takes no %s" % (op, ", ".join(unknown)))
-    host = host.fresh()  # the node as it is now, not as an earlier request saw it
+    view = host if isinstance(host, NodeView) else NodeView(host, seconds=0)
+    host = view.fresh()  # the node as it is now, or as this interval's reading saw it (NodeView)
     if op == "kube.look":
-        return {"view": view_to_json(host.direct_kube_side().look(host.inventory()))}
+        return {"view": view.kube_view(host)}
     if op == "hold.write":
         _write_hold(host, _kind(request.get("kind")), request.get("hold"))
     elif op == "hold.remove":
@@ -246,29 +342,86 @@ def _write_hold(host, kind, data):
             raise Refused(str(exc))
         if runtimes == "auto":
             raise Refused("hold.runtimes: must list the runtimes, not auto")
-        spec, env = render_hold(assignment, atoms, generation, host.vendor_spec(), host.exists(MPS_PIPE_DIRECTORY),
-                                runtimes=runtimes)
     except InvalidAssignment as exc:
         raise Refused(str(exc))
-    except (AtomRefused, RenderError) as exc:
-        # a device not there (yet), or the vendor spec root reads now, may change; anything else of the request not
+    except AtomRefused as exc:  # a device not there (yet) may come; anything else of the request not
         raise Refused(str(exc), retryable=_node_may_change(exc))
-    with _CREATING:  # one write at a time: two peers never both take the last place, or one GPU
-        found = conflicts(atoms, claims_on_node(host), assignment.allocation_id)
+    # One write at a time: two peers never both take the last place, or one GPU. The node's holds are read
+    # once, and what they refuse is refused before a render (a wide hold's costs root 0.1 s).
+    with _CREATING:
+        sizes: Dict[str, Dict[str, int]] = {}
+        holds = node_holds(host, sizes=sizes)
+        found = conflicts(atoms, claims_on_node(host, holds=holds), assignment.allocation_id)
         if found:  # another allocation's hold, pending release or VM has them: the planner's refusal, word for word
             raise Refused("%s: %s" % (Reason.OVERLAP, "; ".join(found)), retryable=True)
         _check_quota(host, kind, assignment.allocation_id)
-        host.writer.write_node_file(kind, assignment.allocation_id, spec if kind == "cdi" else env)
+        _check_atoms(kind, assignment.allocation_id, atoms, holds)
+        content = _render(host, kind, assignment, atoms, generation, runtimes)
+        _check_env_bytes(kind, assignment.allocation_id, content, sizes)
+        host.writer.write_node_file(kind, assignment.allocation_id, content)
 
 
-def claims_on_node(host, state_dir=DEFAULT_STATE_DIR):
+def _render(host, kind, assignment, atoms, generation, runtimes):
+    """The bytes of the hold's file of ``kind``, rendered from the node's own vendor spec; a spec larger than a
+    pass reads back (``MAX_HOLD_SPEC_BYTES``: the vendor's edits on each of its atoms) is refused."""
+    try:
+        spec, env = render_hold(assignment, atoms, generation, host.vendor_spec(), host.exists(MPS_PIPE_DIRECTORY),
+                                runtimes=runtimes)
+    except (AtomRefused, RenderError) as exc:
+        # the vendor spec root reads now may change; anything else of the request not
+        raise Refused(str(exc), retryable=_node_may_change(exc))
+    if kind == "cdi" and len(spec) > MAX_HOLD_SPEC_BYTES:
+        raise Refused("quota: the spec of %s would be %d bytes for its %d atoms, past the %d bytes a pass reads "
+                      "back; %s is not written" % (assignment.allocation_id, len(spec), len(atoms),
+                                                   MAX_HOLD_SPEC_BYTES, node_file_path(kind, assignment.allocation_id)),
+                      retryable=True)
+    return spec if kind == "cdi" else env
+
+
+def atoms_held(holds, leave_out=None):
+    """How many atoms the holds on the node name (``node_holds``' specs, and env files of allocations without
+    a spec), ``leave_out``'s not counted: each allocation's distinct atoms."""
+    specs, env_files = holds
+    total = 0
+    for owner in set(specs) | set(env_files):
+        if owner != leave_out:
+            total += len(set(atom.id for atom in specs[owner])) if owner in specs else len(env_files[owner])
+    return total
+
+
+def _check_atoms(kind, allocation_id, atoms, holds):
+    """The node's holds name at most ``MAX_ATOMS`` with this one written, its atoms replacing what its own files
+    named (``holds``: ``node_holds``); retryable, as the quota: once others are released it fits."""
+    others = atoms_held(holds, leave_out=allocation_id)
+    if others + len(atoms) > MAX_ATOMS:
+        raise Refused("quota: %d atoms would take the holds on the node to %d, past the %d atoms a pass honours "
+                      "(%d taken by the other holds); %s is not written until they name fewer"
+                      % (len(atoms), others + len(atoms), MAX_ATOMS, others, node_file_path(kind, allocation_id)),
+                      retryable=True)
+
+
+def _check_env_bytes(kind, allocation_id, content, sizes):
+    """The env files take at most ``MAX_ENV_BYTES`` with this one written (``sizes``: ``node_holds``'), its
+    own counted once; retryable, as the quota."""
+    if kind != "allocation-env":
+        return
+    directory, _pattern = NODE_FILE_NAMES[kind]
+    taken = sum(size for owner, size in sizes.get(kind, {}).items() if owner != allocation_id)
+    if taken + len(content) > MAX_ENV_BYTES:
+        raise Refused("quota: %d bytes would take the env files in %s to %d, past the %d bytes of a devices "
+                      "section (%d taken by the other env files); %s is not written until they take fewer"
+                      % (len(content), directory, taken + len(content), MAX_ENV_BYTES, taken,
+                         node_file_path(kind, allocation_id)), retryable=True)
+
+
+def claims_on_node(host, state_dir=DEFAULT_STATE_DIR, holds=None):
     """Who claims what on the node by root's own reading (``conflicts.claims_on_disk``): the bcd specs in
     /etc/cdi and /var/run/cdi, the env files of allocations without one, the pending Kubernetes releases,
     the GPUs running VMs have. A plain release of a pass is made (its files removed) before the bind that
     takes its devices (``actions.apply_plan``), so what is on disk when that bind asks is what the planner
     counted. Raises ``Refused`` (retryable) where the pending releases cannot be read: nothing is written
-    that one of them may hold."""
-    specs, env_files = node_holds(host)
+    that one of them may hold. ``holds``: ``node_holds(host)`` when already read."""
+    specs, env_files = holds if holds is not None else node_holds(host)
     try:
         releases = load_releases(StateFiles(host.path(state_dir), state_dir))
     except (BcdError, OSError) as exc:
@@ -329,43 +482,54 @@ def _listed(directory):
     return found
 
 
-def node_holds(host, cache=HOLD_FILES):
+def node_holds(host, cache=HOLD_FILES, sizes=None):
     """``(specs, env_files)``: allocation -> the atoms of its bcd specs (/etc/cdi and /var/run/cdi), and of its
     env file (``env_file_atoms``), as root reads them (``cache``: what an earlier request read, where the
-    file has not changed since)."""
+    file has not changed since). ``sizes``, a dict, gets kind -> allocation -> the bytes of its regular
+    files of that kind, from the listing (nothing more is read for them)."""
     seen: Dict[str, Any] = {}
+    if sizes is None:
+        sizes = {}
+    spec_sizes, env_sizes = sizes.setdefault("cdi", {}), sizes.setdefault("allocation-env", {})
     specs: Dict[str, List[Any]] = {}
     for spec_dir in (SPEC_DIR, RUN_SPEC_DIR):
-        for name, info in _listed(host.path(spec_dir)):
+        real_dir = host.path(spec_dir)  # once: a name the pattern matches has no "/" or ".." to check
+        for name, info in _listed(real_dir):
             match = SPEC_FILE_RE.fullmatch(name)
             if not match:
                 continue
-            allocation_id, node_path = match.group(1), "%s/%s" % (spec_dir, name)
+            allocation_id, node_path, path = match.group(1), "%s/%s" % (spec_dir, name), "%s/%s" % (real_dir, name)
 
-            def read(allocation_id=allocation_id, node_path=node_path):
-                content = read_spec(host.path(node_path))
+            def read(allocation_id=allocation_id, node_path=node_path, path=path):
+                content = read_spec(path)
                 return None if content is None else read_hold(allocation_id, node_path, content).atoms
             try:
-                atoms = cache.atoms(host.path(node_path), info, read, seen)
+                atoms = cache.atoms(path, info, read, seen)
             except OSError:  # a directory of that name is no hold (as Host.hold_files)
                 continue
             if atoms is not None:
                 specs.setdefault(allocation_id, []).extend(atoms)
+                spec_sizes[allocation_id] = spec_sizes.get(allocation_id, 0) + _size(info)
     env_files: Dict[str, Any] = {}
     directory, pattern = NODE_FILE_NAMES["allocation-env"]
+    real_dir = host.path(directory)
     try:
-        listed = _listed(host.path(directory))[:4 * MAX_HOLD_FILES]
+        listed = _listed(real_dir)[:4 * MAX_HOLD_FILES]
     except OSError:
         listed = []
     for name, info in listed:
         match = pattern.fullmatch(name)
         if match:
-            allocation_id = match.group(1)
-            env_files[allocation_id] = cache.atoms(
-                host.path(env_file_path(allocation_id)), info,
-                lambda allocation_id=allocation_id: env_file_atoms(host.read(env_file_path(allocation_id))), seen)
+            allocation_id, path = match.group(1), "%s/%s" % (real_dir, name)
+            env_files[allocation_id] = cache.atoms(path, info, lambda path=path: env_file_atoms(read_bytes(path)), seen)
+            env_sizes[allocation_id] = _size(info)
     cache.kept = seen
     return specs, env_files
+
+
+def _size(info):
+    """A listed file's bytes: a regular file's size, nothing for anything else (a link is no hold's)."""
+    return info.st_size if info is not None and stat.S_ISREG(info.st_mode) else 0
 
 
 def _node_may_change(exc):
@@ -447,11 +611,13 @@ def _stop_slice(host, allocation_id):
 
 
 class RateLimit:
-    """A token bucket per peer uid for ``RATED_OPS``: ``burst`` requests at once, then ``rate`` a second.
-    A refused request costs nothing; the uids in ``exempt`` (root) are never limited."""
+    """A token bucket per peer uid for the operations ``ops`` (``RATED_OPS`` unless named): ``burst`` requests
+    at once, then ``rate`` a second. A refused request costs nothing; the uids in ``exempt`` (root) are never
+    limited."""
 
-    def __init__(self, rate=RATE_PER_SECOND, burst=RATE_BURST, exempt=(0,), clock=time.monotonic):
+    def __init__(self, rate=RATE_PER_SECOND, burst=RATE_BURST, exempt=(0,), clock=time.monotonic, ops=RATED_OPS):
         self.rate, self.burst, self.exempt, self.clock = float(rate), float(burst), frozenset(exempt), clock
+        self.ops = tuple(ops)
         self._buckets = {}  # uid -> (tokens, when)
         self._logged = {}  # uid -> when its last logged refusal was
         self._lock = threading.Lock()
@@ -485,14 +651,64 @@ class RateLimit:
             return None, False
 
     def check(self, uid, request):
-        """Raise ``Refused`` when ``request`` is one of ``RATED_OPS`` and ``uid`` has used its share."""
-        if not isinstance(request, dict) or request.get("op") not in RATED_OPS:
+        """Raise ``Refused`` when ``request`` is one of ``ops`` and ``uid`` has used its share."""
+        if not isinstance(request, dict) or request.get("op") not in self.ops:
             return
         wait, first = self._take(uid)
         if wait is not None:
             raise RateLimited("rate limited: uid %d asked for more than %d of %s at once, or more than %g a "
-                              "second; try again in %.2fs" % (uid, self.burst, ", ".join(RATED_OPS), self.rate, wait),
+                              "second; try again in %.2fs" % (uid, self.burst, ", ".join(self.ops), self.rate, wait),
                               first)
+
+
+class RateLimits:
+    """A ``RateLimit`` for each class of operations (``RATE_CLASSES``: writes, releases, looks), so that every
+    operation a peer asks for takes from a bucket, and one class spent never starves another."""
+
+    def __init__(self, classes=RATE_CLASSES, exempt=(0,), clock=time.monotonic):
+        self.limits = [RateLimit(rate, burst, exempt, clock, ops) for ops, burst, rate in classes]
+
+    def check(self, uid, request):
+        """Raise ``Refused`` when ``uid`` has used its share of the class ``request``'s op is in."""
+        for limit in self.limits:
+            limit.check(uid, request)
+
+
+class LogLimit:
+    """A peer's log lines, limited: ``burst`` at once, then ``rate`` a second, per uid (a token bucket, as
+    requests). A line past it is dropped and counted; once ``window`` seconds after the first dropped, one line
+    says how many: ``uid 1000: 4711 similar lines dropped in the last 60 s``. ``flush`` says it for every uid
+    whose window is over (the helper calls it twice a second, so a flood that stops is still counted)."""
+
+    def __init__(self, log, burst=LOG_BURST, rate=LOG_PER_SECOND, window=LOG_WINDOW, clock=time.monotonic):
+        self.log, self.window, self.clock = log, float(window), clock
+        self._bucket = RateLimit(rate, burst, exempt=(), clock=clock)
+        self._dropped: Dict[int, List[float]] = {}  # uid -> [count, when the first was dropped]
+        self._lock = threading.Lock()
+
+    def __call__(self, line, uid=None):
+        """Log ``line`` of the peer ``uid`` (None: the helper's own line, never limited)."""
+        if uid is None:
+            self.log(line)
+            return
+        self.flush()
+        if self._bucket.take(uid) is None:
+            self.log(line)
+            return
+        with self._lock:
+            dropped = self._dropped.setdefault(uid, [0, self.clock()])
+            dropped[0] += 1
+
+    def flush(self):
+        """Say what was dropped for each uid whose window is over."""
+        with self._lock:
+            now = self.clock()
+            due = sorted((uid, count, now - since) for uid, (count, since) in self._dropped.items()
+                         if now - since >= self.window)
+            for uid, _count, _seconds in due:
+                del self._dropped[uid]
+        for uid, count, seconds in due:
+            self.log("uid %d: %d similar lines dropped in the last %d s" % (uid, count, round(seconds)))
 
 
 def peer_credentials(connection):
@@ -556,7 +772,8 @@ def _hang_up(connection):
 
 def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLINE, limiter=None):
     """Answer one peer's one request, within ``deadline`` seconds of its connecting; never raises.
-    ``limiter`` (a ``RateLimit``, shared by the connections of one helper) limits what it creates."""
+    ``limiter`` (``RateLimits`` or a ``RateLimit``, shared by the connections of one helper) limits what it
+    asks for; ``host`` is the helper's ``NodeView``, or a host read for this request alone."""
     with connection:
         end = time.monotonic() + deadline
         try:
@@ -611,18 +828,26 @@ def _answer(host, connection, line, uid, log, limiter=None):
         _reply(connection, False, "a request nests deeper than %d levels" % MAX_DEPTH)
     except Refused as exc:
         _reply(connection, False, str(exc), retryable=exc.retryable)
-        if log and getattr(exc, "first", False):  # a limited peer once a minute, not once a refusal
-            log("uid %d: %s" % (uid, exc))
+        if log and getattr(exc, "first", False):  # a limited peer once a minute, not once a refusal: never dropped
+            _log(log, None, "uid %d: %s" % (uid, exc))
     except (BcdError, OSError) as exc:  # I/O, a unit systemd could not start now: retryable; a request root refuses: not
         _reply(connection, False, "failed: %s" % exc, retryable=isinstance(exc, (OSError, RetryableError)))
     except Exception as exc:  # a bug must cost one reply, never the helper: say so, and log it
         _reply(connection, False, "internal error (%s); see the helper's log" % type(exc).__name__)
         if log:
-            log("uid %d: internal error answering a request: %s: %s" % (uid, type(exc).__name__, exc))
+            _log(log, uid, "uid %d: internal error answering a request: %s: %s" % (uid, type(exc).__name__, exc))
     else:
         if log:
-            log("uid %d: %s %s" % (uid, request.get("op"), _what_it_touched(request)))
+            _log(log, uid, "uid %d: %s %s" % (uid, request.get("op"), _what_it_touched(request)))
         _reply(connection, True, extra=extra)
+
+
+def _log(log, uid, line):
+    """A peer's line: through a ``LogLimit`` as that peer's (``uid`` None: a line never dropped), else as it is."""
+    if isinstance(log, LogLimit):
+        log(line, uid)
+    else:
+        log(line)
 
 
 def _what_it_touched(request):
@@ -688,13 +913,19 @@ def _busy(connection, max_connections):
 def serve(host, server, policy, log=None, stop=None, deadline=REQUEST_DEADLINE, max_connections=MAX_CONNECTIONS,
           limiter=None):
     """Accept peers until ``stop`` (a threading.Event) is set, each in its own thread, at most
-    ``max_connections`` at once, each peer's creations limited by ``limiter`` (a ``RateLimit`` by
-    default). Running out of file descriptors or memory pauses accepting; it never stops the helper."""
-    limiter = limiter if limiter is not None else RateLimit()
+    ``max_connections`` at once, each peer's operations limited by ``limiter`` (``RateLimits`` by default),
+    the node's hardware read once per ``VIEW_SECONDS`` (``NodeView``, unless ``host`` is one already), a
+    peer's lines to ``log`` limited (``LogLimit``, unless ``log`` is one). Running out of file descriptors
+    or memory pauses accepting; it never stops the helper."""
+    limiter = limiter if limiter is not None else RateLimits()
+    host = host if isinstance(host, NodeView) else NodeView(host)
+    log = log if log is None or isinstance(log, LogLimit) else LogLimit(log)
     server.settimeout(0.5)
     slots = threading.BoundedSemaphore(max_connections)
     pressed = False
     while stop is None or not stop.is_set():
+        if log is not None:
+            log.flush()
         try:
             connection, _address = server.accept()
         except socket.timeout:

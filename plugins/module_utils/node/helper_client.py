@@ -5,8 +5,9 @@
 
 One JSON request per connection, one JSON reply, with a deadline on each. An
 unreachable or silent helper, or a refusal its reply marks ``"retryable": true``
-(what the node has now: a full quota, a running workload, the helper busy), is a
-``HelperError``, which a pass retries like any failed write; any other refusal is
+(what the node has now: a full quota, a running workload, the helper busy, the
+peer's rate spent, for a write, a release or a look alike), is a ``HelperError``,
+which a pass retries like any failed write; any other refusal is
 a ``HelperRefused``: the request is at fault, and sending it again would fail
 again, so it is not retried. The protocol is described with the server,
 ``entry/helper.py``.

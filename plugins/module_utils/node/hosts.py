@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import stat
+import threading
 from typing import Dict, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import DAMAGED_FILE_RE, SPEC_DIR, SPEC_FILE_RE
@@ -53,6 +54,7 @@ class Host(abc.ABC):
         self.writer = writer or DirectWriter(self)
         self._inventory = None
         self._domains = None
+        self._reading = threading.RLock()  # the root helper's requests share a host for a while (entry/helper.py)
 
     # -- paths and plain files -------------------------------------------------
     def path(self, node_path):
@@ -156,15 +158,25 @@ class Host(abc.ABC):
 
     # -- the hardware side -----------------------------------------------------
     def inventory(self):
+        """The node's GPUs, read once per host (by one thread, where several share it)."""
         if self._inventory is None:
-            self._inventory = self._read_inventory()
+            with self._reading:
+                if self._inventory is None:
+                    self._inventory = self._read_inventory()
         return self._inventory
 
     def domains(self):
         """``(domains, error)``: running or paused VMs and the GPUs they have."""
         if self._domains is None:
-            self._domains = self._read_domains()
+            with self._reading:
+                if self._domains is None:
+                    self._domains = self._read_domains()
         return self._domains
+
+    def view_key(self):
+        """Something cheap to read that changes whenever what ``fresh`` would read of the hardware does, or
+        None when nothing cheap tells (a real node: the root helper reads it anew after a time instead)."""
+        return None
 
     def vendor_spec(self):
         """NVIDIA's CDI spec, checked against the node when the host can tell what the node has."""
@@ -281,6 +293,14 @@ class FakeHwHost(Host):
 
     def fresh(self):
         return FakeHwHost(self.root, self.fakehw_path)
+
+    def view_key(self):
+        """The fakehw file's identity and times: all of this host's hardware is in it."""
+        try:
+            info = os.stat(self.fakehw_path)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
     def _read_inventory(self):
         return self.hw.inventory

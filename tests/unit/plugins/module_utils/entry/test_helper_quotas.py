@@ -29,15 +29,21 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_ASSIGNMENTS
+from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_ASSIGNMENTS, MAX_ATOMS, MAX_DEVICES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import DAMAGED_FILE_RE, SPEC_FILE_RE
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
+    LOOK_OPS,
     MAX_HOLD_FILES,
+    OPS,
     RATE_BURST,
+    RATE_CLASSES,
     RATE_PER_SECOND,
     RATED_OPS,
+    RELEASE_BURST,
+    RELEASE_OPS,
     RateLimit,
+    RateLimits,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node import writers as _writers
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
@@ -54,6 +60,7 @@ from ansible_collections.bcd.devices.tests.unit.attackers import (  # noqa: F401
     CANNOT_PLAY,
     COLLECTIONS_PARENT,
     GPU_A,
+    GPU_B,
     HARDWARE,
     LAUNCHER,
     attacker,
@@ -238,7 +245,7 @@ def test_write_and_set_aside_in_a_loop_keeps_a_few_copies_each_and_prunes_nothin
 @needs_an_account
 def test_a_flood_is_rate_limited_cheaply_and_the_limit_lifts_after_the_window(world):
     flood = [{"op": "hold.set_aside", "allocation_id": "zz"}] * (RATE_BURST + 2000)
-    # sent at once after the first refusal: what only shrinks what root keeps is never limited, and
+    # sent at once after the first refusal: what only shrinks what root keeps has a bucket of its own, and
     # fresh writes get at most the few tokens that trickle back meanwhile
     writes = 40
     tail = ([{"op": "hold.remove", "kind": "cdi", "allocation_id": "a1"}, {"op": "slice.stop", "allocation_id": "a1"}]
@@ -354,21 +361,29 @@ def test_a_pass_the_rate_limit_cuts_short_retries_and_converges_after_the_window
 
 def test_a_pass_the_quota_refuses_retries_and_converges_once_there_is_room(base, monkeypatch):
     helper = InProcessHelper(base)
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     try:
-        env_dir = helper.node("/run/bcd/allocations")
-        os.makedirs(env_dir)
-        for index in range(MAX_HOLD_FILES):  # env files no hold has (a pass never writes those)
-            Path(env_dir, "x%d.env" % index).write_text("BCD_ALLOCATION_ID=x\n")
+        # specs in /var/run/cdi, which every runtime loads too and no pass of this section releases, naming
+        # all the atoms a node's holds may (slots of GPU_B, written by root for "x<n>", as many a hold as a
+        # request line carries)
+        run_cdi = helper.node("/var/run/cdi")
+        os.makedirs(run_cdi)
+        each = MAX_DEVICES // 2
+        for index in range(MAX_ATOMS // each):
+            request = {"op": "hold.write", "kind": "cdi", "hold": _hold("x%d" % index, devices=[
+                {"id": "%s/s%d" % (GPU_B, index * each + number), "device_class": "gpu.slot"}
+                for number in range(each)])}
+            assert HelperClient(helper.socket).request(request) == {"ok": True}
+            os.rename(helper.node("/etc/cdi/bcd-x%d.json" % index), os.path.join(run_cdi, "bcd-x%d.json" % index))
+        monkeypatch.setattr(os, "geteuid", lambda: 1000)
         devices = [slot("a1", GPU_A + "/s0", reservation_id="r-a1")]
         refused = helper.run_pass(1, devices)
         assert refused.section["state"] == "PROGRESSING"
         assert refused.errors == [
-            "a1: the root helper refused hold.write: quota: /run/bcd/allocations already holds %d env files, the "
-            "most a node may have (a pass honours at most %d holds); /run/bcd/allocations/a1.env is not created "
-            "until one is removed" % (MAX_HOLD_FILES, MAX_ASSIGNMENTS)]
+            "a1: the root helper refused hold.write: quota: 1 atoms would take the holds on the node to %d, past "
+            "the %d atoms a pass honours (%d taken by the other holds); /run/bcd/allocations/a1.env is not written "
+            "until they name fewer" % (MAX_ATOMS + 1, MAX_ATOMS, MAX_ATOMS)]
         assert not [e for e in refused.events if e["type"] == "AllocationBound"]
-        os.unlink(os.path.join(env_dir, "x0.env"))
+        os.unlink(os.path.join(run_cdi, "bcd-x0.json"))
         done = helper.run_pass(1, devices)
         assert done.section["state"] == "CONVERGED", done.section
         assert [e["body"]["allocation_id"] for e in done.events if e["type"] == "AllocationBound"] == ["a1"]
@@ -402,7 +417,7 @@ def test_the_bucket_gives_a_burst_then_its_rate_and_a_refusal_costs_nothing():
     assert [limit.take(1000) for _round in range(6)] == [None] * 5 + [0.25]  # never more than the burst
 
 
-def test_only_what_creates_or_changes_roots_files_is_limited():
+def test_a_bucket_limits_its_own_operations_and_every_operation_has_one():
     limit = RateLimit(rate=1, burst=1, clock=Clock())
     limit.check(7, {"op": "hold.write"})
     for op in RATED_OPS:
@@ -410,10 +425,21 @@ def test_only_what_creates_or_changes_roots_files_is_limited():
             limit.check(7, {"op": op})
     for request in ({"op": "hold.remove"}, {"op": "slice.stop"}, {"op": "kube.look"}, {"op": "nothing"}, [], None):
         limit.check(7, request)
+    # the helper's limits: each op of the protocol in exactly one class, each class spent on its own
+    assert sorted(op for ops, _burst, _rate in RATE_CLASSES for op in ops) == sorted(OPS)
+    limits = RateLimits(classes=[(ops, 1, 1) for ops, _burst, _rate in RATE_CLASSES], clock=Clock())
+    for ops in (RATED_OPS, RELEASE_OPS, LOOK_OPS):
+        limits.check(7, {"op": ops[0]})
+        with pytest.raises(Exception, match="^rate limited: uid 7 asked for more than 1 of %s at once" % ", ".join(ops)):
+            limits.check(7, {"op": ops[-1]})
+    for request in ({"op": "nothing"}, {"op": None}, [], None):  # refused before the node is touched, unlimited
+        limits.check(7, request)
+    limits.check(0, {"op": "kube.look"})  # root is never limited
 
 
-def test_the_burst_fits_a_pass_that_sets_aside_writes_and_slices_the_most_holds():
+def test_the_bursts_fit_a_pass_that_sets_aside_writes_and_slices_or_releases_the_most_holds():
     assert RATE_BURST >= 4 * MAX_ASSIGNMENTS and MAX_HOLD_FILES == MAX_ASSIGNMENTS
+    assert RELEASE_BURST >= 3 * MAX_ASSIGNMENTS  # a spec, an env file and a slice each
     assert 1 <= RATE_PER_SECOND <= 100
 
 
