@@ -15,6 +15,13 @@
   ``internal error``, and ``handle_request`` may raise nothing outside the allowlist.
 * ``helper-socket``: the same lines, cut in pieces, with no newline, or several, through a real
   ``listen``/``serve`` on a unix socket: a few hundred a run.
+* ``helper-bounds``: a peer's run of requests (wide holds up to a request line's worth of slots, env files
+  of long lines, releases, looks, mutated lines) against a node planted near the helper's bounds, through
+  ``serve_connection`` with one ``NodeView``, ``RateLimits`` and ``LogLimit`` of bursts and rates the input
+  draws, on a clock it moves: after every request the node keeps no more atoms, spec bytes, env bytes or
+  files than the bounds allow (counted here, from the files), and over the run no class of operations got
+  more than its burst and rate, the node's hardware was read no more than once an interval, a peer's log
+  lines stopped at their burst and rate, and every quota refusal said its numbers.
 """
 
 from __future__ import annotations
@@ -377,5 +384,210 @@ class HelperSocketTarget(base.Target):
             repr(b"".join(item["pieces"])[:600]), 640))
 
 
+# -- the helper's bounds -----------------------------------------------------------------------------------
+
+BOUNDS_IDS = ["b%d" % number for number in range(8)]
+QUOTA_RE = re.compile(
+    r"quota: (?:[0-9]+ atoms would take the holds on the node to [0-9]+, past the [0-9]+ atoms a pass honours "
+    r"\([0-9]+ taken by the other holds\)|[0-9]+ bytes would take the env files in \S+ to [0-9]+, past the [0-9]+ "
+    r"bytes of a devices section \([0-9]+ taken by the other env files\)|the spec of \w+ would be [0-9]+ bytes for "
+    r"its [0-9]+ atoms, past the [0-9]+ bytes a pass reads back|\S+ already holds [0-9]+ (?:hold specs|env files), "
+    r"the most a node may have \(a pass honours at most [0-9]+ holds\)|cannot count the )")
+
+
+def bounds_request(rng):
+    """One request of the peer's run: mostly what the bounds are about (wide holds, long env lines), else a
+    release, a look, or a mutated request line."""
+    roll = rng.random()
+    allocation_id = rng.choice(BOUNDS_IDS)
+    if roll < 0.55:
+        count = rng.choice([1, 8, 64, 256, 512, 700])
+        start = rng.choice([0, 100, 1000, rng.randrange(20000)])
+        lines = rng.choice([0, 0, 1, 8, 15])
+        env = ["K%d=%s" % (number, "v" * rng.choice([1, 100, 3990])) for number in range(lines)]
+        hold = {"allocation_id": allocation_id, "reservation_id": "r-%s" % allocation_id, "generation": 1,
+                "binding": "BINDING_HOLD", "devices": [{"id": "%s/s%d" % (nodes.GPU_F, start + number),
+                                                        "device_class": "gpu.slot"} for number in range(count)],
+                "limits": None, "env": env, "runtimes": []}
+        return {"op": "hold.write", "kind": rng.choice(["cdi", "allocation-env"]), "hold": hold}
+    if roll < 0.7:
+        return {"op": "hold.remove", "kind": rng.choice(["cdi", "allocation-env"]), "allocation_id": allocation_id}
+    if roll < 0.8:
+        return {"op": "slice.stop", "allocation_id": allocation_id}
+    if roll < 0.92:
+        return {"op": "kube.look"}
+    return mutate.mutate_value(rng, rng.choice(REQUESTS), True, HELPER_KEYS)
+
+
+def bcd_holds_on(root):
+    """``(atoms, spec bytes, env bytes, specs in /etc/cdi, largest spec)`` of the holds under ``root``, read
+    here from the files, as an operator would count them: a spec's distinct device ids (``/etc/cdi`` and
+    ``/var/run/cdi``), the GPUs of an env file whose allocation has no spec."""
+    atoms, spec_bytes, specs, largest, named = 0, 0, 0, 0, set()
+    for directory in ("etc/cdi", "var/run/cdi"):
+        path = os.path.join(root, directory)
+        for name in sorted(os.listdir(path)) if os.path.isdir(path) else []:
+            found = re.fullmatch(r"bcd-([A-Za-z0-9_]+)\.json", name)
+            if not found or not os.path.isfile(os.path.join(path, name)) or os.path.islink(os.path.join(path, name)):
+                continue
+            with open(os.path.join(path, name), "rb") as handle:
+                content = handle.read()
+            spec_bytes += len(content)
+            largest = max(largest, len(content))
+            specs += directory == "etc/cdi"
+            named.add(found.group(1))
+            try:
+                devices = json.loads(content.decode("utf-8")).get("devices") or []
+            except (ValueError, AttributeError):
+                continue
+            atoms += len(set(json.dumps(device.get("annotations")) for device in devices if isinstance(device, dict)))
+    env_bytes = 0
+    path = os.path.join(root, "run/bcd/allocations")
+    for name in sorted(os.listdir(path)) if os.path.isdir(path) else []:
+        found = re.fullmatch(r"([A-Za-z0-9_]+)\.env", name)
+        if not found or os.path.islink(os.path.join(path, name)) or not os.path.isfile(os.path.join(path, name)):
+            continue
+        with open(os.path.join(path, name), "rb") as handle:
+            content = handle.read()
+        env_bytes += len(content)
+        if found.group(1) not in named:
+            visible = [line for line in content.decode("utf-8", "replace").splitlines()
+                       if line.startswith("NVIDIA_VISIBLE_DEVICES=")]
+            atoms += len([gpu for gpu in visible[-1].split("=", 1)[1].split(",") if gpu.startswith("GPU-")]) \
+                if visible else 0
+    return atoms, spec_bytes, env_bytes, specs, largest
+
+
+# what the helper refuses before a request reaches its limiter
+BEFORE_THE_LIMIT = ("malformed request", "a request nests deeper", "a request must not contain", "request longer than")
+
+
+def _op_of(line):
+    """The op of a request line as the helper reads it, or None."""
+    try:
+        request = json.loads(line.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return request.get("op") if isinstance(request, dict) else None
+
+
+class HelperBoundsTarget(base.Target):
+    name = "helper-bounds"
+    family = "input"
+    share = 0.05  # each input is a run of up to six requests on a planted node: some 0.25 s
+    doc = ("a peer's run of wide, env-heavy and other requests against a node planted near the helper's bounds: "
+           "what root keeps and does stays within them (atoms, bytes, files, rates, readings, log lines)")
+
+    def extend_node(self):
+        _guard_handle_request()
+
+    def generate(self, rng):
+        classes = [(rng.choice([1, 2, 4, 8, 64]), rng.choice([0.5, 2.0, 16.0])) for _class in range(3)]
+        requests = []
+        for _request in range(rng.randrange(1, 7)):
+            request, pause = bounds_request(rng), rng.choice([0.0, 0.0, 0.01, 0.3, 1.5])
+            # a flood of what costs a request little (a wide write costs a render: one at a time)
+            floods = isinstance(request, dict) and request.get("op") in ("kube.look", "hold.remove", "slice.stop")
+            requests += [(request, pause)] * (rng.choice([1, 1, 5, 30]) if floods else 1)
+        return {"uid": 65534 if rng.random() < 0.8 else 0,
+                "classes": classes, "log": (rng.choice([1, 3, 50]), rng.choice([0.5, 4.0])),
+                "view_seconds": rng.choice([0.0, 0.5, 1.0]),
+                "planted_atoms": rng.choice([0, 0, 1024, 3500, 4000]),
+                "planted_env": rng.choice([0, 0, 3 << 20, (4 << 20) - 30000, (4 << 20) - 4000]),
+                "requests": requests}
+
+    def plant(self, item):
+        """Specs in /var/run/cdi naming ``planted_atoms`` slots of GPU_D (written by root, as a bind of another
+        allocation would), and env files no hold has taking ``planted_env`` bytes."""
+        from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+        left, number = item["planted_atoms"], 0
+        while left > 0:
+            count = min(left, 512)
+            hold = {"allocation_id": "p%d" % number, "reservation_id": "", "generation": 1,
+                    "binding": "BINDING_HOLD", "devices": [{"id": "%s/s%d" % (nodes.GPU_D, 100 + number * 512 + slot),
+                                                            "device_class": "gpu.slot"} for slot in range(count)],
+                    "limits": None, "env": [], "runtimes": []}
+            helper.handle_request(self.node.host(), {"op": "hold.write", "kind": "cdi", "hold": hold})
+            os.makedirs(self.node.path("/var/run/cdi"), exist_ok=True)
+            os.rename(self.node.path("/etc/cdi/bcd-p%d.json" % number), self.node.path("/var/run/cdi/bcd-p%d.json" % number))
+            left, number = left - count, number + 1
+        left, number = item["planted_env"], 0
+        while left > 0:
+            size = min(left, 60000)
+            self.node.write("/run/bcd/allocations/q%d.env" % number, "BCD_ALLOCATION_ID=q%d\nX=%s\n" % (
+                number, "v" * max(0, size - 40)))
+            left, number = left - size, number + 1
+
+    def run(self, item):
+        from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_ATOMS  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+        del CAUGHT[:]
+        now = [1000.0]
+
+        def clock():
+            return now[0]
+        classes = [(ops, burst, rate) for (ops, _burst, _rate), (burst, rate) in zip(helper.RATE_CLASSES, item["classes"])]
+        limits = helper.RateLimits(classes=classes, exempt=(0,), clock=clock)
+        lines = []
+        log = helper.LogLimit(lines.append, burst=item["log"][0], rate=item["log"][1], window=60, clock=clock)
+        view = helper.NodeView(self.node.host(), seconds=item["view_seconds"], clock=clock)
+        policy = helper.Policy(users=["65534"])
+        passed = dict((ops, 0) for ops, _burst, _rate in classes)
+        before = bcd_holds_on(self.node.root)
+        for request, pause in item["requests"]:
+            now[0] += pause
+            line = mutate.to_text(request, ascii_only=True).encode("ascii")
+            connection = _Connection([line + b"\n"], item["uid"])
+            helper.serve_connection(view, connection, policy, log=log, deadline=5.0, limiter=limits)
+            if CAUGHT:
+                return CAUGHT[0]
+            failure = check_reply(connection.sent, line)
+            if failure is not None:
+                return failure
+            reply = json.loads(connection.sent)
+            error = reply.get("error") or ""
+            op = _op_of(line)
+            for ops in passed:  # what took a token: all but what is refused before the limiter, or by it
+                if op in ops and not error.startswith(BEFORE_THE_LIMIT + ("rate limited",)):
+                    passed[ops] += 1
+            if error.startswith("quota") and not QUOTA_RE.match(error):
+                return verdict.problem("bound", "a quota refusal without its numbers", error)
+            if op != "hold.write" or not reply["ok"]:
+                continue  # nothing else adds to what root keeps: counted after each write it carried out
+            after = bcd_holds_on(self.node.root)
+            for index, (what, most) in enumerate((("atoms", MAX_ATOMS), ("spec bytes", None),
+                                                  ("env bytes", helper.MAX_ENV_BYTES),
+                                                  ("specs in /etc/cdi", helper.MAX_HOLD_FILES),
+                                                  ("bytes of one spec", helper.MAX_HOLD_SPEC_BYTES))):
+                if most is not None and after[index] > max(most, before[index]):
+                    return verdict.problem("bound", what, "after %s the node's holds have %d %s, past the bound %d "
+                                           "(%d before)" % (op, after[index], what, most, before[index]))
+            before = after
+        elapsed = now[0] - 1000.0
+        if item["uid"] != 0:
+            for ops, burst, rate in classes:
+                if passed[ops] > burst + rate * elapsed + 1e-6:
+                    return verdict.problem("bound", "rate of %s" % ops[0], "%d of %s passed in %gs, past a burst of "
+                                           "%d and %g a second" % (passed[ops], ", ".join(ops), elapsed, burst, rate))
+        if view.seconds and view.readings > 1 + elapsed / view.seconds + 1e-6:
+            return verdict.problem("bound", "readings", "the node was read %d times in %gs (once a %gs at most)"
+                                   % (view.readings, elapsed, view.seconds))
+        burst, rate = item["log"]
+        peer = [text for text in lines if text.startswith("uid %d: " % item["uid"]) and "rate limited" not in text
+                and "similar lines dropped" not in text]
+        if len(peer) > burst + rate * elapsed + 1e-6:
+            return verdict.problem("bound", "log lines", "%d lines of uid %d in %gs, past a burst of %d and %g a "
+                                   "second" % (len(peer), item["uid"], elapsed, burst, rate))
+        return None
+
+    def describe(self, item):
+        shown = [(request.get("op"), request.get("kind"), len((request.get("hold") or {}).get("devices") or [])
+                  if isinstance(request.get("hold"), dict) else None, pause) if isinstance(request, dict)
+                 else ("mutated", None, None, pause) for request, pause in item["requests"]]
+        return "helper bounds, uid %d, classes %s, log %s, view %gs, planted %d atoms and %d env bytes: %s" % (
+            item["uid"], item["classes"], item["log"], item["view_seconds"], item["planted_atoms"],
+            item["planted_env"], verdict.one_line(repr(shown), 600))
+
+
 def targets():
-    return [ModuleTarget(), HelperTarget(), HelperSocketTarget()]
+    return [ModuleTarget(), HelperTarget(), HelperSocketTarget(), HelperBoundsTarget()]

@@ -34,6 +34,8 @@ KINDS = {
     "reply": "the helper answered with something other than one JSON line {ok, error}, or not at all",
     "escape": "a character that is not data (a control, format or separator character) reached the terminal",
     "roundtrip": "root refused a file a pass had just written (the next timer pass would fail)",
+    "bound": "root kept or did more than the helper's bounds allow (atoms, bytes, files, requests, readings of the "
+             "node, log lines), or refused past them without saying its numbers",
     "hang": "no result within the deadline (the worker was stopped; its stack is in the detail)",
     "cost-time": "more CPU time than the bound, twice in a row",
     "cost-memory": "a peak resident memory this far above the worker's before the input",

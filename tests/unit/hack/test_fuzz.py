@@ -39,11 +39,12 @@ def test_a_short_fuzz_run_finds_nothing(short_run, target):
 
 def test_every_parser_root_runs_on_the_accounts_files_is_a_target():
     """Issue 22's list: each state file, the stored nodespec, the helper's requests (in-process and over a
-    socket), fakehw files, vendor specs, the holds read back, the kubelet's answer, the module's input."""
+    socket), fakehw files, vendor specs, the holds read back, the kubelet's answer, the module's input; and
+    issue 33's: the helper's bounds on what root keeps and does."""
     assert set(TARGETS) >= {
         "ledger.json", "releasing.json", "releasing.unreadable", "nodespec.json", "last-pass.json",
         "events.jsonl", "events.seq", "node.key", "maintenance.json", "health.json", "lock", "state-dir",
-        "module", "helper", "helper-socket", "fakehw", "vendor-spec", "cdi-hold", "kubelet"}
+        "module", "helper", "helper-socket", "fakehw", "vendor-spec", "cdi-hold", "kubelet", "helper-bounds"}
     out = io.StringIO()
     assert runner.main(["--list"], out=out) == 0
     assert all(name in out.getvalue() for name in TARGETS)
@@ -62,6 +63,34 @@ def test_an_input_is_made_again_from_its_seed_alone(tmp_path, monkeypatch):
         again = target.generate(runner.input_rng(SEED, name, 7))
         assert repr(first) == repr(again), name
         assert repr(target.generate(runner.input_rng(SEED + 1, name, 7))) != repr(first), name
+
+
+def test_the_helper_bounds_target_finds_a_bound_root_does_not_keep(tmp_path, monkeypatch):
+    """The target's checks can fail: with the helper's atom bound or its look bucket taken out, an input that
+    passes them finds it, named ``bound``; with them in, the same input is clean."""
+    from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+    nodes.preload()
+    worker = runner.Worker(str(tmp_path), SEED, 1.0, 100.0)
+    target = worker.target("helper-bounds")
+    wide = {"op": "hold.write", "kind": "cdi", "hold": {
+        "allocation_id": "b1", "reservation_id": "r", "generation": 1, "binding": "BINDING_HOLD",
+        "devices": [{"id": "%s/s%d" % (nodes.GPU_F, number), "device_class": "gpu.slot"} for number in range(200)],
+        "limits": None, "env": [], "runtimes": []}}
+    item = {"uid": 65534, "classes": [(64, 16.0), (64, 16.0), (2, 0.5)], "log": (50, 4.0), "view_seconds": 1.0,
+            "planted_atoms": 4000, "planted_env": 0, "requests": [(wide, 0.0)] + [({"op": "kube.look"}, 0.0)] * 5}
+    target.prepare(item)
+    assert target.run(item) is None
+    monkeypatch.setattr(helper, "_check_atoms", lambda *args: None)
+    target.prepare(item)
+    failure = target.run(item)
+    assert failure["kind"] == "bound" and "4204 atoms, past the bound 4096" in failure["summary"], failure
+    monkeypatch.undo()
+    checked = helper.RateLimit.check
+    monkeypatch.setattr(helper.RateLimit, "check", lambda limit, uid, request: None if request.get("op") == "kube.look"
+                        else checked(limit, uid, request))  # kube.look taken out of its bucket
+    target.prepare(item)
+    failure = target.run(item)
+    assert failure["kind"] == "bound" and "5 of kube.look passed in 0s, past a burst of 2" in failure["summary"], failure
 
 
 def test_the_allowlist_is_the_projects_errors_and_named_os_errors():
