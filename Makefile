@@ -141,13 +141,15 @@ FUZZ_ARGS ?=
 fuzz: $(STAMP) | $(LINK)
 	$(BIN)/python hack/fuzz.py $(FUZZ_ARGS)
 
-# The model-based test of the invariants (tests/unit/plugins/module_utils/entry/test_model_invariants.py,
-# docs/architecture.md "The model-based test"): make units runs 30 derandomized examples, this a long run of
-# SOAK_EXAMPLES fresh random ones (profile soak), shrinking a failure to a minimal sequence of steps.
+# The model-based tests of the invariants (tests/unit/plugins/module_utils/entry/test_model_invariants.py, the
+# converger's, and test_model_helper.py, root's helper with a hostile account; docs/architecture.md "The
+# model-based test"): make units runs a short derandomized run of each, this a long run of SOAK_EXAMPLES fresh
+# random ones each (profile soak), shrinking a failure to a minimal sequence of steps.
 SOAK_EXAMPLES ?= 2000
 soak: $(STAMP) | $(LINK)
 	BCD_MODEL_PROFILE=soak SOAK_EXAMPLES=$(SOAK_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  tests/unit/plugins/module_utils/entry/test_model_invariants.py
+	  tests/unit/plugins/module_utils/entry/test_model_invariants.py \
+	  tests/unit/plugins/module_utils/entry/test_model_helper.py
 
 # hack/demo.sh runs with the venv's bin first on PATH and ANSIBLE_HOME and
 # ANSIBLE_COLLECTIONS_PATH set as for the other Ansible tools.
