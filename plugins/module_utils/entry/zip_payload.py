@@ -47,8 +47,8 @@ class _ZipFinder:
             location = os.path.join(entry, last)
             # a ModuleSpec made here, not importlib.util.spec_from_loader: before 3.10 that asks get_filename
             # whatever origin it is given
-            spec = importlib.machinery.ModuleSpec(
-                fullname, loader, origin=os.path.join(location, "__init__.py") if package else location + ".py",
+            spec = importlib.machinery.ModuleSpec(  # a zipimporter is a loader, though typeshed's stub says otherwise
+                fullname, loader, origin=os.path.join(location, "__init__.py") if package else location + ".py",  # type: ignore[arg-type]
                 is_package=package)
             spec.has_location = True  # __file__, as zipimport sets it
             if package:
