@@ -19,9 +19,9 @@ makes is no conflict: the hold waits for it instead (``Claims.needs``).
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_SLOT, Atom, AtomRefused, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, CLASS_SLOT, Atom, AtomRefused, atom_from_id
 from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, Claims
 
 UNREADABLE_RELEASES = "(pending Kubernetes releases that could not be read)"
@@ -60,22 +60,28 @@ def conflicts(atoms: Sequence[Atom], claims: Claims, owner: Optional[str] = None
     return list(found)
 
 
-def env_file_atoms(content: Optional[bytes]) -> List[Atom]:
-    """The GPUs an env file names in ``NVIDIA_VISIBLE_DEVICES`` (its last such line, as a shell reads it), each
-    as a whole GPU: an env file does not say which slot of a GPU it was rendered for. MIG UUIDs and names that
-    do not parse name nothing here (the spec of the hold says what they are)."""
+def env_file_atoms(content: Optional[bytes], inventory: Any = None) -> List[Atom]:
+    """What an env file names in ``NVIDIA_VISIBLE_DEVICES`` (its last such line, as a shell reads it): each GPU
+    as a whole GPU (an env file does not say which slot of a GPU it was rendered for), and each ``MIG-`` UUID
+    as the MIG instance the node's ``inventory`` lists under it. Names that do not parse, and MIG UUIDs no GPU
+    of the inventory has (or any, without one), name nothing: no allocation could be handed that device."""
     if not content:
         return []
     value = None
     for line in content.decode("utf-8", "replace").splitlines():
         if line.startswith("NVIDIA_VISIBLE_DEVICES="):
             value = line.split("=", 1)[1]
+    migs = _mig_instances(inventory)
     atoms = []  # type: List[Atom]
     for name in (value or "").split(","):
+        name = name.strip()
+        if name in migs:
+            atoms.append(migs[name])
+            continue
         if not name.startswith("GPU-"):
             continue
         try:
-            atom = atom_from_id(name.strip())
+            atom = atom_from_id(name)
         except AtomRefused:
             continue
         if atom.whole:
@@ -83,24 +89,41 @@ def env_file_atoms(content: Optional[bytes]) -> List[Atom]:
     return atoms
 
 
+def _mig_instances(inventory: Any) -> Dict[str, Atom]:
+    """``MIG-`` UUID -> the MIG instance's atom, for every MIG device of ``inventory``'s GPUs."""
+    found = {}  # type: Dict[str, Atom]
+    for gpu in getattr(inventory, "gpus", None) or ():
+        for instance in gpu.mig:
+            found[instance.uuid] = Atom(id="%s/gi%d/ci%d" % (gpu.uuid, instance.gi, instance.ci),
+                                        device_class=CLASS_MIG, gpu_uuid=gpu.uuid, gi=instance.gi, ci=instance.ci,
+                                        mig_uuid=instance.uuid)
+    return found
+
+
 def env_file_claim(atoms: Sequence[Atom], number: int) -> List[Atom]:
-    """What an env file without a spec claims of the GPUs it names: a part of each that no hold's atom is (the
-    file does not say which slot, or whether all of it): a whole-GPU hold there overlaps it, and so does one
-    on any part the others hold, but another allocation's slot does not (slot holds share a GPU, and each
-    bind writes its env file before its spec). ``number`` keeps each env file's part its own."""
-    return [Atom(id="%s (env file)" % atom.gpu_uuid, device_class=CLASS_SLOT, gpu_uuid=atom.gpu_uuid,
-                 slot=-1 - number) for atom in atoms]
+    """What an env file without a spec claims of what it names: the MIG instances themselves, and of each GPU a
+    part that no hold's atom is (the file does not say which slot, or whether all of it): a whole-GPU hold
+    there overlaps it, and so does one on any part the others hold, but another allocation's slot does not
+    (slot holds share a GPU, and each bind writes its env file before its spec). ``number`` keeps each env
+    file's part its own."""
+    return [atom if atom.device_class == CLASS_MIG else
+            Atom(id="%s (env file)" % atom.gpu_uuid, device_class=CLASS_SLOT, gpu_uuid=atom.gpu_uuid, slot=-1 - number)
+            for atom in atoms]
 
 
 def beyond_spec(named: Sequence[Atom], spec: Optional[Sequence[Atom]]) -> List[Atom]:
-    """The GPUs an env file names (``env_file_atoms``) that its allocation's spec has no atom on: all of them
-    when there is no spec (a bind that wrote its env file and not yet its spec, or one that never finished),
-    else those the env file names besides (one written for other devices than its spec's): the file hands
-    them to a workload all the same."""
+    """What an env file names (``env_file_atoms``) that its allocation's spec does not hold: all of it when
+    there is no spec (a bind that wrote its env file and not yet its spec, or one that never finished), else
+    a GPU the spec has no atom on, or a MIG instance the spec holds neither itself nor its whole GPU (a file
+    written for other devices than its spec's): the file hands them to a workload all the same."""
     if spec is None:
         return list(named)
     own = set(atom.gpu_uuid for atom in spec)
-    return [atom for atom in named if atom.gpu_uuid not in own]
+    keys = set(atom.key for atom in spec)
+    whole = set(atom.gpu_uuid for atom in spec if atom.whole)
+    return [atom for atom in named
+            if ((atom.key not in keys and atom.gpu_uuid not in whole) if atom.device_class == CLASS_MIG
+                else atom.gpu_uuid not in own)]
 
 
 def claims_on_disk(specs: Mapping[str, Sequence[Atom]], env_files: Optional[Mapping[str, Sequence[Atom]]] = None,

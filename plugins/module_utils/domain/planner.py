@@ -548,7 +548,7 @@ def _remove_stale_env(ctx: Pass) -> Decided:
         if not observed.privileged:
             decided.append(_needs_root(text))
             continue
-        atoms = env_file_claim(env_file_atoms(stale[allocation_id]), number)
+        atoms = env_file_claim(env_file_atoms(stale[allocation_id], observed.inventory), number)
         decided.append(Decided(
             actions=(RemoveEnv(allocation_id, text, (FileChange("allocation-env", path, stale[allocation_id], None),)),),
             releasing=((allocation_id, tuple(atoms), None),)))

@@ -90,3 +90,38 @@ def test_an_unreadable_releases_file_holds_every_gpu():
     assert check([GPU_B], claims) == ["%s is assigned to (pending Kubernetes releases that could not be read)"
                                       % GPU_B]
     assert check([SLOT], claims) == ["%s is assigned to %s" % (GPU_A, UNREADABLE_RELEASES)]
+
+
+# An env file naming a MIG instance (NVIDIA_VISIBLE_DEVICES=MIG-…) claims that instance, as root and doctor read it
+# (issue 33, item 7: the model-based test of the helper found root reading only the GPUs an env file names).
+MIG_UUID = "MIG-7089d0f3-0000-58c9-8f8c-000000010001"
+MIG2_UUID = "MIG-7089d0f3-0000-58c9-8f8c-000000010002"
+
+
+def _inventory():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance
+    return Inventory(gpus=[Gpu(uuid=GPU_A, index=0, mig=(MigInstance(gi=1, ci=0, uuid=MIG_UUID),
+                                                          MigInstance(gi=2, ci=0, uuid=MIG2_UUID))),
+                           Gpu(uuid=GPU_B, index=1)], source="test")
+
+
+def test_an_env_file_naming_a_mig_instance_claims_it_and_its_gpu_whole_only():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import claims_on_disk, env_file_atoms
+    named = env_file_atoms(b"NVIDIA_VISIBLE_DEVICES=" + MIG_UUID.encode() + b"\nBCD_ALLOCATION_ID=e1\n", _inventory())
+    assert [a.key for a in named] == [atom(MIG).key]
+    claims = claims_on_disk({}, {"e1": named})
+    assert conflicts([atom(MIG)], claims, "other") == ["%s is assigned to e1" % MIG]
+    assert conflicts([atom(GPU_A)], claims, "other") == ["%s has %s assigned to e1" % (GPU_A, MIG)]
+    assert conflicts([atom(MIG2)], claims, "other") == []
+    assert conflicts([atom(GPU_B)], claims, "other") == []
+    # without the inventory (or a UUID no GPU lists) a MIG name names nothing: no allocation can be handed it
+    assert env_file_atoms(b"NVIDIA_VISIBLE_DEVICES=" + MIG_UUID.encode() + b"\n") == []
+    assert env_file_atoms(b"NVIDIA_VISIBLE_DEVICES=MIG-00000000-0000-0000-0000-000000000000\n", _inventory()) == []
+
+
+def test_an_env_file_naming_a_mig_instance_its_spec_lacks_claims_it():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import beyond_spec, env_file_atoms
+    named = env_file_atoms(("NVIDIA_VISIBLE_DEVICES=%s,%s\n" % (MIG_UUID, MIG2_UUID)).encode(), _inventory())
+    assert [a.key for a in beyond_spec(named, [atom(MIG)])] == [atom(MIG2).key]
+    assert beyond_spec(named, [atom(GPU_A)]) == []
+    assert [a.key for a in beyond_spec(named, None)] == [atom(MIG).key, atom(MIG2).key]
