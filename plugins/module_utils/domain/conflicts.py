@@ -61,20 +61,27 @@ def conflicts(atoms: Sequence[Atom], claims: Claims, owner: Optional[str] = None
 
 
 def env_file_atoms(content: Optional[bytes], inventory: Any = None) -> List[Atom]:
-    """What an env file names in ``NVIDIA_VISIBLE_DEVICES`` (its last such line, as a shell reads it): each GPU
-    as a whole GPU (an env file does not say which slot of a GPU it was rendered for), and each ``MIG-`` UUID
-    as the MIG instance the node's ``inventory`` lists under it. Names that do not parse, and MIG UUIDs no GPU
-    of the inventory has (or any, without one), name nothing: no allocation could be handed that device."""
-    if not content:
-        return []
+    """What an env file names in ``NVIDIA_VISIBLE_DEVICES`` (``visible_names``), as atoms (``named_atoms``)."""
+    return named_atoms(visible_names(content), inventory)
+
+
+def visible_names(content: Optional[bytes]) -> Tuple[str, ...]:
+    """The names of an env file's ``NVIDIA_VISIBLE_DEVICES`` (its last such line, as a shell reads it)."""
     value = None
-    for line in content.decode("utf-8", "replace").splitlines():
+    for line in (content or b"").decode("utf-8", "replace").splitlines():
         if line.startswith("NVIDIA_VISIBLE_DEVICES="):
             value = line.split("=", 1)[1]
-    migs = _mig_instances(inventory)
+    return tuple(name.strip() for name in (value or "").split(",") if name.strip())
+
+
+def named_atoms(names: Sequence[str], inventory: Any = None) -> List[Atom]:
+    """Each ``GPU-`` name as a whole GPU (an env file does not say which slot of a GPU it was rendered for),
+    and each ``MIG-`` UUID as the MIG instance the node's ``inventory`` lists under it. Names that do not
+    parse, and MIG UUIDs no GPU of the inventory has (or any, without one), name nothing: no allocation could
+    be handed that device."""
+    migs = _mig_instances(inventory) if any(name.startswith("MIG-") for name in names) else {}
     atoms = []  # type: List[Atom]
-    for name in (value or "").split(","):
-        name = name.strip()
+    for name in names:
         if name in migs:
             atoms.append(migs[name])
             continue
