@@ -24,7 +24,7 @@ import secrets
 import stat
 import time
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Set
+from typing import Iterator, List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
@@ -273,11 +273,19 @@ def read_regular(path: str, cap: int) -> bytes:
     answers at once instead of blocking a pass; anything but a regular file raises ``NotRegularFile``, and a
     missing one the ``OSError`` ``os.open`` raises. The one reader of the host's small files: hold specs, the
     vendor spec, the fakehw file, sysfs lists. A state file is read by ``node/state_files.py`` alone."""
+    return read_regular_identified(path, cap)[0]
+
+
+def read_regular_identified(path: str, cap: int) -> Tuple[bytes, Tuple[int, int, int, int, int]]:
+    """``read_regular``'s bytes and what identifies the content of the file as opened: ``(st_dev, st_ino, st_size,
+    st_mtime_ns, st_ctime_ns)`` of its descriptor, taken before the read (a write during the read changes them
+    after, so the next look sees another identity)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
             raise NotRegularFile(path)
-        return handle.read(cap + 1)
+        return handle.read(cap + 1), (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def read_bytes(path: str) -> Optional[bytes]:

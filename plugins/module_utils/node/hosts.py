@@ -178,9 +178,13 @@ class Host(abc.ABC):
         None when nothing cheap tells (a real node: the root helper reads it anew after a time instead)."""
         return None
 
+    # The root helper's hosts share its ParsedSpecCache (NodeView sets it): a spec file unchanged since it
+    # was parsed is not parsed again. A pass's host has none and parses the spec it reads.
+    vendor_cache = None
+
     def vendor_spec(self):
         """NVIDIA's CDI spec, checked against the node when the host can tell what the node has."""
-        return load_vendor_spec(self.root, self.driver_probe())
+        return load_vendor_spec(self.root, self.driver_probe(), self.vendor_cache)
 
     def driver_probe(self):
         """What answers the stale-edit checks (``domain/cdi_staleness.py``): ``device_number``,

@@ -21,11 +21,16 @@ Which file is used:
 * A spec file is opened without waiting and read to at most ``MAX_SPEC_BYTES``: a FIFO,
   device or socket in its place, a larger file, or one nested deeper than ``MAX_DEPTH``,
   is a warning, never a pass that hangs or takes seconds.
+* A long-lived reader (the root helper, through its host) passes a ``ParsedSpecCache``: a file
+  whose identity as opened (device, inode, size, mtime and ctime) and bytes are those it last
+  parsed is not parsed again. A pass reads and parses the spec once, without one.
 """
 
 from __future__ import annotations
 
+import copy
 import os
+import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import structure_problem
@@ -39,12 +44,42 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor impo
     build_vendor_spec,
     parse_spec_text,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular_identified
 
 # NVIDIA's spec of 64 GPUs and MIG devices is some 50 KiB; PyYAML reads well under a MiB a second,
 # and a pass reads the spec every time.
 MAX_SPEC_BYTES = 256 * 1024
 MAX_DEPTH = 64  # NVIDIA's spec nests 6 levels
+MAX_CACHED = 16  # files a ParsedSpecCache keeps; CDI directories hold a few
+
+
+class ParsedSpecCache:
+    """What the spec files parsed to, for a long-lived reader (the root helper): by the file's path, with
+    its identity as opened (``fsutil.read_regular_identified``) and its bytes. An entry is used only while
+    both are the same, so a changed file (its content, or only its times) is parsed again; what is handed
+    out is a copy, so nothing a caller does to it reaches the next. ``parses`` counts the parses done.
+    At most ``MAX_CACHED`` files; past that the cache starts again empty."""
+
+    def __init__(self):
+        self._entries = {}  # type: Dict[str, Tuple[Any, bytes, Any]]
+        self._lock = threading.Lock()
+        self.parses = 0
+
+    def parsed(self, path, identity, raw, parse):
+        # type: (str, Any, bytes, Any) -> Any
+        """``parse()``'s outcome for the file at ``path`` as read (``identity``, ``raw``): the one kept when
+        both are what it was parsed from, else parsed now and kept."""
+        with self._lock:
+            entry = self._entries.get(path)
+            if entry is not None and entry[0] == identity and entry[1] == raw:
+                return copy.deepcopy(entry[2])
+        outcome = parse()
+        with self._lock:
+            self.parses += 1
+            if path not in self._entries and len(self._entries) >= MAX_CACHED:
+                self._entries.clear()
+            self._entries[path] = (identity, raw, copy.deepcopy(outcome))
+        return outcome
 
 
 def _candidate_files(root, spec_dir, warnings):
@@ -73,46 +108,56 @@ def _candidate_files(root, spec_dir, warnings):
     return out
 
 
-def _read_bounded(path):
-    # type: (str) -> bytes
+def _read_identified(path):
+    # type: (str) -> Tuple[bytes, Any]
     """The bytes of the regular file at ``path``, at most ``MAX_SPEC_BYTES``; ``ValueError`` for a FIFO, a
     device or a socket in a spec's place (opened without waiting: a FIFO would block a pass forever) or a
-    larger file (``/dev/zero``'s read would never end)."""
+    larger file (``/dev/zero``'s read would never end). With them, the file's identity
+    as opened (``fsutil.read_regular_identified``)."""
     try:
-        raw = read_regular(path, MAX_SPEC_BYTES)
+        raw, identity = read_regular_identified(path, MAX_SPEC_BYTES)
     except NotRegularFile:
         raise ValueError("not a regular file")
     if len(raw) > MAX_SPEC_BYTES:
         raise ValueError("larger than %d KiB; a real one is a few dozen" % (MAX_SPEC_BYTES // 1024))
-    return raw
+    return raw, identity
 
 
-def _read_nvidia_spec(root, node_path, warnings):
-    # type: (str, str, List[str]) -> Optional[Tuple[Dict[str, Any], bytes]]
+def _parse_spec(raw, node_path):
+    # type: (bytes, str) -> Tuple[Any, Optional[str]]
+    """``(data, None)``: what the file's bytes parse to; ``(None, why)`` when they do not."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return None, "not UTF-8 text (%s)" % exc.reason
+    problem = structure_problem(raw, MAX_DEPTH)  # PyYAML reads ahead through every bracket, a second per 100 000
+    if problem is not None:
+        return None, problem
+    try:
+        return parse_spec_text(text, node_path), None
+    except SpecFileError as exc:
+        return None, str(exc)
+
+
+def _read_nvidia_spec(root, node_path, warnings, cache=None):
+    # type: (str, str, List[str], Optional[ParsedSpecCache]) -> Optional[Tuple[Dict[str, Any], bytes]]
     """The parsed spec and its bytes when ``node_path`` is an NVIDIA spec;
     None (with a warning when the file is bad) otherwise."""
     local = os.path.join(root, node_path.lstrip("/"))
     try:
-        raw = _read_bounded(local)
+        raw, identity = _read_identified(local)
     except OSError as exc:
         warnings.append("cannot read CDI spec %s: %s" % (node_path, exc.strerror or exc))
         return None
     except ValueError as exc:
         warnings.append("cannot read CDI spec %s: %s" % (node_path, exc))
         return None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        warnings.append("cannot read CDI spec %s: not UTF-8 text (%s)" % (node_path, exc.reason))
-        return None
-    problem = structure_problem(raw, MAX_DEPTH)  # PyYAML reads ahead through every bracket, a second per 100 000
+    if cache is None:
+        data, problem = _parse_spec(raw, node_path)
+    else:
+        data, problem = cache.parsed(local, identity, raw, lambda: _parse_spec(raw, node_path))
     if problem is not None:
         warnings.append("cannot read CDI spec %s: %s" % (node_path, problem))
-        return None
-    try:
-        data = parse_spec_text(text, node_path)
-    except SpecFileError as exc:
-        warnings.append("cannot read CDI spec %s: %s" % (node_path, exc))
         return None
     if not isinstance(data, dict):
         warnings.append(
@@ -124,10 +169,11 @@ def _read_nvidia_spec(root, node_path, warnings):
     return data, raw
 
 
-def load_vendor_spec(root="/", probe=None):
-    # type: (str, Any) -> VendorSpec
+def load_vendor_spec(root="/", probe=None, cache=None):
+    # type: (str, Any, Optional[ParsedSpecCache]) -> VendorSpec
     """Read NVIDIA's CDI spec under ``root`` (see the module docstring for
-    which file wins), checked against the node through ``probe`` when given.
+    which file wins), checked against the node through ``probe`` when given;
+    with ``cache``, a file parsed before and unchanged is not parsed again.
     Never raises for the files' content: problems are in the result's
     ``warnings``; without a usable spec ``path`` is None."""
     warnings = []  # type: List[str]
@@ -137,7 +183,7 @@ def load_vendor_spec(root="/", probe=None):
         usable = []  # type: List[Tuple[VendorSpec, Dict[str, Any]]]
         for name in _candidate_files(root, spec_dir, warnings):
             node_path = "%s/%s" % (spec_dir, name)
-            found = _read_nvidia_spec(root, node_path, warnings)
+            found = _read_nvidia_spec(root, node_path, warnings, cache)
             if found is None:
                 continue
             try:
