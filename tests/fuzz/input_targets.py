@@ -326,9 +326,10 @@ class HelperSocketTarget(base.Target):
         self.thread.start()
 
     def generate(self, rng):
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import MAX_REQUEST  # pylint: disable=import-outside-toplevel
         roll = rng.random()
         if roll < 0.03:
-            data = b"x" * (2 << 20)
+            data = b"x" * (MAX_REQUEST + 1 + rng.randrange(1 << 16))  # past the bound, by a little or more
         elif roll < 0.06:
             data = b" \t \r"
         else:

@@ -90,6 +90,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import rea
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import MAX_HOLD_SPEC_BYTES, read_spec
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
+from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import ParsedSpecCache
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
     NODE_FILE_KINDS,
     NODE_FILE_NAMES,
@@ -98,7 +99,15 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils.state.releases import load_releases
 
-MAX_REQUEST = 64 * 1024  # one request line: data only, no file content
+# One request line: data only, no file content. A hold.write carries a whole entry of a devices section,
+# which the module accepts only within MAX_SECTION_BYTES as section_size counts it (an upper bound of the
+# entry's JSON: every value, key and bracket 10 bytes, a character of text up to json.dumps's 12); around
+# it the op, kind, generation and the node's runtimes (MAX_RUNTIMES name and version pairs), and per device
+# a device_class the section may leave out: REQUEST_FRAME, the whole request line before. So the largest
+# hold the module accepts (1 024 slots of the longest ids, 256 env lines of 4 096 characters) fits:
+# 4 MiB + 64 KiB, 16 peers at once.
+REQUEST_FRAME = 64 * 1024
+MAX_REQUEST = MAX_SECTION_BYTES + REQUEST_FRAME
 MAX_DEPTH = 16  # nesting of a request's JSON
 REQUEST_DEADLINE = 10.0  # seconds from connecting to a complete request
 MAX_CONNECTIONS = 16  # peers served at once; more are told the helper is busy
@@ -263,6 +272,9 @@ class NodeView:
       A pod that ended a moment ago still holds its device (a release waits longer); one that started a
       moment ago could be missed, as it could be by a fresh reading taken just before it started.
 
+    Every host it gives shares its ``vendor_cache``: the vendor spec is read for each ``hold.write`` (a changed
+    file is used at once) but parsed again only when the file changed (``vendor_spec.ParsedSpecCache``).
+
     ``seconds=0`` reads the node for every request (``handle_request`` given a host, as the fuzzer does)."""
 
     def __init__(self, host, seconds=VIEW_SECONDS, clock=time.monotonic):
@@ -272,6 +284,8 @@ class NodeView:
         self._looking = threading.Lock()
         self._current = None  # (host, when, key)
         self._kube = None  # (host, view as JSON data)
+        # the vendor spec as parsed, for every host of every interval: parsed again only when its file changed
+        self.vendor_cache = ParsedSpecCache()
 
     def fresh(self):
         """The host of this interval: a new one (whose hardware is read when first asked for) once the last
@@ -280,7 +294,9 @@ class NodeView:
             now, key = self.clock(), self.host.view_key()
             current = self._current
             if current is None or key != current[2] or not 0 <= now - current[1] < self.seconds:
-                current = self._current = (self.host.fresh(), now, key)
+                fresh = self.host.fresh()
+                fresh.vendor_cache = self.vendor_cache
+                current = self._current = (fresh, now, key)
                 self.readings += 1
             return current[0]
 
@@ -785,8 +801,9 @@ def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLI
             _reply(connection, False, "uid %d gid %d may not use this helper" % (uid, gid))
             _hang_up(connection)
             return
-        buffer = b""
-        while b"\n" not in buffer:
+        chunks = []  # type: List[bytes]  # the line's pieces, kept apart: no copy of the line per piece
+        size, ended = 0, False
+        while not ended:
             left = end - time.monotonic()
             if left <= 0:
                 _reply(connection, False, "no complete request within %gs" % deadline, retryable=True)
@@ -801,12 +818,16 @@ def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLI
                 return
             if not chunk:
                 break  # the peer finished sending: a last line without its newline is still answered
-            buffer += chunk
-            if len(buffer.split(b"\n", 1)[0]) > MAX_REQUEST:
+            newline = chunk.find(b"\n")
+            ended = newline >= 0
+            chunk = chunk[:newline] if ended else chunk
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_REQUEST:
                 _reply(connection, False, "request longer than %d bytes" % MAX_REQUEST)
                 _hang_up(connection)
                 return
-        line = buffer.split(b"\n", 1)[0]
+        line = b"".join(chunks)
         if line.strip():
             connection.settimeout(max(0.1, end - time.monotonic()))
             _answer(host, connection, line, uid, log, limiter)

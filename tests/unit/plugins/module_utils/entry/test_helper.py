@@ -378,7 +378,7 @@ def test_only_the_first_line_of_a_connection_is_served(helper):
     assert not os.path.exists(helper.node("/run/bcd/allocations/a2.env"))
 
 
-def test_a_2_mib_line_is_refused_and_the_helper_still_answers_afterwards(helper):
+def test_a_line_past_max_request_is_refused_and_the_helper_still_answers_afterwards(helper):
     replies = []
 
     def flood():
@@ -387,7 +387,7 @@ def test_a_2_mib_line_is_refused_and_the_helper_still_answers_afterwards(helper)
                 connection.settimeout(10)
                 connection.connect(helper.socket)
                 try:
-                    connection.sendall(b'{"op": "hold.write", "hold": "' + b"x" * (2 << 20) + b'"}\n')
+                    connection.sendall(b'{"op": "hold.write", "hold": "' + b"x" * (MAX_REQUEST + 1) + b'"}\n')
                 except OSError:
                     pass                                     # the helper hung up mid-line, as it should
                 data = b""
