@@ -217,7 +217,7 @@ def test_the_helper_parses_the_vendor_spec_once_until_its_file_changes(make_node
     message = {"op": "hold.write", "kind": "cdi", "hold": hold_request(parse_assignment(hold), 1)}
     vendor = node.path("/var/run/cdi/nvidia.yaml")
     try:
-        for _ in range(20):
+        for _write in range(20):
             assert send(helper.socket, (json.dumps(message) + "\n").encode()) == {"ok": True}
         assert parses == ["/var/run/cdi/nvidia.yaml"]
         written = open(node.path("/etc/cdi/bcd-a1.json"), encoding="utf-8").read()
@@ -229,7 +229,7 @@ def test_the_helper_parses_the_vendor_spec_once_until_its_file_changes(make_node
         with open(vendor, "w", encoding="utf-8") as handle:
             handle.write(text.replace("/dev/nvidiactl", "/dev/nvidia-changed"))
         os.utime(vendor, ns=(before.st_atime_ns, before.st_mtime_ns + 10 ** 9))
-        for _ in range(5):
+        for _write in range(5):
             assert send(helper.socket, (json.dumps(message) + "\n").encode()) == {"ok": True}
         assert parses == ["/var/run/cdi/nvidia.yaml"] * 2
         assert "/dev/nvidia-changed" in open(node.path("/etc/cdi/bcd-a1.json"), encoding="utf-8").read()
