@@ -81,7 +81,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     render_hold,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import claims_on_disk, conflicts, env_file_atoms
+from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import claims_on_disk, conflicts, named_atoms, visible_names
 from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
@@ -500,7 +500,8 @@ def _listed(directory):
 
 def node_holds(host, cache=HOLD_FILES, sizes=None):
     """``(specs, env_files)``: allocation -> the atoms of its bcd specs (/etc/cdi and /var/run/cdi), and of its
-    env file (``env_file_atoms``), as root reads them (``cache``: what an earlier request read, where the
+    env file (its ``NVIDIA_VISIBLE_DEVICES`` names kept per file, a MIG UUID resolved on the node's inventory
+    at each request: ``conflicts.named_atoms``), as root reads them (``cache``: what an earlier request read, where the
     file has not changed since). ``sizes``, a dict, gets kind -> allocation -> the bytes of its regular
     files of that kind, from the listing (nothing more is read for them)."""
     seen: Dict[str, Any] = {}
@@ -537,10 +538,16 @@ def node_holds(host, cache=HOLD_FILES, sizes=None):
         match = pattern.fullmatch(name)
         if match:
             allocation_id, path = match.group(1), "%s/%s" % (real_dir, name)
-            env_files[allocation_id] = cache.atoms(path, info, lambda path=path: env_file_atoms(read_bytes(path)), seen)
+            names = cache.atoms(path, info, lambda path=path: visible_names(read_bytes(path)), seen)
+            env_files[allocation_id] = named_atoms(names, host.inventory() if _names_mig(names) else None)
             env_sizes[allocation_id] = _size(info)
     cache.kept = seen
     return specs, env_files
+
+
+def _names_mig(names):
+    """Whether an env file's names include a MIG UUID: only those need the inventory to say what they are."""
+    return any(name.startswith("MIG-") for name in names or ())
 
 
 def _size(info):
@@ -833,9 +840,23 @@ def serve_connection(host, connection, policy, log=None, deadline=REQUEST_DEADLI
             _answer(host, connection, line, uid, log, limiter)
 
 
+# Lines longer than the old whole line (REQUEST_FRAME) are parsed at most BIG_PARSES at a time: json.loads of
+# 4 MiB of "[{},{},...]" makes some 130 MB of objects, and sixteen at once would pass the unit's MemoryMax=1G.
+# A hold that long waits its turn (the largest the module accepts parses in about 5 ms).
+BIG_PARSES = 2
+_BIG_PARSING = threading.BoundedSemaphore(BIG_PARSES)
+
+
+def _parse_request(line):
+    if len(line) <= REQUEST_FRAME:
+        return json.loads(line.decode("utf-8"))
+    with _BIG_PARSING:
+        return json.loads(line.decode("utf-8"))
+
+
 def _answer(host, connection, line, uid, log, limiter=None):
     try:
-        request = json.loads(line.decode("utf-8"))
+        request = _parse_request(line)
         if _depth(request) > MAX_DEPTH:
             raise Refused("a request nests deeper than %d levels" % MAX_DEPTH)
         if _has_nul(request):

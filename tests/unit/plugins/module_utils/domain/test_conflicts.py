@@ -100,9 +100,8 @@ MIG2_UUID = "MIG-7089d0f3-0000-58c9-8f8c-000000010002"
 
 def _inventory():
     from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance
-    return Inventory(gpus=[Gpu(uuid=GPU_A, index=0, mig=(MigInstance(gi=1, ci=0, uuid=MIG_UUID),
-                                                          MigInstance(gi=2, ci=0, uuid=MIG2_UUID))),
-                           Gpu(uuid=GPU_B, index=1)], source="test")
+    migs = (MigInstance(gi=1, ci=0, uuid=MIG_UUID), MigInstance(gi=2, ci=0, uuid=MIG2_UUID))
+    return Inventory(gpus=[Gpu(uuid=GPU_A, index=0, mig=migs), Gpu(uuid=GPU_B, index=1)], source="test")
 
 
 def test_an_env_file_naming_a_mig_instance_claims_it_and_its_gpu_whole_only():

@@ -261,3 +261,48 @@ def test_a_file_of_the_same_times_and_size_but_other_bytes_is_parsed_again(make_
     again = view.fresh().vendor_spec()
     assert len(parses) == 2 and again.digest != first.digest
     assert "/dev/nvidiaxtl" in json.dumps(again.common_edits) + json.dumps(again.devices)
+
+
+def test_long_lines_are_parsed_at_most_big_parses_at_a_time(monkeypatch):
+    """Sixteen peers each sending a line of 4 MiB of ``[{},{},...]`` would have root hold some 2 GB of objects at
+    once, past the unit's MemoryMax: lines past the old 64 KiB are parsed BIG_PARSES at a time; short ones never
+    wait for them."""
+    import threading
+    import time as time_module
+
+    from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_module
+
+    state = {"now": 0, "most": 0, "short_while_long": 0}
+    guard = threading.Lock()
+    real = json.loads
+
+    def slow_loads(text, *args, **kwargs):
+        long_line = len(text) > helper_module.REQUEST_FRAME
+        with guard:
+            if long_line:
+                state["now"] += 1
+                state["most"] = max(state["most"], state["now"])
+            elif state["now"]:
+                state["short_while_long"] += 1
+        try:
+            if long_line:
+                time_module.sleep(0.05)
+            return real(text, *args, **kwargs)
+        finally:
+            if long_line:
+                with guard:
+                    state["now"] -= 1
+
+    monkeypatch.setattr(helper_module.json, "loads", slow_loads)
+    long_line = ("[" + ",".join(["{}"] * (helper_module.REQUEST_FRAME // 3 + 10)) + "]").encode()
+    short_line = b'{"op": "kube.look"}'
+    threads = [threading.Thread(target=helper_module._parse_request, args=(long_line,)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    time_module.sleep(0.02)
+    for _ in range(5):
+        assert helper_module._parse_request(short_line) == {"op": "kube.look"}
+    for thread in threads:
+        thread.join()
+    assert state["most"] == helper_module.BIG_PARSES
+    assert state["short_while_long"] >= 1  # short lines went ahead while long ones were being parsed

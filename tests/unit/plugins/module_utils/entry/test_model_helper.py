@@ -882,15 +882,7 @@ def run_known(name):
         machine.teardown()
 
 
-# What root does not keep yet: each fails as said until it is fixed, then fails as an unexpected pass.
-OPEN = {
-    "an-env-file-naming-a-mig-instance": "root reads the GPUs an env file names, not its MIG instances "
-                                         "(domain/conflicts.env_file_atoms has no inventory to resolve a MIG UUID)",
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=OPEN[name]))
-                                  if name in OPEN else name for name in sorted(KNOWN)])
+@pytest.mark.parametrize("name", sorted(KNOWN))
 def test_a_known_sequence_keeps_the_invariants(name):
     run_known(name)
 
