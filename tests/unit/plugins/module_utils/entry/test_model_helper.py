@@ -65,6 +65,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client imp
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, MIG_A1, MIG_A2, vendor_text
+from ansible_collections.bcd.devices.tests.unit.model_atoms import booked, conflict, device_class, edited, gpu_of
 from ansible_collections.bcd.devices.tests.unit.served_helper import ServedHelper
 
 # --- profiles -----------------------------------------------------------------------------------------------
@@ -129,19 +130,6 @@ def vendor_json(kept=[]):  # noqa: B006  # pylint: disable=dangerous-default-val
     return kept[0]
 
 
-def device_class(atom):
-    return "gpu.mig" if "/gi" in atom else "gpu.slot" if "/s" in atom else "gpu"
-
-
-def gpu_of(atom):
-    return atom.split("/")[0]
-
-
-def conflict(one, other):
-    """Two atoms claim the same device: equal, or a whole GPU and a part of it."""
-    return one == other or (gpu_of(one) == gpu_of(other) and ("/" not in one or "/" not in other))
-
-
 def clash(one, other):
     """Two claims (``("atom", id)`` or ``("gpu", uuid)``: some part of a GPU an env file names) overlap. A
     GPU an env file names overlaps a whole-GPU hold of it; two parts of one GPU that say no more do not
@@ -163,18 +151,6 @@ def cpulist(text):
         low, _dash, high = part.partition("-")
         found.update(range(int(low), int(high or low) + 1))
     return frozenset(found)
-
-
-def assignment(allocation_id, atoms, binding, limits):
-    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": binding,
-            "devices": [{"id": atom, "device_class": device_class(atom)} for atom in atoms]}
-    if limits:
-        data["limits"] = dict(limits)
-    return data
-
-
-def booked(limits, field_name):
-    return int((limits or {}).get(field_name) or 0)
 
 
 def exchange(socket_path, data, timeout=20):
@@ -553,24 +529,7 @@ class HelperMachine(RuleBasedStateMachine):
     @rule(edits=st.lists(edit_st, min_size=1, max_size=3))
     def generation_(self, edits):
         """A new generation: holds added, moved, re-bound, given other limits, dropped; one pass."""
-        wanted = copy.deepcopy(self.wanted)
-        for edit in edits:
-            kind, allocation_id = edit[0], edit[1]
-            if kind == "add":
-                wanted.pop(allocation_id, None)
-                wanted[allocation_id] = assignment(allocation_id, edit[2], edit[3], edit[4])
-            elif allocation_id not in wanted:
-                continue
-            elif kind == "move":
-                wanted[allocation_id]["devices"] = [{"id": a, "device_class": device_class(a)} for a in edit[2]]
-            elif kind == "rebind":
-                wanted[allocation_id]["binding"] = edit[2]
-            elif kind == "limits":
-                wanted[allocation_id].pop("limits", None)
-                if edit[2]:
-                    wanted[allocation_id]["limits"] = dict(edit[2])
-            elif kind == "drop":
-                del wanted[allocation_id]
+        wanted = edited(self.wanted, edits)
         self.generation += 1
         self.wanted = wanted
         self.history[self.generation] = copy.deepcopy(wanted)

@@ -46,8 +46,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
-
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, vendor_text
+from ansible_collections.bcd.devices.tests.unit.model_atoms import booked, conflict, edited, gpu_of
 
 # --- profiles -----------------------------------------------------------------------------------------------
 
@@ -156,31 +156,6 @@ class FaultyWriter(object):
             return result
 
         return call
-
-
-def device_class(atom):
-    return "gpu.mig" if "/gi" in atom else "gpu.slot" if "/s" in atom else "gpu"
-
-
-def gpu_of(atom):
-    return atom.split("/")[0]
-
-
-def conflict(one, other):
-    """Two atoms claim the same device: equal, or a whole GPU and a part of it."""
-    return one == other or (gpu_of(one) == gpu_of(other) and ("/" not in one or "/" not in other))
-
-
-def assignment(allocation_id, atoms, binding, limits):
-    data = {"allocation_id": allocation_id, "reservation_id": "rsv_" + allocation_id, "binding": binding,
-            "devices": [{"id": atom, "device_class": device_class(atom)} for atom in atoms]}
-    if limits:
-        data["limits"] = dict(limits)
-    return data
-
-
-def booked(limits, field_name):
-    return int((limits or {}).get(field_name) or 0)
 
 
 # --- strategies ---------------------------------------------------------------------------------------------
@@ -579,24 +554,7 @@ class NodeMachine(RuleBasedStateMachine):
     @rule(edits=st.lists(edit_st, min_size=1, max_size=4))
     def generation_(self, edits):
         """A new generation: holds added, moved, re-bound, given other limits, dropped."""
-        wanted = copy.deepcopy(self.wanted)
-        for edit in edits:
-            kind, allocation_id = edit[0], edit[1]
-            if kind == "add":
-                wanted.pop(allocation_id, None)
-                wanted[allocation_id] = assignment(allocation_id, edit[2], edit[3], edit[4])
-            elif allocation_id not in wanted:
-                continue
-            elif kind == "move":
-                wanted[allocation_id]["devices"] = [{"id": a, "device_class": device_class(a)} for a in edit[2]]
-            elif kind == "rebind":
-                wanted[allocation_id]["binding"] = edit[2]
-            elif kind == "limits":
-                wanted[allocation_id].pop("limits", None)
-                if edit[2]:
-                    wanted[allocation_id]["limits"] = dict(edit[2])
-            elif kind == "drop":
-                del wanted[allocation_id]
+        wanted = edited(self.wanted, edits)
         self.generation += 1
         self.wanted = wanted
         self.history[self.generation] = copy.deepcopy(wanted)
