@@ -24,6 +24,7 @@ from typing import Dict, Optional
 from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import format_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
     ALLOCATION_ID,
+    MAX_CPU,
     InvalidAssignment,
     Limits,
     check_cpulist,
@@ -43,7 +44,7 @@ MIB = 1 << 20
 GIB = 1 << 30
 HUGE_SIZES = (("2MB", "hugepages_2mi", 2 * MIB), ("1GB", "hugepages_1gi", GIB))
 PROPERTY_ORDER = ("AllowedCPUs", "AllowedMemoryNodes", "CPUQuota", "MemoryMax", "MemoryHigh")
-CPU_QUOTA_RE = lazy_pattern(r"^[0-9]{1,9}%$")
+CPU_QUOTA_RE = lazy_pattern(r"^[0-9]{1,20}%$")  # cpu_quota() of any int64 cpu_millis
 PROPERTY_RE = {
     "AllowedCPUs": None,  # a cpulist, checked by check_cpulist
     "AllowedMemoryNodes": None,
@@ -179,6 +180,9 @@ MEMORY_MARGIN_MIN = 64 * MIB
 MEMORY_MARGIN_PERCENT = 5
 CPU_QUOTA_FLOOR = 10  # percent of one CPU: 10 ms of every 100 ms period
 CPU_MILLIS_FLOOR = CPU_QUOTA_FLOOR * 10
+# and at most every CPU a cpulist may name (MAX_CPU): past it systemd refuses the CPUQuota, and no host has them
+CPU_QUOTA_CEILING = (MAX_CPU + 1) * 100
+CPU_MILLIS_CEILING = CPU_QUOTA_CEILING * 10
 
 
 def memory_margin(used):
@@ -193,11 +197,15 @@ def least_memory_bytes(used):
 
 
 def cpu_quota_problem(properties):
-    """Why a slice's CPUQuota is refused (below ``CPU_QUOTA_FLOOR`` % of one CPU), or None."""
+    """Why a slice's CPUQuota is refused (below ``CPU_QUOTA_FLOOR`` % of one CPU, or above ``CPU_QUOTA_CEILING``),
+    or None."""
     quota = properties.get("CPUQuota")
     if not isinstance(quota, str) or not CPU_QUOTA_RE.fullmatch(quota):
         return None
     percent = int(quota[:-1])
+    if percent > CPU_QUOTA_CEILING:
+        return ("CPUQuota=%d%%, above the ceiling of %d%% (%d CPUs, all a cpulist may name): at most %d cpu_millis"
+                % (percent, CPU_QUOTA_CEILING, MAX_CPU + 1, CPU_MILLIS_CEILING))
     if percent >= CPU_QUOTA_FLOOR:
         return None
     return ("CPUQuota=%d%%, below the floor of %d%% of one CPU: at least %d cpu_millis are needed (or none, "

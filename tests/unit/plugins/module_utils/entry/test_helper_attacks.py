@@ -325,6 +325,9 @@ def test_the_helper_never_starves_a_workload_or_leaves_it_no_headroom(world):
     apply = {"op": "slice.apply", "allocation_id": "a7"}
     reply = world.request(dict(apply, limits={"cpu_millis": 1}))
     assert reply["ok"] is False and "CPUQuota=1%, below the floor of 10% of one CPU" in reply["error"]
+    reply = world.request(dict(apply, limits={"cpu_millis": 1 << 62}))
+    assert reply["ok"] is False and ("CPUQuota=461168601842738791%, above the ceiling of 819200% (8192 CPUs, all a "
+                                     "cpulist may name): at most 8192000 cpu_millis") in reply["error"], reply
     assert world.request(dict(apply, limits={"memory_bytes": 4 << 30, "hugepages_2mi": 4})) == {"ok": True}
     path = world.node("/run/bcd/slices/bcd-alloc-a7.slice.json")
     with open(path) as handle:

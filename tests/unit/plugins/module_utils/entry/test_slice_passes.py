@@ -421,6 +421,20 @@ def test_a_new_sliced_hold_under_the_cpu_floor_is_refused_at_admission(node, mil
     assert node.exists("/etc/cdi/bcd-a2.json")
 
 
+@pytest.mark.parametrize("millis", [8192001, 1 << 62, (1 << 63) - 1])
+def test_a_new_sliced_hold_over_every_cpu_a_cpulist_names_is_refused_at_admission(node, millis):
+    # systemd refuses such a CPUQuota (CPUQuota='461168601842738791%' is not valid): the slice would fail every
+    # pass; refused at its generation instead, with the ceiling's numbers. 8 192 000 is still taken.
+    result = node.run(1, [hold("a1", GPU_A, limits={"cpu_millis": millis}),
+                          hold("a2", GPU_B, limits={"cpu_millis": 8192000})])
+    (failure,) = result.plan.failures
+    assert (failure.allocation_id, failure.reason) == ("a1", "invalid-assignment")
+    assert failure.message == ("limits.cpu_millis: %d gives CPUQuota=%d%%, above the ceiling of 819200%% (8192 CPUs, "
+                               "all a cpulist may name): at most 8192000 cpu_millis" % (millis, (millis + 9) // 10))
+    assert record(node) is None and not node.exists("/etc/cdi/bcd-a1.json")
+    assert record(node, "bcd-alloc-a2.slice")["properties"] == {"CPUQuota": "819200%"}
+
+
 def test_the_cpu_floor_leaves_kubernetes_holds_and_no_quota_alone(node):
     # a pod may ask for 50m; the kubelet enforces it, no slice is made. cpu_millis 0 sets no quota.
     result = node.run(1, [kube("a1", GPU_A, limits={"cpu_millis": 50}),
