@@ -1,0 +1,415 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The event source bcd.devices.gateway, driven as ansible-rulebook drives it: loaded with ``runpy.run_path``, its
+``main(queue, args)`` run with an ``asyncio.Queue``, and a real HTTP client posting deliveries of events a real node
+journal signed with its own key (state/events.py). What a rulebook sees is what comes off the queue; what the role
+acknowledges is what the answer's ``accepted`` says."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import runpy
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, NodeKey
+
+REPO = Path(__file__).resolve().parents[3]
+SOURCE = REPO / "extensions" / "eda" / "plugins" / "event_source" / "gateway.py"
+GPU_A = "GPU-5f1c2a90-0001-4000-8000-000000000001"
+GPU_B = "GPU-5f1c2a90-0001-4000-8000-000000000002"
+TOKEN = "tok-5b0e1d7c9a2f4e31"
+
+
+class Node:
+    """A node's state directory: its key and its journal, made by the collection's own code."""
+
+    def __init__(self, path, node_id):
+        self.node_id = node_id
+        self.key = NodeKey.load_or_create(str(path / "node.key"))
+        self.journal = Journal(str(path))
+
+    @property
+    def public_key(self):
+        return self.key.public_key_b64()
+
+    def bind(self, allocation, gpu, generation=1):
+        return self.journal.append("AllocationBound", {
+            "node_id": self.node_id, "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-000000000001", "allocation_id": allocation,
+            "generation": generation, "device_ids": [gpu], "cdi_devices": ["bcd.dev/gpu=" + gpu],
+            "cdi_spec_path": "/etc/cdi/bcd-%s.json" % allocation,
+            "env_file": "/run/bcd/allocations/%s.env" % allocation}, self.key)
+
+    def release(self, allocation, gpu, generation=2):
+        return self.journal.append("AllocationReleased", {
+            "node_id": self.node_id, "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-000000000001", "allocation_id": allocation,
+            "generation": generation, "device_ids": [gpu]}, self.key)
+
+    def refuse(self, allocation, generation=1):
+        return self.journal.append("AllocationFailed", {
+            "node_id": self.node_id, "allocation_id": allocation, "generation": generation, "reason": "overlap",
+            "message": "%s is in maintenance (firmware)" % GPU_A})
+
+    def unacked(self):
+        return self.journal.unacked()
+
+
+@pytest.fixture(name="node_a")
+def fixture_node_a(tmp_path):
+    return Node(tmp_path / "node-a", "node-a")
+
+
+@pytest.fixture(name="node_b")
+def fixture_node_b(tmp_path):
+    return Node(tmp_path / "node-b", "node-b")
+
+
+class Running:
+    """The source's ``main`` on an event loop of its own thread, as ansible-rulebook runs it, and an HTTP client."""
+
+    def __init__(self, args):
+        self.module = runpy.run_path(str(SOURCE))  # how ansible-rulebook loads a collection's source
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.queue = self._call(self._make_queue())
+        self.ready = self._call(self._future())
+        self.task = asyncio.run_coroutine_threadsafe(
+            self.module["main"](self.queue, dict(args, host="127.0.0.1", port=0, _ready=self.ready)), self.loop)
+        host, port = asyncio.run_coroutine_threadsafe(self._await(self.ready), self.loop).result(10)
+        self.url = "http://%s:%d/v1/events" % (host, port)
+        self.port = port
+
+    def _call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)
+
+    @staticmethod
+    async def _make_queue():
+        return asyncio.Queue()
+
+    @staticmethod
+    async def _future():
+        return asyncio.get_running_loop().create_future()
+
+    @staticmethod
+    async def _await(future):
+        return await future
+
+    def post(self, body, headers=None):
+        """``(status, answer)`` of a POST of ``body`` (bytes, or data made JSON)."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        request = urllib.request.Request(self.url, data=data, method="POST",
+                                         headers=dict({"Content-Type": "application/json"}, **(headers or {})))
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def deliver(self, events, headers=None):
+        return self.post({"events": events}, headers)
+
+    def queued(self):
+        """The events on the queue now, taken off it, oldest first."""
+        async def drain():
+            items = []
+            while not self.queue.empty():
+                items.append(self.queue.get_nowait())
+            return items
+        return self._call(drain())
+
+    def stop(self):
+        self.task.cancel()
+        try:
+            self.task.result(10)
+        except BaseException:  # noqa: B036 (the cancellation the source re-raises)
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture(name="start")
+def fixture_start():
+    running = []
+
+    def start(**args):
+        source = Running(args)
+        running.append(source)
+        return source
+
+    yield start
+    for source in running:
+        source.stop()
+
+
+def seqs(events):
+    return [event["seq"] for event in events]
+
+
+def test_accepted_events_are_queued_in_order_with_the_documented_shape(start, node_a):
+    bound = node_a.bind("alloc_train", GPU_A)
+    failed = node_a.refuse("alloc_vfio")
+    released = node_a.release("alloc_train", GPU_A)
+    source = start(node_keys={"node-a": node_a.public_key})
+
+    status, answer = source.deliver(node_a.unacked())
+
+    assert (status, answer) == (200, {"accepted": [1, 2, 3], "rejected": []})
+    queued = source.queued()
+    assert [(e["bcd"]["seq"], e["bcd"]["type"]) for e in queued] == [
+        (1, "AllocationBound"), (2, "AllocationFailed"), (3, "AllocationReleased")]
+    assert queued[0] == {
+        "bcd": {"type": "AllocationBound", "node": "node-a", "seq": 1, "allocation": "alloc_train",
+                "devices": [GPU_A], "reason": None, "generation": 1, "signed": True, "body": bound["body"]},
+        "meta": {"hosts": "node-a"}}
+    assert queued[1]["bcd"] == {"type": "AllocationFailed", "node": "node-a", "seq": 2, "allocation": "alloc_vfio",
+                                "devices": [], "reason": "overlap", "generation": 1, "signed": False,
+                                "body": failed["body"]}
+    assert queued[2]["bcd"]["body"] == released["body"] and queued[2]["bcd"]["generation"] == 2
+
+
+def test_a_delivery_posted_again_is_accepted_and_not_queued_twice(start, node_a):
+    node_a.bind("alloc_train", GPU_A)
+    node_a.bind("alloc_notebook", GPU_B)
+    source = start(node_keys={"node-a": node_a.public_key})
+    assert source.deliver(node_a.unacked()) == (200, {"accepted": [1, 2], "rejected": []})
+    assert seqs(e["bcd"] for e in source.queued()) == [1, 2]
+
+    # the run died before acknowledging: the next run posts 1 and 2 again, with 3
+    node_a.release("alloc_train", GPU_A)
+    assert source.deliver(node_a.unacked()) == (200, {"accepted": [1, 2, 3], "rejected": []})
+    assert seqs(e["bcd"] for e in source.queued()) == [3]
+    # and once more, the same: nothing new
+    assert source.deliver(node_a.unacked()) == (200, {"accepted": [1, 2, 3], "rejected": []})
+    assert source.queued() == []
+
+
+def test_the_events_of_two_nodes_are_told_apart_by_node_and_seq(start, node_a, node_b):
+    node_a.bind("alloc_a", GPU_A)
+    node_b.bind("alloc_b", GPU_A)
+    source = start(node_keys={"node-a": node_a.public_key, "node-b": node_b.public_key})
+    assert source.deliver(node_a.unacked())[1]["accepted"] == [1]
+    assert source.deliver(node_b.unacked())[1]["accepted"] == [1]
+    assert [(e["bcd"]["node"], e["bcd"]["seq"]) for e in source.queued()] == [("node-a", 1), ("node-b", 1)]
+
+
+def test_a_forged_event_is_rejected_with_a_reason_and_the_rest_queued(start, node_a):
+    node_a.bind("alloc_train", GPU_A)
+    node_a.bind("alloc_notebook", GPU_B)
+    events = node_a.unacked()
+    events[0]["body"]["device_ids"] = [GPU_B]  # someone between the node and the gateway changed the GPU
+    passed_off = dict(events[1], type="AllocationReleased")  # a bind passed off as a release
+    source = start(node_keys={"node-a": node_a.public_key})
+
+    status, answer = source.deliver([events[0], passed_off])
+
+    assert status == 200 and answer["accepted"] == []
+    assert answer["rejected"] == [
+        {"seq": 1, "node": "node-a", "reason": "bad signature: the AllocationBound is not signed by the key of node node-a"},
+        {"seq": 2, "node": "node-a", "reason": "bad signature: the AllocationReleased is not signed by the key of node node-a"}]
+    assert source.queued() == []
+    # the node's own events still go through: the forgery poisoned nothing
+    assert source.deliver(node_a.unacked()) == (200, {"accepted": [1, 2], "rejected": []})
+    assert seqs(e["bcd"] for e in source.queued()) == [1, 2]
+
+
+def test_an_event_signed_by_another_nodes_key_is_rejected(start, node_a, node_b):
+    node_b.bind("alloc_b", GPU_A)
+    event = node_b.unacked()[0]
+    event["body"]["node_id"] = "node-a"  # node-b's key cannot speak for node-a
+    event["signature"] = node_b.key.sign(event["body"])
+    source = start(node_keys={"node-a": node_a.public_key, "node-b": node_b.public_key})
+    assert source.deliver([event])[1]["rejected"][0]["reason"].startswith("bad signature")
+    assert source.queued() == []
+
+
+def test_an_unknown_node_is_rejected_with_a_reason(start, node_a, node_b):
+    node_b.bind("alloc_b", GPU_A)
+    source = start(node_keys={"node-a": node_a.public_key})
+    status, answer = source.deliver(node_b.unacked())
+    assert status == 200 and answer["accepted"] == []
+    assert answer["rejected"] == [{"seq": 1, "node": "node-b", "reason": (
+        'unknown node "node-b": no public key is configured for it (node_keys, node_keys_dir)')}]
+    assert source.queued() == []
+
+
+def test_a_node_enrolled_in_the_keys_directory_is_known_without_a_restart(start, tmp_path, node_a, node_b):
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "node-a.pub").write_text(node_a.public_key + "\n")
+    (keys / "README").write_text("not a key\n")  # ignored, with a warning
+    node_a.bind("alloc_a", GPU_A)
+    node_b.bind("alloc_b", GPU_A)
+    source = start(node_keys_dir=str(keys))
+    assert source.deliver(node_a.unacked())[1]["accepted"] == [1]
+    assert source.deliver(node_b.unacked())[1]["accepted"] == []
+    (keys / "node-b").write_text(node_b.public_key)
+    assert source.deliver(node_b.unacked())[1]["accepted"] == [1]
+    assert [(e["bcd"]["node"], e["bcd"]["seq"]) for e in source.queued()] == [("node-a", 1), ("node-b", 1)]
+
+
+def test_a_signed_condition_is_queued_and_one_that_does_not_name_its_type_is_not(start, node_a):
+    body = {"node_id": "node-a", "type": "GPUUnhealthy", "generation": 4, "device_ids": [GPU_A],
+            "reason": "xid 79: GPU has fallen off the bus"}
+    condition = {"seq": 7, "type": "GPUUnhealthy", "body": body, "purpose": "attested-report",
+                 "signature": node_a.key.sign(body)}
+    renamed = dict(condition, seq=8, type="GPUHealthy")  # the type is not signed: the body must name it
+    unsigned = {"seq": 9, "type": "GPUUnhealthy", "body": body}
+    source = start(node_keys={"node-a": node_a.public_key})
+
+    status, answer = source.deliver([condition, renamed, unsigned])
+
+    assert status == 200 and answer["accepted"] == [7]
+    assert [r["reason"] for r in answer["rejected"]] == [
+        'a signed GPUHealthy must name its type in its body (body.type), got "GPUUnhealthy"',
+        "bad signature: the GPUUnhealthy is not signed by the key of node node-a"]
+    assert [e["bcd"] for e in source.queued()] == [{
+        "type": "GPUUnhealthy", "node": "node-a", "seq": 7, "allocation": None, "devices": [GPU_A],
+        "reason": "xid 79: GPU has fallen off the bus", "generation": 4, "signed": True, "body": body}]
+
+
+def test_a_wrong_or_missing_token_is_refused_and_nothing_queued(start, node_a):
+    node_a.bind("alloc_train", GPU_A)
+    source = start(node_keys={"node-a": node_a.public_key}, token=TOKEN)
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+        status, answer = source.deliver(node_a.unacked(), headers)
+        assert status == 401, headers
+        assert answer == {"error": "a missing or wrong token in the header authorization", "accepted": []}
+    assert source.queued() == []
+    assert source.deliver(node_a.unacked(), {"Authorization": "Bearer " + TOKEN})[1]["accepted"] == [1]
+    assert len(source.queued()) == 1
+
+
+def test_a_token_in_a_header_of_its_own(start, node_a):
+    node_a.bind("alloc_train", GPU_A)
+    source = start(node_keys={"node-a": node_a.public_key}, token=TOKEN, token_header="X-Bcd-Token")
+    assert source.deliver(node_a.unacked(), {"Authorization": "Bearer " + TOKEN})[0] == 401
+    assert source.deliver(node_a.unacked(), {"X-Bcd-Token": TOKEN})[1]["accepted"] == [1]
+
+
+def test_an_oversized_body_is_refused_413_unread(start, node_a):
+    node_a.bind("alloc_train", GPU_A)
+    source = start(node_keys={"node-a": node_a.public_key}, max_body_bytes=2048)
+    padding = {"events": node_a.unacked(), "padding": "x" * 4096}
+    status, answer = source.post(padding)
+    assert status == 413
+    assert answer["error"].startswith("the body of ") and answer["error"].endswith("is larger than max_body_bytes (2048)")
+    assert source.queued() == []
+    assert source.deliver(node_a.unacked()) == (200, {"accepted": [1], "rejected": []})
+
+
+@pytest.mark.parametrize("body, reason", [
+    (b"{not json", "the request body is not JSON: "),
+    (b"\xff\xfe", "the request body is not UTF-8 JSON"),
+    (b"[1, 2]", 'the request body must be a JSON object {"events": [...]}, got [1, 2]'),
+    (b'{"events": {"seq": 1}}', 'the request body must be a JSON object {"events": [...]}, got {"events": {"seq": 1}}'),
+    (b"[" * 100 + b"]" * 100, "the request body is refused: "),
+])
+def test_garbage_is_refused_400_with_a_reason_and_the_source_serves_on(start, node_a, body, reason):
+    node_a.bind("alloc_train", GPU_A)
+    source = start(node_keys={"node-a": node_a.public_key})
+    status, answer = source.post(body)
+    assert status == 400 and answer["error"].startswith(reason), answer
+    assert answer["accepted"] == []
+    assert source.queued() == []
+    assert source.deliver(node_a.unacked()) == (200, {"accepted": [1], "rejected": []})
+
+
+def test_malformed_events_in_a_delivery_are_rejected_one_by_one(start, node_a):
+    node_a.bind("alloc_train", GPU_A)
+    good = node_a.unacked()[0]
+    source = start(node_keys={"node-a": node_a.public_key})
+    status, answer = source.deliver(["text", {"seq": True, "type": "AllocationBound", "body": {}},
+                                     {"seq": 5, "type": "AllocationFailed", "body": {"allocation_id": "x"}},
+                                     {"seq": 6, "type": "AllocationFailed", "body": []}, good])
+    assert status == 200 and answer["accepted"] == [1]
+    assert [(r["seq"], r["reason"]) for r in answer["rejected"]] == [
+        (None, 'not an event: "text"'),
+        (None, "seq must be a positive integer, got true"),
+        (5, "body.node_id must name the node, got null"),
+        (6, "body must be a mapping, got []")]
+    assert seqs(e["bcd"] for e in source.queued()) == [1]
+
+
+def test_raw_http_garbage_gets_an_answer_and_the_source_serves_on(start, node_a):
+    node_a.bind("alloc_train", GPU_A)
+    source = start(node_keys={"node-a": node_a.public_key})
+
+    def raw(data):
+        with socket.create_connection(("127.0.0.1", source.port), timeout=10) as conn:
+            conn.sendall(data)
+            conn.shutdown(socket.SHUT_WR)
+            return b"".join(iter(lambda: conn.recv(65536), b""))
+
+    assert raw(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 405 ")
+    assert raw(b"hello\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert raw(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").startswith(b"HTTP/1.1 411 ")
+    assert raw(b"POST / HTTP/1.1\r\nContent-Length: 50\r\n\r\n{}").startswith(b"HTTP/1.1 400 ")
+    assert raw(b"POST / HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n").startswith(b"HTTP/1.1 431 ")
+    assert raw(b"POST / HTTP/1.1\r\n").startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert source.queued() == []
+    assert source.deliver(node_a.unacked()) == (200, {"accepted": [1], "rejected": []})
+
+
+def test_past_the_rate_a_client_is_answered_429(start, node_a):
+    node_a.bind("alloc_train", GPU_A)
+    source = start(node_keys={"node-a": node_a.public_key}, rate=0.01, burst=3)
+    answers = [source.deliver(node_a.unacked())[0] for _ in range(5)]
+    assert answers == [200, 200, 200, 429, 429]
+    assert len(source.queued()) == 1
+
+
+def test_a_bad_configuration_stops_the_source_with_a_reason(tmp_path):
+    module = runpy.run_path(str(SOURCE))
+
+    async def started(args):
+        await asyncio.wait_for(module["main"](asyncio.Queue(), args), 5)
+
+    for args, message in (
+            ({"port": 0}, "give the node public keys, in node_keys or node_keys_dir"),
+            ({"port": 0, "node_keys": {"node-a": "not-a-key"}}, "node_keys[node-a]: a node public key is the base64"),
+            ({"port": 0, "node_keys_dir": str(tmp_path / "none")}, "is not a directory"),
+            ({"node_keys": {}}, "the argument port is required")):
+        with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            asyncio.run(started(args))
+
+
+def test_the_source_finds_the_collection_from_where_it_is_installed(tmp_path, node_a):
+    """In a decision environment ``ansible_collections`` is not on ``sys.path``: the source finds the collection it
+    is installed in (here, a copy of the tree in a collections path) and verifies with its code."""
+    tree = tmp_path / "collections" / "ansible_collections" / "bcd" / "devices"
+    for part in ("plugins/module_utils", "extensions/eda/plugins/event_source"):
+        (tree / part).parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-r", str(REPO / part), str(tree / part)], check=True)
+    for init in ("plugins/__init__.py",):
+        (tree / init).touch()
+    node_a.bind("alloc_train", GPU_A)
+    event = node_a.unacked()[0]
+    script = """
+import asyncio, json, runpy, sys
+gateway = runpy.run_path(sys.argv[1])["Gateway"]
+async def main():
+    queue = asyncio.Queue()
+    answer = await gateway(queue, {"node_keys": {"node-a": sys.argv[2]}}).deliver(sys.argv[3].encode())
+    print(json.dumps([answer, queue.qsize(), sys.modules["ansible_collections.bcd.devices.plugins.module_utils.state.events"].__file__]))
+asyncio.run(main())
+"""
+    done = subprocess.run([sys.executable, "-I", "-c", script, str(tree / "extensions/eda/plugins/event_source/gateway.py"),
+                           node_a.public_key, json.dumps({"events": [event]})],
+                          capture_output=True, text=True, check=False, env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 0, done.stderr
+    answer, queued, loaded = json.loads(done.stdout)
+    assert answer == {"accepted": [1], "rejected": []} and queued == 1
+    assert loaded == str(tree / "plugins/module_utils/state/events.py")
+
