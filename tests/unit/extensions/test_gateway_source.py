@@ -129,11 +129,13 @@ class Running:
         return self._call(drain())
 
     def stop(self):
-        self.task.cancel()
-        try:
-            self.task.result(10)
-        except BaseException:  # noqa: B036 (the cancellation the source re-raises)
-            pass
+        async def cancel_all():  # the source and its connections, waited for: nothing is left pending
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._call(cancel_all())
+        assert self.task.cancelled()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
@@ -413,3 +415,64 @@ asyncio.run(main())
     assert answer == {"accepted": [1], "rejected": []} and queued == 1
     assert loaded == str(tree / "plugins/module_utils/state/events.py")
 
+
+
+DELIVER = """
+- hosts: nodes
+  gather_facts: false
+  tasks:
+    - name: Bind a hold
+      bcd.devices.holds:
+        root: "{{ node_root }}"
+        fakehw: "{{ node_root }}/fakehw.yml"
+        generation: 1
+        devices:
+          - {allocation_id: a1, reservation_id: rsv_1, binding: BINDING_HOLD, devices: [{id: %s}]}
+    - name: Deliver the events
+      ansible.builtin.include_role:
+        name: bcd.devices.bcd_holds
+        tasks_from: deliver
+      vars:
+        bcd_holds_root: "{{ node_root }}"
+        bcd_holds_gateway_url: "{{ gateway_url }}"
+        bcd_holds_gateway_headers: {Authorization: "Bearer %s"}
+        bcd_holds_gateway_required: true
+    - name: Read the events left
+      bcd.devices.events:
+        root: "{{ node_root }}"
+      register: left
+    - name: Show what was delivered
+      ansible.builtin.debug:
+        msg: "delivered {{ bcd_holds_delivery.accepted }}, left {{ left.events | map(attribute='seq') | list }}"
+""" % (GPU_A, TOKEN)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the role's delivery reads the node's state)")
+def test_the_roles_delivery_to_the_source_is_queued_and_acknowledged(start, tmp_path):
+    """The role's own delivery (tasks_from: deliver) against the running source: the event is queued once, and the
+    node acknowledges it."""
+    root = tmp_path / "node-a"
+    subprocess.run([sys.executable, str(REPO / "hack" / "fakehw_node.py"), "--root", str(root), "--compact"],
+                   check=True, capture_output=True)
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    state = root / "var" / "lib" / "bcd"
+    NodeKey.load_or_create(str(state / "node.key"))  # the node's identity, as holds_info would report it
+    (keys / "node-a.pub").write_text(NodeKey.load(str(state / "node.key")).public_key_b64())
+    source = start(node_keys_dir=str(keys), token=TOKEN)
+    (tmp_path / "hosts.yml").write_text(json.dumps({"nodes": {"hosts": {"node-a": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "node_root": str(root)}}}}))
+    (tmp_path / "play.yml").write_text(DELIVER)
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".build"), ANSIBLE_HOME=str(tmp_path / "home"),
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "home" / "tmp"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
+                           str(tmp_path / "play.yml"), "-e", json.dumps({"gateway_url": source.url})],
+                          env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert '"msg": "delivered [1], left []"' in output
+    [event] = source.queued()
+    assert (event["bcd"]["type"], event["bcd"]["node"], event["bcd"]["allocation"], event["bcd"]["signed"]) == (
+        "AllocationBound", "node-a", "a1", True)

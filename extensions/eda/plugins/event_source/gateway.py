@@ -139,6 +139,8 @@ _PURPOSE = "attested-report"
 MAX_HEADER_BYTES = 16 * 1024  # the request line and headers together
 MAX_SEEN = 10000  # seqs above the contiguous prefix remembered per node: a node's journal holds at most this many
 MAX_CLIENTS = 4096  # client addresses the rate limit remembers
+LINGER_BYTES = 1 << 20  # read and dropped after a refusal, at most, before the connection is closed
+LINGER_SECONDS = 2.0
 MAX_REASON = 300  # characters of input quoted in a reason
 _STATUS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
            408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 429: "Too Many Requests",
@@ -523,6 +525,21 @@ async def _answer(writer, status, document):
     await writer.drain()
 
 
+async def _linger(reader):
+    # type: (asyncio.StreamReader) -> None
+    """Read what a refused client still sends (a bounded amount, for a short while) before closing: a socket closed
+    with unread input is reset, and the client would see the reset instead of the answer."""
+    left = LINGER_BYTES
+    try:
+        while left > 0:
+            chunk = await asyncio.wait_for(reader.read(min(left, 65536)), LINGER_SECONDS)
+            if not chunk:
+                return
+            left -= len(chunk)
+    except (asyncio.TimeoutError, ConnectionError, ssl.SSLError, OSError):
+        return
+
+
 async def _serve(gateway, reader, writer):
     # type: (Gateway, asyncio.StreamReader, asyncio.StreamWriter) -> None
     peer = writer.get_extra_info("peername")
@@ -560,6 +577,8 @@ async def _serve(gateway, reader, writer):
             status, document = 500, {"error": "the gateway failed: %s" % type(exc).__name__, "accepted": []}
         try:
             await _answer(writer, status, document)
+            if status != 200:
+                await _linger(reader)
         except (ConnectionError, ssl.SSLError, OSError):
             pass
     finally:
