@@ -275,6 +275,32 @@ def test_doctor_names_each_runtime_its_version_whether_cdi_is_on_and_what_it_loa
             "--spec-version 0.8.0 or upgrade the runtime" % VENDOR) in checks["cdi-runtimes"]["message"]
 
 
+def test_doctor_sees_debians_docker_26_its_cdi_switch_and_that_it_limits_holds_to_0_7_0(capsys, node):
+    """Docker 26.1.5 (Debian trixie, as the e2e suite runs it): CDI is off without daemon.json's
+    features.cdi, loads 0.7.0 at most (it refuses 0.8.0, which Podman 5.4 loads), so it sets the limit."""
+    node.set_hardware(runtimes=[{"name": "podman", "version": "5.4.2"}, {"name": "docker", "version": "26.1.5+dfsg1"}])
+    code, checks = doctor(capsys, node)
+    assert code == EX_CHECK
+    assert checks["cdi-runtimes"]["level"] == "WARN"
+    assert checks["cdi-runtimes"]["message"] == (
+        "podman 5.4.2 loads cdiVersion up to 0.8.0; docker 26.1.5+dfsg1 loads cdiVersion up to 0.7.0, but CDI is "
+        'off: Docker before 28.2 has CDI off: set "features": {"cdi": true} in /etc/docker/daemon.json and '
+        "restart dockerd; holds are written at cdiVersion 0.7.0 at most")
+    node.write("/etc/docker/daemon.json", '{"features": {"cdi": true}, "cdi-spec-dirs": ["/etc/cdi", "/var/run/cdi"]}')
+    _code, checks = doctor(capsys, node)
+    assert checks["cdi-runtimes"]["level"] == "OK"
+    assert checks["cdi-runtimes"]["message"] == (
+        "podman 5.4.2 loads cdiVersion up to 0.8.0; docker 26.1.5+dfsg1 loads cdiVersion up to 0.7.0 "
+        "(features.cdi is true in /etc/docker/daemon.json); holds are written at cdiVersion 0.7.0 at most")
+    set_vendor_version(node, "0.8.0")  # NVIDIA's own spec at a version Docker 26 drops
+    _code, checks = doctor(capsys, node)
+    assert checks["cdi-runtimes"]["level"] == "WARN"
+    assert ("docker 26.1.5+dfsg1 cannot load %s (cdiVersion 0.8.0): regenerate it with nvidia-ctk cdi generate "
+            "--spec-version 0.7.0 or upgrade the runtime" % VENDOR) in checks["cdi-runtimes"]["message"]
+    result = run(capsys, node, generation=1, devices=[hold("a1", GPU_B)])
+    assert fails(result) == [] and spec_of(node, "a1")["cdiVersion"] == "0.7.0"  # not the vendor's 0.8.0
+
+
 def test_doctor_says_a_vendor_spec_is_stale_and_which_file_wins(capsys, node):
     node.write("/etc/cdi/nvidia.yaml", node.read(VENDOR))  # an old manual spec next to the refreshed one
     node.set_hardware(driver=driver(version="590.44.01", files=[]))

@@ -105,6 +105,8 @@ def test_an_unknown_runtime_is_a_value_error():
 
 @pytest.mark.parametrize("sample, name, version", [
     ("docker-28.2.2.txt", "docker", "28.2.2"),
+    ("docker-26.1.5-debian.txt", "docker", "26.1.5+dfsg1"),
+    ("containerd-1.7.24-debian.txt", "containerd", "1.7.24~ds1"),
     ("containerd-1.7.27-containerd.io.txt", "containerd", "1.7.27"),
     ("containerd-2.0.5-upstream.txt", "containerd", "2.0.5"),
     ("containerd-1.6.20-debian.txt", "containerd", "1.6.20~ds1"),
@@ -116,6 +118,17 @@ def test_an_unknown_runtime_is_a_value_error():
 def test_the_version_is_read_from_each_recorded_output(sample, name, version):
     found = cdi_runtimes.version_from_output(name, (SAMPLES / sample).read_text())
     assert found == version
+
+
+def test_debian_trixies_docker_and_containerd_as_captured_load_cdi_0_7_0_at_most():
+    """What the e2e rootfs's dockerd and containerd print (captured there): Docker 26.1.5 refuses a
+    0.8.0 spec in the e2e suite, so a node with it is never written one."""
+    docker = cdi_runtimes.version_from_output("dockerd", (SAMPLES / "docker-26.1.5-debian.txt").read_text())
+    containerd = cdi_runtimes.version_from_output("containerd", (SAMPLES / "containerd-1.7.24-debian.txt").read_text())
+    assert cdi_runtimes.runtime("docker", docker).max_cdi_version == "0.7.0"
+    assert cdi_runtimes.runtime("containerd", containerd).max_cdi_version == "0.7.0"
+    both = [cdi_runtimes.runtime("podman", "5.4.2"), cdi_runtimes.runtime("docker", docker)]
+    assert cdi_runtimes.ceiling(both).name == "docker"
 
 
 def test_every_recorded_output_is_tested_and_described():
