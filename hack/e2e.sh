@@ -10,9 +10,10 @@
 #
 # 1. Installs the host tools it lacks (debootstrap, zstd, the ssh client) with apt-get.
 # 2. Gets the Debian trixie rootfs (podman 5, runc, busybox-static, Go and Debian's CDI
-#    Go library) and a systemd rootfs (systemd, systemd-nspawn, sshd, python3 with
-#    cryptography and PyYAML) for each of Debian bookworm and trixie, from
-#    .cache/e2e/rootfs, building and caching each on the first run.
+#    Go library, Docker 26 with containerd 1.7: tests/e2e/test_docker_cdi.py starts dockerd
+#    in it, CDI on, no network, vfs storage) and a systemd rootfs (systemd,
+#    systemd-nspawn, sshd, python3 with cryptography and PyYAML) for each of Debian
+#    bookworm and trixie, from .cache/e2e/rootfs, building and caching each on the first run.
 # 3. Gets tests/e2e/cdicheck, a checker built on that CDI library, from .cache/e2e/bin,
 #    building it in the rootfs when its source changed.
 # 4. In a private mount namespace, unpacks the rootfs on a tmpfs and runs tests/e2e
@@ -79,7 +80,7 @@ done
 # --- the rootfs --------------------------------------------------------------------
 t=$SECONDS
 rootfs_tarball trixie-podman trixie \
-  "podman runc busybox-static golang-go golang-github-container-orchestrated-devices-container-device-interface-dev"
+  "podman runc busybox-static golang-go golang-github-container-orchestrated-devices-container-device-interface-dev docker.io docker-cli containerd"
 rootfs_time="$((SECONDS - t))s ($( ((ROOTFS_BUILT)) && echo built || echo cached))"
 tarball=$ROOTFS_TARBALL
 

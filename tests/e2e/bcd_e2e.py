@@ -311,30 +311,34 @@ class E2E:
     # nodes -------------------------------------------------------------------------
     def build_nodes(self):
         for node in NODES:
-            node.root = os.path.join(self.work, "nodes", node.name)
-            vendor = {"yaml-gids": "yaml", "json": "json"}.get(node.vendor, "none")
-            args = [PYTHON, os.path.join(REPO, "hack", "fakehw_node.py"), "--root", node.root,
-                    "--node-id", node.name, "--node-number", str(node.number), "--gpus", str(node.gpus),
-                    "--vendor", vendor]
-            for index in node.mig_gpus:
-                args += ["--mig-gpu", str(index)]
-            if not node.mig_gpus:
-                args += ["--mig-gpu", "-1"]
-            run(args)
-            with open(os.path.join(node.root, "fakehw.yml")) as handle:
-                node.hw = yaml.safe_load(handle)
-            if node.vendor == "yaml-gids":
-                self.write_vendor_with_gids(node)
-            elif node.vendor == "wsl":
-                os.makedirs(node.run_cdi, exist_ok=True)
-                shutil.copy(WSL_FIXTURE, os.path.join(node.run_cdi, "nvidia.yaml"))
-            for name in ("nvidia.yaml", "nvidia.json"):
-                path = os.path.join(node.run_cdi, name)
-                if os.path.exists(path):
-                    with open(path) as handle:
-                        node.vendor_spec = yaml.load(handle, Loader=yaml.BaseLoader)  # names stay text
-            if node.vendor_spec:
-                self.materialize_vendor_paths(node.vendor_spec)
+            self.build_node(node)
+
+    def build_node(self, node):
+        """A fakehw node under WORK/nodes, its vendor spec's paths noted for prepare_rootfs."""
+        node.root = os.path.join(self.work, "nodes", node.name)
+        vendor = {"yaml-gids": "yaml", "json": "json"}.get(node.vendor, "none")
+        args = [PYTHON, os.path.join(REPO, "hack", "fakehw_node.py"), "--root", node.root,
+                "--node-id", node.name, "--node-number", str(node.number), "--gpus", str(node.gpus),
+                "--vendor", vendor]
+        for index in node.mig_gpus:
+            args += ["--mig-gpu", str(index)]
+        if not node.mig_gpus:
+            args += ["--mig-gpu", "-1"]
+        run(args)
+        with open(os.path.join(node.root, "fakehw.yml")) as handle:
+            node.hw = yaml.safe_load(handle)
+        if node.vendor == "yaml-gids":
+            self.write_vendor_with_gids(node)
+        elif node.vendor == "wsl":
+            os.makedirs(node.run_cdi, exist_ok=True)
+            shutil.copy(WSL_FIXTURE, os.path.join(node.run_cdi, "nvidia.yaml"))
+        for name in ("nvidia.yaml", "nvidia.json"):
+            path = os.path.join(node.run_cdi, name)
+            if os.path.exists(path):
+                with open(path) as handle:
+                    node.vendor_spec = yaml.load(handle, Loader=yaml.BaseLoader)  # names stay text
+        if node.vendor_spec:
+            self.materialize_vendor_paths(node.vendor_spec)
 
     @staticmethod
     def write_vendor_with_gids(node):
@@ -392,15 +396,16 @@ class E2E:
             os.makedirs(self.inside(sub), exist_ok=True)
 
     # converge ----------------------------------------------------------------------
-    def converge(self, generation, devices, limit=None):
-        results = os.path.join(self.work, "results-gen%d" % generation)
+    def converge(self, generation, devices, limit=None, nodes=NODES, tag=""):
+        """One ansible-playbook run over ``nodes`` (an inventory of their own, named by ``tag``)."""
+        results = os.path.join(self.work, "results%s-gen%d" % (tag, generation))
         os.makedirs(results, exist_ok=True)
-        inventory = os.path.join(self.work, "inventory.yml")
+        inventory = os.path.join(self.work, "inventory%s.yml" % tag)
         hosts = {node.name: {"ansible_connection": "local", "ansible_python_interpreter": PYTHON,
-                             "bcd_root": node.root} for node in NODES}
+                             "bcd_root": node.root} for node in nodes}
         with open(inventory, "w") as handle:
             yaml.safe_dump({"e2e_nodes": {"hosts": hosts}}, handle)
-        extra = os.path.join(self.work, "vars-gen%d.json" % generation)
+        extra = os.path.join(self.work, "vars%s-gen%d.json" % (tag, generation))
         with open(extra, "w") as handle:
             json.dump({"e2e_generation": generation, "e2e_devices": devices, "e2e_results": results}, handle)
         env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build"),

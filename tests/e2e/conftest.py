@@ -58,11 +58,46 @@ def generation_2(e2e, generation_1):  # pylint: disable=redefined-outer-name
     return e2e.converge(2, bcd_e2e.holds_generation_2(e2e.nodes), limit="node-a")
 
 
+# One line per consumer in the summary: which test files prove it, and what is not run (and why).
+CONSUMERS = (
+    ("Podman + the CDI library", ("test_cdi_consumers.py",), ""),
+    ("Docker", ("test_docker_cdi.py",), ""),
+    ("containerd", (), "not run: trixie's containerd 1.7.24 resolves CDI names only in its CRI plugin, for a CRI "
+                       "client (a kubelet); its ctr run --device takes device paths only (checked by "
+                       "test_docker_cdi.py; docs/verified-consumers.md)"),
+    ("systemd (hold slices)", ("test_systemd_slices.py",), ""),
+    ("Slurm", ("test_slurm.py",), ""),
+)
+
+
+def consumer_lines(stats):
+    """``consumer <name>: N passed, N failed, N skipped`` for each consumer, from pytest's reports."""
+    lines = []
+    for name, files, why in CONSUMERS:
+        if why:
+            lines.append("consumer %-26s %s" % (name + ":", why))
+            continue
+        counts = {}
+        for outcome in ("passed", "failed", "error", "skipped"):
+            # a passed test has three passed reports (setup, call, teardown): count its call
+            counts[outcome] = sum(1 for report in stats.get(outcome, ())
+                                  if (outcome != "passed" or getattr(report, "when", "") == "call")
+                                  and os.path.basename(getattr(report, "nodeid", "").split("::")[0]) in files)
+        if not any(counts.values()):
+            lines.append("consumer %-26s not run (deselected or absent)" % (name + ":"))
+            continue
+        lines.append("consumer %-26s %s" % (name + ":", ", ".join(
+            "%d %s" % (count, outcome) for outcome, count in counts.items() if count)))
+    return lines
+
+
 def pytest_terminal_summary(terminalreporter, config):
     env = config.stash.get(ENV_KEY, None)
     if env is None:
         return
     terminalreporter.section("bcd.devices e2e: what ran")
+    for line in consumer_lines(terminalreporter.stats):
+        terminalreporter.write_line(line)
     for name, version in env.versions.items():
         terminalreporter.write_line("%-34s %s" % (name, version))
     for note in env.notes:

@@ -84,7 +84,8 @@ TABLE = {
         ((25, 0, 0), "0.6.0"),   # v25.0.0-v25.0.16: tags.cncf.io v0.6.2 (checked)
         ((25, 0, 17), "0.8.0"),  # v25.0.17 (25.0 line, after 28.x): v0.8.1 (checked; not in the issue)
         ((26, 0, 0), "0.6.0"),   # v26.0.0-v26.0.2: v0.6.2 (checked)
-        ((26, 1, 0), "0.7.0"),   # v26.1.0: v0.7.1; v26.1.1-v27.3.1: v0.7.2 (checked)
+        ((26, 1, 0), "0.7.0"),   # v26.1.0: v0.7.1; v26.1.1-v27.3.1: v0.7.2 (checked; make e2e: Debian's
+        #                          26.1.5 loads 0.7.0 and refuses 0.8.0, "invalid version", tests/e2e/test_docker_cdi.py)
         ((27, 4, 0), "0.8.0"),   # v27.4.0-v28.0.0: v0.8.0; v28.0.1-v28.0.4: v0.8.1 (checked)
         ((28, 1, 0), "1.0.0"),   # v28.1.0-v28.5.2, docker-v29.0.0-docker-v29.1.5: v1.0.1 (checked)
         ((29, 2, 0), "1.1.0"),   # docker-v29.2.0-docker-v29.7.2: v1.1.0 (checked)
