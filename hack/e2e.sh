@@ -89,11 +89,18 @@ tarball=$ROOTFS_TARBALL
 # is installed on the machine), openssh-server the role's connection, python3-apt the
 # role's package task. The package names are the same in bookworm and trixie.
 systemd_packages="systemd systemd-sysv systemd-container dbus python3 python3-apt python3-cryptography python3-yaml openssh-server"
+# Trixie's node also runs Slurm for tests/e2e/test_slurm.py (slurmctld, slurmd, srun and
+# sbatch, munge); slurmctld and slurmd do not start without /etc/slurm/slurm.conf, which only
+# that test writes (slurmd through a drop-in of tests/e2e/systemd/bcd_systemd.py), so the
+# slices tests boot the same tree with no Slurm daemon but munged running.
+slurm_packages="munge slurmctld slurmd slurm-client"
 systemd_tarballs=() systemd_rootfs_times=()
 for release in ${E2E_SYSTEMD_RELEASES:-bookworm trixie}; do
   [[ $release =~ ^[a-z]+$ ]] || die "E2E_SYSTEMD_RELEASES: $release is not a Debian release name"
   t=$SECONDS
-  rootfs_tarball "$release-systemd" "$release" "$systemd_packages"
+  packages=$systemd_packages
+  [[ $release == trixie ]] && packages+=" $slurm_packages"
+  rootfs_tarball "$release-systemd" "$release" "$packages"
   systemd_rootfs_times+=("$release $((SECONDS - t))s ($( ((ROOTFS_BUILT)) && echo built || echo cached))")
   systemd_tarballs+=("$release=$ROOTFS_TARBALL")
 done

@@ -163,10 +163,13 @@ class NodeError(AssertionError):
 class SystemdNode(object):
     """The booted container; see the module docstring."""
 
-    def __init__(self, release, tarball, work):
+    def __init__(self, release, tarball, work, name=None, files=None):
+        """``name`` names the node's scratch directory (the release by default); ``files``, more files
+        for the overlay (``{path in the tree: (content, mode)}``, as ``prepare_overlay`` writes its own)."""
         self.release = release
         self.tarball = tarball
-        self.dir = os.path.join(work, "systemd-node-" + release)
+        self.dir = os.path.join(work, "systemd-node-" + (name or release))
+        self.extra_files = dict(files or {})
         self.overlay = os.path.join(self.dir, "overlay")
         self.key = os.path.join(self.dir, "id_ed25519")
         self.console = os.path.join(self.dir, "console.log")
@@ -195,7 +198,12 @@ class SystemdNode(object):
             "root/.ssh/authorized_keys": (public, 0o600),
             "usr/local/bin/nvidia-smi": (nvidia_smi_script(), 0o755),
             "etc/hostname": (HOSTNAME + "\n", 0o644),
+            # Trixie's tree has Slurm (tests/e2e/test_slurm.py): Debian's slurmd.service lacks upstream's
+            # condition, so without it slurmd fails on a node with no slurm.conf (as slurmctld does not).
+            "etc/systemd/system/slurmd.service.d/bcd-e2e.conf": ("[Unit]\nConditionPathExists=/etc/slurm/slurm.conf\n",
+                                                                 0o644),
         }
+        files.update(self.extra_files)
         for path, (content, mode) in files.items():
             target = os.path.join(self.overlay, path)
             os.makedirs(os.path.dirname(target), exist_ok=True)

@@ -36,7 +36,8 @@ fakehw_node = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fakehw_node)
 
 RUN_HERE = {"node-md", "fakehw-help", "synopsis"}
-RUN_ELSEWHERE = {"demo": "tests/unit/hack/test_demo.py runs make demo's script and compares"}
+RUN_ELSEWHERE = {"demo": "tests/unit/hack/test_demo.py runs make demo's script and compares",
+                 "slurm-task-prolog": "tests/e2e/test_slurm.py runs it as Slurm's TaskProlog (make e2e)"}
 RUN_ELSEWHERE.update((name, "tests/unit/docs/test_playbook_pages.py runs %s's %s" % page_and_what)
                      for name, page_and_what in PLAYBOOK_PAGE_MARKS.items())
 GPU = "GPU-5f1c2a90-0001-4000-8000-%012x"
