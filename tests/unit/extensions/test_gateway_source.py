@@ -416,7 +416,6 @@ asyncio.run(main())
     assert loaded == str(tree / "plugins/module_utils/state/events.py")
 
 
-
 DELIVER = """
 - hosts: nodes
   gather_facts: false

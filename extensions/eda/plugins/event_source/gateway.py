@@ -27,21 +27,26 @@ DOCUMENTATION = r"""
 ---
 short_description: Receive a GPU node's signed events from the role's delivery, verified, once each
 description:
-  - An ansible-rulebook event source. It is the gateway the role P(bcd.devices.bcd_holds#role) delivers to
+  - >-
+    An ansible-rulebook event source. It is the gateway the role P(bcd.devices.bcd_holds#role) delivers to
     (C(bcd_holds_gateway_url)) - the role posts C({"events": [...]}), the node's events not yet acknowledged,
     oldest first, and acknowledges the contiguous prefix of the C(accepted) seqs this answers.
-  - Each event is checked against the public key of the node it names (C(body.node_id)). C(AllocationBound)
+  - >-
+    Each event is checked against the public key of the node it names (C(body.node_id)). C(AllocationBound)
     and C(AllocationReleased) must carry a valid signature by that key (as the filter bcd.devices.verify_report
     checks it). C(AllocationFailed) is never signed, so it is passed on as an unverified report
     (C(bcd.signed=false)). Any other type must be signed by the node's key and name its own type in its body
     (C(body.type)), since the signature covers the body and not the event's C(type).
-  - An event of an unknown node, with a bad signature, or malformed, is not put on the queue and is listed in
+  - >-
+    An event of an unknown node, with a bad signature, or malformed, is not put on the queue and is listed in
     the answer's C(rejected) with its C(seq) and a C(reason); the node keeps it and posts it again.
-  - Each accepted event is put on the queue once, as C({"bcd": {...}, "meta": {"hosts": <node>}}) (docs/event-driven.md
+  - >-
+    Each accepted event is put on the queue once, as C({"bcd": {...}, "meta": {"hosts": <node>}}) (docs/event-driven.md
     has the fields). A delivery posted again (a run that died before acknowledging) is answered as accepted and
     queued nothing more - duplicates are recognised by node and C(seq), in bounded memory, for as long as the
     source runs.
-  - Requests past O(max_body_bytes) are answered 413, past O(rate) 429, without the token 401, and anything that
+  - >-
+    Requests past O(max_body_bytes) are answered 413, past O(rate) 429, without the token 401, and anything that
     is not a POST of a JSON object with a list C(events) 400 with the reason; nothing of them is queued, and the
     source goes on serving.
 options:
@@ -55,19 +60,23 @@ options:
     required: true
   node_keys:
     description:
-      - The node public keys, node id (the C(node_id) of the node's events, its host name) to the base64 Ed25519
+      - >-
+        The node public keys, node id (the C(node_id) of the node's events, its host name) to the base64 Ed25519
         public key M(bcd.devices.holds_info) returns as C(node_public_key).
-      - At least one of O(node_keys) and O(node_keys_dir) is required.
+      - >-
+        At least one of O(node_keys) and O(node_keys_dir) is required.
     type: dict
   node_keys_dir:
     description:
-      - A directory of node public keys, one file per node, named C(<node_id>) or C(<node_id>.pub), holding the
+      - >-
+        A directory of node public keys, one file per node, named C(<node_id>) or C(<node_id>.pub), holding the
         C(node_public_key) of M(bcd.devices.holds_info). Read again when a file in it changes, so a node is
         enrolled without a restart. O(node_keys) wins for a node named in both.
     type: str
   token:
     description:
-      - The secret a delivery must carry in O(token_header) (the role sends it with C(bcd_holds_gateway_headers)).
+      - >-
+        The secret a delivery must carry in O(token_header) (the role sends it with C(bcd_holds_gateway_headers)).
         With the default header, C(Authorization), the value is C(Bearer <token>); with another, the token itself.
         Compared in constant time. Unset, no token is asked for.
     type: str
@@ -89,7 +98,8 @@ options:
     type: str
   max_body_bytes:
     description:
-      - The largest request body taken, in bytes; a larger one is answered 413 without being read. The default
+      - >-
+        The largest request body taken, in bytes; a larger one is answered 413 without being read. The default
         takes a node's full journal (12 MiB) in one delivery.
     type: int
     default: 16777216
@@ -612,7 +622,7 @@ async def main(queue, args):
     port = int(args["port"])
     gateway = Gateway(queue, args)
     server = await asyncio.start_server(
-        lambda r, w: _serve(gateway, r, w), args.get("host") or "0.0.0.0",  # noqa: S104 (a gateway listens)
+        lambda r, w: _serve(gateway, r, w), args.get("host") or "0.0.0.0",  # a gateway listens on every address unless told
         port, ssl=_ssl_context(args), limit=MAX_HEADER_BYTES)
     bound = [s.getsockname() for s in server.sockets or []]
     logger.info("bcd.devices.gateway: listening on %s", ", ".join("%s:%s" % b[:2] for b in bound))
@@ -630,6 +640,6 @@ async def main(queue, args):
 if __name__ == "__main__":
     class _PrintQueue(asyncio.Queue):
         async def put(self, item):
-            print(json.dumps(item))  # noqa: T201
+            print(json.dumps(item))
 
     asyncio.run(main(_PrintQueue(), json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}))
