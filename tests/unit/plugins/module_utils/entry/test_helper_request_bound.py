@@ -296,11 +296,11 @@ def test_long_lines_are_parsed_at_most_big_parses_at_a_time(monkeypatch):
     monkeypatch.setattr(helper_module.json, "loads", slow_loads)
     long_line = ("[" + ",".join(["{}"] * (helper_module.REQUEST_FRAME // 3 + 10)) + "]").encode()
     short_line = b'{"op": "kube.look"}'
-    threads = [threading.Thread(target=helper_module._parse_request, args=(long_line,)) for _ in range(8)]
+    threads = [threading.Thread(target=helper_module._parse_request, args=(long_line,)) for _number in range(8)]
     for thread in threads:
         thread.start()
     time_module.sleep(0.02)
-    for _ in range(5):
+    for _attempt in range(5):
         assert helper_module._parse_request(short_line) == {"op": "kube.look"}
     for thread in threads:
         thread.join()
