@@ -367,7 +367,7 @@ def test_raw_http_garbage_gets_an_answer_and_the_source_serves_on(start, node_a)
 def test_past_the_rate_a_client_is_answered_429(start, node_a):
     node_a.bind("alloc_train", GPU_A)
     source = start(node_keys={"node-a": node_a.public_key}, rate=0.01, burst=3)
-    answers = [source.deliver(node_a.unacked())[0] for _ in range(5)]
+    answers = [source.deliver(node_a.unacked())[0] for _attempt in range(5)]
     assert answers == [200, 200, 200, 429, 429]
     assert len(source.queued()) == 1
 
