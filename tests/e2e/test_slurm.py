@@ -310,9 +310,9 @@ def test_a_job_naming_no_hold_of_this_node_is_refused(slurm, name, planted, mess
             assert proc.returncode != 0, "srun ran the task: %s" % shown(proc)
             assert "the task ran" not in proc.stdout, shown(proc)
             assert "EVIL" not in proc.stdout + proc.stderr, shown(proc)
-            assert "bcd-task-prolog: " + message in proc.stdout.splitlines(), (
+            assert proc.stdout.splitlines()[:1] == ["bcd-task-prolog: " + message], (
                 "the user does not see why (%r):\n%s" % (message, shown(proc)))
-            assert "TaskProlog failed" in proc.stderr, shown(proc)
+            assert "TaskProlog failed status=1" in proc.stderr, shown(proc)
             proc, ended, output = slurm.sbatch("#!/bin/sh\necho the task ran\n", {"BCD_ALLOCATION_ID": name})
             assert ended[0] == "FAILED", "the batch job did not fail: %s %s\n%s" % (ended, shown(proc), output)
             assert "the task ran" not in output and "bcd-task-prolog: " + message in output.splitlines(), (
