@@ -12,8 +12,9 @@
 # 2. Gets the Debian trixie rootfs (podman 5, runc, busybox-static, Go and Debian's CDI
 #    Go library, Docker 26 with containerd 1.7: tests/e2e/test_docker_cdi.py starts dockerd
 #    in it, CDI on, no network, vfs storage) and a systemd rootfs (systemd,
-#    systemd-nspawn, sshd, python3 with cryptography and PyYAML) for each of Debian
-#    bookworm and trixie, from .cache/e2e/rootfs, building and caching each on the first run.
+#    systemd-nspawn, sshd, python3 with cryptography and PyYAML; trixie's with Slurm 24.11
+#    and munge too) for each of Debian bookworm and trixie, from .cache/e2e/rootfs, building
+#    and caching each on the first run.
 # 3. Gets tests/e2e/cdicheck, a checker built on that CDI library, from .cache/e2e/bin,
 #    building it in the rootfs when its source changed.
 # 4. In a private mount namespace, unpacks the rootfs on a tmpfs and runs tests/e2e
@@ -24,7 +25,9 @@
 #    The systemd part (tests/e2e/test_systemd_slices.py) boots each systemd rootfs in
 #    turn with its own systemd-nspawn (tests/e2e/lib/in_systemd_node.sh, in a further
 #    private mount namespace) and converges it with the role bcd.devices.bcd_holds over ssh on a
-#    loopback port; the container is powered off when the suite ends.
+#    loopback port; the container is powered off when the suite ends. The Slurm part
+#    (tests/e2e/test_slurm.py) boots the trixie one again with slurmctld and slurmd, the
+#    TaskProlog of docs/slices-and-admission.md, and runs jobs with srun and sbatch.
 #
 # Needs root, .venv (make venv) and, on a cold cache, the Debian mirror. Environment:
 #   E2E_CACHE          the cache (default .cache/e2e; git ignores .cache/)
