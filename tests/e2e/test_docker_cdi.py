@@ -32,7 +32,6 @@ import sys
 import time
 
 import pytest
-import yaml
 
 import bcd_e2e
 from bcd_docker import REGISTRY_ERRORS, SCRATCH_SPECS, Docker
