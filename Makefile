@@ -1,6 +1,7 @@
 # bcd.devices: set up the toolchain, lint, test, demo.
 #
-#   make test   what CI runs (.ci/run): venv, lint, units, sanity, molecule, e2e, in order,
+#   make test   what CI runs (.ci/run): venv, lint, units, sanity, molecule, e2e, in order (the e2e's
+#               root filesystems built beside them),
 #               stopping at the first failure
 #   make demo   the fakehw demo (hack/demo.sh)
 #
@@ -166,7 +167,19 @@ e2e: $(STAMP) | $(LINK)
 canary: | $(LINK)
 	BUILD=$(BUILD) bash hack/canary.sh
 
-test: venv lint units sanity molecule e2e
+# make test starts the e2e's cold work (hack/e2e.sh --prepare: root filesystems, the checker, the rulebook venv)
+# in the background as root, beside lint, units, sanity and molecule; make e2e then waits for it (e2e.sh's lock).
+# Its log is $(BUILD)/e2e-prepare.log; if it failed, make e2e builds what is missing itself and says why.
+test: venv
+	@if [[ $$(id -u) == 0 ]]; then \
+	  mkdir -p $(BUILD); \
+	  echo "test: preparing the e2e beside the other stages ($(BUILD)/e2e-prepare.log)"; \
+	  nohup bash hack/e2e.sh --prepare > $(BUILD)/e2e-prepare.log 2>&1 < /dev/null & \
+	  sleep 1; \
+	fi
+	$(MAKE) --no-print-directory lint units sanity molecule
+	@if [[ -s $(BUILD)/e2e-prepare.log ]]; then echo "test: the e2e's preparation said:"; tail -n 5 $(BUILD)/e2e-prepare.log; fi
+	$(MAKE) --no-print-directory e2e
 
 clean:
 	rm -rf .build tests/output .ansible .pytest_cache

@@ -7,6 +7,7 @@
 # with which versions).
 #
 #   bash hack/e2e.sh [PYTEST ARGS...]      e.g. -k release, -x, -k systemd
+#   bash hack/e2e.sh --prepare             build what a cold cache lacks, run nothing (make test starts it first)
 #
 # 1. Installs the host tools it lacks (debootstrap, zstd, the ssh client) with apt-get.
 # 2. Gets the Debian trixie rootfs (podman 5, runc, busybox-static, Go and Debian's CDI
@@ -40,6 +41,14 @@ shopt -s inherit_errexit
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+# --prepare: build or fetch what a cold cache lacks (the root filesystems, the checker, the tool venvs), run
+# nothing. make test starts it beside lint, units, sanity and molecule: the network's and the disk's work more
+# than the CPU's, and five minutes of a cold CI on their own. The run that follows waits for it (the lock).
+prepare=0
+if [[ ${1:-} == --prepare ]]; then
+  prepare=1
+  shift
+fi
 export E2E_CACHE=${E2E_CACHE:-$repo/.cache/e2e}
 # shellcheck source=tests/e2e/lib/rootfs.sh
 source tests/e2e/lib/rootfs.sh
@@ -74,7 +83,10 @@ fi
 mkdir -p "$E2E_CACHE/work" "$E2E_CACHE/bin"
 # One run at a time per cache: scratch directories and cache writes are not shared.
 exec 9>"$E2E_CACHE/.lock"
-flock -n 9 || die "another hack/e2e.sh is running on $E2E_CACHE"
+if ! flock -n 9; then
+  e2e_log "waiting for another hack/e2e.sh on $E2E_CACHE (make test's --prepare, or a run of yours)"
+  flock -w 3600 9 || die "another hack/e2e.sh is still running on $E2E_CACHE after an hour"
+fi
 for stale in "$E2E_CACHE"/work/run.*; do
   # A scratch directory left by a killed run; its mounts died with its namespace.
   if [[ -d $stale ]] && ! grep -qF " $stale/" /proc/self/mountinfo; then rm -rf "$stale"; fi
@@ -152,6 +164,12 @@ if [[ ! -x $checker || ${E2E_REBUILD:-0} == 1 ]]; then
   checker_state=built
 fi
 checker_time="$((SECONDS - t))s ($checker_state)"
+if ((prepare)); then
+  systemd_rootfs_time=$(printf '%s, ' "${systemd_rootfs_times[@]}")
+  e2e_log "prepared: rootfs $rootfs_time, systemd rootfs ${systemd_rootfs_time%, }, checker $checker_time;" \
+    "total $((SECONDS - started))s"
+  exit 0
+fi
 
 # --- the suite ---------------------------------------------------------------------
 t=$SECONDS
