@@ -10,6 +10,8 @@
 #   bash hack/e2e.sh --prepare             build what a cold cache lacks, run nothing (make test starts it first)
 #
 # 1. Installs the host tools it lacks (debootstrap, zstd, the ssh client) with apt-get.
+#    For tests/e2e/test_eda.py, ansible-rulebook in its own venv (requirements/tools/ansible-rulebook.txt,
+#    hack/tool_venv.sh) and Debian's default-jre-headless when java is missing (its rule engine runs in a JVM).
 # 2. Gets the Debian trixie rootfs (podman 5, runc, busybox-static, Go and Debian's CDI
 #    Go library, Docker 26 with containerd 1.7: tests/e2e/test_docker_cdi.py starts dockerd
 #    in it, CDI on, no network, vfs storage) and a systemd rootfs (systemd,
@@ -79,6 +81,20 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# --- ansible-rulebook (tests/e2e/test_eda.py) -----------------------------------------
+# The Event-Driven Ansible engine, pinned in requirements/tools/ansible-rulebook.txt, in its own venv
+# (hack/tool_venv.sh: built once, again when that file changes); its rule engine runs in a JVM, Debian's
+# default-jre-headless where java is missing.
+if ! command -v java >/dev/null; then
+  e2e_log "installing default-jre-headless (ansible-rulebook's rule engine) with apt-get"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends default-jre-headless >/dev/null
+fi
+t=$SECONDS
+BCD_E2E_RULEBOOK=$(bash hack/tool_venv.sh ansible-rulebook)/ansible-rulebook
+export BCD_E2E_RULEBOOK
+e2e_log "$("$BCD_E2E_RULEBOOK" --version 2>/dev/null | head -n 1) ($((SECONDS - t))s), $(java -version 2>&1 | head -n 1)"
 
 mkdir -p "$E2E_CACHE/work" "$E2E_CACHE/bin"
 # One run at a time per cache: scratch directories and cache writes are not shared.
