@@ -30,7 +30,7 @@ LINK := .build/ansible_collections/bcd/devices
 # through the link above.
 ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE_COLLECTIONS_PATH="$(BUILD)"
 
-.PHONY: help venv lint units sanity molecule demo e2e bench fuzz soak canary test clean distclean
+.PHONY: help venv lint units sanity molecule demo e2e e2e-prepare bench fuzz soak canary test clean distclean
 
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
@@ -159,6 +159,8 @@ demo: $(STAMP) | $(LINK)
 	$(ANSIBLE_ENV) VENV=$(VENV) BUILD=$(BUILD) DEMO_CORE=$(DEMO_CORE) bash hack/demo.sh $(DEMO_ARGS)
 
 e2e: $(STAMP) | $(LINK)
+	@if [[ -f $(BUILD)/e2e-prepare.log ]]; then echo "e2e: make test's preparation ($(BUILD)/e2e-prepare.log) said:"; \
+	  tail -n 3 $(BUILD)/e2e-prepare.log; fi
 	bash hack/e2e.sh $(E2E_ARGS)
 
 # hack/canary.sh: the next ansible-core before it has its row in docs/compatibility.md ("The next
@@ -167,19 +169,22 @@ e2e: $(STAMP) | $(LINK)
 canary: | $(LINK)
 	BUILD=$(BUILD) bash hack/canary.sh
 
+test: venv lint units sanity molecule e2e
+
 # make test starts the e2e's cold work (hack/e2e.sh --prepare: root filesystems, the checker, the rulebook venv)
-# in the background as root, beside lint, units, sanity and molecule; make e2e then waits for it (e2e.sh's lock).
-# Its log is $(BUILD)/e2e-prepare.log; if it failed, make e2e builds what is missing itself and says why.
-test: venv
+# in the background, as root, before lint; it runs beside lint, units, sanity and molecule, and make e2e waits
+# for it (e2e.sh's lock). Its log is $(BUILD)/e2e-prepare.log; if it failed, make e2e builds what is missing
+# itself and says why. Only under make test: make lint alone starts nothing.
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+lint: | e2e-prepare
+endif
+
+e2e-prepare: $(STAMP) | $(LINK)
 	@if [[ $$(id -u) == 0 ]]; then \
 	  mkdir -p $(BUILD); \
 	  echo "test: preparing the e2e beside the other stages ($(BUILD)/e2e-prepare.log)"; \
 	  nohup bash hack/e2e.sh --prepare > $(BUILD)/e2e-prepare.log 2>&1 < /dev/null & \
-	  sleep 1; \
 	fi
-	$(MAKE) --no-print-directory lint units sanity molecule
-	@if [[ -s $(BUILD)/e2e-prepare.log ]]; then echo "test: the e2e's preparation said:"; tail -n 5 $(BUILD)/e2e-prepare.log; fi
-	$(MAKE) --no-print-directory e2e
 
 clean:
 	rm -rf .build tests/output .ansible .pytest_cache
