@@ -271,11 +271,12 @@ plan:
         whose hold is gone still runs a workload), V(remove-env) (an env file no spec, report or release stands
         behind, which a bind that never finished left); for Kubernetes holds V(release-kube), V(withdraw),
         V(report-release), V(drop-release), V(take-back-release) (a pending release the input takes
-        back while pods still hold old devices), V(quarantine-releases) and V(clear-marker).
+        back while pods still hold old devices), V(quarantine-releases) and V(clear-marker); V(report-condition)
+        (a node condition appeared or cleared since the last pass: one signed event, docs/events.md).
       type: str
       returned: always
     allocation_id:
-      description: The allocation the action is for (empty for V(quarantine-releases) and V(clear-marker)).
+      description: The allocation the action is for (empty for V(quarantine-releases), V(clear-marker) and V(report-condition)).
       type: str
       returned: always
     text:

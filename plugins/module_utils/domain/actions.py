@@ -410,6 +410,20 @@ class Refuse(Action):
 
 
 @record(frozen=True, eq=False)
+class ReportCondition(Action):
+    """A node condition that appeared or cleared since the last pass: one signed event
+    (``domain/condition_events.py``); journaling it records the condition in the ledger."""
+
+    kind: ClassVar[str] = "report-condition"
+
+    event: Event
+    device_ids: Tuple[str, ...]
+
+    def apply(self, writer: Any, state: Any) -> None:
+        state.report(self.event)
+
+
+@record(frozen=True, eq=False)
 class CreateSlice(Action):
     """A kept hold's slice created again (gone after a reboot)."""
 

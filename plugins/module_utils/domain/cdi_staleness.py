@@ -31,6 +31,7 @@ import copy
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import VENDOR_SPEC_STALE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 
 MAX_PATHS = 4096  # paths looked at per spec; a spec naming more is judged on the first ones
@@ -212,7 +213,7 @@ def stale_condition(vendor):
     if not stale:
         return None
     return {
-        "type": "VendorSpecStale",
+        "type": VENDOR_SPEC_STALE,
         "status": "True",
         "reason": "NodeDiffersFromSpec",
         "message": "%s does not match the node: %s; new holds get only its true edits (regenerate it: "

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import GPU_UNHEALTHY
 from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 
 # xid -> what it means, for the ones only a GPU reset or a reboot clears.
@@ -136,7 +137,7 @@ def unhealthy_condition(inventory, holders, cleared=None):
         parts.append("%s%s" % (unhealthy_message(gpu.uuid, health),
                                " (kept holds: %s)" % ", ".join(held) if held else ""))
     return {
-        "type": "GPUUnhealthy",
+        "type": GPU_UNHEALTHY,
         "status": "True",
         "reason": "GPUFaulted",
         "message": "; ".join(parts) + "; new holds on them are refused (device-missing), kept ones stay",

@@ -32,6 +32,7 @@ import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, CLASS_SLOT, AtomRefused, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import KUBERNETES_RELEASE_STUCK, KUBERNETES_RELEASES_UNREADABLE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
 # The state directory's default node path (its files are named in the conditions' messages).
@@ -126,7 +127,7 @@ def pods_holding(view, device_ids, inventory):
 
 def stuck_condition(stuck, now):
     return {
-        "type": "KubernetesReleaseStuck",
+        "type": KUBERNETES_RELEASE_STUCK,
         "status": "True",
         "reason": "PodsHoldDevices",
         "message": "; ".join("%s released %ds ago, pods still hold its devices"
@@ -136,7 +137,7 @@ def stuck_condition(stuck, now):
 
 def unreadable_condition(state_dir):
     return {
-        "type": "KubernetesReleasesUnreadable",
+        "type": KUBERNETES_RELEASES_UNREADABLE,
         "status": "True",
         "reason": "ReleasesFileUnreadable",
         "message": "%s/%s could not be read; every GPU stays claimed until the kubelet reports no pod on a GPU of "

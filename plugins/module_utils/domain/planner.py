@@ -98,6 +98,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.claims import PENDING, RELEASING, SLICE, Claims
+from ansible_collections.bcd.devices.plugins.module_utils.domain.condition_events import condition_reports
 from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import (
     UNREADABLE_RELEASES,
     conflicts,
@@ -420,9 +421,11 @@ def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any,
     if warnings.count(UNREADABLE) > 1:  # said once a pass
         first = warnings.index(UNREADABLE) + 1
         warnings = warnings[:first] + [warning for warning in warnings[first:] if warning != UNREADABLE]
+    conditions = list(decided.conditions) + ([damaged_condition(asides)] if asides else [])
+    # 6. the conditions that appeared or cleared since the last pass, each one signed event
+    actions.extend(condition_reports(observed, conditions, decided.pending_releases, generation))
     plan = Plan(generation=generation, actions=actions, failures=failures, warnings=warnings,
-                errors=list(decided.errors), holds=list(decided.holds),
-                conditions=list(decided.conditions) + ([damaged_condition(asides)] if asides else []),
+                errors=list(decided.errors), holds=list(decided.holds), conditions=conditions,
                 pending_releases=list(decided.pending_releases), vfio=dict(decided.vfio),
                 renders=dict(decided.renders), booked=dict(decided.booked),
                 vendor_path=getattr(observed.vendor, "path", None))

@@ -15,7 +15,12 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import BINDING_HOLD, BINDING_KUBERNETES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import cdi_device, cdi_spec_path, env_file_path
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import KNOWN_VERSIONS, version_key
-from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_BOUND, ALLOCATION_RELEASED
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
+    ALLOCATION_BOUND,
+    ALLOCATION_RELEASED,
+    HOLD_SPEC_DAMAGED,
+    VENDOR_SPEC_UNSUPPORTED,
+)
 
 
 def base_body(observed, allocation_id, generation, device_ids):
@@ -64,7 +69,7 @@ def summary_of(hold):
 def damaged_condition(paths):
     """Damaged specs set aside in /etc/cdi: raised while any is there, so someone reads and removes them."""
     return {
-        "type": "HoldSpecDamaged",
+        "type": HOLD_SPEC_DAMAGED,
         "status": "True",
         "reason": "SpecUnreadable",
         "message": "damaged hold specs set aside, never deleted: %s; find out who edits bcd's files in /etc/cdi, "
@@ -80,7 +85,7 @@ def unknown_version_condition(vendor):
     if not version or version in KNOWN_VERSIONS or version_key(version) < version_key(KNOWN_VERSIONS[-1]):
         return None
     return {
-        "type": "VendorSpecUnsupported",
+        "type": VENDOR_SPEC_UNSUPPORTED,
         "status": "True",
         "reason": "UnknownCdiVersion",
         "message": "the vendor spec %s has cdiVersion %s, later than any this bcd knows (%s at most): no hold "

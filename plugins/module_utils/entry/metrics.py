@@ -33,6 +33,13 @@ from __future__ import annotations
 import os
 from typing import Dict, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
+    GPU_UNHEALTHY,
+    HOLD_SPEC_DAMAGED,
+    KUBERNETES_RELEASE_STUCK,
+    KUBERNETES_RELEASES_UNREADABLE,
+    VENDOR_SPEC_STALE,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import REASONS
 from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
@@ -40,8 +47,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import wri
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
 PASS_STATES = ("CONVERGED", "PROGRESSING", "FAILED")
-CONDITION_TYPES = ("KubernetesReleaseStuck", "KubernetesReleasesUnreadable", "HoldSpecDamaged", "VendorSpecStale",
-                   "GPUUnhealthy")
+CONDITION_TYPES = (KUBERNETES_RELEASE_STUCK, KUBERNETES_RELEASES_UNREADABLE, HOLD_SPEC_DAMAGED, VENDOR_SPEC_STALE,
+                   GPU_UNHEALTHY)
 OTHER_REASON = "other"  # a ledger's reason that is none of REASONS
 REFUSAL_REASONS = tuple(REASONS) + (OTHER_REASON,)
 

@@ -5,7 +5,8 @@
 
 Every bind and release is reported as an attested event, signed with the
 node's Ed25519 key over ``b"attested-report\\n" + canonical(body)`` so that no
-gateway can forge one; failures are plain events.  Each event is journaled
+gateway can forge one; so is each appearing and clearing of a node condition
+(its body names its type); failures are plain events.  Each event is journaled
 (and fsynced) under ``<state_dir>`` before it is returned, and it is returned
 by every pass until acknowledged.  Sequence numbers grow by one per event and
 are never reused, across runs, acknowledgements and crashes.
@@ -41,7 +42,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     ALLOCATION_FAILED,
     ALLOCATION_RELEASED,
     ATTESTED_TYPES,
+    CONDITION_EVENT_TYPES,
     EVENT_TYPES,
+    SIGNED_TYPES,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import create_exclusive, ensure_dir, fsync_dir, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, StateFiles, read_file
@@ -173,6 +176,8 @@ def decode_public_key(public_key_b64: Any) -> bytes:
 
 
 def _type_matches_body(event_type: str, body: Dict[str, Any]) -> bool:
+    if event_type in CONDITION_EVENT_TYPES:
+        return body.get("type") == event_type
     if event_type == ALLOCATION_BOUND:
         return "cdi_spec_path" in body
     if event_type == ALLOCATION_RELEASED:
@@ -181,9 +186,10 @@ def _type_matches_body(event_type: str, body: Dict[str, Any]) -> bool:
 
 
 def verify_report(event: Any, public_key_b64: Any) -> bool:
-    """True only for an untampered attested event signed by ``public_key_b64``.
+    """True only for an untampered signed event signed by ``public_key_b64``.
 
-    The event must be an ``AllocationBound`` or ``AllocationReleased`` with
+    The event must be an ``AllocationBound`` or ``AllocationReleased`` (or a
+    condition's event, whose body names its type) with
     purpose ``attested-report``, a body whose fields fit its type, and a valid
     Ed25519 signature over ``b"attested-report\\n" + canonical(body)``.  Anything
     else (malformed input, no ``cryptography``) is False; this never raises.
@@ -193,7 +199,7 @@ def verify_report(event: Any, public_key_b64: Any) -> bool:
             return False
         event_type = event.get("type")
         body = event.get("body")
-        if event_type not in ATTESTED_TYPES or event.get("purpose") != PURPOSE:
+        if event_type not in SIGNED_TYPES or event.get("purpose") != PURPOSE:
             return False
         if not isinstance(body, dict) or not _type_matches_body(event_type, body):
             return False
@@ -429,8 +435,8 @@ class Journal:
     def append(self, event_type: str, body: Dict[str, Any], key: Optional[NodeKey] = None) -> Dict[str, Any]:
         """Journal one event (fsynced before returning) and return it with its seq.
 
-        ``AllocationBound``/``AllocationReleased`` are signed with ``key``
-        (required); ``AllocationFailed`` is not.
+        ``AllocationBound``/``AllocationReleased`` and the conditions' events are
+        signed with ``key`` (required); ``AllocationFailed`` is not.
         """
         return self.append_many([(event_type, body, key)])[0]
 
@@ -448,7 +454,7 @@ class Journal:
         for event_type, body, key in prepared:
             seq += 1
             event = {"seq": seq, "type": event_type, "body": body}  # type: Dict[str, Any]
-            if event_type in ATTESTED_TYPES:
+            if event_type in SIGNED_TYPES:
                 if key is None:  # _checked_body refused this already; kept for the type checker
                     raise NodeKeyMissing("%s needs the node key to be signed" % event_type)
                 event["purpose"] = PURPOSE
@@ -463,9 +469,12 @@ class Journal:
         if event_type not in EVENT_TYPES:
             raise EventsError("unknown event type %r (expected one of %s)" % (event_type, ", ".join(EVENT_TYPES)))
         body = _normalise_body(body)
-        if event_type in ATTESTED_TYPES:
+        if event_type in SIGNED_TYPES:
             if key is None:
-                raise EventsError("%s is an attested event and needs the node key" % event_type)
+                raise EventsError("%s is a signed event and needs the node key" % event_type)
+            if event_type in CONDITION_EVENT_TYPES and not _type_matches_body(event_type, body):
+                raise EventsError("a %s body must name its type (body.type %r); the signature does not cover the type"
+                                  % (event_type, event_type))
             if not _type_matches_body(event_type, body):
                 raise EventsError(
                     "an %s body %s; the signature does not cover the type, so the body must tell "

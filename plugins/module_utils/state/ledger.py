@@ -33,7 +33,14 @@ the host:
     the journal (``NodeState.load``), so nothing is reported twice;
 ``last_state``
     the section state of the last pass (the retry timer runs a pass only
-    while it is ``PROGRESSING``).
+    while it is ``PROGRESSING``);
+``conditions``
+    the node conditions whose appearing was journaled and whose clearing was not
+    (``domain/condition_events.py``), by key (``GPUUnhealthy/<GPU UUID>``,
+    ``KubernetesReleaseStuck/<allocation>``, or the type alone): each the devices and
+    allocation its events name. A few keys at most: one per unhealthy GPU, one per
+    stuck release, one per other condition. Settled from the journal like the rest,
+    so a condition's event is journaled once when it appears and once when it clears.
 
 This file is the format; ``state.store.NodeState`` reads and writes it, through the bounded
 reader (``node/state_files.py``: at most 16 MiB, JSON within ``domain/bounded_json``'s bounds).
@@ -45,7 +52,17 @@ from typing import Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
-from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_BOUND, ALLOCATION_FAILED, ALLOCATION_RELEASED
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
+    ALLOCATION_BOUND,
+    ALLOCATION_FAILED,
+    ALLOCATION_RELEASED,
+    CLEARED,
+    CONDITION_EVENT_TYPES,
+    CONDITION_TYPES,
+    GPU_UNHEALTHY,
+    KUBERNETES_RELEASE_STUCK,
+    condition_key,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
 
@@ -65,6 +82,7 @@ class Ledger:
     observed_generation: Optional[int] = None
     last_state: Optional[str] = None
     journal_seq: int = 0
+    conditions: Dict[str, dict] = {}  # condition key -> {device_ids, allocation_id}: raised, not cleared
     problem: Optional[str] = None  # why the file could not be read (not saved)
 
     def refusal_at(self, allocation_id, generation):
@@ -82,6 +100,8 @@ class Ledger:
         data = {"bound": self.bound, "unfinished_releases": self.unfinished_releases, "failures": self.failures,
                 "vfio": self.vfio, "renders": self.renders, "observed_generation": self.observed_generation,
                 "last_state": self.last_state, "journal_seq": self.journal_seq}
+        if self.conditions:  # a node with no condition raised writes the ledger it always did
+            data["conditions"] = self.conditions
         return (pretty_json.dumps(data, sort_keys=True) + "\n").encode("utf-8")
 
 
@@ -144,6 +164,28 @@ def _renders(value):
     return records
 
 
+def _condition_record(device_ids, allocation_id):
+    record = {"device_ids": list(device_ids)}
+    if allocation_id is not None:
+        record["allocation_id"] = allocation_id
+    return record
+
+
+def _conditions(value):
+    """Raised conditions whose key is a condition's and whose record has the fields a pass writes (anything else
+    is dropped: a condition still there is reported again)."""
+    records = {}
+    for key, entry in _dict_of(value, dict).items():
+        device_ids, allocation_id = entry.get("device_ids"), entry.get("allocation_id")
+        if not isinstance(device_ids, list) or not all(isinstance(device, str) for device in device_ids) \
+                or not (allocation_id is None or isinstance(allocation_id, str)):
+            continue
+        kind = key.split("/", 1)[0]
+        if kind in CONDITION_TYPES and condition_key(kind, device_ids, allocation_id) == key:
+            records[key] = _condition_record(device_ids, allocation_id)
+    return records
+
+
 def parse_ledger(content, where):
     """The ledger in ``content`` (None: no file yet, an empty ledger); a damaged one is empty with
     ``problem`` set, so reports may repeat but nothing is lost. Content past the bounded parser's
@@ -166,6 +208,7 @@ def parse_ledger(content, where):
         observed_generation=_int_or_none(data.get("observed_generation")),
         last_state=data.get("last_state") if isinstance(data.get("last_state"), str) else None,
         journal_seq=_int_or_none(data.get("journal_seq")) or 0,
+        conditions=_conditions(data.get("conditions")),
     )
 
 
@@ -175,6 +218,8 @@ def settles(event):
     message as text). The journal is the account's file: an event a crash kept from being recorded is
     read back from it, so whatever else lies there is passed over, never a key or a sort of root's."""
     body = event.get("body") if isinstance(event, dict) else None
+    if isinstance(body, dict) and event.get("type") in CONDITION_EVENT_TYPES:
+        return _condition_settles(event, body)
     if not isinstance(body, dict) or event.get("type") not in (ALLOCATION_BOUND, ALLOCATION_RELEASED, ALLOCATION_FAILED):
         return False
     allocation_id, generation, device_ids = body.get("allocation_id"), body.get("generation"), body.get("device_ids")
@@ -182,6 +227,19 @@ def settles(event):
             and (generation is None or _int_or_none(generation) is not None)
             and (device_ids is None or (isinstance(device_ids, list) and all(isinstance(d, str) for d in device_ids)))
             and all(body.get(key) is None or isinstance(body.get(key), str) for key in ("reason", "message"))
+            and (event.get("seq") is None or _int_or_none(event.get("seq")) is not None))
+
+
+def _condition_settles(event, body):
+    """A condition's event: its body names its type, its devices are text, its allocation (a stuck release's) an
+    allocation id, and the GPU or allocation its key needs is there."""
+    kind, device_ids, allocation_id = event["type"], body.get("device_ids"), body.get("allocation_id")
+    base = kind[:-len(CLEARED)] if kind.endswith(CLEARED) else kind
+    return (body.get("type") == kind
+            and isinstance(device_ids, list) and all(isinstance(d, str) for d in device_ids)
+            and (allocation_id is None or (isinstance(allocation_id, str) and _ALLOCATION_ID_RE.fullmatch(allocation_id) is not None))
+            and (base != GPU_UNHEALTHY or len(device_ids) == 1)
+            and (base != KUBERNETES_RELEASE_STUCK or allocation_id is not None)
             and (event.get("seq") is None or _int_or_none(event.get("seq")) is not None))
 
 
@@ -193,7 +251,15 @@ def record_event(ledger, event, limits=None):
     body = event.get("body") or {}
     allocation_id = body.get("allocation_id")
     generation = body.get("generation")
-    if event.get("type") == ALLOCATION_BOUND:
+    kind = event.get("type")
+    if kind in CONDITION_EVENT_TYPES:
+        base = kind[:-len(CLEARED)] if kind.endswith(CLEARED) else kind
+        key = condition_key(base, body["device_ids"], allocation_id)
+        if base == kind:
+            ledger.conditions[key] = _condition_record(body["device_ids"], allocation_id)
+        else:
+            ledger.conditions.pop(key, None)
+    elif event.get("type") == ALLOCATION_BOUND:
         record = {"generation": generation, "device_ids": list(body.get("device_ids") or []),
                   "cgroup_parent": body.get("cgroup_parent")}
         if limits:

@@ -77,7 +77,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import Pas
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     ALLOCATION_RELEASED,
-    ATTESTED_TYPES,
+    SIGNED_TYPES,
     EventsError,
     Journal,
     NodeKey,
@@ -316,7 +316,7 @@ class NodeState:
         ``save_ledger=False`` leaves the ledger to the caller's next change (a pass's last reports, saved
         with its end by ``finish``). A journal that cannot be written raises ``EventsError`` before the
         block runs, and the reports are made again next pass; a block that raises saves nothing."""
-        if any(event["type"] in ATTESTED_TYPES for event, _limits in self._queued):
+        if any(event["type"] in SIGNED_TYPES for event, _limits in self._queued):
             import_cryptography()  # as root, before acting as the owner (see key)
         with self.as_owner():
             releases_before = releases_bytes(self.releases.pending)
@@ -339,9 +339,9 @@ class NodeState:
         memory; the journaled events."""
         if not queued:
             return []
-        key = self.key() if any(event["type"] in ATTESTED_TYPES for event, _limits in queued) else None
+        key = self.key() if any(event["type"] in SIGNED_TYPES for event, _limits in queued) else None
         journaled = self.journal.append_many([(event["type"], event["body"],
-                                               key if event["type"] in ATTESTED_TYPES else None)
+                                               key if event["type"] in SIGNED_TYPES else None)
                                               for event, _limits in queued])
         for event, (_queued_event, limits) in zip(journaled, queued):
             self._settle(event, limits)

@@ -23,6 +23,10 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, NodeKey
+from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_B as FAKE_GPU_B
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_gpu_health import sick
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run
 
 REPO = Path(__file__).resolve().parents[3]
 SOURCE = REPO / "extensions" / "eda" / "plugins" / "event_source" / "gateway.py"
@@ -279,6 +283,24 @@ def test_a_signed_condition_is_queued_and_one_that_does_not_name_its_type_is_not
     assert [e["bcd"] for e in source.queued()] == [{
         "type": "GPUUnhealthy", "node": "node-a", "seq": 7, "allocation": None, "devices": [GPU_A],
         "reason": "xid 79: GPU has fallen off the bus", "generation": 4, "signed": True, "body": body}]
+
+
+def test_a_gpu_unhealthy_a_pass_journaled_on_a_fakehw_node_is_verified_and_queued(start, capsys, node):
+    """Not a body made up here: the pass of bcd.devices.holds on a fakehw node whose GPU logged Xid 79 journals the
+    signed GPUUnhealthy (docs/events.md, "Conditions"), and the source verifies it against the node's key."""
+    node.set_hardware(gpus=sick(DEFAULT_GPUS, 1, xids=[79]))
+    result = run(capsys, node, generation=3, devices=[])
+    [event] = [e for e in result["events"] if e["type"] == "GPUUnhealthy"]
+    key = NodeKey.load(node.state("node.key")).public_key_b64()
+    source = start(node_keys={"node-a": key})
+
+    status, answer = source.deliver(result["events"])
+    assert status == 200 and answer == {"accepted": [event["seq"]], "rejected": []}
+    [queued] = source.queued()
+    assert queued["bcd"] == {"type": "GPUUnhealthy", "node": "node-a", "seq": event["seq"], "allocation": None,
+                             "devices": [FAKE_GPU_B], "reason": "GPUFaulted", "generation": 3, "signed": True,
+                             "body": event["body"]}
+    assert queued["meta"] == {"hosts": "node-a"}
 
 
 def test_a_wrong_or_missing_token_is_refused_and_nothing_queued(start, node_a):

@@ -23,8 +23,8 @@ GIB = 1 << 30
 
 
 def journaled(node):
-    """``(type, allocation_id)`` of every event in the journal, in order."""
-    return [(e["type"], e["body"]["allocation_id"]) for e in Journal(node.state()).unacked()]
+    """``(type, allocation_id)`` of every event in the journal, in order (a condition's: None, or its stuck release)."""
+    return [(e["type"], e["body"].get("allocation_id")) for e in Journal(node.state()).unacked()]
 
 
 def specs_naming(node, device_id):

@@ -197,7 +197,8 @@ def test_after_a_driver_upgrade_new_holds_get_only_true_edits_and_kept_ones_are_
     node.set_hardware(driver=driver(version="590.44.01", files=[LIBCUDA_NEW]))
     result = run(capsys, node, generation=2, devices=[hold("a1", GPU_B), hold("a2", GPU_A)])
     assert fails(result) == []
-    assert [(p["action"], p["allocation_id"]) for p in result["plan"]] == [("bind", "a2")]
+    assert [(p["action"], p["allocation_id"], p.get("event")) for p in result["plan"]] == [
+        ("bind", "a2", "AllocationBound"), ("report-condition", "", "VendorSpecStale")]
     assert node.read("/etc/cdi/bcd-a1.json") == kept  # a kept hold is not rewritten for the driver alone
     new = spec_of(node, "a2")
     assert mounts_of(new) == []  # the stale libcuda mount is left out: the runtime would refuse to start
@@ -216,7 +217,8 @@ def test_after_a_driver_upgrade_new_holds_get_only_true_edits_and_kept_ones_are_
     # nvidia-ctk cdi generate runs for the new driver: the kept hold is rewritten, nothing is stale
     node.write(VENDOR, node.read(VENDOR).replace(b"580.65.06", b"590.44.01"))
     fresh = run(capsys, node, generation=2, devices=[hold("a1", GPU_B), hold("a2", GPU_A)])
-    assert sorted(p["allocation_id"] for p in fresh["plan"]) == ["a1", "a2"]
+    assert sorted(p["allocation_id"] for p in fresh["plan"] if p["action"] != "report-condition") == ["a1", "a2"]
+    assert [p["event"] for p in fresh["plan"] if p["action"] == "report-condition"] == ["VendorSpecStaleCleared"]
     assert mounts_of(spec_of(node, "a1")) == [LIBCUDA_NEW] and mounts_of(spec_of(node, "a2")) == [LIBCUDA_NEW]
     assert fresh["conditions"] == []
     assert [h["stale_edits"] for h in info(capsys, node)["holds"]] == [[], []]

@@ -636,7 +636,8 @@ def test_a_damaged_spec_is_set_aside_by_root_through_the_helper(helper, monkeypa
     good = Path(spec).read_bytes()
     Path(spec).write_bytes(b"{damaged")
     result = through_helper()
-    assert [a.kind for a in result.plan.actions] == ["rebind"]
+    assert [a.kind for a in result.plan.actions] == ["rebind", "report-condition"]
+    assert result.events[-1]["type"] == "HoldSpecDamaged"  # the account's pass journals the condition, signed
     assert Path(spec).read_bytes() == good
     (aside,) = [name for name in os.listdir(helper.node("/etc/cdi")) if ".damaged-" in name]
     assert Path(helper.node("/etc/cdi/" + aside)).read_bytes() == b"{damaged"

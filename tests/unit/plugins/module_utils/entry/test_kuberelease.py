@@ -312,7 +312,7 @@ def test_an_unreadable_releases_file_is_set_aside_and_every_gpu_stays_claimed(no
     # no pod on a GPU of an unknown allocation: the marker goes and the GPUs are free
     pods(node)
     freed = node.run(4, [hold("a1", GPU_B)])
-    assert steps(freed) == [("clear-marker", ""), ("bind", "a1")]
+    assert steps(freed) == [("clear-marker", ""), ("bind", "a1"), ("report-condition", "")]
     assert not node.exists(MARKER)
     assert condition(freed, "KubernetesReleasesUnreadable") is None
     assert freed.section["state"] == "CONVERGED"
