@@ -57,7 +57,7 @@ def test_the_unreadable_releases_file_is_kept_aside(host):
 def test_the_journal(host):
     content = host.file(STATE + "/events.jsonl").content_string
     events = [json.loads(line) for line in content.splitlines() if line.strip()]
-    summary = [(e["type"], e["body"]["allocation_id"], e["body"]["generation"]) for e in events]
+    summary = [(e["type"], e["body"].get("allocation_id"), e["body"]["generation"]) for e in events]
     assert summary == [
         ("AllocationBound", "k_train", 1),
         ("AllocationBound", "k_keep", 1),
@@ -65,8 +65,12 @@ def test_the_journal(host):
         ("AllocationReleased", "k_train", 2),
         ("AllocationBound", "p_take", 4),
         ("AllocationFailed", "p_late", 5),
+        ("KubernetesReleasesUnreadable", None, 5),  # the condition, signed, when it appears and when it clears
         ("AllocationBound", "p_late", 6),
+        ("KubernetesReleasesUnreadableCleared", None, 6),
     ]
+    assert [e["body"]["type"] for e in events if "Kubernetes" in e["type"]] == [
+        "KubernetesReleasesUnreadable", "KubernetesReleasesUnreadableCleared"]
     released = events[3]["body"]
     assert released["device_ids"] == [gpu(0), gpu(1) + "/gi1/ci0"]
     failed = dict((e["body"]["allocation_id"], e["body"]["message"]) for e in events if e["type"] == "AllocationFailed")
