@@ -20,7 +20,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from ansiblelint import schemas
+
+# ansible-lint carries the rulebook schema; it is in .venv (ansible-core 2.19), not in the other cores' venvs, so
+# the rulebooks are checked against it once, under 2.19 (make units), and their other tests run under each core.
+try:
+    from ansiblelint import schemas
+except ImportError:  # pragma: no cover - the 2.20 to 2.22 venvs
+    schemas = None
+needs_schema = pytest.mark.skipif(schemas is None, reason="ansible-lint (and its rulebook schema) is in .venv only")
 
 REPO = Path(__file__).resolve().parents[3]
 RULEBOOKS = sorted((REPO / "extensions" / "eda" / "rulebooks").glob("*.yml"))
@@ -40,11 +47,16 @@ def test_there_are_the_two_rulebooks():
     assert [path.name for path in RULEBOOKS] == ["allocation_failed.yml", "gpu_life.yml"]
 
 
+@needs_schema
+@pytest.mark.parametrize("path", RULEBOOKS, ids=lambda p: p.name)
+def test_a_rulebook_is_valid_by_the_rulebook_schema(path):
+    schema = json.loads((Path(schemas.__file__).parent / "rulebook.json").read_text())
+    jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+
+
 @pytest.mark.parametrize("path", RULEBOOKS, ids=lambda p: p.name)
 def test_a_rulebook_is_what_ansible_rulebook_takes(path):
     rulebook = yaml.safe_load(path.read_text())
-    schema = json.loads((Path(schemas.__file__).parent / "rulebook.json").read_text())
-    jsonschema.validate(rulebook, schema)
     for ruleset in rulebook:
         [source] = ruleset["sources"]
         assert set(source) == {"name", "bcd.devices.gateway"}
