@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -21,6 +22,23 @@ import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
+
+# BCD_UNITS_ANSIBLE_ONLY=1 (make units under the newest ansible-core): the module_utils tests that run no Ansible
+# code are left out. module_utils imports no ansible (test_layers.py), so those tests answer the same under every
+# core; they run under the oldest, and Python 3.13 runs module_utils on make e2e's trixie nodes. A test file that
+# drives a module, an action plugin or ansible itself stays.
+_MODULE_UTILS_TESTS = Path(__file__).parent / "plugins" / "module_utils"
+_DRIVES_ANSIBLE = re.compile(r"plugins\.modules|plugins\.action|from ansible\.|import ansible|\"ansible\"|ansible-playbook")
+
+
+def pytest_ignore_collect(collection_path, config):  # pylint: disable=unused-argument
+    if os.environ.get("BCD_UNITS_ANSIBLE_ONLY") != "1":
+        return None
+    path = Path(str(collection_path))
+    if path.suffix != ".py" or _MODULE_UTILS_TESTS not in path.parents:
+        return None
+    return None if _DRIVES_ANSIBLE.search(path.read_text(encoding="utf-8")) else True
+
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NVIDIA_CDI = DATA / "nvidia-cdi"
