@@ -490,9 +490,9 @@ class Bench:
     # -- the worst section a pass accepts ----------------------------------------------------
 
     def worst_section(self, number):
-        """The largest section within every bound (``domain/assignment.py``): all of it honoured."""
+        """The largest section within every bound (``domain/input/assignment.py``): all of it honoured."""
         sys.path.insert(0, self.collections)
-        from ansible_collections.bcd.devices.plugins.module_utils.domain import assignment
+        from ansible_collections.bcd.devices.plugins.module_utils.domain.input import assignment
         count = assignment.MAX_ASSIGNMENTS
         per = assignment.MAX_ATOMS // count
         section = []

@@ -210,7 +210,7 @@ class SelfTest(Target):
         return {"what": rng.choice(("clean", "refused", "traceback", "hang"))}
 
     def run(self, item):
-        from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError  # pylint: disable=import-outside-toplevel
         if item["what"] == "refused":
             raise BcdError("a documented refusal")
         if item["what"] == "traceback":

@@ -177,7 +177,7 @@ class VendorSpecTarget(base.Target):
               "/var/run/cdi/.nvidia.yml")
 
     def extend_node(self):
-        from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import parse_spec_text  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import parse_spec_text  # pylint: disable=import-outside-toplevel
         self.seeds = []
         for fixture in ("mig", "full", "json", "wsl"):
             text = nodes.CONFTEST.vendor_text(fixture)
@@ -268,7 +268,7 @@ class CdiHoldTarget(base.Target):
         base.plant_file(item, self._path(item), 1 << 20, b"{}", self.node.outside, None)
 
     def run(self, item):
-        from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import read_hold  # pylint: disable=import-outside-toplevel
         if item["mode"] == "content":
             hold = read_hold(item["allocation_id"], "/etc/cdi/bcd-%s.json" % item["allocation_id"], item["data"])
             if hold.problem is not None and not isinstance(hold.problem, str):

@@ -92,7 +92,7 @@ class ModuleTarget(base.Target):
             item["validated"] = checked.validated_parameters
 
     def run(self, item):
-        from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError  # pylint: disable=import-outside-toplevel
         from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass  # pylint: disable=import-outside-toplevel
         from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params  # pylint: disable=import-outside-toplevel
         from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState  # pylint: disable=import-outside-toplevel
@@ -520,7 +520,7 @@ class HelperBoundsTarget(base.Target):
             left, number = left - size, number + 1
 
     def run(self, item):
-        from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_ATOMS  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_ATOMS  # pylint: disable=import-outside-toplevel
         from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
         del CAUGHT[:]
         now = [1000.0]

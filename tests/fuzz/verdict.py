@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 import traceback
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 
 ALLOWED = (
-    (BcdError, "the project's errors (domain/errors.py and every subclass: StateFileError, PassError, "
+    (BcdError, "the project's errors (support/errors.py and every subclass: StateFileError, PassError, "
                "InvalidAssignment, FakeHwError, the helper's Refused, ...): str() is the message for a user"),
     (OSError, "a system call that failed on a named path (the exception carries the file name); only with a "
               "file name, which is what makes the one line a user gets say what failed"),
@@ -118,5 +118,5 @@ def problem(kind, key, summary, detail=""):
 def control_characters(text):
     """The characters of ``text`` that are not data on a terminal: every one ``str.isprintable`` refuses (C0
     and C1 controls, DEL, bidi and zero-width format characters, U+2028/9, lone surrogates), the line
-    breaks between lines excepted (issue 22, item 6; ``domain/text.printable`` escapes them)."""
+    breaks between lines excepted (issue 22, item 6; ``support/text.printable`` escapes them)."""
     return sorted(char for char in set(text) if not char.isprintable() and char not in "\n ")

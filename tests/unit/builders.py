@@ -6,7 +6,7 @@
 ``hold`` is one assignment as the control plane sends it (the module's ``devices`` option,
 ``bcd-holds converge --spec``); ``mig``, ``slot`` and ``kube`` are its common variants; and
 ``request`` is a hold as the unprivileged side sends it to the root helper
-(``domain.assignment.hold_request``). Any field given by name replaces the built one in place,
+(``domain.input.assignment.hold_request``). Any field given by name replaces the built one in place,
 so a test can send anything, hostile values included.
 """
 

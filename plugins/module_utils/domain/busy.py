@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, CLASS_SLOT, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, atom_from_id
 
 NOT_BUSY = ("maintenance",)
 

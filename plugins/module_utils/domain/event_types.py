@@ -5,7 +5,7 @@
 
 A bind and a release are attested (signed, so the control plane can trust which devices an
 allocation has); a refusal is reported but says nothing about devices. The planner builds the
-events (``domain/reports.py``), the actions journal them, the ledger settles on them.
+events (``domain/plan/reports.py``), the actions journal them, the ledger settles on them.
 """
 
 from __future__ import annotations

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import GPU_UNHEALTHY
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
 # xid -> what it means, for the ones only a GPU reset or a reboot clears.
 XID_CLASSES = {

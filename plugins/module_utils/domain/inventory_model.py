@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
-from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
 
 @record(frozen=True)
@@ -51,7 +51,7 @@ class Inventory:
     says why a source could not be read (an empty inventory is then not a
     statement that the node has no GPUs)."""
 
-    gpus: List[Gpu] = []
+    gpus: List[Gpu] = field(default_factory=list)
     source: str = "none"
     error: Optional[str] = None
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG, CLASS_SLOT, AtomRefused, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, AtomRefused, atom_from_id
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import KUBERNETES_RELEASE_STUCK, KUBERNETES_RELEASES_UNREADABLE
-from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
 # The state directory's default node path (its files are named in the conditions' messages).
 DEFAULT_STATE_DIR = "/var/lib/bcd"
@@ -62,7 +62,7 @@ class PendingRelease:
 class Releases:
     """What ``releasing.json`` and its marker say."""
 
-    pending: Dict[str, PendingRelease] = {}
+    pending: Dict[str, PendingRelease] = field(default_factory=dict)
     unreadable: Optional[str] = None  # why releasing.json could not be read: it is to be set aside
     marker: bool = False
 

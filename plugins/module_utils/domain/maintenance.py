@@ -21,9 +21,9 @@ import math
 import time
 from typing import Dict, List, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json, pretty_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
 MAINTENANCE_NAME = "maintenance.json"
 MAX_GPUS = 256
@@ -62,7 +62,7 @@ def check_reason(reason):
 def parse_maintenance(content, where):
     """``(records, problem)`` from the file's bytes (None: no file). A file that cannot be read gives no
     records and a problem to warn about: it is the unprivileged account's to write, so nothing in it
-    is trusted beyond these checks. Content past the bounded parser's limits (``domain/bounded_json``)
+    is trusted beyond these checks. Content past the bounded parser's limits (``support/bounded_json``)
     is ``StateFileError``, as for every state file."""
     if content is None:
         return {}, None

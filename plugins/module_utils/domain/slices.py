@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import format_cpulist
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import format_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     ALLOCATION_ID,
     MAX_CPU,
     InvalidAssignment,
@@ -31,9 +31,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     check_nodelist,
     parse_cpulist,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
-from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
 SLICE_NAME_RE = lazy_pattern(r"^bcd-alloc-%s\.slice$" % ALLOCATION_ID)
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -147,8 +147,8 @@ class SliceState:
 
     name: str
     properties: Optional[Dict[str, str]] = None  # None: the backend cannot read them back
-    hugetlb_max: Dict[str, int] = {}
-    hugetlb_current: Dict[str, int] = {}
+    hugetlb_max: Dict[str, int] = field(default_factory=dict)
+    hugetlb_current: Dict[str, int] = field(default_factory=dict)
     populated: bool = False
     memory_max: Optional[int] = None  # the cgroup's memory.max, where properties cannot be read back
     memory_high: Optional[int] = None  # the cgroup's memory.high, likewise

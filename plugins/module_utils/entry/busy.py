@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import read_hold
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import (
     MaintenanceError,
     change,
@@ -22,7 +22,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance imp
     check_reason,
     listing,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
 
@@ -95,7 +95,7 @@ def busy_message(entries):
 
 def busy_lines(entries):
     """What ``bcd-holds busy`` prints: one line per GPU. A claim's text names what the state directory, a
-    hold spec or the VMs say (an allocation id, a path, a reason): each is escaped (``domain/text.py``), so
+    hold spec or the VMs say (an allocation id, a path, a reason): each is escaped (``support/text.py``), so
     nothing in it can redraw the line, and a busy GPU is never shown free."""
     lines = []
     for entry in entries:

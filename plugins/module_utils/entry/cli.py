@@ -23,11 +23,11 @@ import os
 import sys
 import threading
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import Refuse
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable, printable_lines
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Refuse
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import BusyError, busy_check, busy_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import doctor_lines, run_checks
@@ -45,7 +45,7 @@ DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"
 
 def out(text):
     """Lines on stdout (module_utils code may not call print). The renderers escape what they show; each
-    line is escaped here again (``domain/text.py``: a no-op on escaped text), so nothing that reaches a
+    line is escaped here again (``support/text.py``: a no-op on escaped text), so nothing that reaches a
     terminal through bcd-holds is terminal control, whatever a renderer missed."""
     sys.stdout.write(printable_lines(text) + "\n")
 

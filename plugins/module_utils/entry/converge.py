@@ -15,18 +15,18 @@ import time
 from contextlib import contextmanager
 from typing import List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import apply_plan
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import needs_admission
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER, InvalidAssignment, check_instances, parse_assignments
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.env_policy import parse_env_allow
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.generations import GenerationConflict, pass_generation
-from ansible_collections.bcd.devices.plugins.module_utils.domain.hints import refusal_hint
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import apply_plan
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import needs_admission
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER, InvalidAssignment, check_instances, parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.env_policy import parse_env_allow
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.generations import GenerationConflict, pass_generation
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.hints import refusal_hint
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
-from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner import (
     Observed,
     Plan,
     grows,
@@ -34,9 +34,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import 
     placed,
     plan_pass,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record
-from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import reason_shown
-from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import reason_shown
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import journal_full, journal_near
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
@@ -54,10 +54,10 @@ class PassResult:
     plan: Plan
     section: dict
     changed: bool = False
-    events: List[dict] = []
-    warnings: List[str] = []
-    capabilities: List[str] = []
-    errors: List[str] = []
+    events: List[dict] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    capabilities: List[str] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)
     inventory: Inventory = field(default_factory=Inventory)
     events_not_shown: int = 0
 
@@ -69,7 +69,7 @@ class PassResult:
                 for f in self.plan.failures]
 
     def refusal_hints(self):
-        """What would help with each refusal (``domain/hints.py``), "" where nothing would."""
+        """What would help with each refusal (``domain/input/hints.py``), "" where nothing would."""
         return [refusal_hint(f.reason, f.message, self.inventory) for f in self.plan.failures]
 
     @property
@@ -215,11 +215,11 @@ def section_of(generation, plan, errors, previous_observed):
 def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_DIR, check_mode=False,
              lock_timeout=120.0, store_input=True, cdi_runtimes="auto", env_allow=None):
     """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing.
-    ``generation`` None: the node numbers the input (``domain/generations.py``); one given that the node
+    ``generation`` None: the node numbers the input (``domain/input/generations.py``); one given that the node
     applied with another input is a ``PassError`` before anything is written.
     A real pass stores its input for the node's timers unless ``store_input`` is false.
     ``cdi_runtimes``: ``auto`` (find them) or the node's container runtimes as ``{name, version}``.
-    ``env_allow``: None, or the only env keys a hold may set (``domain/env_policy.py``)."""
+    ``env_allow``: None, or the only env keys a hold may set (``domain/input/env_policy.py``)."""
     with fewer_collections():
         return _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_timeout, store_input,
                          cdi_runtimes, env_allow)

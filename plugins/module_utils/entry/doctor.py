@@ -9,7 +9,7 @@ would be unprivileged (no root, no reachable helper): such a node refuses every 
 with ``node-unprivileged``. ``cdi-runtimes`` names each container runtime, its version,
 whether CDI is on in its configuration and the newest ``cdiVersion`` it loads;
 ``vendor-spec`` says which NVIDIA spec is used, and whether it is fresh; ``cdi-lint``
-checks every spec file the runtimes load (``domain/cdi_lint.py``).
+checks every spec file the runtimes load (``domain/cdi/lint.py``).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import pwd
 import stat
 from typing import Dict, List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import CLASS_MIG
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import SPEC_DIR, read_hold
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_lint import lint
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import ceiling
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import summary
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_validate import version_key
-from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import one_gpu_one_hold
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import SPEC_DIR, read_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.lint import lint
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import ceiling
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import summary
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import version_key
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import one_gpu_one_hold
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.systemd_units import (
     DEFAULT_HELPER_SOCKET,
     HELPER_UNIT,
@@ -42,7 +42,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.systemd_units i
     pass_command,
     timer_target,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import node_holds
 from ansible_collections.bcd.devices.plugins.module_utils.node.cdi_files import read_spec_dirs
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import run_tool
@@ -578,7 +578,7 @@ def check_cdi_runtimes(host, runtimes, warnings, vendor):
 
 
 def check_cdi_lint(host):
-    """Every spec file the runtimes load, as they would load it (see ``domain/cdi_lint.py``)."""
+    """Every spec file the runtimes load, as they would load it (see ``domain/cdi/lint.py``)."""
     findings = lint(read_spec_dirs(host.root))
     if not findings:
         return _check("cdi-lint", OK, "every spec in /etc/cdi and /var/run/cdi loads, each bcd.dev/gpu device "
@@ -681,6 +681,6 @@ def run_checks(host, state_dir=DEFAULT_STATE_DIR, helper_socket=None, runtimes=N
 def doctor_lines(checks):
     """What ``bcd-holds doctor`` prints: one line per check, its level, name and message. A message quotes
     what the node has (spec files and their annotations, runtimes' versions, state files, hold ids):
-    escaped (``domain/text.py``), one line each, never terminal control."""
+    escaped (``support/text.py``), one line each, never terminal control."""
     return ["%-7s %-14s %s" % (printable(check["level"]), printable(check["name"]), printable(check["message"]))
             for check in checks]

@@ -32,7 +32,7 @@ once, each within ``REQUEST_DEADLINE`` seconds and ``MAX_REQUEST`` bytes; whatev
 peer sends gets an answer, and nothing a peer does stops the helper.
 
 What root keeps and what it does are bounded (docs/security.md, "Quotas on what root
-creates"), in the module's own units (``domain/assignment.py``): a fresh hold spec or env
+creates"), in the module's own units (``domain/input/assignment.py``): a fresh hold spec or env
 file only while the node has fewer than ``MAX_HOLD_FILES`` of its kind; a hold's atoms
 (``MAX_DEVICES``, as the module parses it) and those of all holds (``MAX_ATOMS``); a spec's
 bytes (``MAX_HOLD_SPEC_BYTES``, what a pass reads back) and the env files' (``MAX_ENV_BYTES``,
@@ -57,8 +57,8 @@ import threading
 import time
 from typing import Any, Dict, List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import SliceApply
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import SliceApply
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     ALLOCATION_ID_RE,
     BINDING_HOLD,
     BINDING_KUBERNETES,
@@ -69,8 +69,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment impo
     parse_hold_request,
     parse_limits,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import AtomRefused, atoms_of, resolve_atom, resolve_devices
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import AtomRefused, atoms_of, resolve_atom, resolve_devices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     MPS_PIPE_DIRECTORY,
     SPEC_DIR,
     SPEC_FILE_RE,
@@ -80,11 +80,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     read_hold,
     render_hold,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import claims_on_disk, conflicts, named_atoms, visible_names
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import claims_on_disk, conflicts, named_atoms, visible_names
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR
-from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import MAX_HOLD_SPEC_BYTES, read_spec
@@ -123,7 +123,7 @@ OPS = {
     "kube.look": (),
 }
 # Quotas on what root creates (docs/security.md), the module's bounds on a devices section
-# (domain/assignment.py) applied to what is on the node, so root keeps no more than the largest section
+# (domain/input/assignment.py) applied to what is on the node, so root keeps no more than the largest section
 # a pass honours would make it keep:
 # - holds: at most MAX_ASSIGNMENTS specs, and as many env files. A pass honours no more entries than that
 #   and releases what is no longer wanted before it binds. Overwriting a hold's file is always allowed; a

@@ -14,7 +14,7 @@ node_exporter's textfile collector (a ``.prom`` file). Every name starts ``bcd_`
 ``bcd_kubernetes_releases_pending``      Kubernetes releases still waiting for pods
 ``bcd_kubernetes_release_oldest_age_seconds``  age of the oldest (0 without one)
 ``bcd_refusals{reason}``                 refusals final at their generation, by reason:
-                                         each of ``domain/refusals.REASONS``, and ``other``
+                                         each of ``domain/input/refusals.REASONS``, and ``other``
 ``bcd_last_pass_timestamp_seconds``      when the last real pass finished
 ``bcd_last_pass_duration_seconds``       how long it ran, lock held
 ``bcd_last_pass_state{state}``           1 for its section state, 0 for the others
@@ -40,8 +40,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     KUBERNETES_RELEASES_UNREADABLE,
     VENDOR_SPEC_STALE,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import REASONS
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
@@ -54,7 +54,7 @@ REFUSAL_REASONS = tuple(REASONS) + (OTHER_REASON,)
 
 
 def _label(value):
-    # escaped first (``domain/text.py``: a reason from the ledger is the account's), then as the format asks
+    # escaped first (``support/text.py``: a reason from the ledger is the account's), then as the format asks
     return printable(value).replace("\\", "\\\\").replace('"', '\\"')
 
 

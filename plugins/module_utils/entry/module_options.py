@@ -9,7 +9,7 @@ module's imports reach (the host factory is ``entry/module_host.py``, for the mo
 from __future__ import annotations
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 NODE_OPTIONS = dict(
     root=dict(type="path", default="/"),
@@ -39,6 +39,6 @@ def argument_spec(*groups, **own):
 def warn(module, node, texts):
     """Hand warnings to Ansible, each naming ``node`` (the ``node_id`` its events carry: ``host.node_id()``),
     so that on a fleet one can tell which node said "host memory unreadable"; each text escaped
-    (``domain/text.py``)."""
+    (``support/text.py``)."""
     for text in texts:
         module.warn(printable("%s: %s" % (node, text)))

@@ -14,17 +14,17 @@ import json
 import time
 from typing import Dict, List, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import gpu_numa_nodes, locality
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import Atom, atoms_of, resolve_atom
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import gpu_numa_nodes, locality
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of, resolve_atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import read_hold
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import stale_condition, stale_edits
-from ansible_collections.bcd.devices.plugins.module_utils.domain.conflicts import UNREADABLE_RELEASES
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import read_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition, stale_edits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
-from ansible_collections.bcd.devices.plugins.module_utils.domain.planner import limits_from_record
-from ansible_collections.bcd.devices.plugins.module_utils.domain.reports import damaged_condition, summary_of
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner import limits_from_record
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import damaged_condition, summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities, node_runtimes
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 
@@ -174,7 +174,7 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
 
 
 WIDTH = 100  # a terminal's width the table keeps to
-# The most characters a cell shows, escaped (``domain/text.py``): an allocation id (80) with " (release
+# The most characters a cell shows, escaped (``support/text.py``): an allocation id (80) with " (release
 # pending)"; a maintenance reason's start. Text from the state directory, the specs' annotations or the
 # kubelet may be anything, and escaped it grows (``\u202e`` is six characters for one); cut, it keeps the
 # columns where they are. The lines after the table are escaped whole; ``--json`` has every value as it is.

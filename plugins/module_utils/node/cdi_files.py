@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The files of the CDI spec directories, read for ``cdi-lint`` (``domain/cdi_lint.py``).
+"""The files of the CDI spec directories, read for ``cdi-lint`` (``domain/cdi/lint.py``).
 
 Every entry of ``/etc/cdi`` and ``/var/run/cdi`` under ``root`` that is not a directory
 (runtimes skip subdirectories), by name, without following a link. Links decided: a link
@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_lint import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.lint import (
     LOADED,
     MAX_FILE_BYTES,
     MAX_FILES,

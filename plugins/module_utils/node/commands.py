@@ -15,7 +15,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from typing import Callable, Optional, Sequence, Tuple, Union
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 
 # An injected runner may return bytes (AnsibleModule.run_command with encoding=None): run_tool decodes them.
 RunCommand = Callable[[Sequence[str]], Tuple[int, Union[str, bytes], Union[str, bytes]]]

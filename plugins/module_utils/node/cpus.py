@@ -21,10 +21,10 @@ from __future__ import annotations
 import errno
 from typing import Dict, FrozenSet, Set
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import HostCpus
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_CPU, MAX_NODE
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_CPU, MAX_NODE
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
 
 CPU_ONLINE = "/sys/devices/system/cpu/online"

@@ -18,17 +18,17 @@ import importlib.util
 import json
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import HostCpus, format_cpulist
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus, format_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     MAX_CPU,
     MAX_NODE,
     InvalidAssignment,
     check_cpulist,
     parse_cpulist,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import structure_problem
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import XID_CLASSES, problems
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
@@ -39,8 +39,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
     normalize_pci_address,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import dra_device_ids
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
-from ansible_collections.bcd.devices.plugins.module_utils.domain.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
 
 # PyYAML is imported only to read a file that is not JSON (_strict_loader); whether it is there is
@@ -74,7 +74,7 @@ class FakeDriver:
     """The fakehw file's ``driver``: the node's /dev and driver files, as the stale-edit checks see them."""
 
     version: Optional[str] = None
-    device_nodes: Dict[str, tuple] = {}  # node path -> (major, minor)
+    device_nodes: Dict[str, tuple] = field(default_factory=dict)  # node path -> (major, minor)
     files: frozenset = frozenset()  # node paths that exist (besides what is under root)
 
 
@@ -85,10 +85,10 @@ class FakeHw:
     node_id: Optional[str] = None
     boot_id: Optional[str] = None
     inventory: Inventory = field(default_factory=lambda: Inventory(gpus=[], source="fakehw"))
-    domains: List[Domain] = []
+    domains: List[Domain] = field(default_factory=list)
     kubelet_reachable: bool = True
-    pods: List[PodDevices] = []
-    runtimes: List[Any] = []  # cdi_runtimes.Runtime, as an operator would list them
+    pods: List[PodDevices] = field(default_factory=list)
+    runtimes: List[Any] = field(default_factory=list)  # cdi_runtimes.Runtime, as an operator would list them
     driver: Optional[FakeDriver] = None
     cpus: Optional[HostCpus] = None  # the CPUs and NUMA nodes ``cpus``/``numa_nodes`` describe; None: not described
 

@@ -26,7 +26,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
 
 DEFAULT_DIR_MODE = 0o755

@@ -19,7 +19,7 @@ import json
 import socket
 import time
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
 
 IO_TIMEOUT = 30.0
 MAX_PROBE_REPLY = 64 * 1024  # a probe's reply is one short line; more is not the helper talking

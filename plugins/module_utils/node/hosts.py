@@ -22,8 +22,8 @@ import stat
 import threading
 from typing import Dict, Tuple, Union
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import DAMAGED_FILE_RE, SPEC_DIR, SPEC_FILE_RE
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import DAMAGED_FILE_RE, SPEC_DIR, SPEC_FILE_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import (
     NOT_A_DEVICE,
     UNKNOWN_DEVICE,
     driver_version_from_proc,
@@ -187,7 +187,7 @@ class Host(abc.ABC):
         return load_vendor_spec(self.root, self.driver_probe(), self.vendor_cache)
 
     def driver_probe(self):
-        """What answers the stale-edit checks (``domain/cdi_staleness.py``): ``device_number``,
+        """What answers the stale-edit checks (``domain/cdi/staleness.py``): ``device_number``,
         ``file_exists``, ``driver_version``; None when this host cannot tell."""
         return self
 

@@ -27,11 +27,11 @@ import os
 import stat
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names, dra_device_ids
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
-from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError, HelperRefused
 
 
@@ -332,11 +332,11 @@ class KubeView:
     asked, and every device counts as held (``held`` is then empty and
     means nothing)."""
 
-    held: Set[str] = set()
-    pods: List[PodDevices] = []
-    processes: Dict[int, List[int]] = {}
-    gpu_uuid_by_minor: Dict[int, str] = {}
-    mig_parent: Dict[str, str] = {}
+    held: Set[str] = field(default_factory=set)
+    pods: List[PodDevices] = field(default_factory=list)
+    processes: Dict[int, List[int]] = field(default_factory=dict)
+    gpu_uuid_by_minor: Dict[int, str] = field(default_factory=dict)
+    mig_parent: Dict[str, str] = field(default_factory=dict)
     error: Optional[str] = None
 
     def holders(self, device_id):

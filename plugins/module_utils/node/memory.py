@@ -4,15 +4,15 @@
 """Host memory as admission counts it, read from ``/proc/meminfo`` and the huge page files.
 
 The same files under ``root`` on a fakehw host; absent files mean the memory is
-unreadable, and admission is skipped with a warning (``domain/admission.py``).
+unreadable, and admission is skipped with a warning (``domain/plan/admission.py``).
 """
 
 from __future__ import annotations
 
 import os
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import PAGE_SIZES, HostMemory
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import PAGE_SIZES, HostMemory
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
 MEMINFO = "/proc/meminfo"
 HUGEPAGES = "/sys/kernel/mm/hugepages/hugepages-%dkB/%s"

@@ -21,8 +21,8 @@ import shutil
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance, normalize_pci_address
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
-from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
     MAX_OUTPUT_CHARS,
     InventoryError,

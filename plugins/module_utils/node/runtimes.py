@@ -33,12 +33,12 @@ import subprocess
 import time
 from typing import List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_runtimes import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import (
     runtime,
     version_from_output,
     version_key,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
 __all__ = ["BINARIES", "SEARCH_DIRS", "cdi_enabled", "detect_runtimes", "resolve_in_root", "run_version"]
 

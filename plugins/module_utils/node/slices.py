@@ -16,8 +16,8 @@ import os
 import re
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import pretty_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support import pretty_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     CGROUP_ROOT,
     HUGE_SIZES,

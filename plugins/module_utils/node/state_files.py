@@ -16,7 +16,7 @@ that), and it opens each one the same way:
   root (a root-owned file with more than one link, in a directory root does not own, is a hard
   link to something of root's and is refused);
 * read to at most its cap, below (a file over it is refused, not truncated);
-* JSON through ``domain/bounded_json`` (at most 64 levels, integers of at most 40 digits,
+* JSON through ``support/bounded_json`` (at most 64 levels, integers of at most 40 digits,
   524 288 arrays, objects and values and 524 288 double quotes per file: the journal's lines together).
 
 Each refusal is a ``StateFileError`` naming the file (its node path) and what is wrong; every
@@ -53,8 +53,8 @@ import os
 import stat
 from typing import Any, Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import HEALTH_NAME, MAX_CLEARED_BYTES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import MARKER_NAME, RELEASES_NAME
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAINTENANCE_NAME

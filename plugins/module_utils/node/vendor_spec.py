@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Find NVIDIA's CDI spec on the node and read it (parsed by ``domain/cdi_vendor.py``).
+"""Find NVIDIA's CDI spec on the node and read it (parsed by ``domain/cdi/vendor.py``).
 
 Which file is used:
 
@@ -14,7 +14,7 @@ Which file is used:
   used, with a warning: runtimes drop a device name defined by two files of
   one directory from both.
 * With a probe (the host), the spec that wins is checked against the node
-  (``domain/cdi_staleness.py``): the spec returned keeps only the edits that
+  (``domain/cdi/staleness.py``): the spec returned keeps only the edits that
   are true there, and says what is stale.
 * A WSL2 spec has a single device, ``all`` (backed by ``/dev/dxg``); it then
   stands for every GPU, and MIG devices have no edits.
@@ -33,9 +33,9 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.bounded_json import structure_problem
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import check_vendor
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_vendor import (
+from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import check_vendor
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import (
     NVIDIA_KIND,
     SPEC_DIRS,
     SPEC_EXTENSIONS,

@@ -33,8 +33,8 @@ import stat
 from contextlib import nullcontext
 from typing import Dict, List, Optional, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID, ALLOCATION_ID_RE
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID, ALLOCATION_ID_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     DAMAGED_FILE_RE,
     ENV_DIR,
     SPEC_DIR,
@@ -43,8 +43,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
     damaged_spec_path,
     env_file_path,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     directory_syncs_into,

@@ -35,8 +35,8 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, RetryableError, StateFileError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError, StateFileError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (  # noqa: F401 (the journal's names)  pylint: disable=unused-import
     ALLOCATION_BOUND,
     ALLOCATION_FAILED,

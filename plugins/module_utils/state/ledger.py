@@ -24,7 +24,7 @@ the host:
     the GPUs running domains had at the last pass;
 ``renders``
     per kept hold, a digest of what its files were last rendered from and of the files
-    (``domain.cdi.render_record``): a pass renders a hold again only when either changed;
+    (``domain.cdi.hold_spec.render_record``): a pass renders a hold again only when either changed;
 ``observed_generation``
     the last generation a pass finished (``CONVERGED`` or ``FAILED``);
 ``journal_seq``
@@ -36,22 +36,22 @@ the host:
     while it is ``PROGRESSING``);
 ``conditions``
     the node conditions whose appearing was journaled and whose clearing was not
-    (``domain/condition_events.py``), by key (``GPUUnhealthy/<GPU UUID>``,
+    (``domain/plan/condition_events.py``), by key (``GPUUnhealthy/<GPU UUID>``,
     ``KubernetesReleaseStuck/<allocation>``, or the type alone): each the devices and
     allocation its events name. A few keys at most: one per unhealthy GPU, one per
     stuck release, one per other condition. Settled from the journal like the rest,
     so a condition's event is journaled once when it appears and once when it clears.
 
 This file is the format; ``state.store.NodeState`` reads and writes it, through the bounded
-reader (``node/state_files.py``: at most 16 MiB, JSON within ``domain/bounded_json``'s bounds).
+reader (``node/state_files.py``: at most 16 MiB, JSON within ``support/bounded_json``'s bounds).
 """
 
 from __future__ import annotations
 
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json, pretty_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     ALLOCATION_BOUND,
     ALLOCATION_FAILED,
@@ -63,8 +63,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     KUBERNETES_RELEASE_STUCK,
     condition_key,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
-from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
 LEDGER_NAME = "ledger.json"
 # ledger.json of 0.1.0 called the unfinished plain releases "releasing"; read it, write the new name.
@@ -74,15 +74,15 @@ _ALLOCATION_ID_RE = lazy_pattern(ALLOCATION_ID)
 
 @record
 class Ledger:
-    bound: Dict[str, dict] = {}
-    unfinished_releases: Dict[str, dict] = {}
-    failures: Dict[str, dict] = {}  # allocation -> {generation, reason, message}
-    vfio: Dict[str, str] = {}
-    renders: Dict[str, dict] = {}  # allocation -> {key, spec, env, notes}
+    bound: Dict[str, dict] = field(default_factory=dict)
+    unfinished_releases: Dict[str, dict] = field(default_factory=dict)
+    failures: Dict[str, dict] = field(default_factory=dict)  # allocation -> {generation, reason, message}
+    vfio: Dict[str, str] = field(default_factory=dict)
+    renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> {key, spec, env, notes}
     observed_generation: Optional[int] = None
     last_state: Optional[str] = None
     journal_seq: int = 0
-    conditions: Dict[str, dict] = {}  # condition key -> {device_ids, allocation_id}: raised, not cleared
+    conditions: Dict[str, dict] = field(default_factory=dict)  # condition key -> {device_ids, allocation_id}: raised, not cleared
     problem: Optional[str] = None  # why the file could not be read (not saved)
 
     def refusal_at(self, allocation_id, generation):

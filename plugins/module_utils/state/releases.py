@@ -19,16 +19,16 @@ import calendar
 import os
 import time
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json, pretty_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ALLOCATION_ID
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json, pretty_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
     MARKER_NAME,
     RELEASES_NAME,
     PendingRelease,
     Releases,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
 
 _ALLOCATION_ID_RE = lazy_pattern(ALLOCATION_ID)

@@ -52,7 +52,7 @@ such block.
 Nothing else opens these files, and this class opens them only through the bounded reader,
 ``node/state_files.py`` (``self.files``): no link followed, no FIFO waited on, a regular
 file owned by the directory's owner or root, a size cap per file, JSON within
-``domain/bounded_json``'s bounds. A file past any of these is a ``StateFileError`` naming it,
+``support/bounded_json``'s bounds. A file past any of these is a ``StateFileError`` naming it,
 which every command reports on one line (``docs/node.md``).
 """
 
@@ -66,13 +66,13 @@ import stat
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import pretty_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_INTEGER
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import StateFileError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.support import pretty_json
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import HEALTH_NAME, parse_cleared
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAINTENANCE_NAME, parse_maintenance, render_maintenance
-from ansible_collections.bcd.devices.plugins.module_utils.domain.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
@@ -167,7 +167,7 @@ class Change:
 
     ledger: Ledger
     releases: Releases
-    journaled: List[Dict[str, Any]] = []
+    journaled: List[Dict[str, Any]] = field(default_factory=list)
 
 
 def _as_owner(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -394,7 +394,7 @@ class NodeState:
             pass
         return change.journaled
 
-    # The changes a plan's actions make (domain/actions.py), each one ``change`` block.
+    # The changes a plan's actions make (domain/plan/actions.py), each one ``change`` block.
     def begin_releases(self, releases: Sequence[Tuple[str, Optional[int], List[str]]]) -> None:
         """Record plain releases ``[(allocation_id, generation, device_ids)]`` before any of their files
         is removed (kept until each is reported): one ledger save for all of a pass's releases."""

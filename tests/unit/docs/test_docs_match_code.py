@@ -128,10 +128,10 @@ def test_the_readme_links_the_docs_index_and_node_md():
 
 def action_kinds():
     """Every step kind the planner can return: the class constant ``kind`` each action class of
-    domain/actions.py sets, read from the source (``kind = "bind"`` or ``kind: ClassVar[str] = "bind"``;
+    domain/plan/actions.py sets, read from the source (``kind = "bind"`` or ``kind: ClassVar[str] = "bind"``;
     a dataclass field ``kind: str`` is a file's kind, not a step's)."""
     kinds = set()
-    for node in ast.walk(ast.parse(read("plugins/module_utils/domain/actions.py"))):
+    for node in ast.walk(ast.parse(read("plugins/module_utils/domain/plan/actions.py"))):
         if not isinstance(node, ast.ClassDef):
             continue
         for item in node.body:

@@ -41,8 +41,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import ASSIGNMENT_FIELDS
-from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import REASONS
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ASSIGNMENT_FIELDS
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import set_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds as holds_entry
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost, RealHost

@@ -94,7 +94,7 @@ def test_the_helper_bounds_target_finds_a_bound_root_does_not_keep(tmp_path, mon
 
 
 def test_the_allowlist_is_the_projects_errors_and_named_os_errors():
-    from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
+    from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
     assert verdict.clean(BcdError("x")) and verdict.clean(StateFileError("/var/lib/bcd/ledger.json", "refused"))
     assert verdict.clean(OSError(5, "Input/output error", "/etc/cdi/bcd-a1.json"))
     assert not verdict.clean(OSError(5, "Input/output error"))  # no file named: the user learns nothing

@@ -158,14 +158,14 @@ _STATUS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
 
 
 def _collection_events():
-    """The collection's ``state/events.py`` (signatures) and ``domain/bounded_json.py`` (bounded parsing).
+    """The collection's ``state/events.py`` (signatures) and ``support/bounded_json.py`` (bounded parsing).
 
     ansible-rulebook runs a source with ``runpy.run_path``, so the collection's package is importable only when
     the folder holding ``ansible_collections`` is on ``sys.path``; when it is not, the folder this file is
     installed under (``<path>/ansible_collections/bcd/devices/extensions/eda/plugins/event_source/``) is added.
     """
     try:
-        from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json  # pylint: disable=import-outside-toplevel
         from ansible_collections.bcd.devices.plugins.module_utils.state import events  # pylint: disable=import-outside-toplevel
         return events, bounded_json
     except ImportError:
@@ -178,7 +178,7 @@ def _collection_events():
             raise ImportError("bcd.devices.gateway: ansible_collections.bcd.devices cannot be imported, and this source "
                               "(%s) is not installed in a collection tree that has it" % here)
         sys.path.insert(0, top)
-        from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json  # pylint: disable=import-outside-toplevel
         from ansible_collections.bcd.devices.plugins.module_utils.state import events  # pylint: disable=import-outside-toplevel
         return events, bounded_json
 

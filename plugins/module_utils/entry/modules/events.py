@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import socket
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, warn
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root

@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import Reason
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable, printable_lines
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
@@ -80,7 +80,7 @@ def module_argument_spec():
 
 def shown_diff(entry):
     """A ``--diff`` entry as Ansible prints it to a terminal: each text escaped line by line (the bytes of a
-    spec already in /etc/cdi, a pod's name in the plan), its newlines kept (``domain/text.py``)."""
+    spec already in /etc/cdi, a pod's name in the plan), its newlines kept (``support/text.py``)."""
     return dict((key, printable_lines(value) if isinstance(value, str) else value) for key, value in entry.items())
 
 

@@ -2,8 +2,9 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """module_utils is four layers whose imports only run downward (docs/architecture.md):
-entry -> state -> node -> domain. Read from the source, so a new import that breaks the
-layering, or a cycle, fails here."""
+entry -> state -> node -> domain, on a floor of plumbing every layer may import (support).
+Inside the domain, the rooms (cdi, plan, input) sit beside its loose modules. Read from the
+source, so a new import that breaks the layering, or a cycle, fails here."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import planner
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan import planner
 
-MODULE_UTILS = Path(planner.__file__).resolve().parent.parent
+MODULE_UTILS = Path(planner.__file__).resolve().parents[2]
 PREFIX = "ansible_collections.bcd.devices.plugins.module_utils."
-LAYERS = ("domain", "node", "state", "entry")  # lowest first
+LAYERS = ("support", "domain", "node", "state", "entry")  # lowest first
+ROOMS = ("domain.cdi", "domain.input", "domain.plan", "entry.modules")
 
 
 def modules():
@@ -47,6 +49,8 @@ def test_every_module_lives_in_a_layer_and_each_layer_is_described():
     what belongs in each, a paragraph apiece."""
     found = modules()
     assert sorted(name for name in found if "." not in name) == sorted(LAYERS)
+    packages = sorted(name for name, path in found.items() if path.name == "__init__.py")
+    assert packages == sorted(LAYERS + ROOMS), packages
     readme = (MODULE_UTILS / "README.md").read_text()
     for layer in LAYERS:
         assert found[layer].read_text() == "", layer
@@ -83,7 +87,7 @@ def test_no_import_cycles():
 def test_the_domain_does_no_io():
     """The planner and its helpers are functions of their arguments: no file, process or socket calls."""
     for name, path in modules().items():
-        if not name.startswith("domain."):
+        if not name.startswith(("domain.", "support.")):
             continue
         tree = ast.parse(path.read_text())
         imported = set(alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names)

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.diffs import stable_settings
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.diffs import stable_settings
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 from ansible_collections.bcd.devices.tests.unit.conftest import open_to_all

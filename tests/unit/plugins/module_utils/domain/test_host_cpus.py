@@ -1,14 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The host's CPUs and NUMA nodes in admission (``domain/admission.py``): what a hold's ``cpus`` and ``mems`` name
+"""The host's CPUs and NUMA nodes in admission (``domain/plan/admission.py``): what a hold's ``cpus`` and ``mems`` name
 that the host lacks, and when they lie off its GPUs' NUMA nodes. Pure: the host is plain data."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import (
     LOCALITY_NAMED,
     HostCpus,
     cpus_problem,
@@ -17,8 +17,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.admission impor
     locality,
     locality_warning,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_CPU, Limits, parse_limits
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_CPU, Limits, parse_limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import planner as _planner
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan import planner as _planner
 from ansible_collections.bcd.devices.plugins.module_utils.state import events as _events
 from ansible_collections.bcd.devices.plugins.module_utils.entry import converge as _converge
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.entry import cli as _cli
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import HelperSetupError, listen, MAX_REQUEST, Policy

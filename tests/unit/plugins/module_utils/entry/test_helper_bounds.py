@@ -34,15 +34,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     MAX_ATOMS,
     MAX_SECTION_BYTES,
     parse_assignment,
     section_size,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.atoms import resolve_devices
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import SPEC_FILE_RE, read_hold, render_hold
-from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import REASONS
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import resolve_devices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import SPEC_FILE_RE, read_hold, render_hold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
 from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_module
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_OK, main
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Issue 33, item 1, through the helper as the tests serve it: root refuses a ``hold.write`` whose atoms another
 allocation's spec, env file, pending release or a running VM has, with the planner's ``overlap`` messages
-(``domain/conflicts.py``); an allocation's own hold written again is accepted."""
+(``domain/plan/conflicts.py``); an allocation's own hold written again is accepted."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import MAX_ASSIGNMENTS, MAX_ATOMS, MAX_DEVICES
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import DAMAGED_FILE_RE, SPEC_FILE_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_ASSIGNMENTS, MAX_ATOMS, MAX_DEVICES
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import DAMAGED_FILE_RE, SPEC_FILE_RE
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
     LOOK_OPS,

@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     MAX_DEVICES,
     MAX_ENV_LINES,
     MAX_SECTION_BYTES,

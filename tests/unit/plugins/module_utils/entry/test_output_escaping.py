@@ -9,7 +9,7 @@ spec in /etc/cdi, the fakehw file (pod and VM names, as the kubelet and libvirt 
 and the modules' input. Then the real commands run (``bcd-holds status|busy|doctor|events|converge|
 metrics`` through ``cli.main``, the modules through their test harness), and no control, format or
 separator character may reach stdout, stderr, a module's ``msg``, its warnings or its diff: each is
-there in its escaped form (``\\x1b``, ``\\u202e``). ``domain.text.printable``, the one function that
+there in its escaped form (``\\x1b``, ``\\u202e``). ``support.text.printable``, the one function that
 does it, is checked over the whole code space.
 """
 
@@ -22,15 +22,15 @@ import string
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     ANN_ALLOCATION,
     ANN_DEVICE_ID,
     ANN_GENERATION,
     ANN_RESERVATION,
     KIND,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.refusals import REASONS
-from ansible_collections.bcd.devices.plugins.module_utils.domain.text import printable, printable_lines
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_BUSY, EX_CHECK, EX_ERROR, EX_OK
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import WIDTH, status_table
 from ansible_collections.bcd.devices.plugins.modules import events as events_module

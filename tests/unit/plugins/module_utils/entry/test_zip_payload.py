@@ -56,7 +56,9 @@ CHILD = textwrap.dedent("""
     from ansible_collections.bcd.devices.plugins.module_utils.entry import zip_payload
     installed = zip_payload.compile_once() if hook else None
     before = dict(counts)
-    from ansible_collections.bcd.devices.plugins.module_utils.domain import atoms, cdi, planner
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input import atoms
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import hold_spec as cdi
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.plan import planner
     from ansible_collections.bcd.devices.plugins.module_utils.state import store
     from ansible_collections.bcd.devices.plugins.module_utils import domain
     try:
@@ -106,15 +108,15 @@ def test_each_file_compiles_once_from_the_zip_and_twice_without_the_finder(pytho
     hooked = _child(python, payload, hook=True, tmp_path=tmp_path)
     assert hooked["installed"] is True
     compiled = hooked["compiles"]
-    planner = [name for name in compiled if name.endswith("/domain/planner.py")]
+    planner = [name for name in compiled if name.endswith("/domain/plan/planner.py")]
     assert planner, "planner.py was not imported from the zip: %s" % sorted(compiled)[:5]
     assert len(compiled) >= 20, sorted(compiled)
     assert {name: count for name, count in compiled.items() if count != 1} == {}
     assert hooked["planner_file"].startswith(str(payload) + os.sep)
-    assert hooked["planner_file"].endswith("/domain/planner.py")
+    assert hooked["planner_file"].endswith("/domain/plan/planner.py")
     assert hooked["domain_path"] == [str(payload) + "/ansible_collections/bcd/devices/plugins/module_utils/domain"]
     assert hooked["missing"] == PACKAGE + ".domain.no_such_module"
-    assert hooked["names"] == [PACKAGE + ".domain.atoms", PACKAGE + ".domain.cdi", PACKAGE + ".state.store"]
+    assert hooked["names"] == [PACKAGE + ".domain.input.atoms", PACKAGE + ".domain.cdi.hold_spec", PACKAGE + ".state.store"]
 
     # The control: the same imports on the same Python without the finder compile every file twice.
     plain = _child(python, payload, hook=False, tmp_path=tmp_path)
@@ -168,7 +170,7 @@ def test_the_shipped_module_compiles_each_file_once_through_ansible(tmp_path):
     result = json.loads(out.stdout.decode().strip().splitlines()[-1])
     assert result["section"]["state"] == "CONVERGED", result
     compiles = json.loads(out.stderr.decode().split("COMPILES ", 1)[1].splitlines()[0])
-    assert "module_utils/domain/planner.py" in compiles, sorted(compiles)
+    assert "module_utils/domain/plan/planner.py" in compiles, sorted(compiles)
     # zip_payload and the packages above it are imported before the finder exists, and Ansible runs the module
     # itself as __main__: those as before.
     before_finder = {"modules/holds.py", "module_utils/entry/zip_payload.py", "module_utils/entry/__init__.py", "module_utils/__init__.py",

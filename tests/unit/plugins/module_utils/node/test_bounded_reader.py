@@ -2,7 +2,7 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The one bounded reader of the state directory (``node/state_files.py``) and the bounded JSON
-it parses with (``domain/bounded_json.py``), on their own; and, read from the source, that no
+it parses with (``support/bounded_json.py``), on their own; and, read from the source, that no
 other code opens a state file. The attacks through ``bcd-holds`` as root are in
 test_state_attacks.py."""
 
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain import health as _health
 from ansible_collections.bcd.devices.plugins.module_utils.domain import kube_release as _kube_release
 from ansible_collections.bcd.devices.plugins.module_utils.domain import maintenance as _maintenance
-from ansible_collections.bcd.devices.plugins.module_utils.domain.errors import BcdError, StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.node import fsutil as _fsutil
 from ansible_collections.bcd.devices.plugins.module_utils.node import state_files as _state_files
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import LockTimeout, PassLock

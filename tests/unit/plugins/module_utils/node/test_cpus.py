@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.admission import HostCpus
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus
 from ansible_collections.bcd.devices.plugins.module_utils.node.cpus import MAX_BYTES, read_host_cpus
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeHwError, fakehw_from_data
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost, RealHost

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi_staleness import NOT_A_DEVICE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import NOT_A_DEVICE
 from ansible_collections.bcd.devices.plugins.module_utils.node import inventory
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import MAX_HOLD_SPEC_BYTES, FakeHwHost, RealHost, make_host

@@ -72,7 +72,7 @@ def test_a_skewed_library_is_refused(installed, change):
 
 
 @needs_root
-@pytest.mark.parametrize("where", ["domain", "domain/text.py", "domain/__pycache__", "."])
+@pytest.mark.parametrize("where", ["domain", "support/text.py", "domain/__pycache__", "."])
 def test_a_writable_directory_or_file_is_refused(installed, where):
     path = installed / where
     os.chmod(path, path.stat().st_mode | 0o020)
@@ -113,7 +113,7 @@ def test_a_library_reached_through_a_link_is_checked_where_it_is(installed, tmp_
 
 
 @needs_root
-@pytest.mark.parametrize("where", ["domain/text.py", "state", "domain/__pycache__", "."])
+@pytest.mark.parametrize("where", ["support/text.py", "state", "domain/__pycache__", "."])
 def test_a_file_or_directory_another_account_owns_is_refused(installed, where):
     path = installed / where
     os.chown(path, 65534, 65534)

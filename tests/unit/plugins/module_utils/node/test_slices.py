@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.assignment import Limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Limits
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import RealHost
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory

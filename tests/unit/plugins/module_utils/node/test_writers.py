@@ -257,7 +257,7 @@ def test_a_batch_fsyncs_every_file_before_its_rename_and_each_directory_once_at_
 
 
 def test_a_batched_slice_of_a_fakehw_node_waits_for_flush_too(node, host, monkeypatch):
-    from ansible_collections.bcd.devices.plugins.module_utils.domain.actions import SliceApply  # pylint: disable=import-outside-toplevel
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import SliceApply  # pylint: disable=import-outside-toplevel
     calls = recording(monkeypatch)
     writer = DirectWriter(host)
     writer.batch()

@@ -1,0 +1,560 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The input: ``DeviceAssignment``s as they arrive over the network, checked.
+
+Every field is hostile until proven otherwise. ``parse_assignments`` turns the
+raw list into ``Assignment`` objects and, for each entry it cannot honour as
+given, an ``invalid-assignment`` refusal whose message names the field. Nothing
+here touches the host; an allocation id that passes can safely name a file or
+a slice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import List, Optional, Set, Tuple
+
+from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import MAX_INT_DIGITS
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.env_policy import (
+    ENV_KEY_RE,
+    check_env_allowed,
+    check_env_key,
+    check_env_value,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
+
+# An allocation id names files and a slice: the one pattern every such name is built from.
+ALLOCATION_ID = r"[A-Za-z0-9_]{1,80}"
+ALLOCATION_ID_RE = lazy_pattern(r"^%s$" % ALLOCATION_ID)
+CPULIST_RE = lazy_pattern(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+CPULIST_MAX = 1024
+DECIMAL_RE = lazy_pattern(r"^[0-9]{1,20}$")  # int64's decimal string, bounded before int() reads it
+# The kernel's own ceilings (NR_CPUS and MAX_NUMNODES at their largest): a number beyond them names
+# nothing on any host, and bounding them keeps every cpulist a few thousand numbers at most.
+MAX_CPU = 8191
+MAX_NODE = 1023
+MAX_INTEGER = (1 << 63) - 1  # int64, as the control plane's protobuf carries every number
+MAX_ENV_LINES = 256
+_TEXT_CONTROL_RE = lazy_pattern("[\x00-\x1f\x7f]")  # C0 and DEL: a text field's refused characters, found at C speed
+TEXT_MAX = 256
+# Honoured per pass: a devices section is one node's, and every hold costs a spec, an env file, perhaps a
+# slice, and a journal write. 512 is every part of the largest node its own hold (16 GPUs of 32 slots or
+# VFs each); at 1024 the worst section's bind cost 1.1 s of CPU, over the bound below (issue 22).
+MAX_ASSIGNMENTS = 512
+# Entries beyond MAX_ASSIGNMENTS are refused one by one (so the section still reports and the rest
+# converge); a list longer than this is not a node's section at all and fails the task, read no further.
+MAX_LISTED = 2 * MAX_ASSIGNMENTS
+MAX_DEVICES = 1024  # atoms of one assignment
+# Bounds on the whole section, so that the largest one a pass accepts costs it at most about a second
+# and 100 MB (hack/bench.py measures it: `make bench`, "worst accepted"). Each bound alone would allow
+# 1024 assignments of 1024 atoms, which cost 0.2.0 96 s and 1.55 GB a pass, every pass of the timers.
+# - Atoms: at most 4096 in the section (a pass's cost grows with the atoms it plans; 32 768 took 127 MB).
+#   A node has at most about 16 GPUs, each a whole GPU, up to 7 MIG instances or a few dozen slots:
+#   4096 is 256 atoms for each of 16 GPUs. An assignment whose devices would take the section past
+#   it is refused (invalid-assignment, saying so), and the ones after it are still read.
+# - Bytes: at most 4 MiB, counted by a walk of the raw section before anything else reads it, as an
+#   upper bound of its JSON as the stored input writes it (indented; see section_size). A real node's
+#   section is a few KiB; 512 assignments of 8 atoms and a long env line each are 4 MiB. A larger
+#   section fails the pass, and is read no further. Both stay far under what the state files' reader
+#   takes back (node/state_files.py: 8 MiB and 524 288 values for nodespec.json).
+MAX_ATOMS = 4096
+MAX_SECTION_BYTES = 4 * 1024 * 1024
+MAX_SECTION_DEPTH = 16  # a section nests 5 levels (devices[].devices[].id)
+
+BINDING_HOLD = "BINDING_HOLD"
+BINDING_UNSPECIFIED = "BINDING_UNSPECIFIED"
+BINDING_KUBERNETES = "BINDING_KUBERNETES"
+BINDINGS = (BINDING_HOLD, BINDING_KUBERNETES)  # the bindings bcd takes; any other is unsupported-binding
+
+LIMIT_LISTS = ("cpus", "mems")
+LIMIT_NUMBERS = ("cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi")
+# The fields of a DeviceAssignment and of its devices (the spec page's table): any other key is a typo
+# or a field bcd does not know, and is refused rather than silently read as absent. ``instance_id`` is
+# known and not read (the spec page: GPUs for VMs arrive in the ``instances`` section; the binding that
+# carries it, BINDING_INSTANCE, is unsupported-binding).
+ASSIGNMENT_FIELDS = ("allocation_id", "reservation_id", "binding", "devices", "limits", "env")
+UNREAD_FIELDS = ("instance_id",)
+DEVICE_FIELDS = ("id", "device_class")
+
+# Which env keys a hold may set, and which values: domain/input/env_policy.py (docs/security.md, "The env policy").
+
+
+class InvalidAssignment(BcdError):
+    """An assignment that cannot be honoured as given; the message names the field, ``reason`` is the
+    ``AllocationFailed`` reason it is refused with."""
+
+    reason = Reason.INVALID_ASSIGNMENT
+
+
+class UnsupportedBinding(InvalidAssignment):
+    """An assignment whose binding bcd does not take (``binding BINDING_INSTANCE is not supported``)."""
+
+    reason = Reason.UNSUPPORTED_BINDING
+
+
+def unsupported_binding(binding):
+    """The spec's ``unsupported-binding`` message; proto3's zero value (what a missing or empty binding
+    reads as) is said to be missing, not named by a word the user never wrote."""
+    if binding == BINDING_UNSPECIFIED:
+        return "binding is missing"
+    return "binding %s is not supported" % binding
+
+
+def check_binding(raw):
+    """The binding of a raw assignment, checked before anything else of it (the spec page's order:
+    binding, then the rest): proto3 leaves out the zero value, so a missing or empty binding is
+    BINDING_UNSPECIFIED, refused with the other bindings bcd does not take, never guessed to be a plain hold."""
+    binding = _text(raw.get("binding"), "binding", maximum=64) or BINDING_UNSPECIFIED
+    if binding not in BINDINGS:
+        raise UnsupportedBinding(unsupported_binding(binding))
+    return binding
+
+
+@record(frozen=True)
+class DeviceRef:
+    """One atom as the control plane booked it: an id and a device class."""
+
+    id: str
+    device_class: str = "gpu"
+
+
+@record(frozen=True)
+class Limits:
+    """Host resources booked with the devices. ``None`` means not booked."""
+
+    cpus: Optional[str] = None
+    mems: Optional[str] = None
+    cpu_millis: Optional[int] = None
+    memory_bytes: Optional[int] = None
+    hugepages_2mi: Optional[int] = None
+    hugepages_1gi: Optional[int] = None
+
+    def is_empty(self):
+        return all(getattr(self, name) is None for name in LIMIT_LISTS + LIMIT_NUMBERS)
+
+
+@record(frozen=True)
+class Assignment:
+    """A checked ``DeviceAssignment``."""
+
+    allocation_id: str
+    reservation_id: str = ""
+    binding: str = BINDING_UNSPECIFIED
+    devices: Tuple[DeviceRef, ...] = ()
+    limits: Optional[Limits] = None
+    env: Tuple[str, ...] = ()
+
+    @property
+    def kubernetes(self):
+        return self.binding == BINDING_KUBERNETES
+
+
+@record
+class Refusal:
+    """An assignment refused before any check against the host."""
+
+    allocation_id: str
+    reason: str
+    message: str
+
+
+@record
+class ParsedInput:
+    assignments: List[Assignment] = field(default_factory=list)
+    refusals: List[Refusal] = field(default_factory=list)
+    # Allocation ids of refused entries that are still valid names: a live hold
+    # of that name is kept, never dropped because its new input was bad.
+    refused_ids: List[str] = field(default_factory=list)
+    # Every entry's key (allocation id, or ``devices[N]``) in input order, for reporting in spec order.
+    order: List[str] = field(default_factory=list)
+    # What the pass read otherwise than written: a limit given as its zero value, which is unset.
+    warnings: List[str] = field(default_factory=list)
+
+    def position(self, key):
+        return self.order.index(key) if key in self.order else len(self.order)
+
+
+def _text(value, where, required=False, maximum=TEXT_MAX):
+    if value is None or value == "":
+        if required:
+            raise InvalidAssignment("%s: required" % where)
+        return ""
+    if not isinstance(value, str):
+        raise InvalidAssignment("%s: must be a string, not %s" % (where, type_name(value)))
+    if len(value) > maximum:
+        raise InvalidAssignment("%s: longer than %d characters" % (where, maximum))
+    if _TEXT_CONTROL_RE.search(value):
+        raise InvalidAssignment("%s: contains a control character" % where)
+    return value
+
+
+def _number(value, where, strings=False):
+    """A non-negative int64. With ``strings``, also its decimal string: proto3's JSON mapping writes
+    int64 fields as strings (``"memory_bytes": "4294967296"``)."""
+    if value is None:
+        return None
+    if strings and isinstance(value, str):
+        if not DECIMAL_RE.fullmatch(value):
+            raise InvalidAssignment("%s: %s is not a non-negative integer or its decimal string"
+                                    % (where, _show(value)))
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidAssignment("%s: must be a non-negative integer" % where)
+    if value > MAX_INTEGER:
+        raise InvalidAssignment("%s: larger than %d" % (where, MAX_INTEGER))
+    return value
+
+
+def check_cpulist(value, where, highest=MAX_CPU, what="CPU"):
+    """A cpulist such as ``0-3,8,10-11`` of at most 1024 characters, ranges ascending, no number above
+    ``highest`` (a CPU id by default; ``check_nodelist`` for NUMA nodes)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidAssignment("%s: must be a cpulist string such as 0-3,8" % where)
+    if len(value) > CPULIST_MAX:
+        raise InvalidAssignment("%s: cpulist longer than %d characters" % (where, CPULIST_MAX))
+    if not CPULIST_RE.fullmatch(value):
+        raise InvalidAssignment("%s: %r is not a cpulist such as 0-3,8" % (where, value))
+    for part in value.split(","):
+        low, _sep, high = part.partition("-")
+        for number in (low, high or low):
+            if int(number) > highest:
+                shown = number if len(number) <= 20 else "%s... (%d digits)" % (number[:12], len(number))
+                raise InvalidAssignment("%s: %s %s is beyond %d, the most any host has"
+                                        % (where, what, shown, highest))
+        if int(low) > int(high or low):
+            raise InvalidAssignment("%s: range %s runs backwards" % (where, part))
+    return value
+
+
+def check_nodelist(value, where):
+    """A cpulist of NUMA nodes (``mems``)."""
+    return check_cpulist(value, where, MAX_NODE, "NUMA node")
+
+
+def parse_cpulist(value):
+    """The set of numbers a checked cpulist names."""
+    numbers = set()  # type: Set[int]
+    for part in value.split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            numbers.update(range(int(low), int(high) + 1))
+        else:
+            numbers.add(int(part))
+    return numbers
+
+
+def check_fields(raw, known, where):
+    """Refuse a key of the mapping ``raw`` that is not in ``known``: ``<where>.<key>: unknown field``,
+    with the nearest known field when one is close (a typo), else the known ones."""
+    unknown = sorted((key for key in raw if key not in known), key=str)
+    if not unknown:
+        return
+    key = unknown[0]
+    shown = key if isinstance(key, str) and len(key) <= 64 and key.isprintable() else _show(key)
+    prefix = "%s.%s" % (where, shown) if where else shown
+    import difflib  # pylint: disable=import-outside-toplevel  # a refusal's suggestion only: no pass imports it
+    nearest = difflib.get_close_matches(key, known, n=1, cutoff=0.6) if isinstance(key, str) and len(key) <= 64 else []
+    if nearest:
+        raise InvalidAssignment("%s: unknown field; did you mean %s?" % (prefix, nearest[0]))
+    raise InvalidAssignment("%s: unknown field (known: %s)" % (prefix, ", ".join(known)))
+
+
+def parse_limits(raw):
+    """Checked ``Limits`` from raw input (None when they book nothing); ``InvalidAssignment`` names the field."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidAssignment("limits: must be a mapping")
+    check_fields(raw, LIMIT_LISTS + LIMIT_NUMBERS, "limits")
+    values = {"cpus": check_cpulist(_cpulist_text(raw.get("cpus")), "limits.cpus"),
+              "mems": check_nodelist(_cpulist_text(raw.get("mems")), "limits.mems")}
+    for name in LIMIT_NUMBERS:
+        # proto3 sends a field left unset as 0, as it sends an unset cpulist as "": both mean no limit
+        # (a MemoryMax=0 or a CPUQuota of 0 % would kill or starve the workload the hold is for)
+        values[name] = _number(raw.get(name), "limits.%s" % name, strings=True) or None
+    limits = Limits(**values)
+    return None if limits.is_empty() else limits
+
+
+def _cpulist_text(value):
+    """A cpulist as text: an integer is the one CPU or node it names (YAML reads ``cpus: 3`` as a number,
+    and ``0`` is CPU 0, not unset); an empty string is unset (proto3's zero value), so None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None if value == "" else value
+
+
+def unset_limits(raw):
+    """The fields of raw ``limits`` given as proto3's zero value, which reads as unset: ``0`` (or ``"0"``) for a
+    number, ``""`` for a cpulist. Each is dropped, and the pass warns about it (``ParsedInput.warnings``)."""
+    if not isinstance(raw, dict):
+        return []
+    return [name for name in LIMIT_LISTS if raw.get(name) == ""] + [
+        name for name in LIMIT_NUMBERS if not isinstance(raw.get(name), bool) and raw.get(name) in (0, "0")]
+
+
+def _env_pairs(raw):
+    """``(where, key, value)`` of each env entry: a list of ``KEY=VALUE`` strings, or a mapping."""
+    if isinstance(raw, dict):
+        for index, (key, value) in enumerate(raw.items()):
+            where = "env[%d]" % index
+            if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+                raise InvalidAssignment("%s: key %s does not match %s" % (where, _show(key), ENV_KEY_RE.pattern))
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):  # YAML reads THREADS: 4 as a number
+                raise InvalidAssignment("%s: the value of %s must be a string or a number, not %s"
+                                        % (where, key, type_name(value)))
+            yield where, key, str(value)
+        return
+    for index, line in enumerate(raw):
+        where = "env[%d]" % index
+        if not isinstance(line, str):
+            raise InvalidAssignment("%s: must be a KEY=VALUE string" % where)
+        key, sep, value = line.partition("=")
+        if not sep or not ENV_KEY_RE.fullmatch(key):
+            raise InvalidAssignment("%s: %s is not KEY=VALUE with KEY matching %s"
+                                    % (where, _show(line), ENV_KEY_RE.pattern))
+        yield where, key, value
+
+
+def _env(raw, env_allow=None):
+    """The env lines, each checked by the env policy (``domain/input/env_policy.py``): a key it allows (and,
+    with the operator's ``env_allow``, one that lists), a value that is one line of text."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, dict)):
+        raise InvalidAssignment("env: must be a list of KEY=VALUE strings")
+    if len(raw) > MAX_ENV_LINES:
+        raise InvalidAssignment("env: more than %d lines" % MAX_ENV_LINES)
+    lines = []
+    for where, key, value in _env_pairs(raw):
+        if len(key) + 1 + len(value) > 4096:
+            raise InvalidAssignment("%s: longer than 4096 characters" % where)
+        why = check_env_key(key) or check_env_allowed(key, env_allow) or check_env_value(key, value)
+        if why:
+            raise InvalidAssignment("%s: %s" % (where, why))
+        lines.append("%s=%s" % (key, value))
+    return tuple(lines)
+
+
+def _devices(raw):
+    if not isinstance(raw, list):
+        raise InvalidAssignment("devices: must be a list of {id, device_class}")
+    if not raw:
+        raise InvalidAssignment("devices: at least one device is required")
+    if len(raw) > MAX_DEVICES:
+        raise InvalidAssignment("devices: more than %d devices" % MAX_DEVICES)
+    refs = []
+    for index, item in enumerate(raw):
+        where = "devices[%d]" % index
+        if not isinstance(item, dict):
+            raise InvalidAssignment("%s: must be a mapping with id and device_class" % where)
+        check_fields(item, DEVICE_FIELDS, where)
+        device_id = _text(item.get("id"), where + ".id", required=True)
+        device_class = _text(item.get("device_class"), where + ".device_class") or "gpu"
+        refs.append(DeviceRef(id=device_id, device_class=device_class))
+    return tuple(refs)
+
+
+def parse_assignment(raw, index=0, env_allow=None):
+    """Check one raw assignment; raise ``InvalidAssignment`` naming the field. ``env_allow``: the
+    operator's allowlist of env keys (``env_policy.parse_env_allow``), None for none."""
+    if not isinstance(raw, dict):
+        raise InvalidAssignment("devices[%d]: an assignment must be a mapping" % index)
+    binding = check_binding(raw)
+    check_fields(dict((key, value) for key, value in raw.items() if key not in UNREAD_FIELDS), ASSIGNMENT_FIELDS, "")
+    allocation_id = raw.get("allocation_id")
+    if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
+        raise InvalidAssignment("allocation_id: %s does not match %s" % (_show(allocation_id), ALLOCATION_ID_RE.pattern))
+    return Assignment(
+        allocation_id=allocation_id,
+        reservation_id=_text(raw.get("reservation_id"), "reservation_id"),
+        binding=binding,
+        devices=_devices(raw.get("devices")),
+        limits=parse_limits(raw.get("limits")),
+        env=_env(raw.get("env"), env_allow),
+    )
+
+
+def limits_record(limits):
+    """Limits as plain data (what the ledger records with a hold, and the helper is sent)."""
+    if limits is None:
+        return None
+    return dict((key, value) for key, value in vars(limits).items() if value is not None)
+
+
+HOLD_FIELDS = ("allocation_id", "reservation_id", "generation", "binding", "devices", "limits", "env", "runtimes")
+
+
+def hold_request(assignment, generation, runtimes=()):
+    """A hold as the unprivileged side sends it to the root helper: data only (the checked assignment, the
+    generation its files carry and the node's runtimes by name and version), from which root renders the
+    files itself (and maps the runtimes to CDI versions by its own table)."""
+    return {"allocation_id": assignment.allocation_id, "reservation_id": assignment.reservation_id,
+            "generation": generation, "binding": assignment.binding,
+            "devices": [{"id": ref.id, "device_class": ref.device_class} for ref in assignment.devices],
+            "limits": limits_record(assignment.limits), "env": list(assignment.env),
+            "runtimes": [{"name": r.name, "version": r.version} for r in runtimes]}
+
+
+def parse_hold_request(data):
+    """``(assignment, generation)`` from a ``hold_request``, checked by the rules network input is;
+    ``InvalidAssignment`` names the field (an unknown one included)."""
+    if not isinstance(data, dict):
+        raise InvalidAssignment("hold: must be a mapping, not %s" % type_name(data))
+    unknown = sorted(str(key) for key in data if key not in HOLD_FIELDS)
+    if unknown:
+        raise InvalidAssignment("hold.%s: unknown field" % unknown[0])
+    generation = _number(data.get("generation"), "generation")
+    if generation is None:
+        raise InvalidAssignment("generation: required")
+    return (parse_assignment(dict((key, value) for key, value in data.items() if key not in ("generation", "runtimes"))),
+            generation)
+
+
+def _show(value):
+    text = repr(value)
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def _text_size(text):
+    """An upper bound of ``text``'s length in JSON: ``json.dumps`` escapes a quote or backslash in two
+    characters, anything else outside printable ASCII in at most 12 (a surrogate pair of ``\\uXXXX``)."""
+    if text.isascii() and text.isprintable():
+        return len(text) + text.count('"') + text.count("\\")
+    return 12 * len(text)
+
+
+_TOO_MANY_DIGITS = 10 ** MAX_INT_DIGITS  # the least integer root's reader refuses
+
+
+def section_size(raw, limit=MAX_SECTION_BYTES, depth_limit=MAX_SECTION_DEPTH, name="devices"):
+    """An upper bound of the bytes of ``raw`` as the stored input writes it (JSON indented by 2),
+    walked without recursion and stopped as soon as it passes ``limit``; ``InvalidAssignment`` then,
+    or when ``raw`` nests deeper than ``depth_limit``. Every value, key and bracket counts 10 bytes
+    and its indentation besides, so a section within ``limit`` has fewer than ``limit / 10`` values."""
+    total = 0
+    stack = [(raw, 0)]
+    while stack:
+        value, depth = stack.pop()
+        total += 10 + 2 * depth
+        if isinstance(value, str):
+            total += len(value) if len(value) > limit else _text_size(value)
+        elif isinstance(value, bool) or value is None:
+            total += 5
+        elif isinstance(value, int):
+            # what root's reader takes back of the stored input (support/bounded_json.py): a number it would
+            # refuse there, stored, would stop every timer pass, so the section is refused here instead
+            if abs(value) >= _TOO_MANY_DIGITS:
+                raise InvalidAssignment("%s: holds an integer of more than %d digits; the section is not "
+                                        "read" % (name, MAX_INT_DIGITS))
+            total += value.bit_length() // 3 + 2
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InvalidAssignment("%s: holds %r, which is no JSON number; the section is not read" % (name, value))
+        elif isinstance(value, (list, tuple, dict)):
+            if depth >= depth_limit:
+                raise InvalidAssignment("%s: nested deeper than %d levels; the section is not read"
+                                        % (name, depth_limit))
+            if total + len(value) * (10 + 2 * depth) > limit:  # what its items cost at least: refused unwalked
+                total = limit + 1
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    total += 10 + 2 * depth + (_text_size(key) if isinstance(key, str) else 24)
+                    stack.append((item, depth + 1))
+            else:
+                stack.extend((item, depth + 1) for item in value)
+        else:  # a float, or what YAML may make of a scalar
+            total += 32
+        if total > limit:
+            raise InvalidAssignment("%s: the section is larger than %d bytes (%s as JSON), the most a "
+                                    "pass reads; it is not read (docs/security.md, \"Hostile numbers are cheap\")"
+                                    % (name, limit, "%d MiB" % (limit >> 20) if limit >= 1 << 20 else "%d KiB" % (limit >> 10)))
+    return total
+
+
+# The instances section (GPUs passed through to VMs): each instance takes whole GPUs, and a node has about
+# 16, so these bounds are far above any node while keeping what a pass reads, and the stored input, small.
+MAX_INSTANCES = 256
+MAX_INSTANCE_GPUS = 64
+MAX_INSTANCES_BYTES = 256 * 1024
+
+
+def check_instances(raw):
+    """``InvalidAssignment`` when the instances section is past its bounds (how many instances, GPUs an
+    instance, bytes as JSON): like a devices section past its own, it is not read, and the pass stops
+    before anything is written. Its shape is checked where it is read (the module's options, the stored
+    input's reader); this bounds what that costs."""
+    if not isinstance(raw, list):
+        return
+    if len(raw) > MAX_INSTANCES:
+        raise InvalidAssignment("instances: %d instances, more than the %d a pass reads; the section is not read"
+                                % (len(raw), MAX_INSTANCES))
+    for index, instance in enumerate(raw):
+        gpus = instance.get("gpus") if isinstance(instance, dict) else None
+        if isinstance(gpus, list) and len(gpus) > MAX_INSTANCE_GPUS:
+            raise InvalidAssignment("instances[%d]: %d GPUs, more than the %d a pass reads; the section is not read"
+                                    % (index, len(gpus), MAX_INSTANCE_GPUS))
+    section_size(raw, MAX_INSTANCES_BYTES, name="instances")
+
+
+def _atoms_listed(raw):
+    """How many atoms a raw entry lists (0 when it lists none in a list: it is refused for that)."""
+    devices = raw.get("devices") if isinstance(raw, dict) else None
+    return len(devices) if isinstance(devices, list) else 0
+
+
+def parse_assignments(raw_list, env_allow=None):
+    """Split the raw ``devices`` section into assignments and refusals.
+
+    The first ``MAX_ASSIGNMENTS`` entries are honoured; each one after them is
+    refused. An allocation id may appear once. One sent more than once is ambiguous, so
+    every entry of it is refused (one refusal for the allocation) and a hold it
+    already has is kept as it is. A refusal for an entry without a usable
+    allocation id is keyed by its position (``devices[3]``) so it can still be
+    reported.
+    """
+    if raw_list is not None and not isinstance(raw_list, list):
+        raise InvalidAssignment("devices: must be a list of assignments")
+    if len(raw_list or []) > MAX_LISTED:
+        raise InvalidAssignment("devices: %d assignments; at most %d are read (%d honoured)"
+                                % (len(raw_list or []), MAX_LISTED, MAX_ASSIGNMENTS))
+    section_size(raw_list or [])
+    parsed = ParsedInput()
+    atoms = 0
+    keys = []
+    for index, raw in enumerate(raw_list or []):
+        raw_id = raw.get("allocation_id") if isinstance(raw, dict) else None
+        # A refusal is reported under the id the control plane sent, when it sent a string.
+        keys.append(raw_id[:TEXT_MAX] if isinstance(raw_id, str) and raw_id else "devices[%d]" % index)
+    counts = dict((key, keys.count(key)) for key in keys)
+    for index, (key, raw) in enumerate(zip(keys, raw_list or [])):
+        if key in parsed.order:
+            continue
+        parsed.order.append(key)
+        try:
+            if counts[key] > 1:
+                raise InvalidAssignment("allocation_id: %s appears %d times" % (key, counts[key]))
+            if index >= MAX_ASSIGNMENTS:
+                raise InvalidAssignment("devices[%d]: beyond the %d assignments a pass honours"
+                                        % (index, MAX_ASSIGNMENTS))
+            listed = _atoms_listed(raw)
+            if atoms + listed > MAX_ATOMS and listed <= MAX_DEVICES:
+                raise InvalidAssignment("devices: %d atoms would take the section to %d, past the %d atoms a pass "
+                                        "honours (%d taken by the assignments before it)"
+                                        % (listed, atoms + listed, MAX_ATOMS, atoms))
+            parsed.assignments.append(parse_assignment(raw, index, env_allow))
+            atoms += listed
+            parsed.warnings.extend("%s: limits.%s: %s reads as unset (proto3's zero value), so no %s limit is set"
+                                   % (key, name, json.dumps(raw["limits"][name]), name)
+                                   for name in unset_limits(raw.get("limits")))
+        except InvalidAssignment as exc:
+            parsed.refusals.append(Refusal(key, exc.reason, str(exc)))
+            if ALLOCATION_ID_RE.fullmatch(key):
+                parsed.refused_ids.append(key)
+    return parsed

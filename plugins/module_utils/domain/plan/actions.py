@@ -1,0 +1,667 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The typed steps of a plan, and the apply loop that carries them out.
+
+The planner returns a list of these; check mode returns them unapplied; a real
+pass runs ``apply_plan``, which calls each action's ``apply`` in order. Every
+action knows its own line of the plan (``text``), the files it writes or
+removes (``files``, shown by ``--diff``), the event it reports (``event``) and
+how to carry itself out through two objects it is handed: the host's *writer*,
+which does root's work (node files and slices, here or through the root helper:
+``node/writers.py``), and the node's *state* (the journal and the ledger:
+``state/store.py``). The order within each action is what keeps a
+crash harmless (see docs/architecture.md):
+
+* a bind creates its slice, writes its files, then journals ``AllocationBound``
+  (one whose spec cannot be written removes the env file it wrote);
+* a release is recorded first, then its files go, then ``AllocationReleased``
+  is journaled (which settles the record), and only then is an empty slice
+  stopped;
+* a refusal journals ``AllocationFailed``.
+
+A failure of any step stops that action; ``apply_plan`` returns it as a
+retryable error, no event is sent for it, and the next pass, whose plan sees
+what is on disk, finishes the work. What the steps before it changed still
+counts: the pass says ``changed`` whenever any step changed the node.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_text
+
+# Every class here is ``eq=False``: a step is itself, compared by identity (its content compares through
+# ``to_dict()``), and no ``__eq__``/``__hash__`` is generated for it. Each module run imports these
+# classes, and generating those methods was a measurable part of a no-op's cost (docs/performance.md).
+
+
+@record(frozen=True, eq=False)
+class FileChange:
+    """One node file a step writes (``after``) or removes (``after`` is None)."""
+
+    kind: str  # "cdi" or "allocation-env": the writer builds the path from it
+    path: str  # the node path, for diffs and messages
+    before: Optional[bytes]
+    after: Optional[bytes]
+    hold: Optional[dict] = None  # what the file is rendered from (assignment.hold_request): the helper's input
+
+    @property
+    def change(self) -> str:
+        if self.after is None:
+            return "remove"
+        return "create" if self.before is None else "update"
+
+    def apply(self, writer: Any, allocation_id: str) -> None:
+        try:
+            if self.after is None:
+                writer.remove_node_file(self.kind, allocation_id)
+            else:
+                writer.write_node_file(self.kind, allocation_id, self.after, self.hold)
+        except OSError as exc:  # a directory in the way, a read-only file system: said with the node path
+            raise RetryableError("cannot %s %s: %s" % ("remove" if self.after is None else "write", self.path,
+                                                       exc.strerror or exc))
+
+    def diff(self) -> Dict[str, str]:
+        return {
+            "before_header": self.path if self.before is not None else "%s (absent)" % self.path,
+            "after_header": self.path if self.after is not None else "%s (removed)" % self.path,
+            "before": (self.before or b"").decode("utf-8", "replace"),
+            "after": (self.after or b"").decode("utf-8", "replace"),
+        }
+
+
+@record(frozen=True, eq=False)
+class SpecAside:
+    """A damaged spec set aside in /etc/cdi (never deleted); ``aside`` is the name planned for it."""
+
+    path: str
+    before: Optional[bytes]
+    aside: str
+    now: float
+    kind: str = "cdi"
+    after: Optional[bytes] = None
+    change: str = "set-aside"
+
+    def apply(self, writer: Any, allocation_id: str) -> None:
+        try:
+            writer.set_aside_spec(allocation_id, self.now)
+        except OSError as exc:
+            raise RetryableError("cannot set %s aside: %s" % (self.path, exc.strerror or exc))
+
+    def diff(self) -> Dict[str, str]:
+        return {"before_header": self.path, "after_header": "%s (set aside as %s)" % (self.path, self.aside),
+                "before": (self.before or b"").decode("utf-8", "replace"), "after": ""}
+
+
+@record(frozen=True, eq=False)
+class SliceApply:
+    """Create a hold slice (or set its limits again)."""
+
+    name: str
+    properties: Dict[str, str]
+    hugetlb_max: Dict[str, int]
+    before: Optional[str] = None  # the slice's settings as the host shows them now, for --diff
+    limits: Optional[dict] = None  # what the properties are built from: the helper's input
+
+    def describe(self) -> str:
+        settings = settings_text(self.properties, self.hugetlb_max).splitlines()
+        return "%s (%s)" % (self.name, ", ".join(settings) or "no limits")
+
+    def run(self, writer: Any) -> None:
+        writer.apply_slice(self)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"op": "apply", "name": self.name, "properties": dict(self.properties),
+                "hugetlb_max": dict(self.hugetlb_max)}
+
+    def diff(self) -> Dict[str, str]:
+        header = "slice %s" % self.name
+        return {"before_header": header if self.before is not None else "%s (absent)" % header,
+                "after_header": header, "before": self.before or "",
+                "after": settings_text(self.properties, self.hugetlb_max)}
+
+
+@record(frozen=True, eq=False)
+class SliceStop:
+    """Stop an empty hold slice."""
+
+    name: str
+    before: Optional[str] = None
+
+    def run(self, writer: Any) -> None:
+        writer.stop_slice(self.name)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"op": "remove", "name": self.name}
+
+    def diff(self) -> Dict[str, str]:
+        header = "slice %s" % self.name
+        return {"before_header": header, "after_header": "%s (stopped)" % header, "before": self.before or "",
+                "after": ""}
+
+
+Event = Dict[str, Any]  # {"type": one of event_types.EVENT_TYPES, "body": {...}}, journaled by apply
+SliceOp = Union[SliceApply, SliceStop]
+
+
+@record(frozen=True, eq=False)
+class Action(abc.ABC):
+    """One planned step: a sum type. Each kind below carries only its own fields and is built whole,
+    once, by the planner; none is changed after. ``kind`` is its name in the returned plan;
+    ``changes`` is False for a step that is only shown (it changes nothing)."""
+
+    kind: ClassVar[str] = ""
+    changes: ClassVar[bool] = True
+
+    allocation_id: str
+    text: str
+
+    @abc.abstractmethod
+    def apply(self, writer: Any, state: Any) -> None:
+        """Carry the step out through ``writer`` and ``state``; raises on failure (nothing reported)."""
+
+    @property
+    def needs(self) -> Tuple[str, ...]:
+        """The allocations whose steps, earlier in the plan, free what this one takes (a bind's)."""
+        return ()
+
+    def recorded_release(self) -> Optional[Tuple[str, Optional[int], List[str]]]:
+        """``(allocation_id, generation, device_ids)`` when the step removes a reported hold's files: the
+        release is recorded before the plan touches anything (record before remove)."""
+        return None
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        """The node files the step writes, removes or sets aside (``--diff``)."""
+        return ()
+
+    def slice_op(self) -> Optional[SliceOp]:
+        return None
+
+    def event_type(self) -> Optional[str]:
+        event = getattr(self, "event", None)
+        return event["type"] if event else None
+
+    def write_files(self, writer: Any) -> None:
+        for change in self.node_files():
+            change.apply(writer, self.allocation_id)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The step as the module returns it in ``plan``."""
+        data = {"action": self.kind, "allocation_id": self.allocation_id, "text": self.text}  # type: Dict[str, Any]
+        op = self.slice_op()
+        if op is not None:
+            data["slice"] = op.to_dict()
+        device_ids = getattr(self, "device_ids", ())
+        if device_ids:
+            data["device_ids"] = list(device_ids)
+        files = self.node_files()
+        if files:
+            data["files"] = [{"path": change.path, "change": change.change} for change in files]
+        event_type = self.event_type()
+        if event_type:
+            data["event"] = event_type
+        if self.needs:
+            data["needs"] = list(self.needs)
+        locality = getattr(self, "locality", None)
+        if locality:
+            data["locality"] = dict(locality)
+        return data
+
+    def diffs(self) -> List[Dict[str, str]]:
+        """``--diff`` entries: every file the step writes or removes, and its slice's settings."""
+        entries = [change.diff() for change in self.node_files()]
+        op = self.slice_op()
+        if op is not None:
+            entries.append(op.diff())
+        return entries
+
+
+@record(frozen=True, eq=False)
+class Bind(Action):
+    """A new hold: its slice first (the spec names it), then its files, then ``AllocationBound``.
+    ``waits_for``: the allocations whose steps, earlier in the plan, free its atoms or its memory (a
+    release, or the new bind of a hold moving off them unreported); when any of them fails, the bind is
+    not applied (retried next pass): one atom is never in two live specs."""
+
+    kind: ClassVar[str] = "bind"
+
+    files: Tuple[Union[FileChange, SpecAside], ...]
+    event: Optional[Event]
+    device_ids: Tuple[str, ...]
+    generation: int
+    limits: Optional[dict]  # the limits the ledger records with the hold
+    slice: Optional[SliceApply] = None
+    waits_for: Tuple[str, ...] = ()
+    # its cpus or mems lie outside its GPUs' NUMA nodes: admission.locality's note (said, never refused)
+    locality: Optional[dict] = None
+
+    @property
+    def needs(self) -> Tuple[str, ...]:
+        return self.waits_for
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def slice_op(self) -> Optional[SliceOp]:
+        return self.slice
+
+    def apply(self, writer: Any, state: Any) -> None:
+        if self.slice is not None:
+            self.slice.run(writer)
+        self.write_files(writer)
+        state.report(self.event, self.limits)
+
+    def write_files(self, writer: Any) -> None:
+        """The hold's files in order (the env file before the spec, which makes the hold live). A bind whose
+        spec is not written removes the env file it wrote: an env file never outlives a bind that did not
+        finish, naming devices no live spec holds (a pass that died in between leaves it to the next pass,
+        which removes it: ``RemoveEnv``)."""
+        written = []  # type: List[FileChange]
+        try:
+            for change in self.node_files():
+                change.apply(writer, self.allocation_id)
+                if isinstance(change, FileChange) and change.kind == "allocation-env" and change.after is not None:
+                    written.append(change)
+        except Exception:
+            for change in written:
+                try:
+                    writer.remove_node_file(change.kind, self.allocation_id)
+                except (OSError, BcdError):  # left for the next pass, which finds it without a live spec
+                    pass
+            raise
+
+
+@record(frozen=True, eq=False)
+class Rebind(Bind):
+    """A wanted hold whose spec is damaged: the file set aside, the hold written again from its
+    assignment; ``AllocationBound`` only when the node had not reported it bound with these devices."""
+
+    kind: ClassVar[str] = "rebind"
+
+    def apply(self, writer: Any, state: Any) -> None:
+        if self.slice is not None:
+            self.slice.run(writer)
+        self.write_files(writer)
+        if self.event:
+            state.report(self.event, self.limits)
+        else:
+            state.set_hold_limits(self.allocation_id, self.limits)
+
+
+@record(frozen=True, eq=False)
+class Release(Action):
+    """A plain hold no longer wanted: recorded, its files removed, reported; then its slice stopped
+    if empty (after the report: a slice that cannot be stopped now is a leftover next pass)."""
+
+    kind: ClassVar[str] = "release"
+
+    files: Tuple[Union[FileChange, SpecAside], ...]
+    event: Optional[Event]  # None: a damaged spec never reported bound has nothing to report
+    device_ids: Tuple[str, ...]
+    generation: int
+    slice: Optional[SliceStop] = None
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def slice_op(self) -> Optional[SliceOp]:
+        return self.slice
+
+    def recorded_release(self) -> Optional[Tuple[str, Optional[int], List[str]]]:
+        if self.event:
+            return (self.allocation_id, self.generation, list(self.device_ids))
+        return None
+
+    def apply(self, writer: Any, state: Any) -> None:
+        if self.event:
+            state.begin_release(self.allocation_id, self.generation, list(self.device_ids))
+        self.write_files(writer)
+        if self.event:
+            state.report(self.event)
+        if self.slice is not None:
+            self.slice.run(writer)
+
+
+@record(frozen=True, eq=False)
+class FinishRelease(Release):
+    """A plain release an earlier pass recorded but did not finish."""
+
+    kind: ClassVar[str] = "finish-release"
+
+
+@record(frozen=True, eq=False)
+class RewriteFile(Action):
+    """A kept hold's file written again."""
+
+    file: FileChange
+    device_ids: Tuple[str, ...]
+    generation: int
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return (self.file,)
+
+    def apply(self, writer: Any, state: Any) -> None:
+        self.write_files(writer)
+
+
+@record(frozen=True, eq=False)
+class Rerender(RewriteFile):
+    """A kept hold's spec, when what it renders to changed (vendor spec, reservation id, limits)."""
+
+    kind: ClassVar[str] = "rerender"
+
+
+@record(frozen=True, eq=False)
+class WriteEnv(RewriteFile):
+    """A kept hold's env file, when missing (``/run`` is tmpfs) or out of date."""
+
+    kind: ClassVar[str] = "write-env"
+
+
+@record(frozen=True, eq=False)
+class RemoveEnv(Action):
+    """An env file with no live spec, no record of a hold and no bind of this pass behind it (a bind that never
+    finished: the pass died between its env file and its spec), removed before anything is bound: its GPUs
+    count as claimed until it is gone, so no other allocation's env file names them beside it."""
+
+    kind: ClassVar[str] = "remove-env"
+
+    files: Tuple[FileChange, ...]
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def apply(self, writer: Any, state: Any) -> None:
+        self.write_files(writer)
+
+
+@record(frozen=True, eq=False)
+class ReportBound(Action):
+    """A hold on disk whose ``AllocationBound`` was never journaled (a pass died in between), or whose
+    cgroup parent changed."""
+
+    kind: ClassVar[str] = "report-bound"
+
+    event: Event
+    device_ids: Tuple[str, ...]
+    generation: int
+    limits: Optional[dict]
+
+    def apply(self, writer: Any, state: Any) -> None:
+        state.report(self.event, self.limits)
+
+
+@record(frozen=True, eq=False)
+class Refuse(Action):
+    """An assignment refused at this generation: one ``AllocationFailed``."""
+
+    kind: ClassVar[str] = "refuse"
+
+    event: Event
+    generation: int
+
+    def apply(self, writer: Any, state: Any) -> None:
+        state.report(self.event)
+
+
+@record(frozen=True, eq=False)
+class ReportCondition(Action):
+    """A node condition that appeared or cleared since the last pass: one signed event
+    (``domain/plan/condition_events.py``); journaling it records the condition in the ledger."""
+
+    kind: ClassVar[str] = "report-condition"
+
+    event: Event
+    device_ids: Tuple[str, ...]
+
+    def apply(self, writer: Any, state: Any) -> None:
+        state.report(self.event)
+
+
+@record(frozen=True, eq=False)
+class CreateSlice(Action):
+    """A kept hold's slice created again (gone after a reboot)."""
+
+    kind: ClassVar[str] = "create-slice"
+
+    slice: SliceApply
+    device_ids: Tuple[str, ...]
+    generation: int
+    limits: Optional[dict]
+
+    def slice_op(self) -> Optional[SliceOp]:
+        return self.slice
+
+    def apply(self, writer: Any, state: Any) -> None:
+        self.slice.run(writer)
+        state.set_hold_limits(self.allocation_id, self.limits)
+
+
+@record(frozen=True, eq=False)
+class ApplySlice(CreateSlice):
+    """A kept hold's slice whose limits differ from the wanted ones, set again."""
+
+    kind: ClassVar[str] = "apply-slice"
+
+
+@record(frozen=True, eq=False)
+class StopSlice(Action):
+    """A slice whose hold is gone, stopped once empty."""
+
+    kind: ClassVar[str] = "stop-slice"
+
+    slice: SliceStop
+
+    def slice_op(self) -> Optional[SliceOp]:
+        return self.slice
+
+    def apply(self, writer: Any, state: Any) -> None:
+        self.slice.run(writer)
+
+
+@record(frozen=True, eq=False)
+class KeepSlice(Action):
+    """Shown only: a slice whose hold is gone still runs a workload, so it is kept."""
+
+    kind: ClassVar[str] = "keep-slice"
+    changes: ClassVar[bool] = False
+
+    def apply(self, writer: Any, state: Any) -> None:
+        return None
+
+
+@record(frozen=True, eq=False)
+class ReleaseKubernetes(Action):
+    """A Kubernetes hold no longer wanted: recorded in the pending releases first, its files removed at
+    once, and ``AllocationReleased`` journaled only when no pod holds its devices (``event`` set)."""
+
+    kind: ClassVar[str] = "release-kube"
+
+    files: Tuple[FileChange, ...]
+    device_ids: Tuple[str, ...]
+    generation: int
+    release: Any  # the kube_release.PendingRelease recorded before anything is removed
+    event: Optional[Event] = None
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def apply(self, writer: Any, state: Any) -> None:
+        state.record_kube_release(self.release)
+        self.write_files(writer)
+        if self.event:
+            state.report(self.event)
+
+
+@record(frozen=True, eq=False)
+class Withdraw(Action):
+    """A Kubernetes hold's files removed unreported: its allocation is bound anew in this pass, or its
+    pending release's files were left by a crash."""
+
+    kind: ClassVar[str] = "withdraw"
+
+    files: Tuple[FileChange, ...]
+    device_ids: Tuple[str, ...]
+    generation: int
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def apply(self, writer: Any, state: Any) -> None:
+        self.write_files(writer)
+
+
+@record(frozen=True, eq=False)
+class ReportRelease(Action):
+    """A pending Kubernetes release no pod holds any more: reported (which settles its record)."""
+
+    kind: ClassVar[str] = "report-release"
+
+    files: Tuple[FileChange, ...]
+    event: Event
+    device_ids: Tuple[str, ...]
+    generation: int
+
+    def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
+        return self.files
+
+    def apply(self, writer: Any, state: Any) -> None:
+        self.write_files(writer)
+        state.report(self.event)
+
+
+@record(frozen=True, eq=False)
+class TakeBackRelease(Action):
+    """A pending Kubernetes release the spec takes back while pods still hold old devices the new hold
+    does not take: recorded as taken back (never reported), narrowed to those devices."""
+
+    kind: ClassVar[str] = "take-back-release"
+
+    device_ids: Tuple[str, ...]
+    generation: int
+    release: Any  # the narrowed kube_release.PendingRelease
+
+    def apply(self, writer: Any, state: Any) -> None:
+        state.record_kube_release(self.release)
+
+
+@record(frozen=True, eq=False)
+class DropRelease(Action):
+    """A pending Kubernetes release the spec takes back: dropped unreported."""
+
+    kind: ClassVar[str] = "drop-release"
+
+    generation: int
+
+    def apply(self, writer: Any, state: Any) -> None:
+        state.drop_kube_release(self.allocation_id)
+
+
+@record(frozen=True, eq=False)
+class QuarantineReleases(Action):
+    """An unreadable releases file set aside (never deleted) and the marker written."""
+
+    kind: ClassVar[str] = "quarantine-releases"
+
+    now: float
+
+    def apply(self, writer: Any, state: Any) -> None:
+        state.quarantine_releases(self.now)
+
+
+@record(frozen=True, eq=False)
+class ClearMarker(Action):
+    """The unreadable-releases marker removed, once the kube side allows."""
+
+    kind: ClassVar[str] = "clear-marker"
+
+    def apply(self, writer: Any, state: Any) -> None:
+        state.clear_releases_marker()
+
+
+# What an action may call that changes the node (its files and slices, the journal, the releases it keeps):
+# ``apply_plan`` notes each call that returned, so a pass that changed the node says so even when an action
+# failed half-way (a release whose spec went and whose env file did not).
+WRITER_CHANGES = frozenset(("write_node_file", "remove_node_file", "set_aside_spec", "apply_slice", "stop_slice"))
+STATE_CHANGES = frozenset(("report", "set_hold_limits", "record_kube_release", "drop_kube_release",
+                           "quarantine_releases", "clear_releases_marker"))
+
+
+class _Noted:
+    """``inner`` (the writer or the state) as the actions see it: each call of a method in ``changing`` that
+    returns sets ``done[0]``."""
+
+    def __init__(self, inner: Any, changing: FrozenSet[str], done: List[bool]) -> None:
+        self._inner = inner
+        self._changing = changing
+        self._done = done
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name not in self._changing:
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = value(*args, **kwargs)
+            self._done[0] = True
+            return result
+        return call
+
+
+def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[str], bool]:
+    """Run every action in order; return ``(done, errors, changed)``: the actions carried out, one
+    retryable error per action that failed, and whether the node was changed at all (an action that failed
+    after a step that changed it counts: a release whose spec was removed and whose env file could not be).
+    A failure holds up that allocation's later actions in this pass (a hold whose env file could not be
+    written is not reported bound), and every bind that needs its release (``Bind.needs``); the other
+    allocations' go on."""
+    done = []  # type: List[Action]
+    errors = []  # type: List[str]
+    failed = set()  # type: Set[str]
+    changed = [False]
+    releases = [action.recorded_release() for action in plan.actions if action.changes]
+    try:
+        state.begin_releases([release for release in releases if release is not None])
+    except (OSError, RetryableError) as exc:  # nothing may be removed unrecorded: nothing is done
+        return done, ["cannot record this pass's releases: %s" % exc], False
+    noted_writer, noted_state = _Noted(writer, WRITER_CHANGES, changed), _Noted(state, STATE_CHANGES, changed)
+    writer.batch()  # each directory fsynced once, at writer.flush(), not once per file
+    settled = set()  # type: Set[str]  # Kubernetes releases reported in this pass, still pending on disk
+    for action in plan.actions:
+        if not action.changes or (action.allocation_id and action.allocation_id in failed):
+            continue
+        waits = [needed for needed in action.needs if needed in failed]
+        if waits:  # the hold it replaces is still live: binding now would put one atom in two live specs
+            errors.append("%s: waits for the release of %s, which failed; retried next pass"
+                          % (action.allocation_id, ", ".join(waits)))
+            failed.add(action.allocation_id)
+            continue
+        try:
+            if settled.intersection(action.needs):
+                # a bind that takes a settled Kubernetes release's devices: the release leaves the pending
+                # releases on disk first (its removals made durable, its report journaled), so the root
+                # helper, which counts every pending release as a claim, sees what the planner saw
+                writer.flush()
+                state.flush(save=False)
+                writer.batch()
+                settled.clear()
+            action.apply(noted_writer, noted_state)
+        except (OSError, RetryableError) as exc:
+            errors.append("%s: %s" % (action.allocation_id or action.kind, exc))
+            if action.allocation_id:
+                failed.add(action.allocation_id)
+            continue
+        if isinstance(action, ReleaseKubernetes) and action.event:
+            settled.add(action.allocation_id)
+        done.append(action)
+    writer.flush()  # the pass's renames and removals durable before any event reporting them is journaled
+    try:
+        state.flush(save=False)  # the pass's reports, journaled before any is returned; the pass saves the ledger
+    except (OSError, RetryableError) as exc:
+        errors.append("cannot journal this pass's events: %s" % exc)
+    return done, errors, changed[0]

@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The node's conditions as events: one signed event when a condition appears, one when it clears.
+
+A pass returns the conditions that need a person or a playbook (``GPUUnhealthy``, ``VendorSpecStale``,
+``VendorSpecUnsupported``, ``KubernetesReleaseStuck``, ``KubernetesReleasesUnreadable``,
+``HoldSpecDamaged``). The ledger keeps those whose appearing was journaled (``state/ledger.py``,
+``conditions``), by key: one per unhealthy GPU, one per stuck Kubernetes release, one for each other type.
+A key present now and not in the ledger is journaled as the condition's type; a key in the ledger and not
+present now, as the type with ``Cleared`` appended; an unhealthy GPU clears only when the inventory lists
+it healthy (one fallen off the bus, or an inventory that could not be read, clears nothing). A pass that
+finds what the last one found journals nothing. docs/events.md, "Conditions".
+
+A clearing is its own type, not the same type with a ``status``: a rule that matches on the type alone
+(``event.bcd.type == "GPUUnhealthy"``: take the GPU out of service and reset it) never acts on a GPU
+that has just come back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import ReportCondition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
+    CLEARED,
+    CONDITION_TYPES,
+    GPU_UNHEALTHY,
+    KUBERNETES_RELEASE_STUCK,
+    condition_key,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_message
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import STUCK_AFTER
+
+CLEARED_REASON = "ConditionCleared"
+
+# key -> (type, device_ids, allocation_id, reason, message)
+_Raised = Dict[str, Tuple[str, List[str], Optional[str], str, str]]
+
+
+def raised_now(observed: Any, conditions: Sequence[dict], pending_releases: Sequence[dict]) -> _Raised:
+    """The keys of the conditions a pass found, each with what its event says."""
+    found = {}  # type: _Raised
+    for condition in conditions:
+        kind = condition.get("type")
+        if kind not in CONDITION_TYPES:
+            continue
+        reason, message = condition.get("reason") or "", condition.get("message") or ""
+        if kind == GPU_UNHEALTHY:
+            for gpu in observed.inventory.gpus:
+                health = gpu_health(gpu, observed.health_cleared)
+                if health:
+                    found[condition_key(kind, [gpu.uuid])] = (kind, [gpu.uuid], None, reason,
+                                                              unhealthy_message(gpu.uuid, health))
+        elif kind == KUBERNETES_RELEASE_STUCK:
+            for release in pending_releases:
+                if release.get("age_seconds", 0) >= STUCK_AFTER:
+                    allocation_id = release["allocation_id"]
+                    found[condition_key(kind, (), allocation_id)] = (
+                        kind, list(release.get("device_ids") or []), allocation_id, reason,
+                        "%s was released over %d minutes ago and pods still hold its devices"
+                        % (allocation_id, STUCK_AFTER // 60))
+        else:
+            found[condition_key(kind)] = (kind, [], None, reason, message)
+    return found
+
+
+def _body(observed: Any, kind: str, generation: int, device_ids: List[str], allocation_id: Optional[str], reason: str,
+          message: str) -> Dict[str, Any]:
+    body = {"type": kind, "node_id": observed.node_id, "boot_id": observed.boot_id, "generation": generation,
+            "device_ids": list(device_ids), "reason": reason, "message": message}  # type: Dict[str, Any]
+    if allocation_id is not None:
+        body["allocation_id"] = allocation_id
+    return body
+
+
+def condition_reports(observed: Any, conditions: Sequence[dict], pending_releases: Sequence[dict],
+                      generation: int) -> List[ReportCondition]:
+    """The steps that journal the conditions that cleared since the last pass, then those that appeared, each
+    in key order; none when the pass found what the ledger says the last one did."""
+    now = raised_now(observed, conditions, pending_releases)
+    before = observed.ledger.conditions
+    seen = set(gpu.uuid for gpu in observed.inventory.gpus)
+    steps = []  # type: List[ReportCondition]
+    for key in sorted(set(before) - set(now)):
+        kind = key.split("/", 1)[0]
+        device_ids, allocation_id = list(before[key].get("device_ids") or []), before[key].get("allocation_id")
+        if kind == GPU_UNHEALTHY and not seen.issuperset(device_ids):
+            continue  # a GPU clears when it is seen healthy, not when it is not seen (off the bus, inventory unread)
+        subject = " ".join(device_ids) if kind == GPU_UNHEALTHY else (allocation_id or "")
+        message = "%s%s no longer holds" % (kind, " (%s)" % subject if subject else "")
+        event = {"type": kind + CLEARED,
+                 "body": _body(observed, kind + CLEARED, generation, device_ids, allocation_id, CLEARED_REASON, message)}
+        steps.append(ReportCondition("", "report %s: %s" % (kind + CLEARED, message), event, tuple(device_ids)))
+    for key in sorted(set(now) - set(before)):
+        kind, device_ids, allocation_id, reason, message = now[key]
+        event = {"type": kind, "body": _body(observed, kind, generation, device_ids, allocation_id, reason, message)}
+        steps.append(ReportCondition("", "report %s: %s" % (kind, message), event, tuple(device_ids)))
+    return steps

@@ -1,0 +1,1117 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The planner: one pure function from the wanted assignments and the observed
+host to the ordered plan of a pass (a list of ``actions.Action``).
+
+Check mode is this plan without the apply; diff mode shows it; a real run
+executes exactly it. ``plan_pass`` runs the phases of a pass in this order
+(docs/architecture.md, "One pass"):
+
+1. Kubernetes releases pending from earlier passes are reported once no pod
+   holds them, or dropped unreported when the spec wants the allocation
+   again (``kube_plan``); plain releases cut short by an earlier pass are
+   finished;
+2. holds no longer wanted are released (before any bind, so a GPU can move
+   between allocations in one generation); a released hold's slice is
+   stopped once empty; a Kubernetes hold is recorded and withdrawn, and
+   reported once free; env files a bind that never finished left (no spec,
+   report or release behind them) are removed, their GPUs claimed until
+   then; then slices of holds gone earlier are stopped once empty;
+3. holds still wanted are kept: a missing slice is created again (after a
+   reboot), a changed rendering is written again, a missing env file
+   rewritten, a hold never reported is reported;
+4. new holds, in spec order, are checked — binding, privilege, atoms,
+   conflicts, host admission — and bound, their slice first; each claims its
+   atoms (and its memory) against the holds after it; one bound again into
+   its own slice, still running a workload, replaces that slice's booking
+   (admitted once). One refused at this generation by an earlier pass stays
+   refused with the same reason: a refusal is final at its generation (an
+   input that sends it with another assignment at that generation is refused
+   before the pass: ``generations.pass_generation``);
+5. every refusal not yet reported for this generation becomes one
+   ``AllocationFailed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import (
+    Action,
+    ApplySlice,
+    Bind,
+    CreateSlice,
+    FileChange,
+    FinishRelease,
+    KeepSlice,
+    Rebind,
+    Refuse,
+    Release,
+    RemoveEnv,
+    ReportBound,
+    Rerender,
+    RewriteFile,
+    SliceApply,
+    SliceStop,
+    SpecAside,
+    StopSlice,
+    WriteEnv,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import (
+    UNREADABLE,
+    Exhausted,
+    cpus_problem,
+    gpu_numa_nodes,
+    locality,
+    locality_warning,
+    needs_admission,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
+    BINDING_HOLD,
+    BINDING_KUBERNETES,
+    InvalidAssignment,
+    Limits,
+    hold_request,
+    limits_record,
+    parse_limits,
+    unsupported_binding,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import (
+    Atom,
+    AtomRefused,
+    atoms_of,
+    resolve_atom,
+    resolve_devices,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
+    RenderError,
+    RenderRefused,
+    cdi_spec_path,
+    damaged_spec_path,
+    env_atoms,
+    env_file_path,
+    render_hold,
+    render_key,
+    render_record,
+    unchanged,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import PENDING, RELEASING, SLICE, Claims
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.condition_events import condition_reports
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import (
+    UNREADABLE_RELEASES,
+    conflicts,
+    env_file_atoms,
+    env_file_claim,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Decided, Pass, Refusal
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.diffs import plan_diffs
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_FAILED
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.kube import (
+    plan_kubernetes_releases,
+    release_kubernetes,
+    retained_atoms,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record, replace
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason, reason_shown
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import (
+    bound_event,
+    damaged_condition,
+    hold_summary,
+    released_event,
+    summary_of,
+    unknown_version_condition,
+    withdraw_files,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
+    allocation_of,
+    cgroup_parent_of,
+    cpuset_problem,
+    limits_of_slice,
+    limits_problem,
+    same_properties,
+    settings_of,
+    slice_name,
+    wanted_slice,
+)
+
+NODE_UNPRIVILEGED = (
+    "bcd node runs without root and without [helper]: it cannot write /etc/cdi or create hold slices "
+    "(run bcd node as root, or under bcd helper)"
+)
+
+
+@record
+class Observed:
+    """What a pass saw on the host, read once before planning."""
+
+    node_id: str
+    boot_id: str
+    inventory: Any
+    vendor: Any
+    live: Dict[str, Any]  # allocation id -> LiveHold, from /etc/cdi
+    env_files: Dict[str, Optional[bytes]]  # allocation id -> current env file content
+    ledger: Any
+    privileged: bool = True
+    mps: bool = False
+    domains: List = field(default_factory=list)
+    domains_error: Optional[str] = None
+    slices: Dict[str, Any] = field(default_factory=dict)  # slice name -> SliceState
+    slices_unavailable: Optional[str] = None  # why this host cannot make hold slices
+    memory: Optional[Any] = None  # HostMemory, read only when a new hold needs admission
+    # HostCpus: the online CPUs and NUMA nodes, read only when a new or changed hold books cpus or mems; None:
+    # not read, or unreadable (``cpus_unreadable`` says why), and cpus and mems go unchecked
+    cpus: Optional[Any] = None
+    cpus_unreadable: Optional[str] = None
+    releases: Releases = field(default_factory=Releases)  # pending Kubernetes releases
+    kube: Optional[Any] = None  # KubeView: what pods hold, asked only when a Kubernetes release needs it
+    now: float = 0.0
+    state_dir: str = DEFAULT_STATE_DIR
+    damaged_specs: List[str] = field(default_factory=list)  # node paths of damaged specs set aside earlier
+    runtimes: List = field(default_factory=list)  # cdi_runtimes.Runtime: the node's container runtimes
+    maintenance: Dict[str, dict] = field(default_factory=dict)  # GPU UUID -> {reason, since}: out of service
+    health_cleared: Dict[str, float] = field(default_factory=dict)  # GPU UUID -> when it left maintenance
+    spec_dir: bool = True  # /etc/cdi is a directory: a reported hold whose spec is not there is gone
+
+
+@record
+class Failure:
+    allocation_id: str
+    generation: int
+    reason: str
+    message: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"allocation_id": self.allocation_id, "generation": self.generation,
+                "reason": self.reason, "message": self.message}
+
+
+@record
+class Plan:
+    generation: int
+    actions: List = field(default_factory=list)
+    failures: List[Failure] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)  # retryable: the pass cannot finish now
+    holds: List[dict] = field(default_factory=list)  # the holds once the plan is applied
+    conditions: List[dict] = field(default_factory=list)
+    pending_releases: List[dict] = field(default_factory=list)  # Kubernetes releases still waiting for pods
+    vfio: Dict[str, str] = field(default_factory=dict)  # GPUs running domains have now
+    renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
+    booked: Dict[str, Optional[dict]] = field(default_factory=dict)  # allocation -> limits a kept hold without a slice books
+    vendor_path: Optional[str] = None  # the vendor spec the holds' edits come from (node path), for --diff
+
+    @property
+    def changes(self) -> List[Action]:
+        return [action for action in self.actions if action.changes]
+
+    def text(self) -> str:
+        lines = [action.text for action in self.actions] or ["nothing to do"]
+        lines.extend("warning: %s" % warning for warning in self.warnings)
+        lines.extend("retry: %s" % error for error in self.errors)
+        return "\n".join(lines)
+
+    def diffs(self, full: bool = False) -> List[Dict[str, Any]]:
+        """Ansible ``--diff`` output: the plan as text first (what a reader scans), then each file (and
+        slice) the actions change, one diff each, a spec's vendor edits as one line unless ``full``
+        (``domain/plan/diffs.py``)."""
+        entries = [{"prepared": "plan:\n" + "\n".join("  " + line for line in self.text().splitlines()) + "\n"}]
+        entries.extend(plan_diffs(self.actions, full, self.vendor_path))
+        return entries
+
+
+def vfio_claims(instances: Any, observed: Observed) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """GPUs VMs have or are to have: the instance specs, the running domains, and
+    what still-running domains had at the last pass (a GPU dropped from a running
+    VM's spec stays the VM's until its next start)."""
+    claims = {}  # type: Dict[str, str]
+    for instance in instances or []:
+        for gpu in instance.get("gpus") or []:
+            claims.setdefault(gpu, instance.get("instance_id") or "?")
+    now = {}  # type: Dict[str, str]
+    for domain in observed.domains:
+        for gpu in domain.gpus:
+            now.setdefault(gpu, domain.instance_id)
+    if observed.domains_error is None:
+        running = set(domain.instance_id for domain in observed.domains)
+        remembered = dict((gpu, inst) for gpu, inst in observed.ledger.vfio.items() if inst in running)
+    else:
+        remembered = dict(observed.ledger.vfio)
+    for gpu, instance in list(now.items()) + list(remembered.items()):
+        claims.setdefault(gpu, instance)
+    merged = dict(remembered)
+    merged.update(now)
+    return claims, merged
+
+
+def _release_action(kind: Type[Release], observed: Observed, allocation_id: str, generation: int,
+                    device_ids: Sequence[str], why: str) -> Release:
+    files = withdraw_files(observed, allocation_id)
+    removed = " and ".join(change.path for change in files) or "no files left"
+    text = "%s %s (%s): remove %s, report AllocationReleased" % (kind.kind, allocation_id, why, removed)
+    state = observed.slices.get(slice_name(allocation_id))
+    stop = None
+    if state is not None and not state.populated:
+        stop = SliceStop(state.name, settings_of(state))
+        text += ", then stop %s (empty)" % state.name
+    elif state is not None:
+        text += "; %s still runs a workload and is kept with its limits" % state.name
+    return kind(allocation_id, text, tuple(files), released_event(observed, allocation_id, generation, device_ids),
+                tuple(device_ids), generation, stop)
+
+
+def limits_from_record(record: Any) -> Optional[Limits]:
+    """The ``Limits`` a ledger record keeps (None when it keeps none, or none that pass the input's checks:
+    the ledger is data like any other)."""
+    try:
+        return parse_limits(record)
+    except InvalidAssignment:
+        return None
+
+
+def _slice_apply(assignment: Any, current: Any = None) -> SliceApply:
+    properties, huge = wanted_slice(assignment.limits)
+    return SliceApply(slice_name(assignment.allocation_id), properties, huge,
+                      settings_of(current) if current is not None else None, limits_record(assignment.limits))
+
+
+def _pass_of(generation: int, parsed: Any, observed: Observed, instances: Any,
+             superseded: Optional[FrozenSet[str]], withheld: Mapping[str, Tuple[str, str]]) -> Tuple[Pass, Decided]:
+    """The pass's inputs, and the refusal of each live hold re-sent with a binding the node does not take:
+    refused (unsupported-binding) and kept as it is, as for any refused input: the node never drops a hold
+    on its own."""
+    unsupported = frozenset(assignment.allocation_id for assignment in parsed.assignments
+                            if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES)
+                            and assignment.allocation_id in observed.live)
+    failures = tuple((assignment.allocation_id, Reason.UNSUPPORTED_BINDING, unsupported_binding(assignment.binding))
+                     for assignment in parsed.assignments if assignment.allocation_id in unsupported)
+    wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments
+                  if assignment.allocation_id not in unsupported)
+    marker = bool(observed.releases.marker or observed.releases.unreadable is not None)
+    ctx = Pass(generation, parsed, observed, instances, wanted, unsupported,
+               frozenset(wanted) if superseded is None else superseded, marker, dict(withheld))
+    return ctx, Decided(failures=failures)
+
+
+def _needs_root(what: str) -> Decided:
+    return Decided(errors=("%s needs root or the helper; this pass is unprivileged" % what,))
+
+
+def plan_pass(generation: int, parsed: Any, observed: Observed, instances: Any = None) -> Plan:
+    """The ordered plan for one pass. Pure: reads only its arguments.
+
+    A Kubernetes hold wanted again (moved, or re-bound as a plain hold) is withdrawn unreported only if
+    its new hold is bound in this pass: its new ``AllocationBound`` is what tells the control plane the
+    old devices are free. Whether it is bound is known only once the binds are checked, so the plan is
+    made again without the allocations that were not (refused, or not renderable) until none is left:
+    their old hold is then reported released like any other, and one refused keeps that refusal (checked
+    again against its own old hold, now a release to report, it could be refused for another reason, or
+    bound beside that release). Holds withdrawn unreported that take each
+    other's atoms (two Kubernetes holds swapping GPUs) cannot all be bound after the new bind that frees
+    their atoms: the first of such a cycle in spec order is reported released instead, before any bind.
+    Each round only shrinks the allocations withdrawn unreported, so this ends within as many rounds as
+    there are such allocations."""
+    superseded = None  # type: Optional[FrozenSet[str]]
+    withheld = {}  # type: Dict[str, Tuple[str, str]]
+    while True:
+        ctx, plan, live_after = _plan_once(generation, parsed, observed, instances, superseded, withheld)
+        unreported = ctx.superseded & _kubernetes_released(observed)
+        unbound = (ctx.superseded - live_after) & unreported
+        refused = dict((failure.allocation_id, (failure.reason, failure.message)) for failure in plan.failures)
+        withheld.update((allocation_id, refused[allocation_id]) for allocation_id in unbound if allocation_id in refused)
+        if not unbound:
+            unbound = _unreported_cycle(ctx, plan.actions, unreported)
+        if not unbound:
+            return plan
+        superseded = ctx.superseded - unbound
+
+
+def _unreported_cycle(ctx: Pass, actions: Sequence[Action], unreported: FrozenSet[str]) -> FrozenSet[str]:
+    """The first allocation, in spec order, of a cycle of binds that each need the release of one withdrawn
+    unreported (``unreported``): its new ``AllocationBound`` is what frees its old atoms, so no order of
+    the binds journals every release before the bind that takes its atoms. Empty when there is none."""
+    needs = {}  # type: Dict[str, Set[str]]
+    for action in actions:
+        if isinstance(action, Bind) and action.allocation_id in unreported:
+            needs[action.allocation_id] = set(action.needs) & unreported
+    for start in sorted(needs, key=ctx.parsed.position):
+        seen, path = set(), [start]  # type: Set[str], List[str]
+        while path:
+            current = path.pop()
+            for needed in sorted(needs.get(current, set()) - {current}):
+                if needed == start:
+                    return frozenset([start])
+                if needed not in seen:
+                    seen.add(needed)
+                    path.append(needed)
+    return frozenset()
+
+
+def _kubernetes_released(observed: Observed) -> Set[str]:
+    """Allocations whose Kubernetes hold or pending release a pass may take back unreported, and those whose
+    old hold a pass withdrew unreported before it died (``_reported_without_spec``)."""
+    return set(observed.releases.pending) | set(
+        allocation_id for allocation_id, hold in observed.live.items() if hold.kubernetes) | _reported_without_spec(observed)
+
+
+def _reported_without_spec(observed: Observed) -> Set[str]:
+    """Allocations the node last reported bound whose spec is gone and that no record releases (none, or a
+    Kubernetes release taken back, which keeps only the old devices pods held): a Kubernetes hold wanted
+    again, withdrawn unreported by a pass that died before its new bind (or a spec deleted by hand). The
+    journal still gives them their old devices."""
+    if not observed.spec_dir:
+        return set()
+    pending = observed.releases.pending
+    return set(allocation_id for allocation_id in observed.ledger.bound
+               if allocation_id not in observed.live and allocation_id not in observed.ledger.unfinished_releases
+               and (allocation_id not in pending or pending[allocation_id].taken_back))
+
+
+def _bound_again(ctx: Pass, releasing: Set[str]) -> Decided:
+    """Allocations reported bound whose spec is gone, to be bound again in this pass (``ctx.superseded``): their
+    old devices are freed only by their new AllocationBound (a hold that takes them waits for it), and those
+    their new hold takes are theirs still (no hold before them in spec order gets them). One not bound again is
+    reported released (``_release_spec_gone``, in the next round of ``plan_pass``)."""
+    observed, decided = ctx.observed, []  # type: Observed, List[Decided]
+    for allocation_id in sorted(_reported_without_spec(observed) & ctx.superseded):
+        assignment = ctx.wanted.get(allocation_id)
+        if assignment is None or allocation_id in releasing:
+            continue
+        record = observed.ledger.bound[allocation_id]
+        release = observed.releases.pending.get(allocation_id)  # taken back: the old devices pods held
+        old = [device_id for device_id in record.get("device_ids") or []
+               if release is None or device_id not in release.device_ids]
+        taken = retained_atoms(old, assignment)
+        decided.append(Decided(releasing=((allocation_id, tuple(atoms_of(old)), limits_from_record(record.get("limits"))),),
+                               retained=((allocation_id, taken),) if taken else ()))
+    return Decided.join(decided)
+
+
+def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any, superseded: Optional[FrozenSet[str]],
+               withheld: Mapping[str, Tuple[str, str]]) -> Tuple[Pass, Plan, Set[str]]:
+    """One round of the phases, in the spec's order, each a function of the observation and the claims;
+    the plan is built once from what they returned. Returns the allocations live once it is applied too."""
+    ctx, refused = _pass_of(generation, parsed, observed, instances, superseded, withheld)
+    # 1. Kubernetes releases pending from earlier passes; plain releases cut short
+    released = plan_kubernetes_releases(ctx)
+    released += _finish_releases(ctx)
+    # 2. holds no longer wanted (those the phases above settled are no longer live)
+    released += _release_unwanted(ctx, _live(observed, released), set(owner for owner, _a, _b in released.releasing))
+    released += _bound_again(ctx, set(owner for owner, _a, _b in released.releasing))
+    released += _remove_stale_env(ctx)
+    live = _live(observed, released)
+    claims, seen = _claims(ctx, live, released)
+    # 3. holds still wanted; 4. new holds
+    kept, claims = _keep_wanted(ctx, live, claims)
+    bound, claims = _bind_new(ctx, live, dict(released.damaged), claims)
+    # slices of holds gone earlier: decided once the slices the kept and bound holds want are known,
+    # placed after the releases, before anything is bound
+    handled = released + kept + bound
+    leftover = _leftover_slices(observed, handled.released_slices | handled.sliced)
+    decided = refused + released + seen + kept + bound + leftover
+    # 5. refusals
+    refusals, failures = _report_failures(ctx, decided.failures)
+    actions = list(released.actions + leftover.actions + kept.actions + bound.actions + refusals)
+    asides = list(observed.damaged_specs) + [change.aside for action in actions for change in action.node_files()
+                                             if isinstance(change, SpecAside)]
+    warnings = list(decided.warnings)
+    if warnings.count(UNREADABLE) > 1:  # said once a pass
+        first = warnings.index(UNREADABLE) + 1
+        warnings = warnings[:first] + [warning for warning in warnings[first:] if warning != UNREADABLE]
+    conditions = list(decided.conditions) + ([damaged_condition(asides)] if asides else [])
+    # 6. the conditions that appeared or cleared since the last pass, each one signed event
+    actions.extend(condition_reports(observed, conditions, decided.pending_releases, generation))
+    plan = Plan(generation=generation, actions=actions, failures=failures, warnings=warnings,
+                errors=list(decided.errors), holds=list(decided.holds), conditions=conditions,
+                pending_releases=list(decided.pending_releases), vfio=dict(decided.vfio),
+                renders=dict(decided.renders), booked=dict(decided.booked),
+                vendor_path=getattr(observed.vendor, "path", None))
+    return ctx, plan, set(live) | set(action.allocation_id for action in actions if isinstance(action, Bind))
+
+
+def _live(observed: Observed, decided: Decided) -> Dict[str, Any]:
+    """The live holds, but those ``decided`` releases, withdraws or sets aside."""
+    return dict((allocation_id, hold) for allocation_id, hold in observed.live.items()
+                if allocation_id not in decided.gone)
+
+
+def _finish_releases(ctx: Pass) -> Decided:
+    """1. Releases an earlier pass recorded but did not finish."""
+    observed, generation, decided = ctx.observed, ctx.generation, Decided()
+    for allocation_id in sorted(observed.ledger.unfinished_releases):
+        record = observed.ledger.unfinished_releases[allocation_id]
+        action = _release_action(FinishRelease, observed, allocation_id, record.get("generation", generation),
+                                 record.get("device_ids") or [], "cut short by an earlier pass")
+        if (action.files or action.slice) and not observed.privileged:
+            decided += _needs_root("finishing the release of %s" % allocation_id)
+            continue
+        decided += Decided(actions=(action,), released_slices=frozenset([slice_name(allocation_id)]),
+                           gone=frozenset([allocation_id]))
+        decided += _releasing(observed, allocation_id, record.get("device_ids") or [])
+    return decided
+
+
+def _releasing(observed: Observed, allocation_id: str, device_ids: Sequence[str],
+               atoms: Optional[Sequence[Atom]] = None) -> Decided:
+    """A release this pass makes: its atoms and what it booked stay claimed until it is made."""
+    current = observed.slices.get(slice_name(allocation_id))
+    booked = None
+    if current is None or not current.populated:  # a slice still running a workload keeps what it booked
+        booked = limits_from_record((observed.ledger.bound.get(allocation_id) or {}).get("limits"))
+    return Decided(releasing=((allocation_id, tuple(atoms if atoms is not None else atoms_of(device_ids)), booked),),
+                   released_slices=frozenset([slice_name(allocation_id)]))
+
+
+def _release_unwanted(ctx: Pass, live: Mapping[str, Any], releasing: Set[str]) -> Decided:
+    """2. Holds no longer wanted, or wanted with other devices or another binding."""
+    observed = ctx.observed
+    keep = set(ctx.wanted) | set(ctx.parsed.refused_ids) | ctx.unsupported
+    decided = [_release_spec_gone(ctx, keep, releasing)]  # joined once, at the end
+    for allocation_id in sorted(live):
+        hold = live[allocation_id]
+        assignment = ctx.wanted.get(allocation_id)
+        if hold.problem is not None and (assignment is not None or allocation_id not in keep):
+            # A damaged spec (its devices cannot be read back) is never deleted: set aside, and the hold is
+            # written again from its assignment (_bind_new) or, no longer wanted, released
+            if not observed.privileged:
+                decided.append(_needs_root("setting the damaged %s aside" % hold.path))
+                continue
+            decided.append(Decided(warnings=("%s; it is set aside as %s" % (hold.problem, _aside(observed, hold).aside),),
+                                   damaged=((allocation_id, hold),), gone=frozenset([allocation_id])))
+            if assignment is None:
+                decided.append(_release_damaged(ctx, hold, "no longer wanted"))
+            continue
+        rebind = assignment is not None and (
+            sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
+            or hold.kubernetes != assignment.kubernetes)
+        if allocation_id in keep and not rebind:
+            continue
+        if not observed.privileged:
+            decided.append(_needs_root("releasing %s" % allocation_id) + Decided(holds=(summary_of(hold),)))
+            continue
+        why = "wanted with other devices" if rebind else "no longer wanted"
+        if hold.kubernetes:
+            decided.append(release_kubernetes(ctx, hold, why, wanted=allocation_id in ctx.superseded))
+        else:
+            decided.append(Decided(actions=(_release_action(Release, observed, allocation_id, ctx.generation,
+                                                            hold.device_ids, why),), gone=frozenset([allocation_id])))
+            decided.append(_releasing(observed, allocation_id, hold.device_ids, hold.atoms))
+    return Decided.join(decided)
+
+
+def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: Set[str]) -> Decided:
+    """Holds the node reported bound whose spec is gone (deleted by hand) and that are no longer wanted:
+    released, so their env file goes with them and the control plane learns of it. One still wanted is
+    bound again from its assignment (``_bind_new``)."""
+    observed, decided = ctx.observed, Decided()
+    if not observed.spec_dir:
+        return decided
+    for allocation_id in sorted(observed.ledger.bound):
+        # one still wanted is bound again (_bound_again), unless an earlier round found it is not (plan_pass)
+        if (allocation_id in keep and (allocation_id not in ctx.wanted or allocation_id in ctx.superseded)) or \
+                allocation_id in observed.live or allocation_id in releasing or \
+                allocation_id in observed.releases.pending or allocation_id in observed.ledger.unfinished_releases:
+            continue
+        if not observed.privileged:
+            decided += _needs_root("releasing %s" % allocation_id)
+            continue
+        device_ids = list(observed.ledger.bound[allocation_id].get("device_ids") or [])
+        decided += Decided(actions=(_release_action(Release, observed, allocation_id, ctx.generation, device_ids,
+                                                    "its spec is gone"),))
+        decided += _releasing(observed, allocation_id, device_ids)
+    return decided
+
+
+def _stale_env_files(observed: Observed) -> Dict[str, bytes]:
+    """Env files no hold stands behind: of an allocation without a spec in /etc/cdi (a damaged one counts as
+    a spec), never reported bound, with no release unfinished or pending. Only a bind that never finished
+    leaves one: its env file was written, and the pass died before its spec (on a fresh node, before there
+    was an /etc/cdi). A hold the node reported is never among them, whether /etc/cdi is there or not; one
+    written and not yet reported whose spec comes back gets its env file again (``_keep_files``)."""
+    ledger, pending = observed.ledger, observed.releases.pending
+    return dict((allocation_id, content) for allocation_id, content in observed.env_files.items()
+                if content is not None and allocation_id not in observed.live and allocation_id not in ledger.bound
+                and allocation_id not in ledger.unfinished_releases and allocation_id not in pending)
+
+
+def _remove_stale_env(ctx: Pass) -> Decided:
+    """2. Env files a bind that never finished left (``_stale_env_files``), removed before anything is bound,
+    also where the allocation is bound again in this pass (its bind writes its env file anew): the GPUs such
+    a file names in ``NVIDIA_VISIBLE_DEVICES`` are claimed until it is gone, as the root helper claims them
+    (``conflicts.env_file_claim``), so a bind that takes one of them waits for the removal, and no two env
+    files ever name one GPU for two allocations."""
+    observed, decided = ctx.observed, []  # type: Observed, List[Decided]
+    stale = _stale_env_files(observed)
+    for number, allocation_id in enumerate(sorted(stale)):
+        path = env_file_path(allocation_id)
+        text = "remove %s: %s has no live spec (a bind that never finished)" % (path, allocation_id)
+        if not observed.privileged:
+            decided.append(_needs_root(text))
+            continue
+        atoms = env_file_claim(env_file_atoms(stale[allocation_id], observed.inventory), number)
+        decided.append(Decided(
+            actions=(RemoveEnv(allocation_id, text, (FileChange("allocation-env", path, stale[allocation_id], None),)),),
+            releasing=((allocation_id, tuple(atoms), None),)))
+    return Decided.join(decided)
+
+
+def _aside(observed: Observed, hold: Any) -> SpecAside:
+    return SpecAside(hold.path, hold.content, damaged_spec_path(hold.allocation_id, observed.now), observed.now)
+
+
+def _release_damaged(ctx: Pass, hold: Any, why: str) -> Decided:
+    """A hold whose spec is damaged that goes: the spec set aside, the env file removed, and
+    ``AllocationReleased`` with the devices the node last reported bound (nothing if it never did)."""
+    observed, allocation_id = ctx.observed, hold.allocation_id
+    aside = _aside(observed, hold)
+    files = [aside] + [change for change in withdraw_files(observed, allocation_id) if change.kind != "cdi"]
+    bound = observed.ledger.bound.get(allocation_id)
+    device_ids = list((bound or {}).get("device_ids") or [])
+    event = released_event(observed, allocation_id, ctx.generation, device_ids) if bound else None
+    text = "release %s (%s; its spec is damaged): set %s aside as %s" % (allocation_id, why, hold.path, aside.aside)
+    text += "".join(", remove %s" % change.path for change in files[1:])
+    text += ", report AllocationReleased" if event else " (never reported bound: nothing to report)"
+    current = observed.slices.get(slice_name(allocation_id))
+    stop = None
+    if current is not None and not current.populated:
+        stop = SliceStop(current.name, settings_of(current))
+        text += ", then stop %s (empty)" % current.name
+    return _releasing(observed, allocation_id, device_ids) + Decided(actions=(
+        Release(allocation_id, text, tuple(files), event, tuple(device_ids), ctx.generation, stop),))
+
+
+def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Claims, Decided]:
+    """Who claims what once the releases are planned, as one value: VMs, maintenance, unhealthy GPUs,
+    the holds that stay, the Kubernetes releases pending on pods, the releases this pass makes (claimed
+    until made), and what they booked of the host's memory. Also the pass's conditions."""
+    observed = ctx.observed
+    claims = Claims()
+    vfio, now = vfio_claims(ctx.instances, observed)
+    for gpu, instance in vfio.items():
+        claims = claims.pass_through(instance, [gpu])
+    claims = claims.out_of_service(observed.maintenance)
+    for gpu in observed.inventory.gpus:
+        health = gpu_health(gpu, observed.health_cleared)
+        if health:
+            claims = claims.sick(gpu.uuid, unhealthy_message(gpu.uuid, health))
+    bound = observed.ledger.bound
+    for allocation_id in sorted(live):
+        claims = claims.hold(allocation_id, live[allocation_id].atoms)
+        # what the hold was bound with; a kept hold's growth is admitted on top (_admit_growth)
+        assignment = ctx.wanted.get(allocation_id)
+        if allocation_id in bound or assignment is None:
+            limits = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
+        else:
+            limits = assignment.limits
+        current = observed.slices.get(slice_name(allocation_id))
+        claims = claims.book(allocation_id, limits, current.hugetlb_current if current is not None else None)
+    pending = dict((allocation_id, release) for allocation_id, release, _holders in released.pending)
+    holders = dict((allocation_id, who) for allocation_id, _release, who in released.pending)
+    for allocation_id in sorted(pending):
+        claims = claims.hold(allocation_id, atoms_of(pending[allocation_id].device_ids), PENDING)
+        if allocation_id not in live:  # a pending Kubernetes release keeps what it booked until reported
+            booked = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
+            if pending[allocation_id].taken_back and allocation_id in ctx.superseded:
+                # taken back for the allocation's new hold, whose AllocationBound replaces the old booking:
+                # what it booked is freed by this pass, not counted against the new hold (or any other)
+                claims = claims.book(allocation_id, booked, kind=RELEASING)
+            else:
+                claims = claims.book(allocation_id, booked)
+    for allocation_id, atoms in released.retained:  # the old devices its new hold takes: its own still
+        claims = claims.hold(allocation_id, atoms)
+    releasing = dict((allocation_id, (atoms, booked)) for allocation_id, atoms, booked in released.releasing)
+    for allocation_id in sorted(releasing):
+        atoms, booked = releasing[allocation_id]
+        claims = claims.hold(allocation_id, atoms, RELEASING).book(allocation_id, booked, kind=RELEASING)
+    for name in sorted(observed.slices):
+        # A slice whose hold is gone but whose workload still runs keeps what it was promised.
+        current = observed.slices[name]
+        if current.populated and allocation_of(name) not in live:
+            claims = claims.book(allocation_of(name), limits_of_slice(current), current.hugetlb_current, SLICE)
+    marker = ctx.marker and not released.marker_cleared
+    if marker:
+        claims = claims.every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
+    if observed.memory is not None:
+        claims = claims.with_memory(observed.memory, observed.domains)
+    # the pass that sets an unreadable file aside raises the condition even when it clears the marker too
+    unreadable = marker or observed.releases.unreadable is not None
+    conditions = list(release_conditions(pending.values(), unreadable, observed.now, observed.state_dir))
+    conditions.extend(condition for condition in (stale_condition(observed.vendor),
+                                                  unknown_version_condition(observed.vendor)) if condition is not None)
+    by_gpu = {}  # type: Dict[str, List[str]]
+    for allocation_id in sorted(live):
+        for atom in live[allocation_id].atoms:
+            if allocation_id not in by_gpu.setdefault(atom.gpu_uuid, []):
+                by_gpu[atom.gpu_uuid].append(allocation_id)
+    sick = unhealthy_condition(observed.inventory, by_gpu, observed.health_cleared)
+    if sick is not None:
+        conditions.append(sick)
+    return claims, Decided(conditions=tuple(conditions), vfio=tuple(sorted(now.items())),
+                           pending_releases=tuple(pending_summary(pending.values(), observed.now, holders)))
+
+
+def _unreadable_memory(claims: Claims) -> Decided:
+    """Admission cannot be checked (the host's memory was not read): said (once a pass, ``_plan_once``)."""
+    return Decided(warnings=(UNREADABLE,)) if claims.memory is None else Decided()
+
+
+def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[Decided, Claims]:
+    """3. Holds still wanted: recreate a missing slice, re-render, rewrite env, report if never reported.
+    Returns what it decided and the claims with what kept holds' grown limits booked."""
+    observed, generation = ctx.observed, ctx.generation
+    decided = []  # type: List[Decided]  # joined once, at the end
+    for allocation_id in [a.allocation_id for a in ctx.parsed.assignments] + sorted(ctx.parsed.refused_ids):
+        hold = live.get(allocation_id)
+        if hold is None:
+            continue
+        assignment = ctx.wanted.get(allocation_id)
+        atoms, missing = [], False
+        for atom in hold.atoms:
+            found, why = resolve_atom(atom, observed.inventory)
+            atoms.append(found)
+            if found is None:
+                missing = True
+                decided.append(Decided(warnings=("%s: %s; its spec is left as it is" % (allocation_id, why),)))
+        if hold.problem:
+            decided.append(Decided(warnings=(hold.problem,)))
+        if assignment is None:  # refused this pass: kept exactly as it is
+            if hold.cgroup_parent:
+                decided.append(Decided(sliced=frozenset([hold.cgroup_parent])))
+        else:
+            assignment, stays = _kept_in_its_slice(ctx, assignment, hold, None if missing else atoms)
+            grown, assignment, claims = _admit_growth(ctx, claims, assignment, hold)
+            decided.append(stays + grown + _keep_slice(ctx, assignment, hold) + _booked(observed, assignment, hold))
+            if not hold.problem and not missing:
+                decided.append(_keep_files(ctx, assignment, hold, atoms))
+            elif not hold.problem:
+                # /run is emptied by a reboot before mig-layout makes the MIG instances again: the env
+                # file is written from what the spec on disk says, the spec itself left as it is
+                known = env_atoms(hold, atoms)
+                if known is not None:
+                    decided.append(_keep_files(ctx, assignment, hold, known, env_only=True))
+                else:
+                    decided.append(Decided(warnings=("%s: its env file waits until its devices are back (its spec "
+                                                     "does not name them)" % allocation_id,)))
+        cgroup_parent = cgroup_parent_of(assignment, hold.kubernetes) if assignment is not None else hold.cgroup_parent
+        decided.append(Decided(holds=(hold_summary(allocation_id, hold.reservation_id if assignment is None else
+                                                   assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
+                                                   cgroup_parent),)))
+        if assignment is None:
+            continue
+        reported = observed.ledger.bound.get(allocation_id)
+        if reported is None:
+            why = "its AllocationBound was never journaled"
+        elif reported.get("device_ids") and sorted(reported["device_ids"]) != sorted(hold.device_ids):
+            # moved unreported (a Kubernetes hold's new devices), and the pass died before its AllocationBound
+            why = "on its new devices: the node last reported it bound on %s" % ", ".join(reported["device_ids"])
+        elif cgroup_parent != reported.get("cgroup_parent", hold.cgroup_parent) and observed.privileged:
+            # the control plane learns where the hold's workload now runs (a slice added or gone), also when
+            # the pass that wrote its spec could not report it (an older ledger kept no parent: its spec's)
+            why = "again: its cgroup parent is now %s" % (cgroup_parent or "none (its slice is gone)")
+        else:
+            continue
+        decided.append(Decided(actions=(ReportBound(
+            allocation_id, "report %s bound (%s)" % (allocation_id, why),
+            event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
+            device_ids=tuple(hold.device_ids), generation=generation, limits=limits_record(assignment.limits)),)))
+    return Decided.join(decided), claims
+
+
+def _booked(observed: Observed, assignment: Any, hold: Any) -> Decided:
+    """A kept hold without a slice (a Kubernetes hold) whose limits changed: what it books now goes to the ledger
+    at the end of the pass, as a slice's limits do when it is set, so admission counts it from the next pass on
+    (its growth, admitted once, was admitted again by every pass, and refused once others took the room)."""
+    record = observed.ledger.bound.get(assignment.allocation_id)
+    if record is None or cgroup_parent_of(assignment, hold.kubernetes) is not None:
+        return Decided()
+    limits = limits_record(assignment.limits)
+    return Decided() if limits == record.get("limits") else Decided(booked=((assignment.allocation_id, limits),))
+
+
+def grows(old: Any, new: Any) -> bool:
+    """Whether ``new`` limits book more memory or huge pages than ``old``."""
+    return any((getattr(new, name, None) or 0) > (getattr(old, name, None) or 0)
+               for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi"))
+
+
+def placed(limits: Any) -> Tuple[Optional[str], Optional[str]]:
+    """Where limits place a hold: its ``cpus`` and ``mems`` (None for none)."""
+    return (getattr(limits, "cpus", None), getattr(limits, "mems", None))
+
+
+def _bound_limits(observed: Observed, hold: Any) -> Optional[Limits]:
+    """The limits a kept hold was bound with: the ledger's, or (a ledger that kept none) its slice's."""
+    recorded = limits_from_record((observed.ledger.bound.get(hold.allocation_id) or {}).get("limits"))
+    current = observed.slices.get(hold.cgroup_parent) if hold.cgroup_parent else None
+    if recorded is None and current is not None:
+        recorded = limits_of_slice(current)
+    return recorded
+
+
+def _kept_in_its_slice(ctx: Pass, assignment: Any, hold: Any, atoms: Optional[Sequence[Any]]) -> Tuple[Any, Decided]:
+    """A kept hold whose new limits put it into a slice or take it out of one changes its cgroup parent, which
+    its spec names: it moves only with its spec written again. When its spec is left as it is (some of its
+    devices are missing: ``atoms`` None) or the node refuses to render it (``RenderRefused``: a runtime's
+    cdiVersion ceiling, a device node the vendor spec names gone), the hold is kept as it is wholly, its slice
+    and the limits it was bound with too: the slice its spec names is not stopped under it (nor one made that
+    its spec does not name), and no AllocationBound reports a cgroup parent its spec does not have. The first
+    pass that can write its spec moves it. Returns the assignment as kept and what is said."""
+    if hold.problem or cgroup_parent_of(assignment, hold.kubernetes) == hold.cgroup_parent:
+        return assignment, Decided()
+    observed = ctx.observed
+    why = "some of its devices are missing"
+    if atoms is not None:
+        generation = hold.generation if hold.generation is not None else ctx.generation
+        try:
+            render_hold(assignment, atoms, generation, observed.vendor, observed.mps, [], observed.runtimes)
+            return assignment, Decided()
+        except RenderRefused as exc:
+            why = str(exc)
+        except RenderError:  # not valid CDI: _keep_files says so, and the pass is retried
+            return assignment, Decided()
+    kept = replace(assignment, limits=_bound_limits(observed, hold))
+    if cgroup_parent_of(kept, hold.kubernetes) != hold.cgroup_parent:  # what it was bound with is not known
+        return assignment, Decided()
+    return kept, Decided(warnings=("%s keeps the limits it was bound with (cgroup parent %s) until its spec can be "
+                                   "written again: %s" % (assignment.allocation_id, hold.cgroup_parent or "none", why),))
+
+
+def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tuple[Decided, Any, Claims]:
+    """A kept hold whose limits grow gets them only if the host has room; otherwise it keeps what it was
+    bound with and is refused (``resources-exhausted``) at this generation, finally. New limits no slice
+    takes (a quota under the floor) are refused the same way (``invalid-assignment``). Returns what it
+    decided, the assignment as kept and the claims with the growth booked."""
+    observed, allocation_id = ctx.observed, assignment.allocation_id
+    if allocation_id not in observed.ledger.bound:  # never reported: bound with these limits already
+        return Decided(), assignment, claims
+    recorded = _bound_limits(observed, hold)
+    kept = replace(assignment, limits=recorded)
+    final = observed.ledger.refusal_at(allocation_id, ctx.generation)
+    if final is not None:
+        return Decided(failures=((allocation_id,) + tuple(final),)), kept, claims
+    problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, hold.kubernetes) else None
+    if problem is not None and limits_record(assignment.limits) != limits_record(recorded):
+        # a quota that starves the workload is refused as for a new hold: no slice would ever take it
+        return Decided(failures=((allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
+            kept, claims
+    problem = cpus_problem(assignment.limits, observed.cpus) if placed(assignment.limits) != placed(recorded) else None
+    if problem is not None:  # new cpus or mems the host does not have: refused as for a new hold
+        return Decided(failures=((allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
+            kept, claims
+    narrowing = _narrows_running_slice(observed, assignment, hold)
+    if narrowing is not None:  # cpus or mems taken from a running workload: refused until its slice is empty
+        return Decided(failures=((allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % narrowing),)), \
+            kept, claims
+    if not grows(recorded, assignment.limits):
+        return Decided(), assignment, claims
+    if claims.memory is None:
+        return _unreadable_memory(claims), assignment, claims
+    new = assignment.limits
+
+    def grown(name: str) -> Optional[int]:
+        return max(0, (getattr(new, name) or 0) - (getattr(recorded, name, None) or 0)) or None
+
+    growth = Limits(mems=new.mems, memory_bytes=grown("memory_bytes"), hugepages_2mi=grown("hugepages_2mi"),
+                    hugepages_1gi=grown("hugepages_1gi"))
+    try:
+        claims = claims.admit(allocation_id, growth)
+    except Exhausted as exc:
+        return Decided(failures=((allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % exc),)), \
+            kept, claims
+    return Decided(), assignment, claims
+
+
+def _narrows_running_slice(observed: Observed, assignment: Any, hold: Any) -> Optional[str]:
+    """Why a kept hold's new ``cpus``/``mems`` are refused on its populated slice (a narrowing), or None: the
+    rule the helper and every slice backend apply (``slices.cpuset_problem``)."""
+    if cgroup_parent_of(assignment, hold.kubernetes) is None:
+        return None
+    current = observed.slices.get(slice_name(assignment.allocation_id))
+    refused = cpuset_problem(current, wanted_slice(assignment.limits)[0]) if current is not None else None
+    return refused[0] if refused is not None else None
+
+
+def _keep_slice(ctx: Pass, assignment: Any, hold: Any) -> Decided:
+    """A kept hold's slice: created again when missing (systemd forgets runtime properties on a reboot),
+    set again when its properties (as the host shows them) or its recorded limits differ from the wanted ones."""
+    if cgroup_parent_of(assignment, hold.kubernetes) is None:
+        return Decided()
+    observed = ctx.observed
+    current = observed.slices.get(slice_name(assignment.allocation_id))
+    op = _slice_apply(assignment, current)
+    sliced = Decided(sliced=frozenset([op.name]))
+    recorded = (observed.ledger.bound.get(assignment.allocation_id) or {}).get("limits")
+    kind: Type[CreateSlice]
+    if current is None:
+        kind, text = CreateSlice, "create %s again: the hold is kept but its slice is gone" % op.describe()
+    elif current.properties is not None and not same_properties(current.properties, op.properties):
+        kind, text = ApplySlice, "set %s: its properties differ" % op.describe()
+    elif current.hugetlb_exact and current.hugetlb_max != op.hugetlb_max:
+        kind, text = ApplySlice, "set %s: its huge page limits differ" % op.describe()
+    elif recorded is not None and recorded != limits_record(assignment.limits):
+        # where the host cannot show a property, the limits the hold was bound with are the ledger's
+        kind, text = ApplySlice, "set %s: its limits changed" % op.describe()
+    else:
+        return sliced
+    if not observed.privileged:
+        return sliced + _needs_root(text)
+    return sliced + Decided(actions=(kind(assignment.allocation_id, text, slice=op, device_ids=tuple(hold.device_ids),
+                                          generation=ctx.generation, limits=limits_record(assignment.limits)),))
+
+
+def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env_only: bool = False) -> Decided:
+    """A kept hold: write again what no longer matches what it would render to now (``env_only``: its
+    env file alone, when some of its devices are missing and its spec is left as it is)."""
+    observed = ctx.observed
+    allocation_id = assignment.allocation_id
+    bound_generation = hold.generation if hold.generation is not None else ctx.generation
+    key = None
+    if not env_only:  # what the last pass rendered for these very inputs is on disk: nothing to do
+        key = render_key(assignment, atoms, bound_generation, observed.vendor, observed.mps, observed.runtimes)
+        record = observed.ledger.renders.get(allocation_id)
+        if unchanged(record, key, hold.content, observed.env_files.get(allocation_id)):
+            return Decided(warnings=tuple(record.get("notes") or []), renders=((allocation_id, record),))
+    notes = []  # type: List[str]
+    try:
+        spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps, notes,
+                                observed.runtimes)
+    except RenderRefused as exc:  # a kept hold is the control plane's to release: left as it is, said
+        return Decided(warnings=("%s is kept as it is: %s" % (allocation_id, exc),))
+    except RenderError as exc:
+        return Decided(errors=(str(exc),))
+    decided = Decided()
+    if not env_only:
+        decided += Decided(warnings=tuple(notes), renders=((allocation_id, render_record(key, spec, env, notes)),))
+    changes: List[Tuple[Type[RewriteFile], FileChange, str]] = []
+    request = hold_request(assignment, bound_generation, observed.runtimes)
+    if spec != hold.content and not env_only:
+        if hold.reservation_id != assignment.reservation_id:
+            why = "its reservation id changed"
+        elif not assignment.reservation_id and hold.reservation_annotated:
+            why = "it has no reservation id, and no empty bcd.dev/reservation-id annotation is written any more"
+        else:
+            why = "the vendor spec, the inventory or its limits changed"
+        changes.append((Rerender, FileChange("cdi", hold.path, hold.content, spec, request),
+                        "re-render %s (%s)" % (hold.path, why)))
+    current_env = observed.env_files.get(allocation_id)
+    if env != current_env:
+        why = "missing" if current_env is None else "out of date"
+        changes.append((WriteEnv, FileChange("allocation-env", env_file_path(allocation_id), current_env, env, request),
+                        "rewrite %s (%s)" % (env_file_path(allocation_id), why)))
+    for kind, change, text in changes:
+        if not observed.privileged:
+            decided += _needs_root(text)
+            continue
+        decided += Decided(actions=(kind(allocation_id, text, change, device_ids=tuple(hold.device_ids),
+                                         generation=ctx.generation),))
+    return decided
+
+
+def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], claims: Claims) -> Tuple[Decided, Claims]:
+    """4. New holds, in spec order: checked, then bound (slice, spec, env file, event). Each bound hold's
+    atoms and memory are claimed against the holds after it; a hold refused at any check claims nothing
+    (the claims its checks would have taken are dropped with it). A bind that takes atoms or memory a
+    release of this pass frees needs that release (``Bind.needs``)."""
+    observed, generation = ctx.observed, ctx.generation
+    refused = set(refusal.allocation_id for refusal in ctx.parsed.refusals)
+    decided = [Decided(failures=tuple((refusal.allocation_id, refusal.reason, refusal.message)
+                                      for refusal in ctx.parsed.refusals))]  # joined once, at the end
+    actions = []  # type: List[Action]
+    remote = []  # type: List[Tuple[str, dict]]  # (allocation, locality note): said in one warning
+    for assignment in ctx.parsed.assignments:
+        allocation_id = assignment.allocation_id
+        if allocation_id in live or allocation_id in refused:
+            continue
+        final = observed.ledger.refusal_at(allocation_id, generation) or (
+            ctx.withheld.get(allocation_id) if allocation_id not in damaged else None)
+        if final is not None:  # refused at this generation already (or in an earlier round): final
+            decided.append(Decided(failures=((allocation_id,) + tuple(final),)))
+            continue
+        try:
+            checked, atoms, admitted = _check_new(ctx, claims, assignment)
+        except (AtomRefused, Exhausted) as exc:
+            reason = exc.reason if isinstance(exc, AtomRefused) else Reason.RESOURCES_EXHAUSTED
+            decided.append(Decided(failures=((allocation_id, reason, str(exc)),)))
+            if allocation_id in damaged:  # its spec still goes aside, and what was bound is released
+                released = _release_damaged(ctx, damaged[allocation_id], "refused")
+                actions.extend(released.actions)
+                decided.append(replace(released, actions=()))
+            continue
+        decided.append(checked)
+        notes = []  # type: List[str]
+        try:
+            spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, notes,
+                                    observed.runtimes)
+        except RenderRefused as exc:
+            decided.append(Decided(failures=((allocation_id, exc.reason, str(exc)),)))
+            if allocation_id in damaged:
+                released = _release_damaged(ctx, damaged[allocation_id], "refused")
+                actions.extend(released.actions)
+                decided.append(replace(released, actions=()))
+            continue
+        except RenderError as exc:
+            decided.append(Decided(errors=(str(exc),)))
+            continue
+        decided.append(Decided(warnings=tuple(notes), renders=((allocation_id, render_record(
+            render_key(assignment, atoms, generation, observed.vendor, observed.mps, observed.runtimes),
+            spec, env, notes)),)))
+        needs = set(claims.needs(atoms))
+        if needs_admission(assignment.limits):
+            needs |= set(claims.memory_released())
+        claims = admitted.hold(allocation_id, atoms)
+        cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
+        event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)  # type: Optional[dict]
+        body = event["body"] if event is not None else {}
+        request = hold_request(assignment, generation, observed.runtimes)
+        # the env file first: the spec makes the hold live, so a hold is never live without its env file
+        stale = allocation_id in _stale_env_files(observed)  # removed before the binds (_remove_stale_env)
+        files = [FileChange("allocation-env", env_file_path(allocation_id),
+                            None if stale else observed.env_files.get(allocation_id), env, request),
+                 FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request)]  # type: List[Union[FileChange, SpecAside]]
+        text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
+                                          body["cdi_spec_path"], body["env_file"])
+        kind: Type[Bind] = Bind
+        old = damaged.get(allocation_id)
+        if old is not None:
+            # written again from its assignment: no AllocationBound when the node already reported it
+            # bound with these devices and this cgroup parent
+            aside = _aside(observed, old)
+            files.insert(0, aside)
+            was = observed.ledger.bound.get(allocation_id) or {}
+            if sorted(was.get("device_ids") or []) == sorted(atom.id for atom in atoms) and \
+                    limits_record(assignment.limits) == was.get("limits"):
+                event = None
+            kind = Rebind
+            text = "rebind %s from its assignment (its spec is damaged): set %s aside as %s, write %s, %s%s" % (
+                allocation_id, old.path, aside.aside, body["cdi_spec_path"], body["env_file"],
+                ", report AllocationBound" if event else " (already reported bound: nothing to report)")
+        slice_apply = None
+        if cgroup_parent is not None:
+            slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent))
+            text += ", in %s" % slice_apply.describe()
+            decided.append(Decided(sliced=frozenset([cgroup_parent])))
+        note = _locality(observed, assignment, atoms)
+        if note is not None:
+            text += "; not NUMA-local: %s" % note["text"]
+            remote.append((allocation_id, note))
+        actions.append(kind(allocation_id, text, tuple(files), event, tuple(atom.id for atom in atoms), generation,
+                            limits_record(assignment.limits), slice_apply, tuple(sorted(needs)), locality=note))
+        decided.append(Decided(holds=(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
+                                                   assignment.kubernetes, cgroup_parent),)))
+    unreported = ctx.superseded & _kubernetes_released(observed)
+    decided.append(Decided(actions=tuple(in_need_order(actions, unreported))))
+    if remote:
+        decided.append(Decided(warnings=(locality_warning(remote),)))
+    return Decided.join(decided), claims
+
+
+def _locality(observed: Observed, assignment: Any, atoms: Sequence[Atom]) -> Optional[dict]:
+    """A new hold's note when its cpus or mems lie outside its GPUs' NUMA nodes (``admission.locality``)."""
+    limits = assignment.limits
+    if observed.cpus is None or limits is None or not (limits.cpus or limits.mems):
+        return None
+    return locality(limits, gpu_numa_nodes(atoms, observed.inventory), observed.cpus)
+
+
+def in_need_order(actions: Sequence[Action], unreported: FrozenSet[str]) -> List[Action]:
+    """``actions`` in their order, but each bind after the binds of the allocations it needs that are
+    withdrawn ``unreported``: a Kubernetes hold moved unreported frees its old atoms only with its new
+    ``AllocationBound``, so a hold that takes them is bound after it (and, through ``needs``, not at all if
+    it fails). A release that is reported comes before every bind already."""
+    binds = set(action.allocation_id for action in actions if isinstance(action, Bind)) & unreported
+    ordered, placed, left = [], set(), list(actions)  # type: List[Action], Set[str], List[Action]
+    while left:
+        ready = next((i for i, action in enumerate(left)
+                      if all(needed in placed or needed not in binds or needed == action.allocation_id
+                             for needed in _needs(action))), 0)  # a cycle: spec order
+        action = left.pop(ready)
+        ordered.append(action)
+        placed.add(action.allocation_id)
+    return ordered
+
+
+def _needs(action: Action) -> Tuple[str, ...]:
+    return action.needs if isinstance(action, Bind) else ()
+
+
+def _check_new(ctx: Pass, claims: Claims, assignment: Any) -> Tuple[Decided, List[Atom], Claims]:
+    """The checks of a new hold in order: binding, privilege, atoms, conflicts, the slice, the host's CPUs and
+    NUMA nodes, host admission. Returns what
+    it says (a warning), its atoms and ``claims`` with its memory booked (kept by the caller only if the hold
+    is bound)."""
+    observed = ctx.observed
+    if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
+        raise AtomRefused(Reason.UNSUPPORTED_BINDING, unsupported_binding(assignment.binding))
+    if not observed.privileged:
+        raise AtomRefused(Reason.NODE_UNPRIVILEGED, NODE_UNPRIVILEGED)
+    atoms = resolve_devices(assignment.devices, observed.inventory)
+    sick = []  # type: List[str]
+    for atom in atoms:
+        message = claims.unhealthy_of(atom.gpu_uuid)
+        if message and message not in sick:
+            sick.append(message)
+    if sick:
+        raise AtomRefused(Reason.DEVICE_MISSING, "; ".join(sick))
+    found = conflicts(atoms, claims, assignment.allocation_id)
+    if found:
+        raise AtomRefused(Reason.OVERLAP, "; ".join(found))
+    if cgroup_parent_of(assignment, assignment.kubernetes) is not None and observed.slices_unavailable:
+        raise AtomRefused(Reason.INVALID_ASSIGNMENT, "limits: this node cannot create hold slices (%s)"
+                          % observed.slices_unavailable)
+    problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, assignment.kubernetes) else None
+    if problem is not None:  # a quota that starves the workload (domain.slices.CPU_QUOTA_FLOOR)
+        raise AtomRefused(Reason.INVALID_ASSIGNMENT, problem)
+    problem = cpus_problem(assignment.limits, observed.cpus)
+    if problem is not None:  # CPUs not online, NUMA nodes without memory: hardware this node does not have
+        raise AtomRefused(Reason.INVALID_ASSIGNMENT, problem)
+    if needs_admission(assignment.limits):
+        if cgroup_parent_of(assignment, assignment.kubernetes) is not None:
+            # its own slice may still run its old hold's workload: the new limits replace the slice's, admitted
+            # once (the slice's change is held to the never-kill rules where it is made: check_slice_change)
+            admitted = claims.admit_into_slice(assignment.allocation_id, assignment.limits)
+        else:
+            admitted = claims.admit(assignment.allocation_id, assignment.limits)
+        return _unreadable_memory(claims), atoms, admitted
+    return Decided(), atoms, claims
+
+
+def _leftover_slices(observed: Observed, wanted: FrozenSet[str]) -> Decided:
+    """Slices whose hold is neither wanted nor released in this pass (``wanted``: the slices the
+    releases, the kept and the bound holds handle): stopped again once empty, so a slice whose
+    workload outlived its release goes when that workload exits."""
+    decided = Decided()
+    for name in sorted(observed.slices):
+        if name in wanted:
+            continue
+        current = observed.slices[name]
+        allocation_id = allocation_of(name)
+        if current.populated:
+            decided += Decided(actions=(KeepSlice(allocation_id, "keep %s: its hold is gone but it still runs a "
+                                                  "workload; it is stopped once empty" % name),))
+        elif not observed.privileged:
+            decided += _needs_root("stopping %s" % name)
+        else:
+            decided += Decided(actions=(StopSlice(allocation_id, "stop %s: its hold is gone and it is empty" % name,
+                                                  slice=SliceStop(name, settings_of(current))),))
+    return decided
+
+
+def _report_failures(ctx: Pass, refusals: Sequence[Refusal]) -> Tuple[Tuple[Action, ...], List[Failure]]:
+    """5. Failures, in spec order: one AllocationFailed per allocation and generation."""
+    observed, generation = ctx.observed, ctx.generation
+    actions, failures, reported = [], [], set()  # type: List[Action], List[Failure], Set[str]
+    for allocation_id, reason, message in sorted(refusals, key=lambda failure: ctx.parsed.position(failure[0])):
+        if allocation_id in reported:  # an allocation sent twice: its first refusal stands
+            continue
+        reported.add(allocation_id)
+        failures.append(Failure(allocation_id, generation, reason, message))
+        if observed.ledger.refused_at(allocation_id) == generation:
+            continue
+        body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
+                "reason": reason, "message": message}
+        actions.append(Refuse(allocation_id, "refuse %s%s: %s" % (allocation_id, reason_shown(reason, message), message),
+                              {"type": ALLOCATION_FAILED, "body": body}, generation))
+    return tuple(actions), failures

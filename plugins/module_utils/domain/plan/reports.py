@@ -1,0 +1,102 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a pass reports of a hold: the bodies of its events and its summary.
+
+``AllocationBound`` carries the hold's devices, CDI names, spec and env file
+paths and, for a hold with a slice, its cgroup parent; ``AllocationReleased``
+only the devices (docs/events.md). ``holds`` and ``holds_info`` return a hold
+with the same fields plus its reservation id and binding.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import FileChange
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import BINDING_HOLD, BINDING_KUBERNETES
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device, cdi_spec_path, env_file_path
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import KNOWN_VERSIONS, version_key
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
+    ALLOCATION_BOUND,
+    ALLOCATION_RELEASED,
+    HOLD_SPEC_DAMAGED,
+    VENDOR_SPEC_UNSUPPORTED,
+)
+
+
+def base_body(observed, allocation_id, generation, device_ids):
+    """What every attested event's body carries."""
+    return {"node_id": observed.node_id, "boot_id": observed.boot_id, "allocation_id": allocation_id,
+            "generation": generation, "device_ids": list(device_ids)}
+
+
+def bound_event(observed, allocation_id, generation, atoms, cgroup_parent=None):
+    body = base_body(observed, allocation_id, generation, [atom.id for atom in atoms])
+    body["cdi_devices"] = [cdi_device(atom.id) for atom in atoms]
+    body["cdi_spec_path"] = cdi_spec_path(allocation_id)
+    body["env_file"] = env_file_path(allocation_id)
+    if cgroup_parent:
+        body["cgroup_parent"] = cgroup_parent
+    return {"type": ALLOCATION_BOUND, "body": body}
+
+
+def released_event(observed, allocation_id, generation, device_ids):
+    return {"type": ALLOCATION_RELEASED, "body": base_body(observed, allocation_id, generation, device_ids)}
+
+
+def hold_summary(allocation_id, reservation_id, generation, atoms, kubernetes, cgroup_parent=None):
+    """A hold as ``holds`` and ``holds_info`` return it."""
+    summary = {
+        "allocation_id": allocation_id,
+        "reservation_id": reservation_id,
+        "generation": generation,
+        "binding": BINDING_KUBERNETES if kubernetes else BINDING_HOLD,
+        "device_ids": [atom.id for atom in atoms],
+        "cdi_devices": [cdi_device(atom.id) for atom in atoms],
+        "cdi_spec_path": cdi_spec_path(allocation_id),
+        "env_file": env_file_path(allocation_id),
+    }
+    if cgroup_parent:
+        summary["cgroup_parent"] = cgroup_parent
+    return summary
+
+
+def summary_of(hold):
+    """A hold read back from its spec, summarised."""
+    return hold_summary(hold.allocation_id, hold.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
+                        hold.cgroup_parent)
+
+
+def damaged_condition(paths):
+    """Damaged specs set aside in /etc/cdi: raised while any is there, so someone reads and removes them."""
+    return {
+        "type": HOLD_SPEC_DAMAGED,
+        "status": "True",
+        "reason": "SpecUnreadable",
+        "message": "damaged hold specs set aside, never deleted: %s; find out who edits bcd's files in /etc/cdi, "
+                   "then remove them" % ", ".join(paths),
+    }
+
+
+def unknown_version_condition(vendor):
+    """The node condition a vendor spec of a ``cdiVersion`` later than any bcd knows raises: no hold can be
+    rendered from it (bcd would write a version no validator accepts), so every bind is retried until the
+    spec is regenerated or bcd upgraded; this says why. None for a known version, or no vendor spec."""
+    version = getattr(vendor, "cdi_version", "") if vendor is not None and getattr(vendor, "path", None) else ""
+    if not version or version in KNOWN_VERSIONS or version_key(version) < version_key(KNOWN_VERSIONS[-1]):
+        return None
+    return {
+        "type": VENDOR_SPEC_UNSUPPORTED,
+        "status": "True",
+        "reason": "UnknownCdiVersion",
+        "message": "the vendor spec %s has cdiVersion %s, later than any this bcd knows (%s at most): no hold "
+                   "can be written from it and every bind is retried; regenerate it at a known version "
+                   "(nvidia-ctk cdi generate) or upgrade bcd.devices" % (vendor.path, version, KNOWN_VERSIONS[-1]),
+    }
+
+
+def withdraw_files(observed, allocation_id):
+    """The removals that withdraw a hold: its spec and env file, where present."""
+    hold = observed.live.get(allocation_id)
+    present = (("cdi", cdi_spec_path(allocation_id), hold.content if hold is not None else None),
+               ("allocation-env", env_file_path(allocation_id), observed.env_files.get(allocation_id)))
+    return [FileChange(kind, path, before, None) for kind, path, before in present if before is not None]

@@ -1,0 +1,533 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The input checks (DESIGN.md "Input that cannot be honoured as given"): every
+bad field is refused as ``invalid-assignment`` with a message naming the field,
+and the other assignments of the pass go on."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
+    BINDING_HOLD,
+    BINDING_KUBERNETES,
+    MAX_ATOMS,
+    MAX_DEVICES,
+    DeviceRef,
+    InvalidAssignment,
+    Limits,
+    UnsupportedBinding,
+    parse_assignment,
+    parse_assignments,
+    parse_cpulist,
+    section_size,
+)
+from ansible_collections.bcd.devices.tests.unit.builders import hold as build_hold
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run as run_module
+
+GPU = "GPU-5f1c2a90-0000-4000-8000-000000000001"
+
+
+def entry(**fields):
+    """``alloc_1``, reservation ``rsv_1``, a hold of one whole GPU; ``fields`` replace what is built."""
+    built = build_hold("alloc_1", GPU, reservation_id="rsv_1")
+    built.update(fields)
+    return built
+
+
+def refusal_of(raw):
+    """The one refusal of a single-entry devices section."""
+    parsed = parse_assignments([raw])
+    assert parsed.assignments == []
+    assert len(parsed.refusals) == 1
+    refusal = parsed.refusals[0]
+    assert refusal.reason == "invalid-assignment"
+    return refusal
+
+
+# --- what a good assignment reads as ------------------------------------------
+
+
+def test_a_full_assignment_is_read_field_by_field():
+    parsed = parse_assignments([entry(
+        binding="BINDING_KUBERNETES",
+        devices=[{"id": GPU, "device_class": ""}, {"id": GPU + "/gi1/ci0", "device_class": "gpu.mig"}],
+        limits={"cpus": "0-3,8,10-11", "mems": "0", "cpu_millis": 1500, "memory_bytes": 0,
+                "hugepages_2mi": 4, "hugepages_1gi": 1},
+        env=["TEAM=vision", "EMPTY=", "EQ=a=b"],
+    )])
+    assert parsed.refusals == []
+    (assignment,) = parsed.assignments
+    assert assignment.allocation_id == "alloc_1"
+    assert assignment.reservation_id == "rsv_1"
+    assert assignment.binding == BINDING_KUBERNETES and assignment.kubernetes
+    # an empty class reads as gpu
+    assert assignment.devices == (DeviceRef(GPU, "gpu"), DeviceRef(GPU + "/gi1/ci0", "gpu.mig"))
+    # memory_bytes 0 is proto3's unset: no limit
+    assert assignment.limits == Limits(cpus="0-3,8,10-11", mems="0", cpu_millis=1500, memory_bytes=None,
+                                       hugepages_2mi=4, hugepages_1gi=1)
+    assert assignment.env == ("TEAM=vision", "EMPTY=", "EQ=a=b")
+
+
+def test_absent_optional_fields_mean_a_hold_of_devices_only():
+    assignment = parse_assignment({"allocation_id": "a", "binding": "BINDING_HOLD", "devices": [{"id": GPU}]})
+    assert assignment.binding == BINDING_HOLD and not assignment.kubernetes
+    assert assignment.reservation_id == ""
+    assert assignment.devices == (DeviceRef(GPU, "gpu"),)
+    assert assignment.limits is None  # absent: devices only
+    assert assignment.env == ()
+
+
+def test_empty_limits_are_devices_only():
+    assert parse_assignment(entry(limits={})).limits is None
+
+
+def test_env_may_be_given_as_a_mapping():
+    assert parse_assignment(entry(env={"A": "1", "B": "x y"})).env == ("A=1", "B=x y")
+
+
+@pytest.mark.parametrize("binding", ["BINDING_INSTANCE", "BINDING_NODE", "whatever"])
+def test_other_bindings_are_refused_unsupported_binding_before_any_other_check(binding):
+    # the spec page checks the binding first: no devices and an unknown field still read unsupported-binding
+    bare = entry(binding=binding, devices=[], colour="blue")
+    with pytest.raises(UnsupportedBinding, match="^binding %s is not supported$" % binding) as caught:
+        parse_assignment(bare)
+    assert caught.value.reason == "unsupported-binding"
+    parsed = parse_assignments([bare])
+    assert [(r.allocation_id, r.reason) for r in parsed.refusals] == [("alloc_1", "unsupported-binding")]
+    assert parsed.refused_ids == ["alloc_1"]
+
+
+def test_instance_id_is_known_and_not_read():
+    assert parse_assignment(entry(instance_id="vm-1")) == parse_assignment(entry())
+
+
+def test_an_allocation_id_of_80_characters_is_fine():
+    assert parse_assignment(entry(allocation_id="a" * 80)).allocation_id == "a" * 80
+
+
+# --- allocation ids ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("allocation_id", [
+    "../../etc/passwd",
+    "alloc/1",
+    "alloc-1",
+    "alloc 1",
+    "alloc.1",
+    "a" * 81,
+    "",
+    "ä",
+    7,
+    None,
+    ["alloc_1"],
+])
+def test_an_allocation_id_that_cannot_name_a_file_is_refused(allocation_id):
+    refusal = refusal_of(entry(allocation_id=allocation_id))
+    assert refusal.message.startswith("allocation_id: ")
+    assert "^[A-Za-z0-9_]{1,80}$" in refusal.message
+
+
+@pytest.mark.parametrize("allocation_id", ["alloc_1\n", "alloc_1\r", "alloc\n_1", "alloc_1\x00"])
+def test_an_allocation_id_with_a_line_break_or_nul_is_refused(allocation_id):
+    # "alloc_1\n" would name /etc/cdi/bcd-alloc_1\n.json and a slice with a newline in it.
+    refusal = refusal_of(entry(allocation_id=allocation_id))
+    assert refusal.message.startswith("allocation_id: ")
+
+
+def test_a_huge_allocation_id_gives_a_short_message():
+    refusal = refusal_of(entry(allocation_id="x" * 100000))
+    assert refusal.message.startswith("allocation_id: ")
+    assert len(refusal.message) < 300
+    assert len(refusal.allocation_id) <= 256
+
+
+def test_an_allocation_id_may_appear_once():
+    # Sent twice, it is ambiguous: neither entry is honoured, and the allocation is refused once.
+    parsed = parse_assignments([entry(), entry(devices=[{"id": GPU + "/s1", "device_class": "gpu.slot"}]),
+                                entry(allocation_id="alloc_2")])
+    assert [a.allocation_id for a in parsed.assignments] == ["alloc_2"]
+    assert [(r.allocation_id, r.reason) for r in parsed.refusals] == [("alloc_1", "invalid-assignment")]
+    assert parsed.refusals[0].message == "allocation_id: alloc_1 appears 2 times"
+    assert parsed.refused_ids == ["alloc_1"]  # a hold it already has is kept
+
+
+# --- env -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line, why", [
+    ("A=1\nB=2", "newline"),
+    ("A=1\rB=2", "carriage return"),
+    ("A=1\x00", "NUL"),
+    ("NOEQUALS", "KEY=VALUE"),
+    ("=value", "KEY=VALUE"),
+    ("1A=x", "KEY=VALUE"),
+    ("A-B=x", "KEY=VALUE"),
+    ("A B=x", "KEY=VALUE"),
+    (5, "KEY=VALUE"),
+    (None, "KEY=VALUE"),
+])
+def test_a_bad_env_line_is_refused_naming_its_index(line, why):
+    refusal = refusal_of(entry(env=["GOOD=1", line]))
+    assert refusal.message.startswith("env[1]: ")
+    assert why in refusal.message
+
+
+@pytest.mark.parametrize("key", ["BCD_ALLOCATION_ID", "BCD_RESERVATION_ID", "BCD_CGROUP_PARENT",
+                                 "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY"])
+def test_env_cannot_override_what_bcd_writes(key):
+    refusal = refusal_of(entry(env=["%s=x" % key]))
+    assert refusal.message.startswith("env[0]: ")
+    assert key in refusal.message
+
+
+@pytest.mark.parametrize("env", ["A=1", 5, {"A": "1\nB=2"}])
+def test_env_of_the_wrong_shape_is_refused(env):
+    assert refusal_of(entry(env=env)).message.startswith("env")
+
+
+# --- limits ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["cpus", "mems"])
+@pytest.mark.parametrize("value", ["0-3,", ",1", "a", "0-3-5", "3-1", "0 -3", "1,,2", -3, True, 4.0, ["0-3"],
+                                   "0," * 600 + "1"])
+def test_a_bad_cpulist_is_refused_naming_its_field(field, value):
+    refusal = refusal_of(entry(limits={field: value}))
+    assert refusal.message.startswith("limits.%s: " % field)
+
+
+@pytest.mark.parametrize("field", ["cpus", "mems"])
+@pytest.mark.parametrize("value, cpulist", [(0, "0"), (3, "3"), ("0", "0"), ("", None)])
+def test_an_integer_cpulist_is_that_number_and_an_empty_one_unset(field, value, cpulist):
+    assert getattr(parse_assignment(entry(limits={field: value, "cpu_millis": 100})).limits, field) == cpulist
+
+
+def test_a_limit_given_as_its_zero_value_is_warned_about():
+    parsed = parse_assignments([entry(limits={"cpus": 0, "hugepages_2mi": 0, "hugepages_1gi": "0", "mems": ""})])
+    assert parsed.assignments[0].limits.cpus == "0"
+    assert parsed.warnings == [
+        "alloc_1: limits.mems: \"\" reads as unset (proto3's zero value), so no mems limit is set",
+        "alloc_1: limits.hugepages_2mi: 0 reads as unset (proto3's zero value), so no hugepages_2mi limit is set",
+        "alloc_1: limits.hugepages_1gi: \"0\" reads as unset (proto3's zero value), so no hugepages_1gi limit is set"]
+
+
+@pytest.mark.parametrize("field", ["cpus", "mems"])
+def test_a_cpulist_with_a_trailing_newline_is_refused(field):
+    # It would reach systemctl set-property AllowedCPUs= (and the helper) with a newline in it.
+    refusal = refusal_of(entry(limits={field: "0-3\n"}))
+    assert refusal.message.startswith("limits.%s: " % field)
+
+
+def test_a_cpulist_of_1024_characters_is_fine():
+    value = ("1," * 512)[:1023] + "2"
+    assert len(value) == 1024
+    assert parse_assignment(entry(limits={"cpus": value})).limits.cpus == value
+
+
+@pytest.mark.parametrize("field", ["cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi"])
+@pytest.mark.parametrize("value", [-1, 1.5, 1.0, True, [1], {}])
+def test_a_limit_that_is_not_a_non_negative_integer_is_refused(field, value):
+    refusal = refusal_of(entry(limits={field: value}))
+    assert refusal.message == "limits.%s: must be a non-negative integer" % field
+
+
+@pytest.mark.parametrize("field", ["cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi"])
+def test_an_integer_limit_may_come_as_its_decimal_string_as_proto3_json_writes_int64(field):
+    assert getattr(parse_assignment(entry(limits={field: "4294967296"})).limits, field) == 4294967296
+    # 0, as a number or a string, is proto3's unset field: no limit, and with nothing else booked no limits
+    assert parse_assignment(entry(limits={field: "0"})).limits is None
+    assert parse_assignment(entry(limits={field: 0, "cpus": "0-1"})).limits == Limits(cpus="0-1")
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "1e9", " 5", "5 ", "0x10", "", "4G", "٣", "1" * 21])
+def test_a_limit_string_that_is_not_a_decimal_integer_is_refused(value):
+    refusal = refusal_of(entry(limits={"memory_bytes": value}))
+    assert refusal.message == "limits.memory_bytes: %r is not a non-negative integer or its decimal string" % value
+
+
+def test_a_limit_string_beyond_int64_is_refused():
+    refusal = refusal_of(entry(limits={"memory_bytes": str(1 << 63)}))
+    assert refusal.message == "limits.memory_bytes: larger than %d" % ((1 << 63) - 1)
+
+
+@pytest.mark.parametrize("limits, message", [
+    ({"gpus": 1}, "limits.gpus: unknown field; did you mean cpus?"),
+    ({"memory": 1 << 30}, "limits.memory: unknown field; did you mean memory_bytes?"),
+    ({"ExecStart": "/bin/sh"},
+     "limits.ExecStart: unknown field (known: cpus, mems, cpu_millis, memory_bytes, hugepages_2mi, hugepages_1gi)"),
+    ([1], "limits: must be a mapping"),
+    ("cpus=0", "limits: must be a mapping"),
+])
+def test_limits_of_the_wrong_shape_are_refused(limits, message):
+    assert refusal_of(entry(limits=limits)).message == message
+
+
+def test_parse_cpulist_names_every_number():
+    assert parse_cpulist("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
+
+
+# --- devices and other fields -------------------------------------------------------
+
+
+@pytest.mark.parametrize("devices, start", [
+    (None, "devices: "),
+    ("GPU-1", "devices: "),
+    ({"id": GPU}, "devices: "),
+    ([], "devices: at least one device is required"),
+    ([{"id": "GPU-%d" % n} for n in range(1025)], "devices: more than 1024 devices"),
+    ([GPU], "devices[0]: "),
+    ([{"id": GPU}, {"device_class": "gpu"}], "devices[1].id: required"),
+    ([{"id": 5}], "devices[0].id: must be a string"),
+    ([{"id": "GPU-1\n"}], "devices[0].id: contains a control character"),
+    ([{"id": "G" * 300}], "devices[0].id: longer than"),
+    ([{"id": GPU, "device_class": 1}], "devices[0].device_class: must be a string"),
+])
+def test_bad_devices_are_refused_naming_the_field(devices, start):
+    assert refusal_of(entry(devices=devices)).message.startswith(start)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("reservation_id", 5),
+    ("reservation_id", "rsv\n1"),
+    ("reservation_id", "r" * 1000),
+    ("binding", ["BINDING_HOLD"]),
+    ("binding", "BINDING_HOLD\n"),
+])
+def test_bad_text_fields_are_refused_naming_the_field(field, value):
+    assert refusal_of(entry(**{field: value})).message.startswith(field + ": ")
+
+
+def test_a_refusal_does_not_stop_the_others_and_keeps_spec_order():
+    parsed = parse_assignments([
+        entry(allocation_id="a1"),
+        "not a mapping",
+        entry(allocation_id="a2", env=["BAD"]),
+        {"devices": [{"id": GPU}]},
+        entry(allocation_id="a3"),
+    ])
+    assert [a.allocation_id for a in parsed.assignments] == ["a1", "a3"]
+    assert [r.allocation_id for r in parsed.refusals] == ["devices[1]", "a2", "devices[3]"]
+    assert parsed.order == ["a1", "devices[1]", "a2", "devices[3]", "a3"]
+    assert parsed.refusals[0].message == "devices[1]: an assignment must be a mapping"
+    # a refused entry with a usable name keeps its live hold; nameless ones cannot have one
+    assert parsed.refused_ids == ["a2"]
+
+
+def test_a_refused_entry_is_reported_under_the_id_it_was_sent_with():
+    parsed = parse_assignments([entry(allocation_id="../../etc/passwd")])
+    assert parsed.refusals[0].allocation_id == "../../etc/passwd"
+    assert parsed.refused_ids == []  # never used as a name
+
+
+def test_no_devices_section_is_no_assignments():
+    assert parse_assignments([]).assignments == []
+    assert parse_assignments(None).assignments == []
+
+
+def test_parse_assignment_raises_the_documented_exception():
+    with pytest.raises(InvalidAssignment, match="^allocation_id: "):
+        parse_assignment(entry(allocation_id="a/b"))
+
+
+# --- hostile numbers are cheap ---------------------------------------------------
+
+@pytest.mark.parametrize("field, value, message", [
+    ("cpus", "0-30000000", "limits.cpus: CPU 30000000 is beyond 8191, the most any host has"),
+    ("cpus", "8192", "limits.cpus: CPU 8192 is beyond 8191, the most any host has"),
+    ("mems", "0-30000000", "limits.mems: NUMA node 30000000 is beyond 1023, the most any host has"),
+    ("mems", "1024", "limits.mems: NUMA node 1024 is beyond 1023, the most any host has"),
+    ("cpus", "9" * 1000, "limits.cpus: CPU 999999999999... (1000 digits) is beyond 8191, the most any host has"),
+])
+def test_a_cpu_or_numa_node_beyond_any_host_is_refused(field, value, message):
+    assert refusal_of(entry(limits={field: value})).message == message
+
+
+def test_the_highest_cpu_and_numa_node_any_host_has_are_fine():
+    limits = parse_assignment(entry(limits={"cpus": "0-8191", "mems": "0-1023"})).limits
+    assert (limits.cpus, limits.mems) == ("0-8191", "0-1023")
+
+
+@pytest.mark.parametrize("field", ["cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi"])
+def test_a_number_beyond_int64_is_refused(field):
+    assert refusal_of(entry(limits={field: 1 << 63})).message == "limits.%s: larger than %d" % (field, (1 << 63) - 1)
+    assert getattr(parse_assignment(entry(limits={field: (1 << 63) - 1})).limits, field) == (1 << 63) - 1
+
+
+# --- the whole section is bounded (docs/security.md, "Hostile numbers are cheap") -------------------
+
+def slot_hold(allocation_id, count, gpu=GPU, first=0, **fields):
+    return entry(allocation_id=allocation_id, devices=[{"id": "%s/s%d" % (gpu, n), "device_class": "gpu.slot"}
+                                                       for n in range(first, first + count)], **fields)
+
+
+def test_past_the_atom_budget_assignments_are_refused_one_by_one_and_smaller_ones_after_still_fit():
+    assert (MAX_ATOMS, MAX_DEVICES) == (4096, 1024)
+    parsed = parse_assignments([slot_hold("a%d" % n, 1024, first=1024 * n) for n in range(3)]
+                               + [slot_hold("a3", 1000, first=3072), slot_hold("big", 100), slot_hold("b2", 97),
+                                  slot_hold("last", 24, first=5000), slot_hold("over", 1)])
+    assert [a.allocation_id for a in parsed.assignments] == ["a0", "a1", "a2", "a3", "last"]
+    assert sum(len(a.devices) for a in parsed.assignments) == 4096
+    assert [(r.allocation_id, r.message) for r in parsed.refusals] == [
+        ("big", "devices: 100 atoms would take the section to 4172, past the 4096 atoms a pass honours "
+                "(4072 taken by the assignments before it)"),
+        ("b2", "devices: 97 atoms would take the section to 4169, past the 4096 atoms a pass honours "
+               "(4072 taken by the assignments before it)"),
+        ("over", "devices: 1 atoms would take the section to 4097, past the 4096 atoms a pass honours "
+                 "(4096 taken by the assignments before it)"),
+    ]
+    assert parsed.refused_ids == ["big", "b2", "over"]  # their live holds are kept, as any refused entry's
+
+
+def test_a_refused_entry_takes_none_of_the_atom_budget():
+    parsed = parse_assignments([slot_hold("bad", 1024, env=["PATH=/x"])] + [slot_hold("a%d" % n, 1024) for n in range(4)])
+    assert [a.allocation_id for a in parsed.assignments] == ["a0", "a1", "a2", "a3"]
+
+
+@pytest.mark.parametrize("section", [
+    [],
+    [entry()],
+    [slot_hold("a%d" % n, 4, env=["K=%s" % ("x" * 3000)]) for n in range(64)],
+    [entry(env=["Q=\"\\\"\\" * 500, "U=caf\u00e9 \U0001f600 \u2603" * 20], reservation_id="\u00e9" * 200)],
+    [{"allocation_id": "a", "devices": [[[[{}]]]], "limits": {"memory_bytes": 1 << 62, "cpus": 1.5}}, None, True, 7],
+    [{"k": {"n": [None, False, -(1 << 70)]}}],
+])
+def test_the_size_walk_is_an_upper_bound_of_the_stored_json(section):
+    stored = json.dumps({"generation": 1, "devices": section, "instances": []}, indent=2, sort_keys=True)
+    assert section_size(section) + 200 >= len(stored.encode("utf-8"))
+
+
+def test_what_the_section_bounds_admit_the_state_files_reader_takes_back():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input import assignment
+    from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
+    from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS
+    # the stored input is the section plus a few fields; every value counts at least 10 bytes
+    assert assignment.MAX_SECTION_BYTES * 2 <= FILE_CAPS["nodespec.json"]
+    assert assignment.MAX_SECTION_BYTES // 10 + 1024 <= bounded_json.MAX_ITEMS
+    assert assignment.MAX_SECTION_DEPTH + 2 <= bounded_json.MAX_DEPTH
+
+
+def test_a_section_past_4_mib_is_not_read_and_fails_whole():
+    section = [slot_hold("a%d" % n, 4, env=["K%d=%s" % (k, "x" * 4000) for k in range(256)]) for n in range(5)]
+    with pytest.raises(InvalidAssignment) as raised:
+        parse_assignments(section)
+    assert str(raised.value) == ("devices: the section is larger than 4194304 bytes (4 MiB as JSON), the most a pass "
+                                 "reads; it is not read (docs/security.md, \"Hostile numbers are cheap\")")
+
+
+@pytest.mark.parametrize("section", [
+    [[[]] * 10_000_000],  # refused by its length times what an item costs at least, before walking it
+    [entry(reservation_id="x" * (64 << 20))],
+    [{"allocation_id": "a", "junk": {str(n): n for n in range(1_000_000)}}],
+])
+def test_a_huge_section_is_refused_at_the_cost_of_a_small_one(section):
+    started = time.monotonic()
+    with pytest.raises(InvalidAssignment, match="^devices: the section is larger than 4194304 bytes"):
+        parse_assignments(section)
+    assert time.monotonic() - started < 0.5
+
+
+def test_a_section_nested_deeper_than_16_levels_is_not_read():
+    deep = "x"
+    for _n in range(40):
+        deep = [deep]
+    with pytest.raises(InvalidAssignment, match="^devices: nested deeper than 16 levels; the section is not read$"):
+        parse_assignments([entry(env=deep)])
+
+
+def test_through_the_module_the_atom_budget_refuses_and_a_section_too_big_fails_writing_nothing(capsys, node):
+    devices = [build_hold("a%d" % n, *["%s/s%d" % (GPU_B, k) for k in range(1024 * n, 1024 * (n + 1))])
+               for n in range(4)] + [build_hold("x1", GPU_C)]
+    result = run_module(capsys, node, check=True, generation=1, on_refusal="report", devices=devices)
+    assert not result.get("failed")
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("x1", "invalid-assignment", "devices: 1 atoms would take the section to 4097, past the 4096 atoms a pass "
+                                     "honours (4096 taken by the assignments before it)")]
+    assert [p["action"] for p in result["plan"]].count("bind") == 4
+    before = node.listing()
+    devices = [build_hold("a%d" % n, GPU_A, env=["K%d=%s" % (k, "x" * 4000) for k in range(256)])
+               for n in range(5)]
+    result = run_module(capsys, node, generation=1, devices=devices)
+    assert result["failed"] is True
+    assert "devices: the section is larger than 4194304 bytes (4 MiB as JSON)" in result["msg"]
+    assert node.listing() == before
+
+
+@pytest.mark.parametrize("instances, message", [
+    ([{"instance_id": "vm%d" % n, "gpus": [GPU_C]} for n in range(257)],
+     "instances: 257 instances, more than the 256 a pass reads; the section is not read"),
+    ([{"instance_id": "vm1", "gpus": ["GPU-%04d" % n for n in range(65)]}],
+     "instances[0]: 65 GPUs, more than the 64 a pass reads; the section is not read"),
+    ([{"instance_id": "vm%d-%s" % (n, "i" * 2000), "gpus": [GPU_C]} for n in range(200)],
+     "instances: the section is larger than 262144 bytes (256 KiB as JSON), the most a pass reads; it is not "
+     "read (docs/security.md, \"Hostile numbers are cheap\")"),
+])
+def test_through_the_module_an_instances_section_past_its_bounds_fails_writing_nothing(capsys, node, instances,
+                                                                                       message):
+    """The instances section was read and stored whatever its size: every timer pass then read it back."""
+    before = node.listing()
+    result = run_module(capsys, node, generation=1, devices=[build_hold("a1", GPU_A)], instances=instances)
+    assert result["failed"] is True and message in result["msg"]
+    assert node.listing() == before
+    within = [{"instance_id": "vm%d" % n, "gpus": [GPU_C]} for n in range(256)]
+    result = run_module(capsys, node, generation=1, devices=[build_hold("a1", GPU_A)], instances=within)
+    assert not result.get("failed") and result["changed"] is True
+
+
+@pytest.mark.parametrize("hostile, message", [
+    (7 * 10 ** 1000, "devices: holds an integer of more than 40 digits; the section is not read"),
+    (-(10 ** 40), "devices: holds an integer of more than 40 digits; the section is not read"),
+    (float("inf"), "devices: holds inf, which is no JSON number; the section is not read"),
+    (float("nan"), "devices: holds nan, which is no JSON number; the section is not read"),
+])
+def test_a_number_root_could_not_read_back_fails_the_section_before_it_is_stored(capsys, node, hostile, message):
+    """Found by make fuzz: one such number anywhere in the section (here a limit) was stored in nodespec.json,
+    whose reader refuses it, so every timer pass after the task failed on its own stored input."""
+    before = node.listing()
+    hold = dict(build_hold("a1", GPU_A), limits={"cpus": "0-3", "mems": hostile})
+    result = run_module(capsys, node, generation=1, devices=[hold])
+    assert result["failed"] is True and message in result["msg"]
+    assert node.listing() == before
+    assert parse_assignments([entry(limits={"memory_bytes": 10 ** 40 - 1})]).refusals  # 40 digits: read, refused
+
+
+def test_at_most_256_env_lines():
+    assert len(parse_assignment(entry(env=["K%d=v" % n for n in range(256)])).env) == 256
+    assert refusal_of(entry(env=["K%d=v" % n for n in range(257)])).message == "env: more than 256 lines"
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"reservaton_id": "rsv_1"}, "reservaton_id: unknown field; did you mean reservation_id?"),
+    ({"bindng": "BINDING_HOLD"}, "bindng: unknown field; did you mean binding?"),
+    ({"node": "n1"}, "node: unknown field (known: allocation_id, reservation_id, binding, devices, limits, env)"),
+    ({7: "x"}, "7: unknown field (known: allocation_id, reservation_id, binding, devices, limits, env)"),
+    ({"devices": [{"id": "GPU-5f1c2a90-0000-4000-8000-000000000001", "device_clas": "gpu.mig"}]},
+     "devices[0].device_clas: unknown field; did you mean device_class?"),
+    ({"devices": [{"id": "GPU-5f1c2a90-0000-4000-8000-000000000001"}, {"uuid": "GPU-1"}]},
+     "devices[1].uuid: unknown field; did you mean id?"),
+    ({"x\n" * 40: 1}, "%s...: unknown field (known: allocation_id, reservation_id, binding, devices, limits, env)"
+     % repr("x\n" * 40)[:87]),  # a hostile key is shown escaped and cut short
+])
+def test_an_unknown_key_is_refused_with_the_nearest_field(extra, message):
+    """A typo in an assignment or a device is never read as an absent field (an empty reservation id, a
+    device class that reads as gpu): the assignment is refused, naming the key and what was meant."""
+    raw = entry()
+    raw.update(extra)
+    refusal = refusal_of(raw)
+    assert (refusal.reason, refusal.message) == ("invalid-assignment", message)
+
+
+@pytest.mark.parametrize("generation", [2 ** 63, 7 * 10 ** 19, -(2 ** 63) - 1])
+def test_a_generation_past_64_bits_fails_the_task_before_anything_is_stored(capsys, node, generation):
+    """Found by make fuzz: the module took any integer and stored it; the stored input's reader takes
+    a 64-bit generation only, so every timer pass after the task failed."""
+    before = node.listing()
+    result = run_module(capsys, node, generation=generation, devices=[build_hold("a1", GPU_A)])
+    assert result["failed"] is True
+    assert "generation must be a 64-bit integer (at most 9223372036854775807)" in result["msg"]
+    assert node.listing() == before

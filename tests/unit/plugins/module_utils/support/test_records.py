@@ -1,0 +1,232 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""support/records.py: a record behaves as the dataclass it replaces (built, compared, hashed, shown, frozen,
+replaced, turned into a dict), and every data class of module_utils is a record, so a module run compiles
+no dataclass at import."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+from typing import ClassVar, Dict, List, Tuple
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ansible_collections.bcd.devices.plugins.module_utils.support import records
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+
+REPO = Path(__file__).resolve().parents[5]
+MODULE_UTILS = REPO / "plugins" / "module_utils"
+
+
+def as_record(frozen, eq):
+    @record(frozen=frozen, eq=eq)
+    class Point:
+        """A point."""
+
+        kind: ClassVar[str] = "point"
+        x: int
+        y: int = 0
+        tags: Tuple[str, ...] = ()
+        extra: List[int] = field(default_factory=list)  # each record its own
+        marks: Dict[str, int] = field(default_factory=dict)
+
+    return Point
+
+
+def as_dataclass(frozen, eq):
+    @dataclasses.dataclass(frozen=frozen, eq=eq)
+    class Point:
+        """A point."""
+
+        kind: ClassVar[str] = "point"
+        x: int
+        y: int = 0
+        tags: Tuple[str, ...] = ()
+        extra: List[int] = dataclasses.field(default_factory=list)
+        marks: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+    return Point
+
+
+def pair(frozen, eq):
+    """The same class as a record and as a dataclass."""
+    return as_record(frozen, eq), as_dataclass(frozen, eq)
+
+
+def shown(value):
+    return repr(value)[repr(value).index("Point("):]
+
+
+values = st.integers(-5, 5)
+points = st.tuples(values, values, st.lists(st.sampled_from("ab"), max_size=2).map(tuple),
+                   st.lists(values, max_size=2))
+
+
+@pytest.mark.parametrize("frozen, eq", [(False, True), (True, True), (True, False)])
+@given(first=points, second=points)
+def test_a_record_compares_hashes_and_shows_as_its_dataclass(frozen, eq, first, second):
+    ours, theirs = pair(frozen, eq)
+    a, b = ours(*first), ours(*second)
+    da, db = theirs(*first), theirs(*second)
+    assert (a == b) == (da == db)
+    assert (a == ours(*first)) == (da == theirs(*first))
+    assert shown(a) == shown(da)
+    assert (ours.__hash__ is None) == (theirs.__hash__ is None)
+    if frozen and eq:  # its list field makes both unhashable
+        with pytest.raises(TypeError):
+            hash(a)
+        with pytest.raises(TypeError):
+            hash(da)
+    assert records.asdict(a) == dataclasses.asdict(da)
+    assert [item.name for item in records.fields(a)] == [item.name for item in dataclasses.fields(da)]
+    assert records.asdict(records.replace(a, y=7)) == dataclasses.asdict(dataclasses.replace(da, y=7))
+    assert ours.kind == "point" and "kind" not in [item.name for item in records.fields(ours)]
+
+
+def test_defaults_factories_and_positional_arguments_are_as_dataclasses_makes_them():
+    ours, theirs = pair(False, True)
+    assert ours(1) == ours(1, 0, (), [], {})
+    first, second = ours(1), ours(1)
+    assert first.extra == [] and first.extra is not second.extra and first.marks is not second.marks
+    assert ours(x=2, y=3).y == theirs(x=2, y=3).y == 3
+    with pytest.raises(TypeError):
+        ours()
+    with pytest.raises(TypeError):
+        ours(1, 2, (), [], {}, "one too many")
+    with pytest.raises(TypeError):
+        ours(1, z=2)
+
+
+def test_a_mutable_default_is_refused_as_dataclasses_refuses_it():
+    """A list, dict or set default would be one object shared by every record: both refuse it, with the
+    same message, so a record is never written in a way a dataclass could not be."""
+    for default in ([], {}, set()):
+        messages = []
+        for decorate in (record, dataclasses.dataclass):
+            with pytest.raises(ValueError) as raised:
+                decorate(type("Shared", (), {"__annotations__": {"items": List[int]}, "items": default}))
+            messages.append(str(raised.value).replace("use default_factory", "").strip())
+        assert messages[0] == messages[1]
+
+
+def test_a_frozen_record_refuses_assignment_and_deletion():
+    point = pair(True, True)[0](1)
+    with pytest.raises(records.FrozenInstanceError):
+        point.x = 2
+    with pytest.raises(records.FrozenInstanceError):
+        del point.x
+    assert point.x == 1
+
+    @record(frozen=True)
+    class Key:
+        number: int
+        name: str = ""
+
+    assert Key(1, "x") == Key(1, "x") and hash(Key(1, "x")) == hash(Key(1, "x")) == hash((1, "x"))
+    assert {Key(1): "one"}[Key(1)] == "one" and Key(1) != Key(2)
+
+
+def test_a_subclass_record_has_its_base_fields_first_and_eq_false_keeps_identity():
+    @record(frozen=True, eq=False)
+    class Base:
+        name: str
+        note: str = ""
+
+    @record(frozen=True, eq=False)
+    class Child(Base):
+        size: int = 0
+
+    child = Child("a", "b", 3)
+    assert [item.name for item in records.fields(child)] == ["name", "note", "size"]
+    assert child != Child("a", "b", 3)
+    assert hash(child) == object.__hash__(child)
+    assert repr(child).endswith(".Child(name='a', note='b', size=3)")
+
+
+def test_a_field_a_subclass_declares_again_keeps_its_place_as_in_a_dataclass():
+    made = []
+    for decorate in (record, dataclasses.dataclass):
+        @decorate
+        class Base:
+            first: int = 1
+            second: int = 2
+
+        @decorate
+        class Child(Base):
+            first: int = 10
+            third: int = 3
+
+        made.append(Child)
+    ours, theirs = made
+    assert [item.name for item in records.fields(ours)] == [item.name for item in dataclasses.fields(theirs)] \
+        == ["first", "second", "third"]
+    assert records.asdict(ours(second=5)) == dataclasses.asdict(theirs(second=5)) == {"first": 10, "second": 5, "third": 3}
+
+
+def test_a_method_the_class_defines_is_kept_and_bad_declarations_are_refused():
+    @record
+    class Shown:
+        value: int
+
+        def __repr__(self):
+            return "shown %d" % self.value
+
+    assert repr(Shown(1)) == "shown 1"
+    with pytest.raises(ValueError):
+        field(default=1, default_factory=int)
+    with pytest.raises(TypeError):
+        @record
+        class Ordered:  # pylint: disable=unused-variable
+            first: int = 0
+            second: int
+
+
+def test_every_data_class_of_module_utils_is_a_record():
+    """A module run imports module_utils afresh on every task; a dataclass there compiles five or six methods
+    at import (docs/performance.md, "Records")."""
+    found = []
+    for path in sorted(MODULE_UTILS.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "dataclasses":
+                found.extend("%s imports %s from dataclasses" % (path.relative_to(REPO), alias.name)
+                             for alias in node.names if alias.name == "dataclass")
+            if isinstance(node, ast.Attribute) and node.attr == "dataclass" \
+                    and isinstance(node.value, ast.Name) and node.value.id == "dataclasses":
+                found.append("%s uses dataclasses.dataclass" % path.relative_to(REPO))
+    assert not found
+
+
+def test_importing_the_converger_builds_no_dataclass():
+    code = ("import sys, dataclasses; sys.path.insert(0, %r)\n"
+            "made = []\n"
+            "real = dataclasses._process_class\n"
+            "dataclasses._process_class = lambda cls, *a, **k: made.append(cls.__module__) or real(cls, *a, **k)\n"
+            "from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds, holds_info\n"
+            "print([name for name in made if name.startswith('ansible_collections.bcd')])\n" % str(REPO / ".build"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_record_compiles_its_init_when_the_first_one_is_made():
+    @record(frozen=True)
+    class Base:
+        name: str
+
+    @record(frozen=True)
+    class Child(Base):
+        size: int = 1
+
+    assert "<locals>.__init__" in Base.__init__.__qualname__ and "_deferred_init" in Child.__init__.__qualname__
+    assert Child("a").size == 1 and Child.__init__.__qualname__.endswith("Child.__init__")
+    assert "_deferred_init" in Base.__init__.__qualname__  # a subclass's first record compiles its own alone
+    assert Base("b") == Base("b") and Base.__init__.__qualname__.endswith("Base.__init__")
+    with pytest.raises(TypeError):
+        Base()
