@@ -66,7 +66,7 @@ def test_the_library_is_the_collections_module_utils(node):
     wanted = sorted(os.path.relpath(os.path.join(directory, name), source)
                     for directory, _dirs, names in os.walk(source) if "__pycache__" not in directory
                     for name in names if name.endswith(".py"))
-    assert "domain/planner.py" in wanted and "domain/__init__.py" in wanted  # the subpackages go too
+    assert "domain/plan/planner.py" in wanted and "domain/__init__.py" in wanted  # the subpackages go too
     installed = sorted(path[len(LIB) + 1:] for path in node
                        if path.startswith(LIB + "/") and path.endswith(".py") and "/__pycache__/" not in path)
     assert installed == wanted
