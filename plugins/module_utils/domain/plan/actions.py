@@ -31,9 +31,12 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import reason_shown
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_text
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
-from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_text
 
 # Every class here is ``eq=False``: a step is itself, compared by identity (its content compares through
 # ``to_dict()``), and no ``__eq__``/``__hash__`` is generated for it. Each module run imports these
@@ -153,13 +156,18 @@ SliceOp = Union[SliceApply, SliceStop]
 class Action(abc.ABC):
     """One planned step: a sum type. Each kind below carries only its own fields and is built whole,
     once, by the planner; none is changed after. ``kind`` is its name in the returned plan;
-    ``changes`` is False for a step that is only shown (it changes nothing)."""
+    ``changes`` is False for a step that is only shown (it changes nothing); ``text`` is its line of the
+    plan, which it writes from its own fields."""
 
     kind: ClassVar[str] = ""
     changes: ClassVar[bool] = True
 
     allocation_id: str
-    text: str
+
+    @property
+    @abc.abstractmethod
+    def text(self) -> str:
+        """The step's one line of the plan."""
 
     @abc.abstractmethod
     def apply(self, writer: Any, state: Any) -> None:
@@ -221,6 +229,23 @@ class Action(abc.ABC):
         return entries
 
 
+def _removed(files: Sequence[Union[FileChange, SpecAside]]) -> str:
+    """The files a step removes, as its line names them."""
+    return " and ".join(change.path for change in files)
+
+
+def _aside(files: Sequence[Union[FileChange, SpecAside]]) -> SpecAside:
+    """The damaged spec a step sets aside."""
+    return next(change for change in files if isinstance(change, SpecAside))
+
+
+def _held_by(holders: Optional[Sequence[str]]) -> str:
+    """Who holds a Kubernetes release's devices, as a line says it (None: the kubelet could not be asked)."""
+    if holders is None:
+        return "the kubelet cannot be asked: counted as held"
+    return "held by " + ", ".join(holders)
+
+
 @record(frozen=True, eq=False)
 class Bind(Action):
     """A new hold: its slice first (the spec names it), then its files, then ``AllocationBound``.
@@ -239,6 +264,20 @@ class Bind(Action):
     waits_for: Tuple[str, ...] = ()
     # its cpus or mems lie outside its GPUs' NUMA nodes: admission.locality's note (said, never refused)
     locality: Optional[dict] = None
+
+    @property
+    def text(self) -> str:
+        where = ", in %s" % self.slice.describe() if self.slice is not None else ""
+        remote = "; not NUMA-local: %s" % self.locality["text"] if self.locality is not None else ""
+        return self._what() + where + remote
+
+    def _what(self) -> str:
+        return "bind %s: %s -> %s, %s" % (self.allocation_id, ", ".join(cdi_device(device_id) for device_id in self.device_ids),
+                                          self._written("cdi"), self._written("allocation-env"))
+
+    def _written(self, kind: str) -> str:
+        """The path of the file of ``kind`` the step writes."""
+        return next(change.path for change in self.files if isinstance(change, FileChange) and change.kind == kind)
 
     @property
     def needs(self) -> Tuple[str, ...]:
@@ -278,10 +317,16 @@ class Bind(Action):
 
 @record(frozen=True, eq=False)
 class Rebind(Bind):
-    """A wanted hold whose spec is damaged: the file set aside, the hold written again from its
-    assignment; ``AllocationBound`` only when the node had not reported it bound with these devices."""
+    """A wanted hold whose spec is damaged: the file set aside, the hold written again from
+    its assignment; ``AllocationBound`` only when the node had not reported it bound with these devices."""
 
     kind: ClassVar[str] = "rebind"
+
+    def _what(self) -> str:
+        aside = _aside(self.files)
+        return "rebind %s from its assignment (its spec is damaged): set %s aside as %s, write %s, %s%s" % (
+            self.allocation_id, aside.path, aside.aside, self._written("cdi"), self._written("allocation-env"),
+            ", report AllocationBound" if self.event else " (already reported bound: nothing to report)")
 
     def apply(self, writer: Any, state: Any) -> None:
         if self.slice is not None:
@@ -295,8 +340,9 @@ class Rebind(Bind):
 
 @record(frozen=True, eq=False)
 class Release(Action):
-    """A plain hold no longer wanted: recorded, its files removed, reported; then its slice stopped
-    if empty (after the report: a slice that cannot be stopped now is a leftover next pass)."""
+    """A plain hold no longer wanted (``why``): recorded, its files removed, reported; then its slice
+    stopped if empty (after the report: a slice that cannot be stopped now is a leftover next pass).
+    ``busy``: its slice, which still runs a workload and is kept."""
 
     kind: ClassVar[str] = "release"
 
@@ -304,7 +350,24 @@ class Release(Action):
     event: Optional[Event]  # None: a damaged spec never reported bound has nothing to report
     device_ids: Tuple[str, ...]
     generation: int
+    why: str
     slice: Optional[SliceStop] = None
+    busy: Optional[str] = None
+
+    @property
+    def text(self) -> str:
+        return self._what() + self._then()
+
+    def _what(self) -> str:
+        return "%s %s (%s): remove %s, report AllocationReleased" % (self.kind, self.allocation_id, self.why,
+                                                                     _removed(self.files) or "no files left")
+
+    def _then(self) -> str:
+        if self.slice is not None:
+            return ", then stop %s (empty)" % self.slice.name
+        if self.busy is not None:
+            return "; %s still runs a workload and is kept with its limits" % self.busy
+        return ""
 
     def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
         return self.files
@@ -325,6 +388,19 @@ class Release(Action):
             state.report(self.event)
         if self.slice is not None:
             self.slice.run(writer)
+
+
+@record(frozen=True, eq=False)
+class ReleaseDamaged(Release):
+    """A hold whose spec is damaged that goes: its spec set aside, its env file removed,
+    and ``AllocationReleased`` with the devices the node last reported bound (none if it never did)."""
+
+    def _what(self) -> str:
+        aside = _aside(self.files)
+        return "release %s (%s; its spec is damaged): set %s aside as %s%s%s" % (
+            self.allocation_id, self.why, aside.path, aside.aside,
+            "".join(", remove %s" % change.path for change in self.files if change is not aside),
+            ", report AllocationReleased" if self.event else " (never reported bound: nothing to report)")
 
 
 @record(frozen=True, eq=False)
@@ -351,9 +427,15 @@ class RewriteFile(Action):
 
 @record(frozen=True, eq=False)
 class Rerender(RewriteFile):
-    """A kept hold's spec, when what it renders to changed (vendor spec, reservation id, limits)."""
+    """A kept hold's spec, when what it renders to changed (``why``: vendor spec, reservation id, limits)."""
 
     kind: ClassVar[str] = "rerender"
+
+    why: str
+
+    @property
+    def text(self) -> str:
+        return "re-render %s (%s)" % (self.file.path, self.why)
 
 
 @record(frozen=True, eq=False)
@@ -361,6 +443,10 @@ class WriteEnv(RewriteFile):
     """A kept hold's env file, when missing (``/run`` is tmpfs) or out of date."""
 
     kind: ClassVar[str] = "write-env"
+
+    @property
+    def text(self) -> str:
+        return "rewrite %s (%s)" % (self.file.path, "missing" if self.file.before is None else "out of date")
 
 
 @record(frozen=True, eq=False)
@@ -373,6 +459,10 @@ class RemoveEnv(Action):
 
     files: Tuple[FileChange, ...]
 
+    @property
+    def text(self) -> str:
+        return "remove %s: %s has no live spec (a bind that never finished)" % (_removed(self.files), self.allocation_id)
+
     def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
         return self.files
 
@@ -383,14 +473,31 @@ class RemoveEnv(Action):
 @record(frozen=True, eq=False)
 class ReportBound(Action):
     """A hold on disk whose ``AllocationBound`` was never journaled (a pass died in between), or whose
-    cgroup parent changed."""
+    devices or cgroup parent are not those the node last reported (``why``: one of the three below)."""
 
     kind: ClassVar[str] = "report-bound"
+
+    NEVER_JOURNALED: ClassVar[str] = "never-journaled"
+    MOVED: ClassVar[str] = "moved"  # on new devices: ``reported_on`` the ones the node last reported
+    REPARENTED: ClassVar[str] = "reparented"  # its cgroup parent (the event's) changed
 
     event: Event
     device_ids: Tuple[str, ...]
     generation: int
     limits: Optional[dict]
+    why: str
+    reported_on: Tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        if self.why == self.MOVED:
+            why = "on its new devices: the node last reported it bound on %s" % ", ".join(self.reported_on)
+        elif self.why == self.REPARENTED:
+            why = "again: its cgroup parent is now %s" % (self.event["body"].get("cgroup_parent")
+                                                         or "none (its slice is gone)")
+        else:
+            why = "its AllocationBound was never journaled"
+        return "report %s bound (%s)" % (self.allocation_id, why)
 
     def apply(self, writer: Any, state: Any) -> None:
         state.report(self.event, self.limits)
@@ -398,12 +505,17 @@ class ReportBound(Action):
 
 @record(frozen=True, eq=False)
 class Refuse(Action):
-    """An assignment refused at this generation: one ``AllocationFailed``."""
+    """An assignment refused at this generation: one ``AllocationFailed`` (its body says why)."""
 
     kind: ClassVar[str] = "refuse"
 
     event: Event
     generation: int
+
+    @property
+    def text(self) -> str:
+        reason, message = self.event["body"]["reason"], self.event["body"]["message"]
+        return "refuse %s%s: %s" % (self.allocation_id, reason_shown(reason, message), message)
 
     def apply(self, writer: Any, state: Any) -> None:
         state.report(self.event)
@@ -418,6 +530,10 @@ class ReportCondition(Action):
 
     event: Event
     device_ids: Tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return "report %s: %s" % (self.event["type"], self.event["body"]["message"])
 
     def apply(self, writer: Any, state: Any) -> None:
         state.report(self.event)
@@ -434,6 +550,10 @@ class CreateSlice(Action):
     generation: int
     limits: Optional[dict]
 
+    @property
+    def text(self) -> str:
+        return "create %s again: the hold is kept but its slice is gone" % self.slice.describe()
+
     def slice_op(self) -> Optional[SliceOp]:
         return self.slice
 
@@ -444,9 +564,15 @@ class CreateSlice(Action):
 
 @record(frozen=True, eq=False)
 class ApplySlice(CreateSlice):
-    """A kept hold's slice whose limits differ from the wanted ones, set again."""
+    """A kept hold's slice whose limits differ from the wanted ones (``why``), set again."""
 
     kind: ClassVar[str] = "apply-slice"
+
+    why: str
+
+    @property
+    def text(self) -> str:
+        return "set %s: %s" % (self.slice.describe(), self.why)
 
 
 @record(frozen=True, eq=False)
@@ -457,6 +583,10 @@ class StopSlice(Action):
 
     slice: SliceStop
 
+    @property
+    def text(self) -> str:
+        return "stop %s: its hold is gone and it is empty" % self.slice.name
+
     def slice_op(self) -> Optional[SliceOp]:
         return self.slice
 
@@ -466,10 +596,16 @@ class StopSlice(Action):
 
 @record(frozen=True, eq=False)
 class KeepSlice(Action):
-    """Shown only: a slice whose hold is gone still runs a workload, so it is kept."""
+    """Shown only: a slice (``name``) whose hold is gone still runs a workload, so it is kept."""
 
     kind: ClassVar[str] = "keep-slice"
     changes: ClassVar[bool] = False
+
+    name: str
+
+    @property
+    def text(self) -> str:
+        return "keep %s: its hold is gone but it still runs a workload; it is stopped once empty" % self.name
 
     def apply(self, writer: Any, state: Any) -> None:
         return None
@@ -477,16 +613,32 @@ class KeepSlice(Action):
 
 @record(frozen=True, eq=False)
 class ReleaseKubernetes(Action):
-    """A Kubernetes hold no longer wanted: recorded in the pending releases first, its files removed at
-    once, and ``AllocationReleased`` journaled only when no pod holds its devices (``event`` set)."""
+    """A Kubernetes hold that goes (``why``): recorded in the pending releases first, its files removed at
+    once, and ``AllocationReleased`` journaled only when no pod holds its devices (``event`` set). A release
+    taken back (the allocation stays, on other devices or as a plain hold) is never reported; ``holders``:
+    who holds its devices meanwhile (None: the kubelet could not be asked)."""
 
     kind: ClassVar[str] = "release-kube"
 
     files: Tuple[FileChange, ...]
     device_ids: Tuple[str, ...]
     generation: int
-    release: Any  # the kube_release.PendingRelease recorded before anything is removed
+    release: PendingRelease  # recorded before anything is removed
+    why: str
+    holders: Optional[Sequence[str]] = None
     event: Optional[Event] = None
+
+    @property
+    def text(self) -> str:
+        if self.event:
+            return "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report " \
+                "AllocationReleased" % (self.allocation_id, self.why, _removed(self.files))
+        if self.release.taken_back:
+            return "withdraw %s (%s, Kubernetes): remove %s; its old devices stay claimed until free (%s), never " \
+                "reported (the allocation stays)" % (self.allocation_id, self.why, _removed(self.files),
+                                                      _held_by(self.holders))
+        return "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no pod holds " \
+            "its devices (%s)" % (self.allocation_id, self.why, _removed(self.files), _held_by(self.holders))
 
     def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
         return self.files
@@ -500,14 +652,22 @@ class ReleaseKubernetes(Action):
 
 @record(frozen=True, eq=False)
 class Withdraw(Action):
-    """A Kubernetes hold's files removed unreported: its allocation is bound anew in this pass, or its
-    pending release's files were left by a crash."""
+    """A Kubernetes hold's files removed unreported: its allocation is bound anew in this pass (``why`` it
+    went), or its pending release's files were left by a crash (``why`` None)."""
 
     kind: ClassVar[str] = "withdraw"
 
     files: Tuple[FileChange, ...]
     device_ids: Tuple[str, ...]
     generation: int
+    why: Optional[str] = None
+
+    @property
+    def text(self) -> str:
+        if self.why is None:
+            return "remove %s: %s is being released" % (_removed(self.files), self.allocation_id)
+        return "withdraw %s (%s, Kubernetes): remove %s; no pod holds its old devices (the allocation stays: not " \
+            "reported)" % (self.allocation_id, self.why, _removed(self.files))
 
     def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
         return self.files
@@ -527,6 +687,10 @@ class ReportRelease(Action):
     device_ids: Tuple[str, ...]
     generation: int
 
+    @property
+    def text(self) -> str:
+        return "report %s released: no pod holds its devices any more" % self.allocation_id
+
     def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
         return self.files
 
@@ -537,14 +701,20 @@ class ReportRelease(Action):
 
 @record(frozen=True, eq=False)
 class TakeBackRelease(Action):
-    """A pending Kubernetes release the spec takes back while pods still hold old devices the new hold
-    does not take: recorded as taken back (never reported), narrowed to those devices."""
+    """A pending Kubernetes release the spec takes back while pods (``holders``) still hold old devices the
+    new hold does not take: recorded as taken back (never reported), narrowed to those devices."""
 
     kind: ClassVar[str] = "take-back-release"
 
     device_ids: Tuple[str, ...]
     generation: int
-    release: Any  # the narrowed kube_release.PendingRelease
+    release: PendingRelease  # the narrowed release
+    holders: Optional[Sequence[str]]
+
+    @property
+    def text(self) -> str:
+        return "take back the pending Kubernetes release of %s: never reported; keep %s claimed until free (%s)" % (
+            self.allocation_id, ", ".join(self.device_ids), _held_by(self.holders))
 
     def apply(self, writer: Any, state: Any) -> None:
         state.record_kube_release(self.release)
@@ -552,11 +722,16 @@ class TakeBackRelease(Action):
 
 @record(frozen=True, eq=False)
 class DropRelease(Action):
-    """A pending Kubernetes release the spec takes back: dropped unreported."""
+    """A pending Kubernetes release the spec takes back (``why``): dropped unreported."""
 
     kind: ClassVar[str] = "drop-release"
 
     generation: int
+    why: str
+
+    @property
+    def text(self) -> str:
+        return "drop the pending Kubernetes release of %s: %s (not reported)" % (self.allocation_id, self.why)
 
     def apply(self, writer: Any, state: Any) -> None:
         state.drop_kube_release(self.allocation_id)
@@ -564,11 +739,19 @@ class DropRelease(Action):
 
 @record(frozen=True, eq=False)
 class QuarantineReleases(Action):
-    """An unreadable releases file set aside (never deleted) and the marker written."""
+    """An unreadable releases file (in ``state_dir``, unreadable for ``problem``) set aside (never deleted)
+    and the marker written."""
 
     kind: ClassVar[str] = "quarantine-releases"
 
     now: float
+    state_dir: str
+    problem: str
+
+    @property
+    def text(self) -> str:
+        return "set %s/releasing.json aside (%s) and claim every GPU until the kube side is known" % (
+            self.state_dir, self.problem)
 
     def apply(self, writer: Any, state: Any) -> None:
         state.quarantine_releases(self.now)
@@ -576,9 +759,16 @@ class QuarantineReleases(Action):
 
 @record(frozen=True, eq=False)
 class ClearMarker(Action):
-    """The unreadable-releases marker removed, once the kube side allows."""
+    """The unreadable-releases marker (in ``state_dir``) removed, once the kube side allows."""
 
     kind: ClassVar[str] = "clear-marker"
+
+    state_dir: str
+
+    @property
+    def text(self) -> str:
+        return "remove %s/releasing.unreadable: no pod holds a GPU of an allocation this node does not know" % (
+            self.state_dir)
 
     def apply(self, writer: Any, state: Any) -> None:
         state.clear_releases_marker()

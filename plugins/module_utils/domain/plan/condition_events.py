@@ -91,9 +91,9 @@ def condition_reports(observed: Any, conditions: Sequence[dict], pending_release
         message = "%s%s no longer holds" % (kind, " (%s)" % subject if subject else "")
         event = {"type": kind + CLEARED,
                  "body": _body(observed, kind + CLEARED, generation, device_ids, allocation_id, CLEARED_REASON, message)}
-        steps.append(ReportCondition("", "report %s: %s" % (kind + CLEARED, message), event, tuple(device_ids)))
+        steps.append(ReportCondition("", event, tuple(device_ids)))
     for key in sorted(set(now) - set(before)):
         kind, device_ids, allocation_id, reason, message = now[key]
         event = {"type": kind, "body": _body(observed, kind, generation, device_ids, allocation_id, reason, message)}
-        steps.append(ReportCondition("", "report %s: %s" % (kind, message), event, tuple(device_ids)))
+        steps.append(ReportCondition("", event, tuple(device_ids)))
     return steps

@@ -114,16 +114,12 @@ def _hold_taken_back(ctx: Pass, release: PendingRelease, left: Sequence[str],
     allocation_id = release.allocation_id
     held, holders, claimed = _wanted_again(ctx, allocation_id, release.device_ids, left)
     if not held:
-        return claimed + Decided(actions=(
-            DropRelease(allocation_id, "drop the pending Kubernetes release of %s: %s (not reported)"
-                        % (allocation_id, why), generation=release.generation),))
+        return claimed + Decided(actions=(DropRelease(allocation_id, release.generation, why),))
     narrowed = PendingRelease(allocation_id, held, release.generation, release.since, taken_back=True)
     if narrowed == release:
         return claimed + _pending(narrowed, holders)
     return claimed + _pending(narrowed, holders) + Decided(actions=(
-        TakeBackRelease(allocation_id, "take back the pending Kubernetes release of %s: never reported; "
-                        "keep %s claimed until free (%s)" % (allocation_id, ", ".join(held), _held_by(holders)),
-                        device_ids=tuple(held), generation=release.generation, release=narrowed),))
+        TakeBackRelease(allocation_id, tuple(held), release.generation, narrowed, holders),))
 
 
 def release_kubernetes(ctx: Pass, hold: Any, why: str, wanted: bool = False) -> Decided:
@@ -133,7 +129,6 @@ def release_kubernetes(ctx: Pass, hold: Any, why: str, wanted: bool = False) -> 
     observed, generation = ctx.observed, ctx.generation
     files = tuple(withdraw_files(observed, hold.allocation_id))
     device_ids = tuple(hold.device_ids)
-    removed = " and ".join(change.path for change in files)
     gone = Decided(gone=frozenset([hold.allocation_id]))
     if wanted:
         # what stays claimed is what a later pass's take-back keeps (``_take_back``): the old devices the
@@ -141,32 +136,18 @@ def release_kubernetes(ctx: Pass, hold: Any, why: str, wanted: bool = False) -> 
         left = _not_taken(hold.device_ids, ctx.wanted[hold.allocation_id])
         held, holders, claimed = _wanted_again(ctx, hold.allocation_id, hold.device_ids, left)
         if not held:
-            return gone + claimed + Decided(actions=(Withdraw(
-                hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; no pod holds its old devices (the "
-                "allocation stays: not reported)" % (hold.allocation_id, why, removed), files, device_ids,
-                generation),))
+            return gone + claimed + Decided(actions=(Withdraw(hold.allocation_id, files, device_ids, generation, why),))
         release = PendingRelease(hold.allocation_id, held, generation, observed.now, taken_back=True)
         return gone + claimed + _pending(release, holders) + Decided(actions=(ReleaseKubernetes(
-            hold.allocation_id, "withdraw %s (%s, Kubernetes): remove %s; its old devices stay claimed until free "
-            "(%s), never reported (the allocation stays)" % (hold.allocation_id, why, removed, _held_by(holders)),
-            files, device_ids, generation, release),))
+            hold.allocation_id, files, device_ids, generation, release, why, holders),))
     release = PendingRelease(hold.allocation_id, list(hold.device_ids), generation, observed.now)
     holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
     if holders == []:
         return gone + _releasing(ctx, hold.allocation_id, hold.device_ids) + Decided(actions=(ReleaseKubernetes(
-            hold.allocation_id, "release %s (%s, Kubernetes): record it, remove %s; no pod holds its devices: report "
-            "AllocationReleased" % (hold.allocation_id, why, removed), files, device_ids, generation, release,
-            released_event(observed, hold.allocation_id, generation, hold.device_ids)),))
+            hold.allocation_id, files, device_ids, generation, release, why,
+            event=released_event(observed, hold.allocation_id, generation, hold.device_ids)),))
     return gone + _pending(release, holders) + Decided(actions=(ReleaseKubernetes(
-        hold.allocation_id, "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no "
-        "pod holds its devices (%s)" % (hold.allocation_id, why, removed, _held_by(holders)),
-        files, device_ids, generation, release),))
-
-
-def _held_by(holders: Optional[List[str]]) -> str:
-    if holders is None:
-        return "the kubelet cannot be asked: counted as held"
-    return "held by " + ", ".join(holders)
+        hold.allocation_id, files, device_ids, generation, release, why, holders),))
 
 
 def plan_kubernetes_releases(ctx: Pass) -> Decided:
@@ -178,9 +159,7 @@ def plan_kubernetes_releases(ctx: Pass) -> Decided:
     if releases.unreadable is not None:
         # said in the pass that does it, whether or not the marker can be cleared at once: the releases
         # the file held are lost, and someone must learn of it
-        decided += Decided(actions=(QuarantineReleases(
-            "", "set %s/releasing.json aside (%s) and claim every GPU until the kube side is known"
-            % (observed.state_dir, releases.unreadable), now=observed.now),), warnings=(
+        decided += Decided(actions=(QuarantineReleases("", observed.now, observed.state_dir, releases.unreadable),), warnings=(
             "%s/releasing.json is unreadable (%s): it is set aside, never deleted; the Kubernetes releases it "
             "held cannot be reported" % (observed.state_dir, releases.unreadable),))
     if ctx.marker and observed.kube is not None and observed.kube.error is None:
@@ -194,9 +173,7 @@ def plan_kubernetes_releases(ctx: Pass) -> Decided:
         gpus |= set(inst.uuid for gpu in observed.inventory.gpus for inst in gpu.mig)
         # a slot is named by its atom id (GPU-…/s<n>): one of an unknown allocation counts by its GPU
         if not [name for name in unknown if name.split("/", 1)[0] in gpus]:
-            decided += Decided(actions=(ClearMarker("", "remove %s/releasing.unreadable: no pod holds a GPU of an "
-                                                    "allocation this node does not know" % observed.state_dir),),
-                               marker_cleared=True)
+            decided += Decided(actions=(ClearMarker("", observed.state_dir),), marker_cleared=True)
     for allocation_id in sorted(releases.pending):
         decided += _settle(ctx, releases.pending[allocation_id])
     return decided
@@ -223,12 +200,9 @@ def _settle(ctx: Pass, release: PendingRelease) -> Decided:
     holders = pods_holding(observed.kube, release.device_ids, observed.inventory)
     if holders == []:
         return gone + _releasing(ctx, allocation_id, release.device_ids) + Decided(actions=(ReportRelease(
-            allocation_id, "report %s released: no pod holds its devices any more" % allocation_id, tuple(files),
-            released_event(observed, allocation_id, release.generation, device_ids), tuple(device_ids),
+            allocation_id, tuple(files), released_event(observed, allocation_id, release.generation, device_ids), tuple(device_ids),
             release.generation),))
     if not files:
         return gone + _pending(release, holders)
-    removed = " and ".join(change.path for change in files)
     return gone + _pending(release, holders) + Decided(actions=(Withdraw(
-        allocation_id, "remove %s: %s is being released" % (removed, allocation_id), tuple(files),
-        device_ids=tuple(release.device_ids), generation=release.generation),))
+        allocation_id, tuple(files), device_ids=tuple(release.device_ids), generation=release.generation),))

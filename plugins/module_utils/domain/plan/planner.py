@@ -48,6 +48,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions im
     Rebind,
     Refuse,
     Release,
+    ReleaseDamaged,
     RemoveEnv,
     ReportBound,
     Rerender,
@@ -116,7 +117,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.kube impor
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases, pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record, replace
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason, reason_shown
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import (
     bound_event,
     damaged_condition,
@@ -249,18 +250,11 @@ def vfio_claims(instances: Any, observed: Observed) -> Tuple[Dict[str, str], Dic
 
 def _release_action(kind: Type[Release], observed: Observed, allocation_id: str, generation: int,
                     device_ids: Sequence[str], why: str) -> Release:
-    files = withdraw_files(observed, allocation_id)
-    removed = " and ".join(change.path for change in files) or "no files left"
-    text = "%s %s (%s): remove %s, report AllocationReleased" % (kind.kind, allocation_id, why, removed)
     state = observed.slices.get(slice_name(allocation_id))
-    stop = None
-    if state is not None and not state.populated:
-        stop = SliceStop(state.name, settings_of(state))
-        text += ", then stop %s (empty)" % state.name
-    elif state is not None:
-        text += "; %s still runs a workload and is kept with its limits" % state.name
-    return kind(allocation_id, text, tuple(files), released_event(observed, allocation_id, generation, device_ids),
-                tuple(device_ids), generation, stop)
+    return kind(allocation_id, tuple(withdraw_files(observed, allocation_id)),
+                released_event(observed, allocation_id, generation, device_ids), tuple(device_ids), generation, why,
+                slice=SliceStop(state.name, settings_of(state)) if state is not None and not state.populated else None,
+                busy=state.name if state is not None and state.populated else None)
 
 
 def limits_from_record(record: Any) -> Optional[Limits]:
@@ -546,15 +540,13 @@ def _remove_stale_env(ctx: Pass) -> Decided:
     observed, decided = ctx.observed, []  # type: Observed, List[Decided]
     stale = _stale_env_files(observed)
     for number, allocation_id in enumerate(sorted(stale)):
-        path = env_file_path(allocation_id)
-        text = "remove %s: %s has no live spec (a bind that never finished)" % (path, allocation_id)
+        action = RemoveEnv(allocation_id, (FileChange("allocation-env", env_file_path(allocation_id),
+                                                      stale[allocation_id], None),))
         if not observed.privileged:
-            decided.append(_needs_root(text))
+            decided.append(_needs_root(action.text))
             continue
         atoms = env_file_claim(env_file_atoms(stale[allocation_id], observed.inventory), number)
-        decided.append(Decided(
-            actions=(RemoveEnv(allocation_id, text, (FileChange("allocation-env", path, stale[allocation_id], None),)),),
-            releasing=((allocation_id, tuple(atoms), None),)))
+        decided.append(Decided(actions=(action,), releasing=((allocation_id, tuple(atoms), None),)))
     return Decided.join(decided)
 
 
@@ -571,16 +563,10 @@ def _release_damaged(ctx: Pass, hold: Any, why: str) -> Decided:
     bound = observed.ledger.bound.get(allocation_id)
     device_ids = list((bound or {}).get("device_ids") or [])
     event = released_event(observed, allocation_id, ctx.generation, device_ids) if bound else None
-    text = "release %s (%s; its spec is damaged): set %s aside as %s" % (allocation_id, why, hold.path, aside.aside)
-    text += "".join(", remove %s" % change.path for change in files[1:])
-    text += ", report AllocationReleased" if event else " (never reported bound: nothing to report)"
     current = observed.slices.get(slice_name(allocation_id))
-    stop = None
-    if current is not None and not current.populated:
-        stop = SliceStop(current.name, settings_of(current))
-        text += ", then stop %s (empty)" % current.name
+    stop = SliceStop(current.name, settings_of(current)) if current is not None and not current.populated else None
     return _releasing(observed, allocation_id, device_ids) + Decided(actions=(
-        Release(allocation_id, text, tuple(files), event, tuple(device_ids), ctx.generation, stop),))
+        ReleaseDamaged(allocation_id, tuple(files), event, tuple(device_ids), ctx.generation, why, slice=stop),))
 
 
 def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Claims, Decided]:
@@ -703,20 +689,20 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
             continue
         reported = observed.ledger.bound.get(allocation_id)
         if reported is None:
-            why = "its AllocationBound was never journaled"
+            why = ReportBound.NEVER_JOURNALED
         elif reported.get("device_ids") and sorted(reported["device_ids"]) != sorted(hold.device_ids):
             # moved unreported (a Kubernetes hold's new devices), and the pass died before its AllocationBound
-            why = "on its new devices: the node last reported it bound on %s" % ", ".join(reported["device_ids"])
+            why = ReportBound.MOVED
         elif cgroup_parent != reported.get("cgroup_parent", hold.cgroup_parent) and observed.privileged:
             # the control plane learns where the hold's workload now runs (a slice added or gone), also when
             # the pass that wrote its spec could not report it (an older ledger kept no parent: its spec's)
-            why = "again: its cgroup parent is now %s" % (cgroup_parent or "none (its slice is gone)")
+            why = ReportBound.REPARENTED
         else:
             continue
         decided.append(Decided(actions=(ReportBound(
-            allocation_id, "report %s bound (%s)" % (allocation_id, why),
-            event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
-            device_ids=tuple(hold.device_ids), generation=generation, limits=limits_record(assignment.limits)),)))
+            allocation_id, event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
+            device_ids=tuple(hold.device_ids), generation=generation, limits=limits_record(assignment.limits), why=why,
+            reported_on=tuple((reported or {}).get("device_ids") or ())),)))
     return Decided.join(decided), claims
 
 
@@ -843,23 +829,30 @@ def _keep_slice(ctx: Pass, assignment: Any, hold: Any) -> Decided:
     current = observed.slices.get(slice_name(assignment.allocation_id))
     op = _slice_apply(assignment, current)
     sliced = Decided(sliced=frozenset([op.name]))
-    recorded = (observed.ledger.bound.get(assignment.allocation_id) or {}).get("limits")
-    kind: Type[CreateSlice]
+    limits = limits_record(assignment.limits)
     if current is None:
-        kind, text = CreateSlice, "create %s again: the hold is kept but its slice is gone" % op.describe()
-    elif current.properties is not None and not same_properties(current.properties, op.properties):
-        kind, text = ApplySlice, "set %s: its properties differ" % op.describe()
-    elif current.hugetlb_exact and current.hugetlb_max != op.hugetlb_max:
-        kind, text = ApplySlice, "set %s: its huge page limits differ" % op.describe()
-    elif recorded is not None and recorded != limits_record(assignment.limits):
-        # where the host cannot show a property, the limits the hold was bound with are the ledger's
-        kind, text = ApplySlice, "set %s: its limits changed" % op.describe()
+        action = CreateSlice(assignment.allocation_id, op, tuple(hold.device_ids), ctx.generation, limits)
     else:
-        return sliced
+        recorded = (observed.ledger.bound.get(assignment.allocation_id) or {}).get("limits")
+        why = _slice_differs(current, op, recorded, limits)
+        if why is None:
+            return sliced
+        action = ApplySlice(assignment.allocation_id, op, tuple(hold.device_ids), ctx.generation, limits, why)
     if not observed.privileged:
-        return sliced + _needs_root(text)
-    return sliced + Decided(actions=(kind(assignment.allocation_id, text, slice=op, device_ids=tuple(hold.device_ids),
-                                          generation=ctx.generation, limits=limits_record(assignment.limits)),))
+        return sliced + _needs_root(action.text)
+    return sliced + Decided(actions=(action,))
+
+
+def _slice_differs(current: Any, op: SliceApply, recorded: Optional[dict], limits: Optional[dict]) -> Optional[str]:
+    """Why a kept hold's slice (``current``, as the host shows it) is set again to ``op``, or None."""
+    if current.properties is not None and not same_properties(current.properties, op.properties):
+        return "its properties differ"
+    if current.hugetlb_exact and current.hugetlb_max != op.hugetlb_max:
+        return "its huge page limits differ"
+    if recorded is not None and recorded != limits:
+        # where the host cannot show a property, the limits the hold was bound with are the ledger's
+        return "its limits changed"
+    return None
 
 
 def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env_only: bool = False) -> Decided:
@@ -885,8 +878,9 @@ def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env
     decided = Decided()
     if not env_only:
         decided += Decided(warnings=tuple(notes), renders=((allocation_id, render_record(key, spec, env, notes)),))
-    changes: List[Tuple[Type[RewriteFile], FileChange, str]] = []
+    changes: List[RewriteFile] = []
     request = hold_request(assignment, bound_generation, observed.runtimes)
+    device_ids = tuple(hold.device_ids)
     if spec != hold.content and not env_only:
         if hold.reservation_id != assignment.reservation_id:
             why = "its reservation id changed"
@@ -894,19 +888,14 @@ def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env
             why = "it has no reservation id, and no empty bcd.dev/reservation-id annotation is written any more"
         else:
             why = "the vendor spec, the inventory or its limits changed"
-        changes.append((Rerender, FileChange("cdi", hold.path, hold.content, spec, request),
-                        "re-render %s (%s)" % (hold.path, why)))
+        changes.append(Rerender(allocation_id, FileChange("cdi", hold.path, hold.content, spec, request), device_ids,
+                                ctx.generation, why))
     current_env = observed.env_files.get(allocation_id)
     if env != current_env:
-        why = "missing" if current_env is None else "out of date"
-        changes.append((WriteEnv, FileChange("allocation-env", env_file_path(allocation_id), current_env, env, request),
-                        "rewrite %s (%s)" % (env_file_path(allocation_id), why)))
-    for kind, change, text in changes:
-        if not observed.privileged:
-            decided += _needs_root(text)
-            continue
-        decided += Decided(actions=(kind(allocation_id, text, change, device_ids=tuple(hold.device_ids),
-                                         generation=ctx.generation),))
+        changes.append(WriteEnv(allocation_id, FileChange("allocation-env", env_file_path(allocation_id), current_env,
+                                                          env, request), device_ids, ctx.generation))
+    for change in changes:
+        decided += Decided(actions=(change,)) if observed.privileged else _needs_root(change.text)
     return decided
 
 
@@ -964,15 +953,12 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
         claims = admitted.hold(allocation_id, atoms)
         cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
         event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)  # type: Optional[dict]
-        body = event["body"] if event is not None else {}
         request = hold_request(assignment, generation, observed.runtimes)
         # the env file first: the spec makes the hold live, so a hold is never live without its env file
         stale = allocation_id in _stale_env_files(observed)  # removed before the binds (_remove_stale_env)
         files = [FileChange("allocation-env", env_file_path(allocation_id),
                             None if stale else observed.env_files.get(allocation_id), env, request),
                  FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request)]  # type: List[Union[FileChange, SpecAside]]
-        text = "bind %s: %s -> %s, %s" % (allocation_id, ", ".join(body["cdi_devices"]),
-                                          body["cdi_spec_path"], body["env_file"])
         kind: Type[Bind] = Bind
         old = damaged.get(allocation_id)
         if old is not None:
@@ -985,19 +971,14 @@ def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cl
                     limits_record(assignment.limits) == was.get("limits"):
                 event = None
             kind = Rebind
-            text = "rebind %s from its assignment (its spec is damaged): set %s aside as %s, write %s, %s%s" % (
-                allocation_id, old.path, aside.aside, body["cdi_spec_path"], body["env_file"],
-                ", report AllocationBound" if event else " (already reported bound: nothing to report)")
         slice_apply = None
         if cgroup_parent is not None:
             slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent))
-            text += ", in %s" % slice_apply.describe()
             decided.append(Decided(sliced=frozenset([cgroup_parent])))
         note = _locality(observed, assignment, atoms)
         if note is not None:
-            text += "; not NUMA-local: %s" % note["text"]
             remote.append((allocation_id, note))
-        actions.append(kind(allocation_id, text, tuple(files), event, tuple(atom.id for atom in atoms), generation,
+        actions.append(kind(allocation_id, tuple(files), event, tuple(atom.id for atom in atoms), generation,
                             limits_record(assignment.limits), slice_apply, tuple(sorted(needs)), locality=note))
         decided.append(Decided(holds=(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
                                                    assignment.kubernetes, cgroup_parent),)))
@@ -1089,13 +1070,11 @@ def _leftover_slices(observed: Observed, wanted: FrozenSet[str]) -> Decided:
         current = observed.slices[name]
         allocation_id = allocation_of(name)
         if current.populated:
-            decided += Decided(actions=(KeepSlice(allocation_id, "keep %s: its hold is gone but it still runs a "
-                                                  "workload; it is stopped once empty" % name),))
+            decided += Decided(actions=(KeepSlice(allocation_id, name),))
         elif not observed.privileged:
             decided += _needs_root("stopping %s" % name)
         else:
-            decided += Decided(actions=(StopSlice(allocation_id, "stop %s: its hold is gone and it is empty" % name,
-                                                  slice=SliceStop(name, settings_of(current))),))
+            decided += Decided(actions=(StopSlice(allocation_id, SliceStop(name, settings_of(current))),))
     return decided
 
 
@@ -1112,6 +1091,5 @@ def _report_failures(ctx: Pass, refusals: Sequence[Refusal]) -> Tuple[Tuple[Acti
             continue
         body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
                 "reason": reason, "message": message}
-        actions.append(Refuse(allocation_id, "refuse %s%s: %s" % (allocation_id, reason_shown(reason, message), message),
-                              {"type": ALLOCATION_FAILED, "body": body}, generation))
+        actions.append(Refuse(allocation_id, {"type": ALLOCATION_FAILED, "body": body}, generation))
     return tuple(actions), failures

@@ -66,13 +66,13 @@ def files(allocation_id, remove=False):
 
 
 def release(allocation_id):
-    return Release(allocation_id, "release " + allocation_id, files(allocation_id, remove=True),
-                   event("AllocationReleased", allocation_id), (GPU,), 1)
+    return Release(allocation_id, files(allocation_id, remove=True), event("AllocationReleased", allocation_id), (GPU,), 1,
+                   "no longer wanted")
 
 
 def bind(allocation_id, needs=()):
-    return Bind(allocation_id, "bind " + allocation_id, files(allocation_id), event("AllocationBound", allocation_id),
-                (GPU,), 2, None, waits_for=tuple(needs))
+    return Bind(allocation_id, files(allocation_id), event("AllocationBound", allocation_id), (GPU,), 2, None,
+                waits_for=tuple(needs))
 
 
 def plan(*actions):
@@ -136,7 +136,7 @@ def env_first(allocation_id):
 
 def test_a_bind_whose_spec_cannot_be_written_removes_the_env_file_it_wrote():
     node = Recorder(fail=[("write", "cdi", "a1")])
-    step = Bind("a1", "bind a1", env_first("a1"), event("AllocationBound", "a1"), (GPU,), 2, None)
+    step = Bind("a1", env_first("a1"), event("AllocationBound", "a1"), (GPU,), 2, None)
     done, errors, changed = apply_plan(plan(step), node, node)
     assert done == [] and errors == ["a1: cannot write /cdi/a1: Read-only file system"]
     assert node.calls[2:] == [("write", "allocation-env", "a1"), ("write", "cdi", "a1"),
@@ -152,7 +152,7 @@ def test_changed_counts_what_a_failed_step_did_before_it_failed():
     assert ("remove", "cdi", "old") in node.calls and changed is True
     # a step that failed at its first call changed nothing
     node = Recorder(fail=[("write", "allocation-env", "a1")])
-    step = Bind("a1", "bind a1", env_first("a1"), event("AllocationBound", "a1"), (GPU,), 2, None)
+    step = Bind("a1", env_first("a1"), event("AllocationBound", "a1"), (GPU,), 2, None)
     done, errors, changed = apply_plan(plan(step), node, node)
     assert done == [] and changed is False
 
@@ -162,7 +162,8 @@ def test_a_step_is_a_frozen_value_carrying_only_its_own_fields():
     with pytest.raises(records.FrozenInstanceError):
         step.text = "patched"  # type: ignore[misc]
     assert step.to_dict() == {
-        "action": "bind", "allocation_id": "a1", "text": "bind a1", "device_ids": [GPU],
+        "action": "bind", "allocation_id": "a1", "text": "bind a1: bcd.dev/gpu=%s -> /cdi/a1, /allocation-env/a1" % GPU,
+        "device_ids": [GPU],
         "files": [{"path": "/cdi/a1", "change": "create"}, {"path": "/allocation-env/a1", "change": "create"}],
         "event": "AllocationBound", "needs": ["old"]}
     assert "needs" not in release("old").to_dict() and not hasattr(release("old"), "waits_for")
