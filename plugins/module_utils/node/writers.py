@@ -20,6 +20,11 @@ rendered from (the hold's checked assignment and generation) and what a slice
 is built from (its limits), and root renders and builds them itself
 (docs/security.md).
 
+Nor does a path: a node file is named by its kind and allocation id. ``DirectWriter``
+writes the path the planner made (``FileChange.path``), checked to be one of its kind's
+names in its kind's directory and joined under the host's root; ``HelperWriter`` sends
+the kind and the id alone, and root makes the path from them (``node_file_path``).
+
 What root keeps in ``/etc/cdi`` is bounded (docs/security.md, "Quotas on what
 root creates"): ``count_node_files`` counts a kind's files for the helper's quota,
 with a bounded scan, and every set-aside keeps at most ``ASIDE_PER_HOLD`` damaged
@@ -33,7 +38,6 @@ import stat
 from contextlib import nullcontext
 from typing import Dict, List, Optional, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID, ALLOCATION_ID_RE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     DAMAGED_FILE_RE,
     ENV_DIR,
@@ -43,8 +47,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec i
     damaged_spec_path,
     env_file_path,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID, ALLOCATION_ID_RE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     directory_syncs_into,
@@ -52,6 +55,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     sync_directories,
     write_atomic,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
 # The node files a pass writes, by kind: the root helper accepts exactly these.
 NODE_FILE_KINDS = {
@@ -201,6 +206,25 @@ def node_file_path(kind, allocation_id):
     return NODE_FILE_KINDS[kind](allocation_id)
 
 
+def checked_node_path(kind, node_path):
+    """``node_path`` when it names a file of ``kind``: one of the kind's names, in the kind's directory (a
+    planner's ``FileChange.path``); else ``ValueError``. The host joins it under its root."""
+    if kind not in NODE_FILE_NAMES:
+        raise ValueError("unknown node file kind %r" % (kind,))
+    directory, pattern = NODE_FILE_NAMES[kind]
+    parent, _slash, name = node_path.rpartition("/") if isinstance(node_path, str) else (None, "", "")
+    if parent != directory or not pattern.fullmatch(name):
+        raise ValueError("%r is not the path of a %s file" % (node_path, kind))
+    return node_path
+
+
+def _node_path(kind, allocation_id, node_path):
+    """The node path a ``DirectWriter`` writes or removes: the planner's, checked, where it gave one."""
+    if node_path is None:
+        return node_file_path(kind, allocation_id)
+    return checked_node_path(kind, node_path)
+
+
 class DirectWriter:
     """Root's work done by this process, on ``host``'s own files and slice backend."""
 
@@ -227,14 +251,17 @@ class DirectWriter:
     def _writing(self):
         return directory_syncs_into(self._unsynced) if self._unsynced is not None else nullcontext()
 
-    def write_node_file(self, kind, allocation_id, content, hold=None):
-        """Write a hold's file atomically (0644); ``hold`` (what it was rendered from) is the helper's."""
+    def write_node_file(self, kind, allocation_id, content, hold=None, path=None):
+        """Write a hold's file atomically (0644) at ``path``, the node path the planner made (checked:
+        ``checked_node_path``), under the host's root; without one (the root helper's own call), at the path
+        of ``kind`` for ``allocation_id``. ``hold`` (what it was rendered from) is the helper's."""
         with self._writing():
-            write_atomic(self.host.path(node_file_path(kind, allocation_id)), content, NODE_FILE_MODE)
+            write_atomic(self.host.path(_node_path(kind, allocation_id, path)), content, NODE_FILE_MODE)
 
-    def remove_node_file(self, kind, allocation_id):
+    def remove_node_file(self, kind, allocation_id, path=None):
+        """Remove a hold's file (a link in its place is removed, never followed): ``path`` as ``write_node_file``'s."""
         with self._writing():
-            remove_file(self.host.path(node_file_path(kind, allocation_id)))
+            remove_file(self.host.path(_node_path(kind, allocation_id, path)))
 
     def set_aside_spec(self, allocation_id, now):
         """A damaged spec renamed aside in /etc/cdi; the oldest copies beyond the bounds are removed."""
@@ -273,11 +300,13 @@ class HelperWriter:
     def flush(self):
         """Nothing is left to fsync: see ``batch``."""
 
-    def write_node_file(self, kind, allocation_id, content, hold=None):
-        """The helper renders the file itself from ``hold``; ``content`` never leaves this process."""
+    def write_node_file(self, kind, allocation_id, content, hold=None, path=None):
+        """The helper renders the file itself from ``hold`` and names it from ``kind`` and the hold's id:
+        ``content`` and ``path`` never leave this process."""
         self.client.request({"op": "hold.write", "kind": kind, "hold": hold})
 
-    def remove_node_file(self, kind, allocation_id):
+    def remove_node_file(self, kind, allocation_id, path=None):
+        """Root names the file it removes from ``kind`` and ``allocation_id``; ``path`` is not sent."""
         self.client.request({"op": "hold.remove", "kind": kind, "allocation_id": allocation_id})
 
     def set_aside_spec(self, allocation_id, now):

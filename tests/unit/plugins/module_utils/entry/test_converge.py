@@ -381,10 +381,10 @@ def test_an_env_directory_replaced_by_a_file_leaves_the_pass_progressing(node):
 def test_a_full_disk_during_a_bind_reports_nothing_until_every_file_is_in_place(node, monkeypatch):
     real_write = DirectWriter.write_node_file
 
-    def no_space_for_env(self, kind, allocation_id, content, hold=None):
+    def no_space_for_env(self, kind, allocation_id, content, hold=None, path=None):
         if kind == "allocation-env" and allocation_id == "a2":
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(self, kind, allocation_id, content, hold)
+        return real_write(self, kind, allocation_id, content, hold, path=path)
 
     monkeypatch.setattr(DirectWriter, "write_node_file", no_space_for_env)
     result = node.run(1, [hold("a1", GPU_A), hold("a2", GPU_B)])

@@ -152,9 +152,9 @@ def test_the_release_is_recorded_before_anything_is_removed(bound, monkeypatch):
         order.append(("record", sorted(pending)))
         return real_save(state_path, pending)
 
-    def remove_node_file(self, kind, allocation_id):
+    def remove_node_file(self, kind, allocation_id, path=None):
         order.append(("remove", kind))
-        return real_remove(self, kind, allocation_id)
+        return real_remove(self, kind, allocation_id, path=path)
 
     monkeypatch.setattr(_store, "save_releases", save_releases)
     monkeypatch.setattr(DirectWriter, "remove_node_file", remove_node_file)
@@ -165,7 +165,7 @@ def test_the_release_is_recorded_before_anything_is_removed(bound, monkeypatch):
 def test_a_spec_that_cannot_be_removed_finds_the_release_recorded(bound, monkeypatch):
     node = bound
 
-    def refuse(self, kind, allocation_id):
+    def refuse(self, kind, allocation_id, path=None):
         raise OSError(13, "Permission denied")
 
     monkeypatch.setattr(DirectWriter, "remove_node_file", refuse)

@@ -194,10 +194,10 @@ def test_a_hold_bound_again_into_its_running_slice_never_takes_from_its_workload
 def failing_spec_write(monkeypatch, exc=None):
     real = DirectWriter.write_node_file
 
-    def write(self, kind, allocation_id, content, hold=None):
+    def write(self, kind, allocation_id, content, hold=None, path=None):
         if kind == "cdi":
             raise exc if exc is not None else OSError(errno.ENOSPC, "No space left on device")
-        return real(self, kind, allocation_id, content, hold)
+        return real(self, kind, allocation_id, content, hold, path=path)
 
     monkeypatch.setattr(DirectWriter, "write_node_file", write)
 
@@ -297,10 +297,10 @@ def full_for(monkeypatch, allocation_id):
     PROGRESSING (its generation unfinished)."""
     real = DirectWriter.write_node_file
 
-    def full(self, kind, allocation, content, hold=None):
+    def full(self, kind, allocation, content, hold=None, path=None):
         if allocation == allocation_id and kind == "cdi":
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, kind, allocation, content, hold)
+        return real(self, kind, allocation, content, hold, path=path)
 
     monkeypatch.setattr(DirectWriter, "write_node_file", full)
 
@@ -402,7 +402,7 @@ def test_a_pass_whose_every_action_fails_before_touching_the_node_says_unchanged
     # the other side of it: changed is what was done, not what was planned
     failing = OSError(errno.EROFS, "Read-only file system")
 
-    def nothing(self, kind, allocation_id, content, hold=None):
+    def nothing(self, kind, allocation_id, content, hold=None, path=None):
         raise failing
 
     monkeypatch.setattr(DirectWriter, "write_node_file", nothing)

@@ -105,9 +105,9 @@ def test_the_slice_is_made_before_the_spec_names_it(node, monkeypatch):
         order.append(("slice", op.name))
         return real_apply(self, op)
 
-    def write_node_file(self, kind, allocation_id, content, hold=None):
+    def write_node_file(self, kind, allocation_id, content, hold=None, path=None):
         order.append((kind, allocation_id))
-        return real_write(self, kind, allocation_id, content, hold)
+        return real_write(self, kind, allocation_id, content, hold, path=path)
 
     monkeypatch.setattr(DirectWriter, "apply_slice", apply_slice)
     monkeypatch.setattr(DirectWriter, "write_node_file", write_node_file)
@@ -119,10 +119,10 @@ def test_the_slice_is_made_before_the_spec_names_it(node, monkeypatch):
 def test_a_spec_that_cannot_be_written_finds_the_slice_already_made(node, monkeypatch):
     real_write = DirectWriter.write_node_file
 
-    def no_spec(self, kind, allocation_id, content, hold=None):
+    def no_spec(self, kind, allocation_id, content, hold=None, path=None):
         if kind == "cdi":
             raise OSError(errno.EROFS, "Read-only file system")
-        return real_write(self, kind, allocation_id, content, hold)
+        return real_write(self, kind, allocation_id, content, hold, path=path)
 
     monkeypatch.setattr(DirectWriter, "write_node_file", no_spec)
     result = node.run(1, [A1])

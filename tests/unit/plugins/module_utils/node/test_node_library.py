@@ -41,7 +41,7 @@ def test_the_digest_is_the_collection_module_utils_by_content(tmp_path):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         (copy / name).write_bytes((REPO / "plugins" / "module_utils" / name).read_bytes())
     assert library.library_digest(str(copy)) == controller_digest()
-    (copy / "domain" / "text.py").write_bytes((copy / "domain" / "text.py").read_bytes() + b"\n")
+    (copy / "support" / "text.py").write_bytes((copy / "support" / "text.py").read_bytes() + b"\n")
     assert library.library_digest(str(copy)) != controller_digest()
 
 
@@ -61,13 +61,13 @@ def test_a_node_without_the_library_is_refused(tmp_path):
 @pytest.mark.parametrize("change", ["edited", "added", "removed"])
 def test_a_skewed_library_is_refused(installed, change):
     if change == "edited":
-        path = installed / "domain" / "planner.py"
+        path = installed / "domain" / "plan" / "planner.py"
         path.write_bytes(path.read_bytes().replace(b"def ", b"def  ", 1))
     elif change == "added":
         (installed / "domain" / "extra.py").write_text("X = 1\n")
         os.chmod(installed / "domain" / "extra.py", 0o644)
     else:
-        (installed / "domain" / "text.py").unlink()
+        (installed / "support" / "text.py").unlink()
     assert "is not the controller's code" in library.refusal(str(installed), controller_digest())
 
 
@@ -94,7 +94,7 @@ def test_a_writable_directory_above_it_is_refused_unless_sticky(installed):
 @pytest.mark.parametrize("what", ["file", "directory"])
 def test_a_link_in_the_tree_is_refused(installed, tmp_path, what):
     if what == "file":
-        target = installed / "domain" / "text.py"
+        target = installed / "support" / "text.py"
         moved = tmp_path / "text.py"
         target.rename(moved)
         target.symlink_to(moved)
@@ -131,7 +131,7 @@ def test_a_directory_above_another_account_owns_is_refused(installed):
 @needs_root
 def test_code_the_digest_does_not_cover_is_refused(installed):
     stray = installed / "domain" / "stray.pyc"
-    stray.write_bytes((next(installed.glob("domain/__pycache__/text.*.pyc"))).read_bytes())
+    stray.write_bytes((next(installed.glob("support/__pycache__/text.*.pyc"))).read_bytes())
     os.chmod(stray, 0o644)
     assert library.refusal(str(installed), controller_digest()) == "%s is code the digest does not cover" % stray
 
@@ -147,13 +147,13 @@ def test_a_module_imports_the_library_and_writes_nothing(installed):
         "assert library.refusal(sys.argv[1], sys.argv[2]) is None\n"
         "library.use_library(sys.argv[1])\n"
         "from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds\n"
-        "from ansible_collections.bcd.devices.plugins.module_utils.domain import planner\n"
+        "from ansible_collections.bcd.devices.plugins.module_utils.domain.plan import planner\n"
         "print(holds.__file__); print(planner.__cached__); print(sys.dont_write_bytecode)\n" % str(REPO / ".build"))
     done = subprocess.run([sys.executable, "-c", code, str(installed), controller_digest()], capture_output=True,
                           text=True, check=True)
     holds_file, cached, no_bytecode = done.stdout.split()
     assert holds_file == str(installed / "entry" / "modules" / "holds.py")
-    assert cached.startswith(str(installed / "domain" / "__pycache__")) and os.path.exists(cached)
+    assert cached.startswith(str(installed / "domain" / "plan" / "__pycache__")) and os.path.exists(cached)
     assert no_bytecode == "True"
     assert tree_listing(installed) == before
 
