@@ -1,83 +1,150 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What a phase of the planner decided, as one immutable value.
+"""What the phases of a pass hand each other, each a small named value.
 
 Each phase of a pass (``planner.plan_pass``) is a function of what was observed
-and of the claims; it returns its actions and everything else it decided
-(warnings, retryable errors, refusals, holds, renders, the releases it makes,
-the Kubernetes releases left pending, ...) as a ``Decided``, never by writing
-into a shared pass. ``plan_pass`` adds the phases' values up (``+``) in the
-spec's order and builds the ``Plan`` once, from the sum.
+and of the claims; it returns what it decided, never by writing into a shared
+pass:
+
+- the release phases (Kubernetes releases, releases cut short, holds no longer
+  wanted, stale env files) a ``Released``: their steps, the allocations no
+  longer live, what each release frees once made (``Freed``: claimed until
+  then), the Kubernetes releases left pending (``Pending``), the old atoms of
+  a hold bound again that stay its own, the damaged specs set aside;
+- the claims phase the ``claims.Claims`` every later check asks;
+- the kept and the new holds an ``Outcome`` (and the claims with theirs
+  added): their steps, warnings, retryable errors, refusals (``Refusal``),
+  the holds once applied, what they render and book, the slices they want.
+
+A phase that loops over holds collects each hold's value and joins them once
+(``Released.join``, ``Outcome.join``): sequences in order, sets united,
+mappings updated (a later value replaces an earlier one, but a tuple adds up),
+flags or-ed. ``plan_pass`` builds the ``Plan`` once, from the phases' values.
 """
 
 from __future__ import annotations
 
 from itertools import chain
-from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, fields, record
-
-# (allocation, reason, message): a refusal to report
-Refusal = Tuple[str, str, str]
 
 
 @record(frozen=True)
-class Decided:
-    """The decisions of one phase (or of several, added up in order)."""
+class Refusal:
+    """A hold refused at this generation: one ``AllocationFailed`` (``planner._report_failures``)."""
 
-    actions: Tuple[Any, ...] = ()  # actions.Action, in the plan's order
+    allocation_id: str
+    reason: str  # refusals.Reason
+    message: str
+
+
+@record(frozen=True)
+class Freed:
+    """What a release this pass makes frees once it is made: its atoms, and what it booked of the host's memory
+    (None: nothing, or a slice still running a workload keeps it). Claimed until then: a hold that takes them
+    waits for the release (``claims.Claims.needs``)."""
+
+    atoms: Tuple[Atom, ...]
+    booked: Optional[Limits] = None
+
+
+@record(frozen=True)
+class Pending:
+    """A Kubernetes release still pending after this pass, and who holds its devices (None: the kubelet could not
+    be asked, and every device counts as held)."""
+
+    release: PendingRelease
+    holders: Optional[List[str]]
+
+
+_J = TypeVar("_J", bound="Joined")
+
+
+class Joined:
+    """A phase's value that adds up, in the phases' order."""
+
+    def __add__(self: _J, other: _J) -> _J:
+        """Both values, this one's first."""
+        return type(self).join((self, other))
+
+    @classmethod
+    def join(cls: Type[_J], parts: Iterable[_J]) -> _J:
+        """The values of ``parts`` added up in order, in one step: a loop that collects each item's value and
+        joins them once costs what its items do, where ``+=`` in the loop would copy what was decided so far
+        at every item."""
+        nothing = cls()
+        kept = [part for part in parts if part != nothing]
+        if len(kept) < 2:
+            return kept[0] if kept else nothing
+        merged = {}  # type: Dict[str, Any]
+        for item in fields(cls):
+            values = [getattr(part, item.name) for part in kept]
+            kind = getattr(nothing, item.name)
+            if isinstance(kind, bool):
+                merged[item.name] = any(values)
+            elif isinstance(kind, tuple):
+                merged[item.name] = tuple(chain.from_iterable(values))
+            elif isinstance(kind, frozenset):
+                merged[item.name] = frozenset().union(*values)
+            else:
+                merged[item.name] = _updated(values)
+        return cls(**merged)
+
+
+def _updated(mappings: Iterable[Mapping[str, Any]]) -> Dict[str, Any]:
+    """``mappings`` in order, a later value replacing an earlier one of its key, but a tuple added to it."""
+    merged = {}  # type: Dict[str, Any]
+    for mapping in mappings:
+        for key, value in mapping.items():
+            before = merged.get(key)
+            merged[key] = before + value if isinstance(value, tuple) and isinstance(before, tuple) else value
+    return merged
+
+
+@record(frozen=True)
+class Released(Joined):
+    """What the release phases decided: phase 1 (Kubernetes releases pending from earlier passes, plain releases
+    cut short) and phase 2 (holds no longer wanted, held again, stale env files)."""
+
+    actions: Tuple[Action, ...] = ()
     warnings: Tuple[str, ...] = ()
     errors: Tuple[str, ...] = ()  # retryable: the pass cannot finish now
-    failures: Tuple[Refusal, ...] = ()
-    holds: Tuple[dict, ...] = ()  # the holds once the plan is applied (summaries)
-    renders: Tuple[Tuple[str, dict], ...] = ()  # (allocation, render_record) for the next pass
-    conditions: Tuple[dict, ...] = ()
-    pending_releases: Tuple[dict, ...] = ()  # the pending releases' summaries
-    vfio: Tuple[Tuple[str, str], ...] = ()  # (GPU UUID, instance) running domains have now
-    # a release this pass makes: (allocation, the atoms it frees, the limits it booked or None)
-    releasing: Tuple[Tuple[str, Tuple[Any, ...], Optional[Any]], ...] = ()
-    # a Kubernetes release still pending after this pass: (allocation, PendingRelease, who holds its devices)
-    pending: Tuple[Tuple[str, Any, Any], ...] = ()
-    # (allocation, atoms): old devices of a Kubernetes hold wanted again that its new hold takes: the
-    # allocation's still, claimed as a live hold's (no hold before it in spec order gets them)
-    retained: Tuple[Tuple[str, Tuple[Any, ...]], ...] = ()
-    # (allocation, limits record): what a kept hold without a slice books now, for the ledger (one with a
-    # slice records it when its slice is set)
-    booked: Tuple[Tuple[str, Optional[dict]], ...] = ()
+    holds: Tuple[dict, ...] = ()  # holds an unprivileged pass cannot release: they stay (summaries)
     gone: FrozenSet[str] = frozenset()  # allocations live before the pass that are no longer
-    damaged: Tuple[Tuple[str, Any], ...] = ()  # (allocation, LiveHold) whose damaged spec is set aside
-    released_slices: FrozenSet[str] = frozenset()  # slices whose release this pass handles
-    sliced: FrozenSet[str] = frozenset()  # slices wanted after this pass
+    freeing: Mapping[str, Freed] = field(default_factory=dict)  # allocation -> what its release frees once made
+    pending: Mapping[str, Pending] = field(default_factory=dict)  # allocation -> its release, pending after the pass
+    # allocation -> old atoms of a Kubernetes hold wanted again that its new hold takes: the allocation's still,
+    # claimed as a live hold's (no hold before it in spec order gets them)
+    retained: Mapping[str, Tuple[Atom, ...]] = field(default_factory=dict)
+    damaged: Mapping[str, Any] = field(default_factory=dict)  # allocation -> LiveHold whose damaged spec goes aside
     marker_cleared: bool = False  # releasing.unreadable is removed in this pass
 
-    def __add__(self, other: Decided) -> Decided:
-        """Both phases' decisions, this one's first."""
-        return Decided.join((self, other))
 
-    @staticmethod
-    def join(parts: Iterable[Decided]) -> Decided:
-        """The decisions of ``parts`` added up in order, in one step: a loop that collects each item's
-        ``Decided`` and joins them once costs what its items do, where ``+=`` in the loop would copy
-        what was decided so far at every item."""
-        parts = [part for part in parts if part != _NOTHING]
-        if len(parts) < 2:
-            return parts[0] if parts else _NOTHING
-        merged = {}  # type: Dict[str, Any]
-        for name, kind in _FIELDS:
-            values = [getattr(part, name) for part in parts]
-            if kind is bool:
-                merged[name] = any(values)
-            elif kind is tuple:
-                merged[name] = tuple(chain.from_iterable(values))
-            else:
-                merged[name] = frozenset().union(*values)
-        return Decided(**merged)
+@record(frozen=True)
+class Outcome(Joined):
+    """What the phases of the kept and the new holds decided (and, joined, what goes into the plan)."""
+
+    actions: Tuple[Action, ...] = ()  # in the plan's order
+    warnings: Tuple[str, ...] = ()
+    errors: Tuple[str, ...] = ()  # retryable: the pass cannot finish now
+    refusals: Tuple[Refusal, ...] = ()
+    holds: Tuple[dict, ...] = ()  # the holds once the plan is applied (summaries)
+    renders: Mapping[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
+    # allocation -> limits record: what a kept hold without a slice books now, for the ledger (one with a slice
+    # records it when its slice is set)
+    booked: Mapping[str, Optional[dict]] = field(default_factory=dict)
+    sliced: FrozenSet[str] = frozenset()  # slices wanted after this pass
 
 
-_NOTHING = Decided()
-# (field name, its kind): how ``Decided.join`` adds each field up
-_FIELDS = tuple((item.name, type(getattr(_NOTHING, item.name))) for item in fields(Decided))
+def needs_root(what: str) -> str:
+    """The retryable error of a step an unprivileged pass cannot take (a pass that can takes it)."""
+    return "%s needs root or the helper; this pass is unprivileged" % what
 
 
 @record(frozen=True)
@@ -96,4 +163,4 @@ class Pass:
     marker: bool  # releasing.unreadable is there (or the releases file is unreadable): every GPU claimed
     # allocations an earlier round of the pass found their new hold refused for, with that refusal: their old
     # hold is now released like any other, and they are not bound in this pass (``planner.plan_pass``)
-    withheld: Mapping[str, Tuple[str, str]] = field(default_factory=dict)
+    withheld: Mapping[str, Refusal] = field(default_factory=dict)

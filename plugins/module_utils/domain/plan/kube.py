@@ -9,7 +9,7 @@ meanwhile. Each pass first settles what earlier passes left pending: an
 unreadable releases file is set aside, the marker cleared once the kube side
 allows, a release the spec takes back dropped unreported, and a release no
 pod holds any more reported. Called by ``planner.plan_pass`` with its
-``decisions.Pass``; each function returns what it decided (``decisions.Decided``)
+``decisions.Pass``; each function returns what it decided (``decisions.Released``)
 and changes nothing.
 """
 
@@ -28,7 +28,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions im
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import InvalidAssignment, parse_limits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import atoms_of
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Decided, Pass
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Freed, Pass, Pending, Released
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
     PendingRelease,
     device_names,
@@ -37,19 +37,19 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import released_event, withdraw_files
 
 
-def _releasing(ctx: Pass, allocation_id: str, device_ids: Sequence[str]) -> Decided:
+def _releasing(ctx: Pass, allocation_id: str, device_ids: Sequence[str]) -> Released:
     """A release this pass makes (reported, withdrawn or dropped): its devices and what it booked stay
     claimed until it is made, and a hold that takes them waits for it (``claims.Claims.needs``)."""
     try:
         booked = parse_limits((ctx.observed.ledger.bound.get(allocation_id) or {}).get("limits"))
     except InvalidAssignment:
         booked = None
-    return Decided(releasing=((allocation_id, tuple(atoms_of(device_ids)), booked),))
+    return Released(freeing={allocation_id: Freed(tuple(atoms_of(device_ids)), booked)})
 
 
-def _pending(release: PendingRelease, holders: Optional[List[str]]) -> Decided:
+def _pending(release: PendingRelease, holders: Optional[List[str]]) -> Released:
     """A Kubernetes release still pending after this pass: its devices claimed while ``holders`` hold them."""
-    return Decided(pending=((release.allocation_id, release, holders),))
+    return Released(pending={release.allocation_id: Pending(release, holders)})
 
 
 def retained_atoms(device_ids: Sequence[str], assignment: Any) -> Tuple[Any, ...]:
@@ -85,7 +85,7 @@ def _held(ctx: Pass, device_ids: Sequence[str]) -> Tuple[List[str], Optional[Lis
 
 
 def _wanted_again(ctx: Pass, allocation_id: str, old: Sequence[str],
-                  left: Sequence[str]) -> Tuple[List[str], Optional[List[str]], Decided]:
+                  left: Sequence[str]) -> Tuple[List[str], Optional[List[str]], Released]:
     """An allocation wanted again, ``old`` its old devices and ``left`` those its new hold does not take. Returns
     the old devices that stay claimed (those of ``left`` a pod holds), who holds them, and this pass's claims
     of the others: what of them its new hold takes again is the allocation's still (``retained_atoms``: no hold
@@ -93,73 +93,73 @@ def _wanted_again(ctx: Pass, allocation_id: str, old: Sequence[str],
     for it)."""
     held, holders = _held(ctx, left)
     freed = [device_id for device_id in old if device_id not in held]
-    decided = _releasing(ctx, allocation_id, freed) if freed else Decided()
+    decided = _releasing(ctx, allocation_id, freed) if freed else Released()
     assignment = ctx.wanted.get(allocation_id)
     taken = retained_atoms(old, assignment) if assignment is not None else ()
     if taken:
-        decided += Decided(retained=((allocation_id, taken),))
+        decided += Released(retained={allocation_id: taken})
     return held, holders, decided
 
 
-def _take_back(ctx: Pass, release: PendingRelease, assignment: Any) -> Decided:
+def _take_back(ctx: Pass, release: PendingRelease, assignment: Any) -> Released:
     """The spec wants an allocation with a pending release again: the release is never reported. Old
     devices the new hold does not take stay claimed while pods hold them, then go unreported."""
     return _hold_taken_back(ctx, release, _not_taken(release.device_ids, assignment), "the spec wants it again")
 
 
 def _hold_taken_back(ctx: Pass, release: PendingRelease, left: Sequence[str],
-                     why: str = "its old devices are free") -> Decided:
+                     why: str = "its old devices are free") -> Released:
     """A taken-back release: dropped unreported once no pod holds any of ``left`` (the old devices the
     allocation's hold does not take), else kept, narrowed to those pods hold, and claimed."""
     allocation_id = release.allocation_id
     held, holders, claimed = _wanted_again(ctx, allocation_id, release.device_ids, left)
     if not held:
-        return claimed + Decided(actions=(DropRelease(allocation_id, release.generation, why),))
+        return claimed + Released(actions=(DropRelease(allocation_id, release.generation, why),))
     narrowed = PendingRelease(allocation_id, held, release.generation, release.since, taken_back=True)
     if narrowed == release:
         return claimed + _pending(narrowed, holders)
-    return claimed + _pending(narrowed, holders) + Decided(actions=(
+    return claimed + _pending(narrowed, holders) + Released(actions=(
         TakeBackRelease(allocation_id, tuple(held), release.generation, narrowed, holders),))
 
 
-def release_kubernetes(ctx: Pass, hold: Any, why: str, wanted: bool = False) -> Decided:
+def release_kubernetes(ctx: Pass, hold: Any, why: str, wanted: bool = False) -> Released:
     """A Kubernetes hold that goes: recorded, withdrawn, and reported only if no pod holds its devices.
     ``wanted``: the allocation stays, on other devices or as a plain hold: never reported released;
     its old devices stay claimed (taken back) while pods hold them."""
     observed, generation = ctx.observed, ctx.generation
     files = tuple(withdraw_files(observed, hold.allocation_id))
     device_ids = tuple(hold.device_ids)
-    gone = Decided(gone=frozenset([hold.allocation_id]))
+    gone = Released(gone=frozenset([hold.allocation_id]))
     if wanted:
         # what stays claimed is what a later pass's take-back keeps (``_take_back``): the old devices the
         # new hold does not take that pods hold; the new hold's own are the allocation's still
         left = _not_taken(hold.device_ids, ctx.wanted[hold.allocation_id])
         held, holders, claimed = _wanted_again(ctx, hold.allocation_id, hold.device_ids, left)
         if not held:
-            return gone + claimed + Decided(actions=(Withdraw(hold.allocation_id, files, device_ids, generation, why),))
+            return gone + claimed + Released(actions=(Withdraw(hold.allocation_id, files, device_ids, generation, why),))
         release = PendingRelease(hold.allocation_id, held, generation, observed.now, taken_back=True)
-        return gone + claimed + _pending(release, holders) + Decided(actions=(ReleaseKubernetes(
+        return gone + claimed + _pending(release, holders) + Released(actions=(ReleaseKubernetes(
             hold.allocation_id, files, device_ids, generation, release, why, holders),))
     release = PendingRelease(hold.allocation_id, list(hold.device_ids), generation, observed.now)
     holders = pods_holding(observed.kube, hold.device_ids, observed.inventory)
     if holders == []:
-        return gone + _releasing(ctx, hold.allocation_id, hold.device_ids) + Decided(actions=(ReleaseKubernetes(
+        return gone + _releasing(ctx, hold.allocation_id, hold.device_ids) + Released(actions=(ReleaseKubernetes(
             hold.allocation_id, files, device_ids, generation, release, why,
             event=released_event(observed, hold.allocation_id, generation, hold.device_ids)),))
-    return gone + _pending(release, holders) + Decided(actions=(ReleaseKubernetes(
+    return gone + _pending(release, holders) + Released(actions=(ReleaseKubernetes(
         hold.allocation_id, files, device_ids, generation, release, why, holders),))
 
 
-def plan_kubernetes_releases(ctx: Pass) -> Decided:
+def plan_kubernetes_releases(ctx: Pass) -> Released:
     """Kubernetes releases pending from earlier passes: set an unreadable file aside, clear the marker
     once the kube side allows, drop releases the spec takes back, report those no pod holds."""
     observed = ctx.observed
-    decided = Decided()
+    decided = Released()
     releases = observed.releases
     if releases.unreadable is not None:
         # said in the pass that does it, whether or not the marker can be cleared at once: the releases
         # the file held are lost, and someone must learn of it
-        decided += Decided(actions=(QuarantineReleases("", observed.now, observed.state_dir, releases.unreadable),), warnings=(
+        decided += Released(actions=(QuarantineReleases("", observed.now, observed.state_dir, releases.unreadable),), warnings=(
             "%s/releasing.json is unreadable (%s): it is set aside, never deleted; the Kubernetes releases it "
             "held cannot be reported" % (observed.state_dir, releases.unreadable),))
     if ctx.marker and observed.kube is not None and observed.kube.error is None:
@@ -173,13 +173,13 @@ def plan_kubernetes_releases(ctx: Pass) -> Decided:
         gpus |= set(inst.uuid for gpu in observed.inventory.gpus for inst in gpu.mig)
         # a slot is named by its atom id (GPU-…/s<n>): one of an unknown allocation counts by its GPU
         if not [name for name in unknown if name.split("/", 1)[0] in gpus]:
-            decided += Decided(actions=(ClearMarker("", observed.state_dir),), marker_cleared=True)
+            decided += Released(actions=(ClearMarker("", observed.state_dir),), marker_cleared=True)
     for allocation_id in sorted(releases.pending):
         decided += _settle(ctx, releases.pending[allocation_id])
     return decided
 
 
-def _settle(ctx: Pass, release: PendingRelease) -> Decided:
+def _settle(ctx: Pass, release: PendingRelease) -> Released:
     """One Kubernetes release pending from an earlier pass: taken back, reported, or left pending."""
     observed, allocation_id = ctx.observed, release.allocation_id
     assignment = ctx.wanted.get(allocation_id)
@@ -196,13 +196,13 @@ def _settle(ctx: Pass, release: PendingRelease) -> Decided:
         device_ids = list(bound.get("device_ids") or release.device_ids)
     # its files, if a crash left them, are withdrawn
     files = withdraw_files(observed, allocation_id)
-    gone = Decided(gone=frozenset([allocation_id]))
+    gone = Released(gone=frozenset([allocation_id]))
     holders = pods_holding(observed.kube, release.device_ids, observed.inventory)
     if holders == []:
-        return gone + _releasing(ctx, allocation_id, release.device_ids) + Decided(actions=(ReportRelease(
+        return gone + _releasing(ctx, allocation_id, release.device_ids) + Released(actions=(ReportRelease(
             allocation_id, tuple(files), released_event(observed, allocation_id, release.generation, device_ids), tuple(device_ids),
             release.generation),))
     if not files:
         return gone + _pending(release, holders)
-    return gone + _pending(release, holders) + Decided(actions=(Withdraw(
+    return gone + _pending(release, holders) + Released(actions=(Withdraw(
         allocation_id, tuple(files), device_ids=tuple(release.device_ids), generation=release.generation),))

@@ -35,7 +35,7 @@ executes exactly it. ``plan_pass`` runs the phases of a pass in this order
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
+from typing import AbstractSet, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import (
     Action,
@@ -106,7 +106,15 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts 
     env_file_atoms,
     env_file_claim,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Decided, Pass, Refusal
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import (
+    Freed,
+    Outcome,
+    Pass,
+    Pending,
+    Refusal,
+    Released,
+    needs_root,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.diffs import plan_diffs
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_FAILED
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition, unhealthy_message
@@ -273,25 +281,21 @@ def _slice_apply(assignment: Any, current: Any = None) -> SliceApply:
 
 
 def _pass_of(generation: int, parsed: Any, observed: Observed, instances: Any,
-             superseded: Optional[FrozenSet[str]], withheld: Mapping[str, Tuple[str, str]]) -> Tuple[Pass, Decided]:
+             superseded: Optional[FrozenSet[str]], withheld: Mapping[str, Refusal]) -> Tuple[Pass, Tuple[Refusal, ...]]:
     """The pass's inputs, and the refusal of each live hold re-sent with a binding the node does not take:
     refused (unsupported-binding) and kept as it is, as for any refused input: the node never drops a hold
     on its own."""
     unsupported = frozenset(assignment.allocation_id for assignment in parsed.assignments
                             if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES)
                             and assignment.allocation_id in observed.live)
-    failures = tuple((assignment.allocation_id, Reason.UNSUPPORTED_BINDING, unsupported_binding(assignment.binding))
+    refusals = tuple(Refusal(assignment.allocation_id, Reason.UNSUPPORTED_BINDING, unsupported_binding(assignment.binding))
                      for assignment in parsed.assignments if assignment.allocation_id in unsupported)
     wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments
                   if assignment.allocation_id not in unsupported)
     marker = bool(observed.releases.marker or observed.releases.unreadable is not None)
     ctx = Pass(generation, parsed, observed, instances, wanted, unsupported,
                frozenset(wanted) if superseded is None else superseded, marker, dict(withheld))
-    return ctx, Decided(failures=failures)
-
-
-def _needs_root(what: str) -> Decided:
-    return Decided(errors=("%s needs root or the helper; this pass is unprivileged" % what,))
+    return ctx, refusals
 
 
 def plan_pass(generation: int, parsed: Any, observed: Observed, instances: Any = None) -> Plan:
@@ -309,12 +313,13 @@ def plan_pass(generation: int, parsed: Any, observed: Observed, instances: Any =
     Each round only shrinks the allocations withdrawn unreported, so this ends within as many rounds as
     there are such allocations."""
     superseded = None  # type: Optional[FrozenSet[str]]
-    withheld = {}  # type: Dict[str, Tuple[str, str]]
+    withheld = {}  # type: Dict[str, Refusal]
     while True:
         ctx, plan, live_after = _plan_once(generation, parsed, observed, instances, superseded, withheld)
         unreported = ctx.superseded & _kubernetes_released(observed)
         unbound = (ctx.superseded - live_after) & unreported
-        refused = dict((failure.allocation_id, (failure.reason, failure.message)) for failure in plan.failures)
+        refused = dict((failure.allocation_id, Refusal(failure.allocation_id, failure.reason, failure.message))
+                       for failure in plan.failures)
         withheld.update((allocation_id, refused[allocation_id]) for allocation_id in unbound if allocation_id in refused)
         if not unbound:
             unbound = _unreported_cycle(ctx, plan.actions, unreported)
@@ -364,12 +369,12 @@ def _reported_without_spec(observed: Observed) -> Set[str]:
                and (allocation_id not in pending or pending[allocation_id].taken_back))
 
 
-def _bound_again(ctx: Pass, releasing: Set[str]) -> Decided:
+def _bound_again(ctx: Pass, releasing: AbstractSet[str]) -> Released:
     """Allocations reported bound whose spec is gone, to be bound again in this pass (``ctx.superseded``): their
     old devices are freed only by their new AllocationBound (a hold that takes them waits for it), and those
     their new hold takes are theirs still (no hold before them in spec order gets them). One not bound again is
     reported released (``_release_spec_gone``, in the next round of ``plan_pass``)."""
-    observed, decided = ctx.observed, []  # type: Observed, List[Decided]
+    observed, decided = ctx.observed, []  # type: Observed, List[Released]
     for allocation_id in sorted(_reported_without_spec(observed) & ctx.superseded):
         assignment = ctx.wanted.get(allocation_id)
         if assignment is None or allocation_id in releasing:
@@ -379,130 +384,141 @@ def _bound_again(ctx: Pass, releasing: Set[str]) -> Decided:
         old = [device_id for device_id in record.get("device_ids") or []
                if release is None or device_id not in release.device_ids]
         taken = retained_atoms(old, assignment)
-        decided.append(Decided(releasing=((allocation_id, tuple(atoms_of(old)), limits_from_record(record.get("limits"))),),
-                               retained=((allocation_id, taken),) if taken else ()))
-    return Decided.join(decided)
+        decided.append(Released(freeing={allocation_id: Freed(tuple(atoms_of(old)), limits_from_record(record.get("limits")))},
+                                retained={allocation_id: taken} if taken else {}))
+    return Released.join(decided)
 
 
 def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any, superseded: Optional[FrozenSet[str]],
-               withheld: Mapping[str, Tuple[str, str]]) -> Tuple[Pass, Plan, Set[str]]:
+               withheld: Mapping[str, Refusal]) -> Tuple[Pass, Plan, Set[str]]:
     """One round of the phases, in the spec's order, each a function of the observation and the claims;
     the plan is built once from what they returned. Returns the allocations live once it is applied too."""
-    ctx, refused = _pass_of(generation, parsed, observed, instances, superseded, withheld)
+    ctx, unsupported = _pass_of(generation, parsed, observed, instances, superseded, withheld)
     # 1. Kubernetes releases pending from earlier passes; plain releases cut short
-    released = plan_kubernetes_releases(ctx)
-    released += _finish_releases(ctx)
+    released = plan_kubernetes_releases(ctx) + _finish_releases(ctx)
     # 2. holds no longer wanted (those the phases above settled are no longer live)
-    released += _release_unwanted(ctx, _live(observed, released), set(owner for owner, _a, _b in released.releasing))
-    released += _bound_again(ctx, set(owner for owner, _a, _b in released.releasing))
+    released += _release_unwanted(ctx, _live(observed, released), released.freeing.keys())
+    released += _bound_again(ctx, released.freeing.keys())
     released += _remove_stale_env(ctx)
     live = _live(observed, released)
-    claims, seen = _claims(ctx, live, released)
+    vfio, now = vfio_claims(ctx.instances, observed)
+    claims = _claims(ctx, live, released, vfio)
     # 3. holds still wanted; 4. new holds
     kept, claims = _keep_wanted(ctx, live, claims)
-    bound, claims = _bind_new(ctx, live, dict(released.damaged), claims)
+    bound, claims = _bind_new(ctx, live, released.damaged, claims)
     # slices of holds gone earlier: decided once the slices the kept and bound holds want are known,
     # placed after the releases, before anything is bound
-    handled = released + kept + bound
-    leftover = _leftover_slices(observed, handled.released_slices | handled.sliced)
-    decided = refused + released + seen + kept + bound + leftover
+    leftover = _leftover_slices(observed, _released_slices(released.actions + bound.actions) | kept.sliced | bound.sliced)
+    decided = Outcome(warnings=released.warnings, errors=released.errors, holds=released.holds,
+                      refusals=unsupported) + kept + bound + leftover
     # 5. refusals
-    refusals, failures = _report_failures(ctx, decided.failures)
+    refusals, failures = _report_failures(ctx, decided.refusals)
     actions = list(released.actions + leftover.actions + kept.actions + bound.actions + refusals)
     asides = list(observed.damaged_specs) + [change.aside for action in actions for change in action.node_files()
                                              if isinstance(change, SpecAside)]
-    warnings = list(decided.warnings)
-    if warnings.count(UNREADABLE) > 1:  # said once a pass
-        first = warnings.index(UNREADABLE) + 1
-        warnings = warnings[:first] + [warning for warning in warnings[first:] if warning != UNREADABLE]
-    conditions = list(decided.conditions) + ([damaged_condition(asides)] if asides else [])
+    conditions = _conditions(ctx, live, released) + ([damaged_condition(asides)] if asides else [])
+    pending_releases = pending_summary([pending.release for pending in released.pending.values()], observed.now,
+                                       dict((allocation_id, pending.holders)
+                                            for allocation_id, pending in released.pending.items()))
     # 6. the conditions that appeared or cleared since the last pass, each one signed event
-    actions.extend(condition_reports(observed, conditions, decided.pending_releases, generation))
-    plan = Plan(generation=generation, actions=actions, failures=failures, warnings=warnings,
+    actions.extend(condition_reports(observed, conditions, pending_releases, generation))
+    plan = Plan(generation=generation, actions=actions, failures=failures, warnings=_said_once(decided.warnings, UNREADABLE),
                 errors=list(decided.errors), holds=list(decided.holds), conditions=conditions,
-                pending_releases=list(decided.pending_releases), vfio=dict(decided.vfio),
-                renders=dict(decided.renders), booked=dict(decided.booked),
-                vendor_path=getattr(observed.vendor, "path", None))
+                pending_releases=pending_releases, vfio=dict(sorted(now.items())), renders=dict(decided.renders),
+                booked=dict(decided.booked), vendor_path=getattr(observed.vendor, "path", None))
     return ctx, plan, set(live) | set(action.allocation_id for action in actions if isinstance(action, Bind))
 
 
-def _live(observed: Observed, decided: Decided) -> Dict[str, Any]:
-    """The live holds, but those ``decided`` releases, withdraws or sets aside."""
+def _said_once(warnings: Sequence[str], warning: str) -> List[str]:
+    """``warnings`` with ``warning`` said once a pass, where it first is."""
+    if list(warnings).count(warning) < 2:
+        return list(warnings)
+    first = list(warnings).index(warning) + 1
+    return list(warnings[:first]) + [said for said in warnings[first:] if said != warning]
+
+
+def _live(observed: Observed, released: Released) -> Dict[str, Any]:
+    """The live holds, but those ``released`` releases, withdraws or sets aside."""
     return dict((allocation_id, hold) for allocation_id, hold in observed.live.items()
-                if allocation_id not in decided.gone)
+                if allocation_id not in released.gone)
 
 
-def _finish_releases(ctx: Pass) -> Decided:
+def _released_slices(actions: Sequence[Action]) -> FrozenSet[str]:
+    """The slices the releases among ``actions`` handle: each stops its hold's slice once empty, or keeps it."""
+    return frozenset(slice_name(action.allocation_id) for action in actions if isinstance(action, Release))
+
+
+def _finish_releases(ctx: Pass) -> Released:
     """1. Releases an earlier pass recorded but did not finish."""
-    observed, generation, decided = ctx.observed, ctx.generation, Decided()
+    observed, generation, decided = ctx.observed, ctx.generation, []  # type: Observed, int, List[Released]
     for allocation_id in sorted(observed.ledger.unfinished_releases):
         record = observed.ledger.unfinished_releases[allocation_id]
         action = _release_action(FinishRelease, observed, allocation_id, record.get("generation", generation),
                                  record.get("device_ids") or [], "cut short by an earlier pass")
         if (action.files or action.slice) and not observed.privileged:
-            decided += _needs_root("finishing the release of %s" % allocation_id)
+            decided.append(Released(errors=(needs_root("finishing the release of %s" % allocation_id),)))
             continue
-        decided += Decided(actions=(action,), released_slices=frozenset([slice_name(allocation_id)]),
-                           gone=frozenset([allocation_id]))
-        decided += _releasing(observed, allocation_id, record.get("device_ids") or [])
-    return decided
+        decided.append(Released(actions=(action,), gone=frozenset([allocation_id])))
+        decided.append(_releasing(observed, allocation_id, record.get("device_ids") or []))
+    return Released.join(decided)
 
 
 def _releasing(observed: Observed, allocation_id: str, device_ids: Sequence[str],
-               atoms: Optional[Sequence[Atom]] = None) -> Decided:
+               atoms: Optional[Sequence[Atom]] = None) -> Released:
     """A release this pass makes: its atoms and what it booked stay claimed until it is made."""
     current = observed.slices.get(slice_name(allocation_id))
     booked = None
     if current is None or not current.populated:  # a slice still running a workload keeps what it booked
         booked = limits_from_record((observed.ledger.bound.get(allocation_id) or {}).get("limits"))
-    return Decided(releasing=((allocation_id, tuple(atoms if atoms is not None else atoms_of(device_ids)), booked),),
-                   released_slices=frozenset([slice_name(allocation_id)]))
+    return Released(freeing={allocation_id: Freed(tuple(atoms if atoms is not None else atoms_of(device_ids)), booked)})
 
 
-def _release_unwanted(ctx: Pass, live: Mapping[str, Any], releasing: Set[str]) -> Decided:
+def _release_unwanted(ctx: Pass, live: Mapping[str, Any], releasing: AbstractSet[str]) -> Released:
     """2. Holds no longer wanted, or wanted with other devices or another binding."""
-    observed = ctx.observed
     keep = set(ctx.wanted) | set(ctx.parsed.refused_ids) | ctx.unsupported
     decided = [_release_spec_gone(ctx, keep, releasing)]  # joined once, at the end
     for allocation_id in sorted(live):
         hold = live[allocation_id]
         assignment = ctx.wanted.get(allocation_id)
         if hold.problem is not None and (assignment is not None or allocation_id not in keep):
-            # A damaged spec (its devices cannot be read back) is never deleted: set aside, and the hold is
-            # written again from its assignment (_bind_new) or, no longer wanted, released
-            if not observed.privileged:
-                decided.append(_needs_root("setting the damaged %s aside" % hold.path))
-                continue
-            decided.append(Decided(warnings=("%s; it is set aside as %s" % (hold.problem, _aside(observed, hold).aside),),
-                                   damaged=((allocation_id, hold),), gone=frozenset([allocation_id])))
-            if assignment is None:
-                decided.append(_release_damaged(ctx, hold, "no longer wanted"))
+            decided.append(_set_aside(ctx, hold, assignment))
             continue
         rebind = assignment is not None and (
             sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
             or hold.kubernetes != assignment.kubernetes)
         if allocation_id in keep and not rebind:
             continue
-        if not observed.privileged:
-            decided.append(_needs_root("releasing %s" % allocation_id) + Decided(holds=(summary_of(hold),)))
+        if not ctx.observed.privileged:
+            decided.append(Released(errors=(needs_root("releasing %s" % allocation_id),), holds=(summary_of(hold),)))
             continue
         why = "wanted with other devices" if rebind else "no longer wanted"
         if hold.kubernetes:
             decided.append(release_kubernetes(ctx, hold, why, wanted=allocation_id in ctx.superseded))
         else:
-            decided.append(Decided(actions=(_release_action(Release, observed, allocation_id, ctx.generation,
-                                                            hold.device_ids, why),), gone=frozenset([allocation_id])))
-            decided.append(_releasing(observed, allocation_id, hold.device_ids, hold.atoms))
-    return Decided.join(decided)
+            decided.append(Released(actions=(_release_action(Release, ctx.observed, allocation_id, ctx.generation,
+                                                             hold.device_ids, why),), gone=frozenset([allocation_id])))
+            decided.append(_releasing(ctx.observed, allocation_id, hold.device_ids, hold.atoms))
+    return Released.join(decided)
 
 
-def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: Set[str]) -> Decided:
+def _set_aside(ctx: Pass, hold: Any, assignment: Any) -> Released:
+    """A damaged spec (its devices cannot be read back) is never deleted: set aside, and the hold is written
+    again from its assignment (``_bind_new``) or, no longer wanted (no ``assignment``), released."""
+    observed = ctx.observed
+    if not observed.privileged:
+        return Released(errors=(needs_root("setting the damaged %s aside" % hold.path),))
+    aside = Released(warnings=("%s; it is set aside as %s" % (hold.problem, _aside(observed, hold).aside),),
+                     damaged={hold.allocation_id: hold}, gone=frozenset([hold.allocation_id]))
+    return aside + _release_damaged(ctx, hold, "no longer wanted") if assignment is None else aside
+
+
+def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: AbstractSet[str]) -> Released:
     """Holds the node reported bound whose spec is gone (deleted by hand) and that are no longer wanted:
     released, so their env file goes with them and the control plane learns of it. One still wanted is
     bound again from its assignment (``_bind_new``)."""
-    observed, decided = ctx.observed, Decided()
+    observed, decided = ctx.observed, []  # type: Observed, List[Released]
     if not observed.spec_dir:
-        return decided
+        return Released()
     for allocation_id in sorted(observed.ledger.bound):
         # one still wanted is bound again (_bound_again), unless an earlier round found it is not (plan_pass)
         if (allocation_id in keep and (allocation_id not in ctx.wanted or allocation_id in ctx.superseded)) or \
@@ -510,13 +526,13 @@ def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: Set[str]) -> Decide
                 allocation_id in observed.releases.pending or allocation_id in observed.ledger.unfinished_releases:
             continue
         if not observed.privileged:
-            decided += _needs_root("releasing %s" % allocation_id)
+            decided.append(Released(errors=(needs_root("releasing %s" % allocation_id),)))
             continue
         device_ids = list(observed.ledger.bound[allocation_id].get("device_ids") or [])
-        decided += Decided(actions=(_release_action(Release, observed, allocation_id, ctx.generation, device_ids,
-                                                    "its spec is gone"),))
-        decided += _releasing(observed, allocation_id, device_ids)
-    return decided
+        decided.append(Released(actions=(_release_action(Release, observed, allocation_id, ctx.generation, device_ids,
+                                                         "its spec is gone"),)))
+        decided.append(_releasing(observed, allocation_id, device_ids))
+    return Released.join(decided)
 
 
 def _stale_env_files(observed: Observed) -> Dict[str, bytes]:
@@ -531,30 +547,30 @@ def _stale_env_files(observed: Observed) -> Dict[str, bytes]:
                 and allocation_id not in ledger.unfinished_releases and allocation_id not in pending)
 
 
-def _remove_stale_env(ctx: Pass) -> Decided:
+def _remove_stale_env(ctx: Pass) -> Released:
     """2. Env files a bind that never finished left (``_stale_env_files``), removed before anything is bound,
     also where the allocation is bound again in this pass (its bind writes its env file anew): the GPUs such
     a file names in ``NVIDIA_VISIBLE_DEVICES`` are claimed until it is gone, as the root helper claims them
     (``conflicts.env_file_claim``), so a bind that takes one of them waits for the removal, and no two env
     files ever name one GPU for two allocations."""
-    observed, decided = ctx.observed, []  # type: Observed, List[Decided]
+    observed, decided = ctx.observed, []  # type: Observed, List[Released]
     stale = _stale_env_files(observed)
     for number, allocation_id in enumerate(sorted(stale)):
         action = RemoveEnv(allocation_id, (FileChange("allocation-env", env_file_path(allocation_id),
                                                       stale[allocation_id], None),))
         if not observed.privileged:
-            decided.append(_needs_root(action.text))
+            decided.append(Released(errors=(needs_root(action.text),)))
             continue
         atoms = env_file_claim(env_file_atoms(stale[allocation_id], observed.inventory), number)
-        decided.append(Decided(actions=(action,), releasing=((allocation_id, tuple(atoms), None),)))
-    return Decided.join(decided)
+        decided.append(Released(actions=(action,), freeing={allocation_id: Freed(tuple(atoms))}))
+    return Released.join(decided)
 
 
 def _aside(observed: Observed, hold: Any) -> SpecAside:
     return SpecAside(hold.path, hold.content, damaged_spec_path(hold.allocation_id, observed.now), observed.now)
 
 
-def _release_damaged(ctx: Pass, hold: Any, why: str) -> Decided:
+def _release_damaged(ctx: Pass, hold: Any, why: str) -> Released:
     """A hold whose spec is damaged that goes: the spec set aside, the env file removed, and
     ``AllocationReleased`` with the devices the node last reported bound (nothing if it never did)."""
     observed, allocation_id = ctx.observed, hold.allocation_id
@@ -565,17 +581,21 @@ def _release_damaged(ctx: Pass, hold: Any, why: str) -> Decided:
     event = released_event(observed, allocation_id, ctx.generation, device_ids) if bound else None
     current = observed.slices.get(slice_name(allocation_id))
     stop = SliceStop(current.name, settings_of(current)) if current is not None and not current.populated else None
-    return _releasing(observed, allocation_id, device_ids) + Decided(actions=(
+    return _releasing(observed, allocation_id, device_ids) + Released(actions=(
         ReleaseDamaged(allocation_id, tuple(files), event, tuple(device_ids), ctx.generation, why, slice=stop),))
 
 
-def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Claims, Decided]:
-    """Who claims what once the releases are planned, as one value: VMs, maintenance, unhealthy GPUs,
-    the holds that stay, the Kubernetes releases pending on pods, the releases this pass makes (claimed
-    until made), and what they booked of the host's memory. Also the pass's conditions."""
+def _marker(ctx: Pass, released: Released) -> bool:
+    """Whether releasing.unreadable is there once the releases are made: every GPU is claimed."""
+    return ctx.marker and not released.marker_cleared
+
+
+def _claims(ctx: Pass, live: Mapping[str, Any], released: Released, vfio: Mapping[str, str]) -> Claims:
+    """Who claims what once the releases are planned, as one value: VMs (``vfio``: GPU -> instance),
+    maintenance, unhealthy GPUs, the holds that stay, the Kubernetes releases pending on pods, the releases
+    this pass makes (claimed until made), and what they booked of the host's memory."""
     observed = ctx.observed
     claims = Claims()
-    vfio, now = vfio_claims(ctx.instances, observed)
     for gpu, instance in vfio.items():
         claims = claims.pass_through(instance, [gpu])
     claims = claims.out_of_service(observed.maintenance)
@@ -583,10 +603,30 @@ def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Clai
         health = gpu_health(gpu, observed.health_cleared)
         if health:
             claims = claims.sick(gpu.uuid, unhealthy_message(gpu.uuid, health))
-    bound = observed.ledger.bound
+    claims = _pending_claims(ctx, live, released.pending, _live_claims(ctx, live, claims))
+    for allocation_id, atoms in released.retained.items():  # the old devices its new hold takes: its own still
+        claims = claims.hold(allocation_id, atoms)
+    for allocation_id in sorted(released.freeing):
+        freed = released.freeing[allocation_id]
+        claims = claims.hold(allocation_id, freed.atoms, RELEASING).book(allocation_id, freed.booked, kind=RELEASING)
+    for name in sorted(observed.slices):
+        # A slice whose hold is gone but whose workload still runs keeps what it was promised.
+        current = observed.slices[name]
+        if current.populated and allocation_of(name) not in live:
+            claims = claims.book(allocation_of(name), limits_of_slice(current), current.hugetlb_current, SLICE)
+    if _marker(ctx, released):
+        claims = claims.every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
+    if observed.memory is not None:
+        claims = claims.with_memory(observed.memory, observed.domains)
+    return claims
+
+
+def _live_claims(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Claims:
+    """``claims`` with the live holds' atoms, and what each was bound with (a kept hold's growth is admitted
+    on top: ``_admit_growth``)."""
+    observed, bound = ctx.observed, ctx.observed.ledger.bound
     for allocation_id in sorted(live):
         claims = claims.hold(allocation_id, live[allocation_id].atoms)
-        # what the hold was bound with; a kept hold's growth is admitted on top (_admit_growth)
         assignment = ctx.wanted.get(allocation_id)
         if allocation_id in bound or assignment is None:
             limits = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
@@ -594,37 +634,34 @@ def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Clai
             limits = assignment.limits
         current = observed.slices.get(slice_name(allocation_id))
         claims = claims.book(allocation_id, limits, current.hugetlb_current if current is not None else None)
-    pending = dict((allocation_id, release) for allocation_id, release, _holders in released.pending)
-    holders = dict((allocation_id, who) for allocation_id, _release, who in released.pending)
+    return claims
+
+
+def _pending_claims(ctx: Pass, live: Mapping[str, Any], pending: Mapping[str, Pending], claims: Claims) -> Claims:
+    """``claims`` with the Kubernetes releases pending after this pass: their devices, and what they booked."""
+    bound = ctx.observed.ledger.bound
     for allocation_id in sorted(pending):
-        claims = claims.hold(allocation_id, atoms_of(pending[allocation_id].device_ids), PENDING)
+        release = pending[allocation_id].release
+        claims = claims.hold(allocation_id, atoms_of(release.device_ids), PENDING)
         if allocation_id not in live:  # a pending Kubernetes release keeps what it booked until reported
             booked = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
-            if pending[allocation_id].taken_back and allocation_id in ctx.superseded:
+            if release.taken_back and allocation_id in ctx.superseded:
                 # taken back for the allocation's new hold, whose AllocationBound replaces the old booking:
                 # what it booked is freed by this pass, not counted against the new hold (or any other)
                 claims = claims.book(allocation_id, booked, kind=RELEASING)
             else:
                 claims = claims.book(allocation_id, booked)
-    for allocation_id, atoms in released.retained:  # the old devices its new hold takes: its own still
-        claims = claims.hold(allocation_id, atoms)
-    releasing = dict((allocation_id, (atoms, booked)) for allocation_id, atoms, booked in released.releasing)
-    for allocation_id in sorted(releasing):
-        atoms, booked = releasing[allocation_id]
-        claims = claims.hold(allocation_id, atoms, RELEASING).book(allocation_id, booked, kind=RELEASING)
-    for name in sorted(observed.slices):
-        # A slice whose hold is gone but whose workload still runs keeps what it was promised.
-        current = observed.slices[name]
-        if current.populated and allocation_of(name) not in live:
-            claims = claims.book(allocation_of(name), limits_of_slice(current), current.hugetlb_current, SLICE)
-    marker = ctx.marker and not released.marker_cleared
-    if marker:
-        claims = claims.every_gpu(UNREADABLE_RELEASES, [gpu.uuid for gpu in observed.inventory.gpus])
-    if observed.memory is not None:
-        claims = claims.with_memory(observed.memory, observed.domains)
+    return claims
+
+
+def _conditions(ctx: Pass, live: Mapping[str, Any], released: Released) -> List[dict]:
+    """The pass's conditions: Kubernetes releases stuck on pods or unreadable, a stale or unsupported vendor
+    spec, unhealthy GPUs (with the holds on them)."""
+    observed = ctx.observed
     # the pass that sets an unreadable file aside raises the condition even when it clears the marker too
-    unreadable = marker or observed.releases.unreadable is not None
-    conditions = list(release_conditions(pending.values(), unreadable, observed.now, observed.state_dir))
+    unreadable = _marker(ctx, released) or observed.releases.unreadable is not None
+    conditions = list(release_conditions([pending.release for pending in released.pending.values()], unreadable,
+                                         observed.now, observed.state_dir))
     conditions.extend(condition for condition in (stale_condition(observed.vendor),
                                                   unknown_version_condition(observed.vendor)) if condition is not None)
     by_gpu = {}  # type: Dict[str, List[str]]
@@ -635,20 +672,19 @@ def _claims(ctx: Pass, live: Mapping[str, Any], released: Decided) -> Tuple[Clai
     sick = unhealthy_condition(observed.inventory, by_gpu, observed.health_cleared)
     if sick is not None:
         conditions.append(sick)
-    return claims, Decided(conditions=tuple(conditions), vfio=tuple(sorted(now.items())),
-                           pending_releases=tuple(pending_summary(pending.values(), observed.now, holders)))
+    return conditions
 
 
-def _unreadable_memory(claims: Claims) -> Decided:
+def _unreadable_memory(claims: Claims) -> Outcome:
     """Admission cannot be checked (the host's memory was not read): said (once a pass, ``_plan_once``)."""
-    return Decided(warnings=(UNREADABLE,)) if claims.memory is None else Decided()
+    return Outcome(warnings=(UNREADABLE,)) if claims.memory is None else Outcome()
 
 
-def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[Decided, Claims]:
+def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[Outcome, Claims]:
     """3. Holds still wanted: recreate a missing slice, re-render, rewrite env, report if never reported.
     Returns what it decided and the claims with what kept holds' grown limits booked."""
     observed, generation = ctx.observed, ctx.generation
-    decided = []  # type: List[Decided]  # joined once, at the end
+    decided = []  # type: List[Outcome]  # joined once, at the end
     for allocation_id in [a.allocation_id for a in ctx.parsed.assignments] + sorted(ctx.parsed.refused_ids):
         hold = live.get(allocation_id)
         if hold is None:
@@ -660,12 +696,12 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
             atoms.append(found)
             if found is None:
                 missing = True
-                decided.append(Decided(warnings=("%s: %s; its spec is left as it is" % (allocation_id, why),)))
+                decided.append(Outcome(warnings=("%s: %s; its spec is left as it is" % (allocation_id, why),)))
         if hold.problem:
-            decided.append(Decided(warnings=(hold.problem,)))
+            decided.append(Outcome(warnings=(hold.problem,)))
         if assignment is None:  # refused this pass: kept exactly as it is
             if hold.cgroup_parent:
-                decided.append(Decided(sliced=frozenset([hold.cgroup_parent])))
+                decided.append(Outcome(sliced=frozenset([hold.cgroup_parent])))
         else:
             assignment, stays = _kept_in_its_slice(ctx, assignment, hold, None if missing else atoms)
             grown, assignment, claims = _admit_growth(ctx, claims, assignment, hold)
@@ -679,10 +715,10 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
                 if known is not None:
                     decided.append(_keep_files(ctx, assignment, hold, known, env_only=True))
                 else:
-                    decided.append(Decided(warnings=("%s: its env file waits until its devices are back (its spec "
+                    decided.append(Outcome(warnings=("%s: its env file waits until its devices are back (its spec "
                                                      "does not name them)" % allocation_id,)))
         cgroup_parent = cgroup_parent_of(assignment, hold.kubernetes) if assignment is not None else hold.cgroup_parent
-        decided.append(Decided(holds=(hold_summary(allocation_id, hold.reservation_id if assignment is None else
+        decided.append(Outcome(holds=(hold_summary(allocation_id, hold.reservation_id if assignment is None else
                                                    assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
                                                    cgroup_parent),)))
         if assignment is None:
@@ -699,22 +735,22 @@ def _keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[De
             why = ReportBound.REPARENTED
         else:
             continue
-        decided.append(Decided(actions=(ReportBound(
+        decided.append(Outcome(actions=(ReportBound(
             allocation_id, event=bound_event(observed, allocation_id, generation, hold.atoms, cgroup_parent),
             device_ids=tuple(hold.device_ids), generation=generation, limits=limits_record(assignment.limits), why=why,
             reported_on=tuple((reported or {}).get("device_ids") or ())),)))
-    return Decided.join(decided), claims
+    return Outcome.join(decided), claims
 
 
-def _booked(observed: Observed, assignment: Any, hold: Any) -> Decided:
+def _booked(observed: Observed, assignment: Any, hold: Any) -> Outcome:
     """A kept hold without a slice (a Kubernetes hold) whose limits changed: what it books now goes to the ledger
     at the end of the pass, as a slice's limits do when it is set, so admission counts it from the next pass on
     (its growth, admitted once, was admitted again by every pass, and refused once others took the room)."""
     record = observed.ledger.bound.get(assignment.allocation_id)
     if record is None or cgroup_parent_of(assignment, hold.kubernetes) is not None:
-        return Decided()
+        return Outcome()
     limits = limits_record(assignment.limits)
-    return Decided() if limits == record.get("limits") else Decided(booked=((assignment.allocation_id, limits),))
+    return Outcome() if limits == record.get("limits") else Outcome(booked={assignment.allocation_id: limits})
 
 
 def grows(old: Any, new: Any) -> bool:
@@ -737,7 +773,7 @@ def _bound_limits(observed: Observed, hold: Any) -> Optional[Limits]:
     return recorded
 
 
-def _kept_in_its_slice(ctx: Pass, assignment: Any, hold: Any, atoms: Optional[Sequence[Any]]) -> Tuple[Any, Decided]:
+def _kept_in_its_slice(ctx: Pass, assignment: Any, hold: Any, atoms: Optional[Sequence[Any]]) -> Tuple[Any, Outcome]:
     """A kept hold whose new limits put it into a slice or take it out of one changes its cgroup parent, which
     its spec names: it moves only with its spec written again. When its spec is left as it is (some of its
     devices are missing: ``atoms`` None) or the node refuses to render it (``RenderRefused``: a runtime's
@@ -746,53 +782,53 @@ def _kept_in_its_slice(ctx: Pass, assignment: Any, hold: Any, atoms: Optional[Se
     its spec does not name), and no AllocationBound reports a cgroup parent its spec does not have. The first
     pass that can write its spec moves it. Returns the assignment as kept and what is said."""
     if hold.problem or cgroup_parent_of(assignment, hold.kubernetes) == hold.cgroup_parent:
-        return assignment, Decided()
+        return assignment, Outcome()
     observed = ctx.observed
     why = "some of its devices are missing"
     if atoms is not None:
         generation = hold.generation if hold.generation is not None else ctx.generation
         try:
             render_hold(assignment, atoms, generation, observed.vendor, observed.mps, [], observed.runtimes)
-            return assignment, Decided()
+            return assignment, Outcome()
         except RenderRefused as exc:
             why = str(exc)
         except RenderError:  # not valid CDI: _keep_files says so, and the pass is retried
-            return assignment, Decided()
+            return assignment, Outcome()
     kept = replace(assignment, limits=_bound_limits(observed, hold))
     if cgroup_parent_of(kept, hold.kubernetes) != hold.cgroup_parent:  # what it was bound with is not known
-        return assignment, Decided()
-    return kept, Decided(warnings=("%s keeps the limits it was bound with (cgroup parent %s) until its spec can be "
+        return assignment, Outcome()
+    return kept, Outcome(warnings=("%s keeps the limits it was bound with (cgroup parent %s) until its spec can be "
                                    "written again: %s" % (assignment.allocation_id, hold.cgroup_parent or "none", why),))
 
 
-def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tuple[Decided, Any, Claims]:
+def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tuple[Outcome, Any, Claims]:
     """A kept hold whose limits grow gets them only if the host has room; otherwise it keeps what it was
     bound with and is refused (``resources-exhausted``) at this generation, finally. New limits no slice
     takes (a quota under the floor) are refused the same way (``invalid-assignment``). Returns what it
     decided, the assignment as kept and the claims with the growth booked."""
     observed, allocation_id = ctx.observed, assignment.allocation_id
     if allocation_id not in observed.ledger.bound:  # never reported: bound with these limits already
-        return Decided(), assignment, claims
+        return Outcome(), assignment, claims
     recorded = _bound_limits(observed, hold)
     kept = replace(assignment, limits=recorded)
-    final = observed.ledger.refusal_at(allocation_id, ctx.generation)
+    final = _journaled_refusal(ctx, allocation_id)
     if final is not None:
-        return Decided(failures=((allocation_id,) + tuple(final),)), kept, claims
+        return Outcome(refusals=(final,)), kept, claims
     problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, hold.kubernetes) else None
     if problem is not None and limits_record(assignment.limits) != limits_record(recorded):
         # a quota that starves the workload is refused as for a new hold: no slice would ever take it
-        return Decided(failures=((allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
+        return Outcome(refusals=(Refusal(allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
             kept, claims
     problem = cpus_problem(assignment.limits, observed.cpus) if placed(assignment.limits) != placed(recorded) else None
     if problem is not None:  # new cpus or mems the host does not have: refused as for a new hold
-        return Decided(failures=((allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
+        return Outcome(refusals=(Refusal(allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
             kept, claims
     narrowing = _narrows_running_slice(observed, assignment, hold)
     if narrowing is not None:  # cpus or mems taken from a running workload: refused until its slice is empty
-        return Decided(failures=((allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % narrowing),)), \
+        return Outcome(refusals=(Refusal(allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % narrowing),)), \
             kept, claims
     if not grows(recorded, assignment.limits):
-        return Decided(), assignment, claims
+        return Outcome(), assignment, claims
     if claims.memory is None:
         return _unreadable_memory(claims), assignment, claims
     new = assignment.limits
@@ -805,9 +841,9 @@ def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tupl
     try:
         claims = claims.admit(allocation_id, growth)
     except Exhausted as exc:
-        return Decided(failures=((allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % exc),)), \
+        return Outcome(refusals=(Refusal(allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % exc),)), \
             kept, claims
-    return Decided(), assignment, claims
+    return Outcome(), assignment, claims
 
 
 def _narrows_running_slice(observed: Observed, assignment: Any, hold: Any) -> Optional[str]:
@@ -820,15 +856,15 @@ def _narrows_running_slice(observed: Observed, assignment: Any, hold: Any) -> Op
     return refused[0] if refused is not None else None
 
 
-def _keep_slice(ctx: Pass, assignment: Any, hold: Any) -> Decided:
+def _keep_slice(ctx: Pass, assignment: Any, hold: Any) -> Outcome:
     """A kept hold's slice: created again when missing (systemd forgets runtime properties on a reboot),
     set again when its properties (as the host shows them) or its recorded limits differ from the wanted ones."""
     if cgroup_parent_of(assignment, hold.kubernetes) is None:
-        return Decided()
+        return Outcome()
     observed = ctx.observed
     current = observed.slices.get(slice_name(assignment.allocation_id))
     op = _slice_apply(assignment, current)
-    sliced = Decided(sliced=frozenset([op.name]))
+    sliced = Outcome(sliced=frozenset([op.name]))
     limits = limits_record(assignment.limits)
     if current is None:
         action = CreateSlice(assignment.allocation_id, op, tuple(hold.device_ids), ctx.generation, limits)
@@ -839,8 +875,8 @@ def _keep_slice(ctx: Pass, assignment: Any, hold: Any) -> Decided:
             return sliced
         action = ApplySlice(assignment.allocation_id, op, tuple(hold.device_ids), ctx.generation, limits, why)
     if not observed.privileged:
-        return sliced + _needs_root(action.text)
-    return sliced + Decided(actions=(action,))
+        return sliced + Outcome(errors=(needs_root(action.text),))
+    return sliced + Outcome(actions=(action,))
 
 
 def _slice_differs(current: Any, op: SliceApply, recorded: Optional[dict], limits: Optional[dict]) -> Optional[str]:
@@ -855,7 +891,7 @@ def _slice_differs(current: Any, op: SliceApply, recorded: Optional[dict], limit
     return None
 
 
-def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env_only: bool = False) -> Decided:
+def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env_only: bool = False) -> Outcome:
     """A kept hold: write again what no longer matches what it would render to now (``env_only``: its
     env file alone, when some of its devices are missing and its spec is left as it is)."""
     observed = ctx.observed
@@ -866,18 +902,18 @@ def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env
         key = render_key(assignment, atoms, bound_generation, observed.vendor, observed.mps, observed.runtimes)
         record = observed.ledger.renders.get(allocation_id)
         if unchanged(record, key, hold.content, observed.env_files.get(allocation_id)):
-            return Decided(warnings=tuple(record.get("notes") or []), renders=((allocation_id, record),))
+            return Outcome(warnings=tuple(record.get("notes") or []), renders={allocation_id: record})
     notes = []  # type: List[str]
     try:
         spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps, notes,
                                 observed.runtimes)
     except RenderRefused as exc:  # a kept hold is the control plane's to release: left as it is, said
-        return Decided(warnings=("%s is kept as it is: %s" % (allocation_id, exc),))
+        return Outcome(warnings=("%s is kept as it is: %s" % (allocation_id, exc),))
     except RenderError as exc:
-        return Decided(errors=(str(exc),))
-    decided = Decided()
+        return Outcome(errors=(str(exc),))
+    decided = Outcome()
     if not env_only:
-        decided += Decided(warnings=tuple(notes), renders=((allocation_id, render_record(key, spec, env, notes)),))
+        decided += Outcome(warnings=tuple(notes), renders={allocation_id: render_record(key, spec, env, notes)})
     changes: List[RewriteFile] = []
     request = hold_request(assignment, bound_generation, observed.runtimes)
     device_ids = tuple(hold.device_ids)
@@ -895,98 +931,118 @@ def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env
         changes.append(WriteEnv(allocation_id, FileChange("allocation-env", env_file_path(allocation_id), current_env,
                                                           env, request), device_ids, ctx.generation))
     for change in changes:
-        decided += Decided(actions=(change,)) if observed.privileged else _needs_root(change.text)
+        decided += Outcome(actions=(change,)) if observed.privileged else Outcome(errors=(needs_root(change.text),))
     return decided
 
 
-def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], claims: Claims) -> Tuple[Decided, Claims]:
+def _bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], claims: Claims) -> Tuple[Outcome, Claims]:
     """4. New holds, in spec order: checked, then bound (slice, spec, env file, event). Each bound hold's
     atoms and memory are claimed against the holds after it; a hold refused at any check claims nothing
     (the claims its checks would have taken are dropped with it). A bind that takes atoms or memory a
     release of this pass frees needs that release (``Bind.needs``)."""
-    observed, generation = ctx.observed, ctx.generation
     refused = set(refusal.allocation_id for refusal in ctx.parsed.refusals)
-    decided = [Decided(failures=tuple((refusal.allocation_id, refusal.reason, refusal.message)
+    decided = [Outcome(refusals=tuple(Refusal(refusal.allocation_id, refusal.reason, refusal.message)
                                       for refusal in ctx.parsed.refusals))]  # joined once, at the end
-    actions = []  # type: List[Action]
-    remote = []  # type: List[Tuple[str, dict]]  # (allocation, locality note): said in one warning
     for assignment in ctx.parsed.assignments:
-        allocation_id = assignment.allocation_id
-        if allocation_id in live or allocation_id in refused:
+        if assignment.allocation_id in live or assignment.allocation_id in refused:
             continue
-        final = observed.ledger.refusal_at(allocation_id, generation) or (
-            ctx.withheld.get(allocation_id) if allocation_id not in damaged else None)
-        if final is not None:  # refused at this generation already (or in an earlier round): final
-            decided.append(Decided(failures=((allocation_id,) + tuple(final),)))
-            continue
-        try:
-            checked, atoms, admitted = _check_new(ctx, claims, assignment)
-        except (AtomRefused, Exhausted) as exc:
-            reason = exc.reason if isinstance(exc, AtomRefused) else Reason.RESOURCES_EXHAUSTED
-            decided.append(Decided(failures=((allocation_id, reason, str(exc)),)))
-            if allocation_id in damaged:  # its spec still goes aside, and what was bound is released
-                released = _release_damaged(ctx, damaged[allocation_id], "refused")
-                actions.extend(released.actions)
-                decided.append(replace(released, actions=()))
-            continue
-        decided.append(checked)
-        notes = []  # type: List[str]
-        try:
-            spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, notes,
-                                    observed.runtimes)
-        except RenderRefused as exc:
-            decided.append(Decided(failures=((allocation_id, exc.reason, str(exc)),)))
-            if allocation_id in damaged:
-                released = _release_damaged(ctx, damaged[allocation_id], "refused")
-                actions.extend(released.actions)
-                decided.append(replace(released, actions=()))
-            continue
-        except RenderError as exc:
-            decided.append(Decided(errors=(str(exc),)))
-            continue
-        decided.append(Decided(warnings=tuple(notes), renders=((allocation_id, render_record(
-            render_key(assignment, atoms, generation, observed.vendor, observed.mps, observed.runtimes),
-            spec, env, notes)),)))
-        needs = set(claims.needs(atoms))
-        if needs_admission(assignment.limits):
-            needs |= set(claims.memory_released())
-        claims = admitted.hold(allocation_id, atoms)
-        cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
-        event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)  # type: Optional[dict]
-        request = hold_request(assignment, generation, observed.runtimes)
-        # the env file first: the spec makes the hold live, so a hold is never live without its env file
-        stale = allocation_id in _stale_env_files(observed)  # removed before the binds (_remove_stale_env)
-        files = [FileChange("allocation-env", env_file_path(allocation_id),
-                            None if stale else observed.env_files.get(allocation_id), env, request),
-                 FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request)]  # type: List[Union[FileChange, SpecAside]]
-        kind: Type[Bind] = Bind
-        old = damaged.get(allocation_id)
-        if old is not None:
-            # written again from its assignment: no AllocationBound when the node already reported it
-            # bound with these devices and this cgroup parent
-            aside = _aside(observed, old)
-            files.insert(0, aside)
-            was = observed.ledger.bound.get(allocation_id) or {}
-            if sorted(was.get("device_ids") or []) == sorted(atom.id for atom in atoms) and \
-                    limits_record(assignment.limits) == was.get("limits"):
-                event = None
-            kind = Rebind
-        slice_apply = None
-        if cgroup_parent is not None:
-            slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent))
-            decided.append(Decided(sliced=frozenset([cgroup_parent])))
-        note = _locality(observed, assignment, atoms)
-        if note is not None:
-            remote.append((allocation_id, note))
-        actions.append(kind(allocation_id, tuple(files), event, tuple(atom.id for atom in atoms), generation,
-                            limits_record(assignment.limits), slice_apply, tuple(sorted(needs)), locality=note))
-        decided.append(Decided(holds=(hold_summary(allocation_id, assignment.reservation_id, generation, atoms,
-                                                   assignment.kubernetes, cgroup_parent),)))
-    unreported = ctx.superseded & _kubernetes_released(observed)
-    decided.append(Decided(actions=tuple(in_need_order(actions, unreported))))
-    if remote:
-        decided.append(Decided(warnings=(locality_warning(remote),)))
-    return Decided.join(decided), claims
+        outcome, claims = _bind_one(ctx, assignment, damaged, claims)
+        decided.append(outcome)
+    bound = Outcome.join(decided)
+    # (allocation, locality note) of each hold bound off its GPUs' NUMA nodes: said in one warning
+    remote = [(action.allocation_id, action.locality) for action in bound.actions
+              if isinstance(action, Bind) and action.locality is not None]
+    unreported = ctx.superseded & _kubernetes_released(ctx.observed)
+    return replace(bound, actions=tuple(in_need_order(bound.actions, unreported)),
+                   warnings=bound.warnings + ((locality_warning(remote),) if remote else ())), claims
+
+
+def _bind_one(ctx: Pass, assignment: Any, damaged: Mapping[str, Any], claims: Claims) -> Tuple[Outcome, Claims]:
+    """One new hold: checked, rendered and bound; returns ``claims`` with its atoms and memory, or as they
+    were when it is refused (or cannot be rendered now)."""
+    observed, generation, allocation_id = ctx.observed, ctx.generation, assignment.allocation_id
+    final = _final_refusal(ctx, allocation_id, damaged)
+    if final is not None:  # refused at this generation already (or in an earlier round): final
+        return Outcome(refusals=(final,)), claims
+    try:
+        checked, atoms, admitted = _check_new(ctx, claims, assignment)
+    except (AtomRefused, Exhausted) as exc:
+        reason = exc.reason if isinstance(exc, AtomRefused) else Reason.RESOURCES_EXHAUSTED
+        return _refused(ctx, Refusal(allocation_id, reason, str(exc)), damaged), claims
+    notes = []  # type: List[str]
+    try:
+        spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, notes,
+                                observed.runtimes)
+    except RenderRefused as exc:
+        return checked + _refused(ctx, Refusal(allocation_id, exc.reason, str(exc)), damaged), claims
+    except RenderError as exc:
+        return checked + Outcome(errors=(str(exc),)), claims
+    rendered = Outcome(warnings=tuple(notes), renders={allocation_id: render_record(
+        render_key(assignment, atoms, generation, observed.vendor, observed.mps, observed.runtimes), spec, env, notes)})
+    needs = set(claims.needs(atoms))
+    if needs_admission(assignment.limits):
+        needs |= set(claims.memory_released())
+    cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
+    action = _bind_step(ctx, assignment, atoms, (spec, env), tuple(sorted(needs)), damaged.get(allocation_id))
+    bound = Outcome(actions=(action,), sliced=frozenset([cgroup_parent]) if cgroup_parent is not None else frozenset(),
+                    holds=(hold_summary(allocation_id, assignment.reservation_id, generation, atoms, assignment.kubernetes,
+                                        cgroup_parent),))
+    return checked + rendered + bound, admitted.hold(allocation_id, atoms)
+
+
+def _final_refusal(ctx: Pass, allocation_id: str, damaged: Mapping[str, Any]) -> Optional[Refusal]:
+    """The refusal a new hold had at this generation already (the ledger's), or in an earlier round of this pass
+    (but for a hold whose damaged spec is written again): a refusal is final at its generation."""
+    found = _journaled_refusal(ctx, allocation_id)
+    if found is not None:
+        return found
+    return None if allocation_id in damaged else ctx.withheld.get(allocation_id)
+
+
+def _journaled_refusal(ctx: Pass, allocation_id: str) -> Optional[Refusal]:
+    """The refusal of the allocation the ledger has journaled at this generation, or None."""
+    found = ctx.observed.ledger.refusal_at(allocation_id, ctx.generation)
+    if not found:
+        return None
+    reason, message = found
+    return Refusal(allocation_id, reason, message)
+
+
+def _refused(ctx: Pass, refusal: Refusal, damaged: Mapping[str, Any]) -> Outcome:
+    """A new hold refused: it claims nothing. One whose spec is damaged still has it set aside, and what was
+    bound is released."""
+    if refusal.allocation_id not in damaged:
+        return Outcome(refusals=(refusal,))
+    released = _release_damaged(ctx, damaged[refusal.allocation_id], "refused")
+    return Outcome(refusals=(refusal,), actions=released.actions)
+
+
+def _bind_step(ctx: Pass, assignment: Any, atoms: Sequence[Atom], rendered: Tuple[bytes, bytes], needs: Tuple[str, ...],
+               old: Any) -> Bind:
+    """The step that binds a checked, rendered (``spec, env``) new hold: a ``Rebind`` over ``old``, its damaged
+    spec set aside, when there is one."""
+    observed, generation, allocation_id = ctx.observed, ctx.generation, assignment.allocation_id
+    spec, env = rendered
+    cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
+    event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)  # type: Optional[dict]
+    request = hold_request(assignment, generation, observed.runtimes)
+    # the env file first: the spec makes the hold live, so a hold is never live without its env file
+    stale = allocation_id in _stale_env_files(observed)  # removed before the binds (_remove_stale_env)
+    files = (FileChange("allocation-env", env_file_path(allocation_id),
+                        None if stale else observed.env_files.get(allocation_id), env, request),
+             FileChange("cdi", cdi_spec_path(allocation_id), None, spec, request))  # type: Tuple[Union[FileChange, SpecAside], ...]
+    device_ids, limits = tuple(atom.id for atom in atoms), limits_record(assignment.limits)
+    slice_apply = _slice_apply(assignment, observed.slices.get(cgroup_parent)) if cgroup_parent is not None else None
+    note = _locality(observed, assignment, atoms)
+    if old is None:
+        return Bind(allocation_id, files, event, device_ids, generation, limits, slice_apply, needs, locality=note)
+    # written again from its assignment: no AllocationBound when the node already reported it bound with these
+    # devices and this cgroup parent
+    was = observed.ledger.bound.get(allocation_id) or {}
+    if sorted(was.get("device_ids") or []) == sorted(device_ids) and limits == was.get("limits"):
+        event = None
+    return Rebind(allocation_id, (_aside(observed, old),) + files, event, device_ids, generation, limits, slice_apply,
+                  needs, locality=note)
 
 
 def _locality(observed: Observed, assignment: Any, atoms: Sequence[Atom]) -> Optional[dict]:
@@ -1018,7 +1074,7 @@ def _needs(action: Action) -> Tuple[str, ...]:
     return action.needs if isinstance(action, Bind) else ()
 
 
-def _check_new(ctx: Pass, claims: Claims, assignment: Any) -> Tuple[Decided, List[Atom], Claims]:
+def _check_new(ctx: Pass, claims: Claims, assignment: Any) -> Tuple[Outcome, List[Atom], Claims]:
     """The checks of a new hold in order: binding, privilege, atoms, conflicts, the slice, the host's CPUs and
     NUMA nodes, host admission. Returns what
     it says (a warning), its atoms and ``claims`` with its memory booked (kept by the caller only if the hold
@@ -1056,25 +1112,25 @@ def _check_new(ctx: Pass, claims: Claims, assignment: Any) -> Tuple[Decided, Lis
         else:
             admitted = claims.admit(assignment.allocation_id, assignment.limits)
         return _unreadable_memory(claims), atoms, admitted
-    return Decided(), atoms, claims
+    return Outcome(), atoms, claims
 
 
-def _leftover_slices(observed: Observed, wanted: FrozenSet[str]) -> Decided:
+def _leftover_slices(observed: Observed, wanted: FrozenSet[str]) -> Outcome:
     """Slices whose hold is neither wanted nor released in this pass (``wanted``: the slices the
     releases, the kept and the bound holds handle): stopped again once empty, so a slice whose
     workload outlived its release goes when that workload exits."""
-    decided = Decided()
+    decided = Outcome()
     for name in sorted(observed.slices):
         if name in wanted:
             continue
         current = observed.slices[name]
         allocation_id = allocation_of(name)
         if current.populated:
-            decided += Decided(actions=(KeepSlice(allocation_id, name),))
+            decided += Outcome(actions=(KeepSlice(allocation_id, name),))
         elif not observed.privileged:
-            decided += _needs_root("stopping %s" % name)
+            decided += Outcome(errors=(needs_root("stopping %s" % name),))
         else:
-            decided += Decided(actions=(StopSlice(allocation_id, SliceStop(name, settings_of(current))),))
+            decided += Outcome(actions=(StopSlice(allocation_id, SliceStop(name, settings_of(current))),))
     return decided
 
 
@@ -1082,14 +1138,15 @@ def _report_failures(ctx: Pass, refusals: Sequence[Refusal]) -> Tuple[Tuple[Acti
     """5. Failures, in spec order: one AllocationFailed per allocation and generation."""
     observed, generation = ctx.observed, ctx.generation
     actions, failures, reported = [], [], set()  # type: List[Action], List[Failure], Set[str]
-    for allocation_id, reason, message in sorted(refusals, key=lambda failure: ctx.parsed.position(failure[0])):
+    for refusal in sorted(refusals, key=lambda refusal: ctx.parsed.position(refusal.allocation_id)):
+        allocation_id = refusal.allocation_id
         if allocation_id in reported:  # an allocation sent twice: its first refusal stands
             continue
         reported.add(allocation_id)
-        failures.append(Failure(allocation_id, generation, reason, message))
+        failures.append(Failure(allocation_id, generation, refusal.reason, refusal.message))
         if observed.ledger.refused_at(allocation_id) == generation:
             continue
         body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
-                "reason": reason, "message": message}
+                "reason": refusal.reason, "message": refusal.message}
         actions.append(Refuse(allocation_id, {"type": ALLOCATION_FAILED, "body": body}, generation))
     return tuple(actions), failures
