@@ -21,8 +21,9 @@ import math
 import time
 from typing import Dict, List, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json, pretty_json
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
 MAINTENANCE_NAME = "maintenance.json"
@@ -112,7 +113,7 @@ def iso_utc(since):
 
 
 def render_maintenance(records):
-    return (pretty_json.dumps(records, sort_keys=True) + "\n").encode("utf-8")
+    return json_bytes(records)
 
 
 def change(records, gpus, present, reason, now):

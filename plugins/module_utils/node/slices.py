@@ -16,7 +16,7 @@ import os
 import re
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import pretty_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     CGROUP_ROOT,
@@ -87,7 +87,7 @@ class RecordSlices:
         self._write(name, record)
 
     def _write(self, name, record):
-        write_atomic(self._path(name), (pretty_json.dumps(record, sort_keys=True) + "\n").encode(), 0o644)
+        write_atomic(self._path(name), json_bytes(record), 0o644)
 
     def freeze(self, name, frozen):
         """The record's ``frozen`` (``cgroup.freeze`` of a real slice)."""

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json, pretty_json
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     ALLOCATION_BOUND,
@@ -63,6 +63,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     KUBERNETES_RELEASE_STUCK,
     condition_key,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
@@ -102,7 +103,7 @@ class Ledger:
                 "last_state": self.last_state, "journal_seq": self.journal_seq}
         if self.conditions:  # a node with no condition raised writes the ledger it always did
             data["conditions"] = self.conditions
-        return (pretty_json.dumps(data, sort_keys=True) + "\n").encode("utf-8")
+        return json_bytes(data)
 
 
 def _dict_of(value, kind):

@@ -19,7 +19,7 @@ import calendar
 import os
 import time
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json, pretty_json
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
@@ -28,6 +28,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release im
     PendingRelease,
     Releases,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
 
@@ -75,7 +76,7 @@ def load_releases(files):
 
 def releases_bytes(pending):
     data = {"releases": dict((alloc, pending[alloc].to_json()) for alloc in sorted(pending))}
-    return (pretty_json.dumps(data, sort_keys=True) + "\n").encode("utf-8")
+    return json_bytes(data)
 
 
 def save_releases(state_path, pending):

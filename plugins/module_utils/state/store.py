@@ -60,18 +60,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import stat
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import HEALTH_NAME, parse_cleared
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAINTENANCE_NAME, parse_maintenance, render_maintenance
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
@@ -357,9 +356,9 @@ class NodeState:
         with self.change() as change:
             if started is not None:
                 ended = time.time()
-                self._write(LAST_PASS_NAME, (json.dumps({
+                self._write(LAST_PASS_NAME, json_bytes({
                     "generation": generation, "state": state, "started": started, "finished": ended,
-                    "duration_seconds": round(max(0.0, ended - started), 6)}, sort_keys=True) + "\n").encode("utf-8"))
+                    "duration_seconds": round(max(0.0, ended - started), 6)}))
             ledger = change.ledger
             if finished:
                 ledger.observed_generation = generation
@@ -458,7 +457,7 @@ class NodeState:
         if back_in_service:
             cleared = dict(self.health_cleared)
             cleared.update((uuid, now) for uuid in back_in_service)
-            self._write(HEALTH_NAME, (pretty_json.dumps(cleared, sort_keys=True) + "\n").encode("utf-8"))
+            self._write(HEALTH_NAME, json_bytes(cleared))
             self.health_cleared = cleared
         self._write(MAINTENANCE_NAME, render_maintenance(records))
         self.maintenance = records
@@ -474,7 +473,7 @@ class NodeState:
             data["cdi_runtimes"] = cdi_runtimes
         if env_allow is not None:
             data["env_allow"] = list(env_allow)
-        content = (pretty_json.dumps(data, sort_keys=True) + "\n").encode("utf-8")
+        content = json_bytes(data)
         if self._stored(NODESPEC_NAME) != content:
             self._write(NODESPEC_NAME, content)
 

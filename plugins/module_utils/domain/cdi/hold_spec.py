@@ -30,7 +30,6 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import pretty_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import (
     CLASS_MIG,
@@ -47,6 +46,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate im
     version_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
@@ -281,7 +281,9 @@ def _edit_rank(key):
 
 
 def spec_bytes(spec):
-    return (pretty_json.dumps(spec, ensure_ascii=False) + "\n").encode("utf-8")
+    """A CDI spec as ``/etc/cdi`` holds it, for people to read: indented by two, in the spec's order, text
+    as it is (the bytes every release wrote, so no spec is rewritten on upgrade)."""
+    return json_bytes(spec, indent=2, sort_keys=False, ensure_ascii=False)
 
 
 def _hold_render(assignment, atoms, generation, mps):
