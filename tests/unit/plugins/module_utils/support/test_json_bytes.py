@@ -60,8 +60,7 @@ def test_nothing_in_module_utils_writes_a_file_with_json_dumps_of_its_own():
     covers (state/events.py), what a command prints, a message on a socket, a digest, a comparison."""
     allowed = {"state/events.py", "entry/cli.py", "entry/helper.py", "node/helper_client.py",
                "entry/modules/holds.py", "domain/plan/diffs.py", "domain/input/assignment.py",
-               "domain/input/generations.py", "domain/delivery.py", "support/json_bytes.py",
-               "support/pretty_json.py"}  # until it goes
+               "domain/input/generations.py", "domain/delivery.py", "support/json_bytes.py"}
     found = []
     for path in sorted(MODULE_UTILS.rglob("*.py")):
         relative = str(path.relative_to(MODULE_UTILS))
@@ -72,3 +71,4 @@ def test_nothing_in_module_utils_writes_a_file_with_json_dumps_of_its_own():
                 if relative not in allowed or node.value.id == "pretty_json":
                     found.append("%s:%d" % (relative, node.lineno))
     assert not found
+    assert not (MODULE_UTILS / "support" / "pretty_json.py").exists()
