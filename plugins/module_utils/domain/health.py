@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import GPU_UNHEALTHY
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
 # xid -> what it means, for the ones only a GPU reset or a reboot clears.
@@ -50,8 +50,6 @@ XID_CLASSES = {
 }
 
 MAX_LOG_BYTES = 4 * 1024 * 1024  # of the kernel log looked at
-HEALTH_NAME = "health.json"  # {GPU UUID: when faults logged before stopped counting}
-MAX_CLEARED_BYTES = 256 * 1024  # of health.json (node/state_files.py refuses a larger one)
 _XID_RE = lazy_pattern(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): ([0-9]{1,4})\b")
 _KMSG_RE = lazy_pattern(r"^[0-9]+,[0-9]+,([0-9]+),[^;]*;")  # /dev/kmsg: priority,seq,usec since boot,flags;text
 
@@ -104,12 +102,11 @@ def gpu_health(gpu, cleared=None):
     return tuple(gpu.health) + problems(xids=xids)
 
 
-def parse_cleared(content, where=HEALTH_NAME):
-    """``{uuid: when}`` from ``health.json``'s bytes; anything else is no record. The pass account owns
-    the state directory and could forge it; it decides which holds are bound anyway (docs/security.md).
-    Content past the bounded parser's limits is ``StateFileError`` naming ``where``."""
-    if content is not None and len(content) > MAX_CLEARED_BYTES:
-        return {}
+def parse_cleared(content, where):
+    """``{uuid: when}`` from ``health.json``'s bytes (``where``: its node path, as the bounded reader read it, at
+    most its cap); anything else is no record. The pass account owns the state directory and could forge it;
+    it decides which holds are bound anyway (docs/security.md). Content past the bounded parser's limits is
+    ``StateFileError`` naming ``where``."""
     try:
         data = bounded_json.loads(content, where) if content else {}
     except ValueError:

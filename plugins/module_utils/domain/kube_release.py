@@ -31,14 +31,14 @@ from __future__ import annotations
 import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, AtomRefused, atom_from_id
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import KUBERNETES_RELEASE_STUCK, KUBERNETES_RELEASES_UNREADABLE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, AtomRefused, atom_from_id
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
-# The state directory's default node path (its files are named in the conditions' messages).
+# The planner's default for the state directory's node path, which the conditions' messages name. The
+# state directory's names are node/state_files.py's (DEFAULT_STATE_DIR there too; a test holds the two
+# equal): this one goes once the planner takes its own from its caller.
 DEFAULT_STATE_DIR = "/var/lib/bcd"
-RELEASES_NAME = "releasing.json"
-MARKER_NAME = "releasing.unreadable"
 STUCK_AFTER = 300  # seconds
 
 
@@ -136,13 +136,15 @@ def stuck_condition(stuck, now):
 
 
 def unreadable_condition(state_dir):
+    """The condition an unreadable ``releasing.json`` raises, naming it and its marker under ``state_dir``
+    (their names are node/state_files.py's; a test holds the message to them)."""
     return {
         "type": KUBERNETES_RELEASES_UNREADABLE,
         "status": "True",
         "reason": "ReleasesFileUnreadable",
-        "message": "%s/%s could not be read; every GPU stays claimed until the kubelet reports no pod on a GPU of "
-                   "an unknown allocation, or an operator removes %s/%s"
-                   % (state_dir, RELEASES_NAME, state_dir, MARKER_NAME),
+        "message": "%s/releasing.json could not be read; every GPU stays claimed until the kubelet reports no pod on "
+                   "a GPU of an unknown allocation, or an operator removes %s/releasing.unreadable"
+                   % (state_dir, state_dir),
     }
 
 

@@ -26,10 +26,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.errors import 
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
-MAINTENANCE_NAME = "maintenance.json"
 MAX_GPUS = 256
 MAX_REASON = 256
-MAX_FILE_BYTES = 256 * 1024
 GPU_UUID_RE = lazy_pattern(r"^GPU-[A-Za-z0-9-]{1,128}$")
 _REASON_RE = lazy_pattern(r"^[^\x00-\x1f\x7f]{1,%d}$" % MAX_REASON)
 ISO_UTC = "%Y-%m-%dT%H:%M:%SZ"
@@ -61,14 +59,13 @@ def check_reason(reason):
 
 
 def parse_maintenance(content, where):
-    """``(records, problem)`` from the file's bytes (None: no file). A file that cannot be read gives no
-    records and a problem to warn about: it is the unprivileged account's to write, so nothing in it
-    is trusted beyond these checks. Content past the bounded parser's limits (``support/bounded_json``)
-    is ``StateFileError``, as for every state file."""
+    """``(records, problem)`` from the file's bytes (None: no file; ``where``: its node path, as the bounded
+    reader read it, at most its cap). A file that cannot be read gives no records and a problem to warn
+    about: it is the unprivileged account's to write, so nothing in it is trusted beyond these checks.
+    Content past the bounded parser's limits (``support/bounded_json``) is ``StateFileError``, as for
+    every state file."""
     if content is None:
         return {}, None
-    if len(content) > MAX_FILE_BYTES:
-        return {}, "%s is over %d bytes; ignored" % (where, MAX_FILE_BYTES)
     try:
         data = bounded_json.loads(content, where)
     except ValueError as exc:
@@ -113,6 +110,7 @@ def iso_utc(since):
 
 
 def render_maintenance(records):
+    """The records as the file keeps them."""
     return json_bytes(records)
 
 

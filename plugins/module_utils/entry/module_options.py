@@ -3,12 +3,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The options every module shares (documented by the doc fragment ``bcd.devices.node``).
 
-It imports no layer but the domain's one constant: every module imports it, and AnsiballZ ships whatever a
-module's imports reach (the host factory is ``entry/module_host.py``, for the modules that need a host)."""
+It imports no layer but one constant of the state directory's table (``node/state_files.py``, which every
+module reaches anyway): every module imports it, and AnsiballZ ships whatever a module's imports reach (the
+host factory is ``entry/module_host.py``, for the modules that need a host)."""
 
 from __future__ import annotations
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import DEFAULT_STATE_DIR
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 NODE_OPTIONS = dict(

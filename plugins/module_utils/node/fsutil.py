@@ -27,10 +27,9 @@ from contextlib import contextmanager
 from typing import Iterator, List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
-from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import LOCK_NAME, StateFiles
 
 DEFAULT_DIR_MODE = 0o755
-LOCK_NAME = "lock"
 
 
 class FsError(RetryableError):

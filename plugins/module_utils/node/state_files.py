@@ -38,9 +38,14 @@ file                      cap       read by
                                     acknowledgement rewrites it
 ``events.seq``            64 B      the journal's high-water mark
 ``node.key``              16 KiB    the node key, PEM (119 bytes for Ed25519)
-``maintenance.json``      256 KiB   ``domain/maintenance.py``
-``health.json``           256 KiB   ``domain/health.py``
+``maintenance.json``      256 KiB   GPUs in maintenance (``state/store.py``; its content
+                                    ``domain/maintenance.py``'s)
+``health.json``           256 KiB   when each GPU last left maintenance (``state/store.py``;
+                                    its content ``domain/health.py``'s)
 ========================  ========  ===============================================
+
+These names and caps are ``FILE_CAPS`` below, the one table of them (``DEFAULT_STATE_DIR`` beside it);
+``tests/unit/plugins/module_utils/node/test_bounded_reader.py`` holds this list to it.
 
 Nothing lists the state directory: root looks only at these names (``adopt``), so a directory of
 200 000 planted files costs a pass nothing.
@@ -55,27 +60,38 @@ from typing import Any, Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.health import HEALTH_NAME, MAX_CLEARED_BYTES
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import MARKER_NAME, RELEASES_NAME
-from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAINTENANCE_NAME
-from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAX_FILE_BYTES as MAINTENANCE_CAP
 
 KIB, MIB = 1024, 1024 * 1024
 NEVER_READ = -1
-# Every file root opens in the state directory, and the most of it read. The names are the state
-# layer's (``LEDGER_NAME``, ``JOURNAL_NAME``, ...; a test holds them equal).
+# The state directory's node path, unless a module option or ``--state-dir`` names another.
+DEFAULT_STATE_DIR = "/var/lib/bcd"
+
+# The state directory's files, each named once, here: every module takes a state file's name from this
+# table (the domain only parses and makes their content; the caller names the file).
+LOCK_NAME = "lock"
+LEDGER_NAME = "ledger.json"
+RELEASES_NAME = "releasing.json"
+MARKER_NAME = "releasing.unreadable"
+NODESPEC_NAME = "nodespec.json"
+LAST_PASS_NAME = "last-pass.json"
+JOURNAL_NAME = "events.jsonl"
+SEQ_NAME = "events.seq"
+KEY_NAME = "node.key"
+MAINTENANCE_NAME = "maintenance.json"
+HEALTH_NAME = "health.json"
+# ... and the most of each that is read (``NEVER_READ``: opened for ``flock``, or only looked up).
 FILE_CAPS = {
-    "lock": NEVER_READ,
-    "ledger.json": 16 * MIB,  # the largest section's ledger is under 1 MB; a file costs about 3 times its size to read
+    LOCK_NAME: NEVER_READ,
+    LEDGER_NAME: 16 * MIB,  # the largest section's ledger is under 1 MB; a file costs about 3 times its size to read
     RELEASES_NAME: 16 * MIB,
     MARKER_NAME: NEVER_READ,
-    "nodespec.json": 8 * MIB,  # a devices section of at most 4 MiB as stored, and instances of 256 KiB
-    "last-pass.json": 4 * KIB,
-    "events.jsonl": 16 * MIB,
-    "events.seq": 64,
-    "node.key": 16 * KIB,
-    MAINTENANCE_NAME: MAINTENANCE_CAP,
-    HEALTH_NAME: MAX_CLEARED_BYTES,
+    NODESPEC_NAME: 8 * MIB,  # a devices section of at most 4 MiB as stored, and instances of 256 KiB
+    LAST_PASS_NAME: 4 * KIB,
+    JOURNAL_NAME: 16 * MIB,
+    SEQ_NAME: 64,
+    KEY_NAME: 16 * KIB,
+    MAINTENANCE_NAME: 256 * KIB,  # {GPU UUID: {reason, since}} of at most 256 GPUs
+    HEALTH_NAME: 256 * KIB,  # {GPU UUID: when faults logged before stopped counting}
 }  # type: Dict[str, int]
 OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -35,8 +35,6 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError, StateFileError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (  # noqa: F401 (the journal's names)  pylint: disable=unused-import
     ALLOCATION_BOUND,
     ALLOCATION_FAILED,
@@ -47,7 +45,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     SIGNED_TYPES,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import create_exclusive, ensure_dir, fsync_dir, write_atomic
-from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, StateFiles, read_file
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, JOURNAL_NAME, KEY_NAME, SEQ_NAME, StateFiles, read_file
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError, StateFileError, type_name
 
 # Whether 'cryptography' is there, known without importing it: a pass that signs nothing (a no-op)
 # never pays for the import; _crypto() imports it on first use.
@@ -103,9 +103,6 @@ def import_cryptography() -> None:
 
 PURPOSE = "attested-report"
 
-JOURNAL_NAME = "events.jsonl"
-SEQ_NAME = "events.seq"
-KEY_NAME = "node.key"
 FILE_MODE = 0o600
 STATE_DIR_MODE = 0o700
 MAX_SEQ = (1 << 63) - 1  # int64, as the control plane carries it

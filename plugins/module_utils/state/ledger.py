@@ -50,8 +50,6 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     ALLOCATION_BOUND,
     ALLOCATION_FAILED,
@@ -63,11 +61,12 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     KUBERNETES_RELEASE_STUCK,
     condition_key,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
-LEDGER_NAME = "ledger.json"
 # ledger.json of 0.1.0 called the unfinished plain releases "releasing"; read it, write the new name.
 _LEGACY_UNFINISHED = "releasing"
 _ALLOCATION_ID_RE = lazy_pattern(ALLOCATION_ID)

@@ -19,18 +19,14 @@ import calendar
 import os
 import time
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease, Releases
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import MARKER_NAME, RELEASES_NAME
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
-    MARKER_NAME,
-    RELEASES_NAME,
-    PendingRelease,
-    Releases,
-)
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import remove_file, write_atomic
 
 _ALLOCATION_ID_RE = lazy_pattern(ALLOCATION_ID)
 MAX_ASIDE = 64  # releasing.json.unreadable-<stamp>-<n> tried per second, at most

@@ -15,6 +15,10 @@ file                      what it holds
 ``node.key``              the node's Ed25519 key (``state/events.py``)
 ========================  ====================================================
 
+(with ``maintenance.json``, ``health.json`` and ``last-pass.json``: every name, and the most of each
+file that is read, is ``node/state_files.py``'s table). The ``.json`` files are compact JSON
+(``support/json_bytes``); the journal's lines are its own (``state/events.py``).
+
 Root never acts through a path the state directory's owner controls: when this
 process is root and the directory belongs to another account (the ``bcd``
 account of the role's deployment), every state operation runs with that
@@ -65,15 +69,21 @@ import stat
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import parse_cleared
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError, type_name
-from ansible_collections.bcd.devices.plugins.module_utils.domain.health import HEALTH_NAME, parse_cleared
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
-from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MAINTENANCE_NAME, parse_maintenance, render_maintenance
-from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
-from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
+from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import parse_maintenance, render_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, write_atomic
-from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import (
+    DEFAULT_STATE_DIR,
+    HEALTH_NAME,
+    KEY_NAME,
+    LAST_PASS_NAME,
+    LEDGER_NAME,
+    MAINTENANCE_NAME,
+    NODESPEC_NAME,
+    StateFiles,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     ALLOCATION_RELEASED,
     SIGNED_TYPES,
@@ -82,13 +92,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     NodeKey,
     import_cryptography,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import (
-    LEDGER_NAME,
-    Ledger,
-    parse_ledger,
-    record_event,
-    settles,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import Ledger, parse_ledger, record_event, settles
 from ansible_collections.bcd.devices.plugins.module_utils.state.releases import (
     clear_marker,
     load_releases,
@@ -96,10 +100,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.releases import 
     releases_bytes,
     save_releases,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
-NODESPEC_NAME = "nodespec.json"
-LAST_PASS_NAME = "last-pass.json"
-KEY_NAME = "node.key"
 STATE_FILE_MODE = 0o600
 STATE_DIR_MODE = 0o700
 

@@ -20,19 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain import health as _health
 from ansible_collections.bcd.devices.plugins.module_utils.domain import kube_release as _kube_release
-from ansible_collections.bcd.devices.plugins.module_utils.domain import maintenance as _maintenance
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.node import fsutil as _fsutil
 from ansible_collections.bcd.devices.plugins.module_utils.node import state_files as _state_files
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import LockTimeout, PassLock
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, NEVER_READ, StateFiles
-from ansible_collections.bcd.devices.plugins.module_utils.state import events as _events
-from ansible_collections.bcd.devices.plugins.module_utils.state import ledger as _ledger
-from ansible_collections.bcd.devices.plugins.module_utils.state import store as _store
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
 
 MODULE_UTILS = Path(_state_files.__file__).resolve().parent.parent
 ROOT = os.geteuid() == 0
@@ -248,14 +243,41 @@ def test_a_file_over_its_cap_is_refused_unread(state, name):
     assert len(StateFiles(str(state)).read(name)) == FILE_CAPS[name]
 
 
-def test_every_state_file_has_a_cap_and_the_names_agree():
-    names = {_fsutil.LOCK_NAME, _ledger.LEDGER_NAME, _kube_release.RELEASES_NAME, _kube_release.MARKER_NAME,
-             _store.NODESPEC_NAME, _store.LAST_PASS_NAME, _events.JOURNAL_NAME, _events.SEQ_NAME, _events.KEY_NAME,
-             _store.KEY_NAME, _maintenance.MAINTENANCE_NAME, _health.HEALTH_NAME}
-    assert names == set(FILE_CAPS)
-    assert FILE_CAPS[_maintenance.MAINTENANCE_NAME] == _maintenance.MAX_FILE_BYTES
+def test_every_state_file_is_named_once_in_the_table_with_its_cap():
+    """node/state_files.py names each state file once (a ``*_NAME`` of its own, a row of ``FILE_CAPS``, a line of
+    its docstring's table with the cap); no other module of module_utils gives a state file's name a constant
+    of its own, and the state directory's default is the table's."""
+    names = dict((key, value) for key, value in vars(_state_files).items() if key.endswith("_NAME"))
+    assert sorted(names.values()) == sorted(FILE_CAPS) and len(names) == len(FILE_CAPS) == 11
+    for name, cap in FILE_CAPS.items():
+        rows = [line.split() for line in _state_files.__doc__.splitlines() if line.startswith("``%s`` " % name)]
+        shown = "never" if cap == NEVER_READ else _state_files._size(cap).replace(" bytes", " B")
+        assert len(rows) == 1 and " ".join(rows[0][1:3]).startswith(shown), (name, rows)
+    elsewhere = []
+    for path in sorted(MODULE_UTILS.rglob("*.py")):
+        relative = str(path.relative_to(MODULE_UTILS))
+        if relative == READER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
+                    and (node.value.value in FILE_CAPS or node.value.value == _state_files.DEFAULT_STATE_DIR):
+                elsewhere.append("%s:%d" % (relative, node.lineno))
+    # the planner's default node path (domain/plan/planner.py's Observed) until it takes the table's from its caller
+    assert elsewhere in ([], ["domain/kube_release.py:%d" % _kube_release_default_line()])
+    assert getattr(_kube_release, "DEFAULT_STATE_DIR", _state_files.DEFAULT_STATE_DIR) == _state_files.DEFAULT_STATE_DIR
     with pytest.raises(ValueError):
         StateFiles("/nonexistent").open("passwd")
+
+
+def _kube_release_default_line():
+    source = (MODULE_UTILS / "domain" / "kube_release.py").read_text().splitlines()
+    return [number for number, line in enumerate(source, 1) if line.startswith("DEFAULT_STATE_DIR = ")][0]
+
+
+def test_the_unreadable_releases_condition_names_the_table_s_files():
+    message = _kube_release.unreadable_condition("/srv/bcd")["message"]
+    assert message.startswith("/srv/bcd/%s could not be read; " % _state_files.RELEASES_NAME)
+    assert message.endswith("or an operator removes /srv/bcd/%s" % _state_files.MARKER_NAME)
 
 
 def test_a_fifo_is_refused_at_once(state):
@@ -446,8 +468,7 @@ RAW_IO = {(None, "open"), (None, "read_bytes"), ("os", "open"), ("os", "fdopen")
           ("os", "walk"), ("io", "open"), ("json", "load"), ("json", "loads"), ("glob", "glob"), ("glob", "iglob"),
           ("fsutil", "read_bytes"), ("*", "read_bytes"), ("*", "read_text")}
 STATE_NAMES = set(FILE_CAPS)
-NAME_CONSTANTS = {"LOCK_NAME", "LEDGER_NAME", "RELEASES_NAME", "MARKER_NAME", "NODESPEC_NAME", "LAST_PASS_NAME",
-                  "JOURNAL_NAME", "SEQ_NAME", "KEY_NAME", "MAINTENANCE_NAME", "HEALTH_NAME"}
+NAME_CONSTANTS = set(key for key in vars(_state_files) if key.endswith("_NAME"))  # the table's
 READER = "node/state_files.py"
 # The state layer, the parsers of state files and the entry points that read only the state: no raw
 # I/O at all (entry/status.py and doctor.py also parse hold specs, root's: the test below covers them).
