@@ -1,54 +1,26 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The ledger: what the node has *reported*, so every report happens exactly once.
+"""The ledger's file: ``<state_dir>/ledger.json`` (0600), what the node has *reported*.
 
-The holds themselves are read from ``/etc/cdi`` on every pass; the ledger
-(``<state_dir>/ledger.json``, 0600) only remembers what a pass cannot see on
-the host:
+The ledger itself, what each of its fields means and how the planner uses it, is
+``domain/ledger.py``'s ``Ledger``; this module is its file format. The file is one JSON object
+(``support/json_bytes``: compact, keys sorted) of the ledger's fields under their own names,
+``conditions`` only when a condition is raised (a node with none writes the ledger it always
+did) and ``problem`` never. Reading it back checks every field (the unprivileged account
+writes this directory): a record of the wrong shape is dropped, and so reported or released
+again, never lost; a file that is not JSON is an empty ledger with ``problem`` set. ledger.json
+of 0.1.0 called the unfinished plain releases ``releasing``: it is read, the new name written.
 
-``bound``
-    holds whose ``AllocationBound`` was journaled (a hold written but never
-    reported, because the pass died in between, is reported by the next pass),
-    with the limits they were bound with and the cgroup parent their last one named (``null``: none);
-``unfinished_releases``
-    plain releases recorded before their files are removed (a release cut
-    short is finished, and reported, by the next pass). Kubernetes releases
-    pending on pods are another thing, kept in ``releasing.json``;
-``failures``
-    each allocation's last ``AllocationFailed``: its generation, reason and
-    message. A refusal is final at its generation (the control plane re-places
-    the reservation), so a later pass at that generation refuses it again with
-    the same reason, unreported, instead of binding it;
-``vfio``
-    the GPUs running domains had at the last pass;
-``renders``
-    per kept hold, a digest of what its files were last rendered from and of the files
-    (``domain.cdi.hold_spec.render_record``): a pass renders a hold again only when either changed;
-``observed_generation``
-    the last generation a pass finished (``CONVERGED`` or ``FAILED``);
-``journal_seq``
-    the seq of the last journaled event whose effect is in the ledger: a pass
-    that died between journaling an event and recording it is caught up from
-    the journal (``NodeState.load``), so nothing is reported twice;
-``last_state``
-    the section state of the last pass (the retry timer runs a pass only
-    while it is ``PROGRESSING``);
-``conditions``
-    the node conditions whose appearing was journaled and whose clearing was not
-    (``domain/plan/condition_events.py``), by key (``GPUUnhealthy/<GPU UUID>``,
-    ``KubernetesReleaseStuck/<allocation>``, or the type alone): each the devices and
-    allocation its events name. A few keys at most: one per unhealthy GPU, one per
-    stuck release, one per other condition. Settled from the journal like the rest,
-    so a condition's event is journaled once when it appears and once when it clears.
+A pass that died between journaling an event and recording it is caught up from the journal:
+``settles`` and ``record_event`` say what an event means for the ledger, applied after each
+append and again by ``NodeState.load`` for every event after ``journal_seq``.
 
-This file is the format; ``state.store.NodeState`` reads and writes it, through the bounded
-reader (``node/state_files.py``: at most 16 MiB, JSON within ``support/bounded_json``'s bounds).
+``state.store.NodeState`` reads and writes the file, through the bounded reader
+(``node/state_files.py``: at most 16 MiB, JSON within ``support/bounded_json``'s bounds).
 """
 
 from __future__ import annotations
-
-from typing import Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     ALLOCATION_BOUND,
@@ -62,47 +34,24 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     condition_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
+from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import Ledger
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
-from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
 # ledger.json of 0.1.0 called the unfinished plain releases "releasing"; read it, write the new name.
 _LEGACY_UNFINISHED = "releasing"
 _ALLOCATION_ID_RE = lazy_pattern(ALLOCATION_ID)
 
 
-@record
-class Ledger:
-    bound: Dict[str, dict] = field(default_factory=dict)
-    unfinished_releases: Dict[str, dict] = field(default_factory=dict)
-    failures: Dict[str, dict] = field(default_factory=dict)  # allocation -> {generation, reason, message}
-    vfio: Dict[str, str] = field(default_factory=dict)
-    renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> {key, spec, env, notes}
-    observed_generation: Optional[int] = None
-    last_state: Optional[str] = None
-    journal_seq: int = 0
-    conditions: Dict[str, dict] = field(default_factory=dict)  # condition key -> {device_ids, allocation_id}: raised, not cleared
-    problem: Optional[str] = None  # why the file could not be read (not saved)
-
-    def refusal_at(self, allocation_id, generation):
-        """``(reason, message)`` of the allocation's refusal journaled at ``generation``, or None."""
-        record = self.failures.get(allocation_id) or {}
-        if record.get("generation") != generation or not isinstance(record.get("reason"), str):
-            return None
-        return record["reason"], record.get("message") or ""
-
-    def refused_at(self, allocation_id):
-        """The generation of the allocation's last journaled refusal, or None."""
-        return (self.failures.get(allocation_id) or {}).get("generation")
-
-    def to_json(self):
-        data = {"bound": self.bound, "unfinished_releases": self.unfinished_releases, "failures": self.failures,
-                "vfio": self.vfio, "renders": self.renders, "observed_generation": self.observed_generation,
-                "last_state": self.last_state, "journal_seq": self.journal_seq}
-        if self.conditions:  # a node with no condition raised writes the ledger it always did
-            data["conditions"] = self.conditions
-        return json_bytes(data)
+def ledger_bytes(ledger):
+    """The ledger as its file holds it."""
+    data = {"bound": ledger.bound, "unfinished_releases": ledger.unfinished_releases, "failures": ledger.failures,
+            "vfio": ledger.vfio, "renders": ledger.renders, "observed_generation": ledger.observed_generation,
+            "last_state": ledger.last_state, "journal_seq": ledger.journal_seq}
+    if ledger.conditions:  # a node with no condition raised writes the ledger it always did
+        data["conditions"] = ledger.conditions
+    return json_bytes(data)
 
 
 def _dict_of(value, kind):

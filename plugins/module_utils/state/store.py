@@ -72,6 +72,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import parse_cleared
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
+from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import Ledger
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import parse_maintenance, render_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import (
@@ -92,7 +93,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     NodeKey,
     import_cryptography,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import Ledger, parse_ledger, record_event, settles
+from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import ledger_bytes, parse_ledger, record_event, settles
 from ansible_collections.bcd.devices.plugins.module_utils.state.releases import (
     clear_marker,
     load_releases,
@@ -333,7 +334,7 @@ class NodeState:
 
     def _save_ledger(self) -> None:
         """Write the ledger when it changed (a pass that changes nothing rewrites nothing); ``change`` only."""
-        content = self.ledger.to_json()
+        content = ledger_bytes(self.ledger)
         if self._stored(LEDGER_NAME) != content:
             self._write(LEDGER_NAME, content)
 
