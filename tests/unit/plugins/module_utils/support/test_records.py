@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -230,3 +231,134 @@ def test_a_record_compiles_its_init_when_the_first_one_is_made():
     assert Base("b") == Base("b") and Base.__init__.__qualname__.endswith("Base.__init__")
     with pytest.raises(TypeError):
         Base()
+
+
+# -- every record of module_utils, rebuilt as the dataclass it must be -------------------------------------
+PACKAGE = "ansible_collections.bcd.devices.plugins.module_utils"
+
+
+def module_names():
+    """Every module of module_utils, by its import name (read from the tree: a module that fails to import
+    fails its own test below, not the collection of this file)."""
+    names = []
+    for path in sorted(MODULE_UTILS.rglob("*.py")):
+        parts = path.relative_to(MODULE_UTILS).with_suffix("").parts
+        names.append(".".join((PACKAGE,) + (parts[:-1] if parts[-1] == "__init__" else parts)))
+    return names
+
+
+def record_classes(name):
+    """The ``@record`` classes of module ``name``, imported: those that carry records' fields marker in their own
+    ``__dict__``."""
+    module = importlib.import_module(name)
+    return sorted((value for value in vars(module).values()
+                   if isinstance(value, type) and value.__module__ == module.__name__
+                   and records._FIELDS in value.__dict__),  # pylint: disable=protected-access
+                  key=lambda cls: cls.__qualname__)
+
+
+MODULES = module_names()
+
+
+def _generated(value):
+    """Whether ``value`` is one of the methods ``record`` put on a class (its own functions, or the ``__init__``
+    it compiled), not one the class body defined."""
+    function = getattr(value, "__func__", value)
+    return getattr(function, "__module__", "") in (records.__name__, None)
+
+
+def options_of(cls):
+    """``(frozen, eq)`` as the class was declared: ``record`` sets ``__setattr__`` on a frozen record and ``__eq__``
+    on every record with ``eq=True``."""
+    frozen = cls.__dict__.get("__setattr__") is records._frozen_setattr  # pylint: disable=protected-access
+    return frozen, "__eq__" in cls.__dict__
+
+
+_REBUILT = {}  # type: Dict[type, type]
+
+
+def as_dataclass_of(cls):
+    """``cls`` declared again with ``dataclasses.dataclass`` (its bases that are records too, first): the same
+    name, module, annotations, defaults (``dataclasses.field(default_factory=...)`` for a factory), methods and
+    options, and none of what ``record`` added."""
+    if cls in _REBUILT:
+        return _REBUILT[cls]
+    bases = tuple(as_dataclass_of(base) if records.is_record(base) else base for base in cls.__bases__)
+    annotations = dict(cls.__dict__.get("__annotations__", {}))
+    by_name = dict((item.name, item) for item in records.fields(cls))
+    namespace = {"__annotations__": annotations, "__qualname__": cls.__qualname__}
+    for name, value in cls.__dict__.items():
+        if name in ("__dict__", "__weakref__", "__annotations__", records._FIELDS) \
+                or name in annotations or _generated(value) \
+                or (name == "__hash__" and value is None):  # pylint: disable=protected-access
+            continue
+        namespace[name] = value
+    for name in annotations:
+        item = by_name.get(name)
+        if item is None:  # a ClassVar: its value is the class's own
+            if name in cls.__dict__:
+                namespace[name] = cls.__dict__[name]
+        elif item.default_factory is not records.MISSING:
+            namespace[name] = dataclasses.field(default_factory=item.default_factory)
+        elif item.default is not records.MISSING:
+            namespace[name] = item.default
+    frozen, eq = options_of(cls)
+    rebuilt = dataclasses.dataclass(frozen=frozen, eq=eq)(type(cls.__name__, bases, namespace))
+    _REBUILT[cls] = rebuilt
+    return rebuilt
+
+
+def test_the_walk_finds_the_records_of_every_layer():
+    found = dict((name, record_classes(name)) for name in MODULES)
+    layers = set(name[len(PACKAGE) + 1:].split(".")[0] for name, classes in found.items() if classes)
+    assert {"domain", "node", "state", "entry"} <= layers and sum(len(classes) for classes in found.values()) >= 60
+
+
+@pytest.mark.parametrize("name", MODULES, ids=lambda name: name[len(PACKAGE) + 1:])
+def test_every_record_of_module_utils_is_the_dataclass_it_would_be(name):
+    """``record`` is a strict subset of ``dataclasses.dataclass``: each record class of module_utils, declared again
+    as a dataclass, is accepted, has the same fields in the same order with the same defaults, and (made with
+    ``None`` for each field without a default) shows, compares, hashes and freezes the same."""
+    for cls in record_classes(name):
+        same_as_its_dataclass(cls)
+
+
+def hashed(value):
+    """``hash(value)``, or ``TypeError`` when a field is unhashable (a frozen record holding a dict, as a frozen
+    dataclass holding one)."""
+    try:
+        return hash(value)
+    except TypeError:
+        return TypeError
+
+
+def same_as_its_dataclass(cls):
+    rebuilt = as_dataclass_of(cls)
+    ours, theirs = records.fields(cls), dataclasses.fields(rebuilt)
+    assert [item.name for item in ours] == [item.name for item in theirs], cls
+    for mine, its in zip(ours, theirs):
+        assert (mine.default is records.MISSING) == (its.default is dataclasses.MISSING), (cls, mine.name)
+        assert (mine.default_factory is records.MISSING) == (its.default_factory is dataclasses.MISSING), (cls, mine.name)
+        if mine.default is not records.MISSING:
+            assert mine.default is its.default, (cls, mine.name)
+        if mine.default_factory is not records.MISSING:
+            assert mine.default_factory is its.default_factory, (cls, mine.name)
+    assert (cls.__hash__ is None) == (rebuilt.__hash__ is None), cls
+    required = [None] * sum(1 for item in ours if item.default is records.MISSING
+                            and item.default_factory is records.MISSING)
+    try:
+        first, second = cls(*required), cls(*required)
+    except Exception as exc:  # pylint: disable=broad-exception-caught  # an __init__ of its own: it must refuse alike
+        with pytest.raises(type(exc)):
+            rebuilt(*required)
+        return
+    made, again = rebuilt(*required), rebuilt(*required)
+    assert repr(first) == repr(made), cls
+    assert (first == second) == (made == again) and (first != second) == (made != again), cls
+    if cls.__hash__ is not None:
+        assert hashed(first) == hashed(made) or not options_of(cls)[1], cls
+        assert (hashed(first) == hashed(second)) == (hashed(made) == hashed(again)), cls
+    if options_of(cls)[0] and ours:
+        for value in (first, made):
+            with pytest.raises(AttributeError):
+                setattr(value, ours[0].name, None)
