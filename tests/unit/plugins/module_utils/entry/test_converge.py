@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan import planner as _planner
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan import bind as _bind, keep as _keep
 from ansible_collections.bcd.devices.plugins.module_utils.state import events as _events
 from ansible_collections.bcd.devices.plugins.module_utils.entry import converge as _converge
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import PassError
@@ -607,15 +607,16 @@ def test_an_allocation_id_with_a_line_break_names_no_file(node, allocation_id):
 
 @pytest.fixture
 def renders(monkeypatch):
-    """Count the holds the planner renders."""
+    """Count the holds the planner renders (the kept holds' phase and the new holds')."""
     calls = []
-    real = _planner.render_hold
+    real = _keep.render_hold
 
     def counting(assignment, *args, **kwargs):
         calls.append(assignment.allocation_id)
         return real(assignment, *args, **kwargs)
 
-    monkeypatch.setattr(_planner, "render_hold", counting)
+    monkeypatch.setattr(_keep, "render_hold", counting)
+    monkeypatch.setattr(_bind, "render_hold", counting)
     return calls
 
 

@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a pass finds wrong on the node that no single step fixes: its conditions (Kubernetes releases stuck on
+pods or unreadable, a stale or unsupported vendor spec, unhealthy GPUs), and the pending releases it shows.
+Each that appears or clears is journaled once (``condition_events``)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import unhealthy_condition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claiming import marker_stays
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Pass, Released
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import unknown_version_condition
+
+
+def pass_conditions(ctx: Pass, live: Mapping[str, Any], released: Released) -> List[dict]:
+    """The pass's conditions: Kubernetes releases stuck on pods or unreadable, a stale or unsupported vendor
+    spec, unhealthy GPUs (with the holds on them)."""
+    observed = ctx.observed
+    # the pass that sets an unreadable file aside raises the condition even when it clears the marker too
+    unreadable = marker_stays(ctx, released) or observed.releases.unreadable is not None
+    conditions = list(release_conditions([pending.release for pending in released.pending.values()], unreadable,
+                                         observed.now, observed.state_dir))
+    conditions.extend(condition for condition in (stale_condition(observed.vendor),
+                                                  unknown_version_condition(observed.vendor)) if condition is not None)
+    by_gpu = {}  # type: Dict[str, List[str]]
+    for allocation_id in sorted(live):
+        for atom in live[allocation_id].atoms:
+            if allocation_id not in by_gpu.setdefault(atom.gpu_uuid, []):
+                by_gpu[atom.gpu_uuid].append(allocation_id)
+    sick = unhealthy_condition(observed.inventory, by_gpu, observed.health_cleared)
+    if sick is not None:
+        conditions.append(sick)
+    return conditions
+
+
+def pending_releases(observed: Observed, released: Released) -> List[dict]:
+    """The Kubernetes releases pending after the pass, as ``holds`` and ``holds_info`` show them."""
+    return pending_summary([pending.release for pending in released.pending.values()], observed.now,
+                           dict((allocation_id, pending.holders) for allocation_id, pending in released.pending.items()))

@@ -1,0 +1,227 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to bcd.devices
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Phases 1 and 2 of a pass (``planner.plan_pass``) but for the Kubernetes steps (``kube``): releases an
+earlier pass cut short are finished; holds no longer wanted are released (before any bind, so a GPU can move
+between allocations in one generation), a damaged spec set aside, a hold whose spec is gone released or held
+for its new bind; env files a bind that never finished left are removed. Each returns a
+``decisions.Released``: its steps, and what each release frees once made (claimed until then).
+"""
+
+from __future__ import annotations
+
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Set, Type
+
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import damaged_spec_path, env_file_path
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import InvalidAssignment, Limits, parse_limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import (
+    FileChange,
+    FinishRelease,
+    Release,
+    ReleaseDamaged,
+    RemoveEnv,
+    SliceStop,
+    SpecAside,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import env_file_atoms, env_file_claim
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Freed, Pass, Released, needs_root
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.kube import release_kubernetes, retained_atoms
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import released_event, summary_of, withdraw_files
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_of, slice_name
+
+
+def limits_from_record(record: Any) -> Optional[Limits]:
+    """The ``Limits`` a ledger record keeps (None when it keeps none, or none that pass the input's checks:
+    the ledger is data like any other)."""
+    try:
+        return parse_limits(record)
+    except InvalidAssignment:
+        return None
+
+
+def _release_action(kind: Type[Release], observed: Observed, allocation_id: str, generation: int,
+                    device_ids: Sequence[str], why: str) -> Release:
+    state = observed.slices.get(slice_name(allocation_id))
+    return kind(allocation_id, tuple(withdraw_files(observed, allocation_id)),
+                released_event(observed, allocation_id, generation, device_ids), tuple(device_ids), generation, why,
+                slice=SliceStop(state.name, settings_of(state)) if state is not None and not state.populated else None,
+                busy=state.name if state is not None and state.populated else None)
+
+
+def finish_releases(ctx: Pass) -> Released:
+    """1. Releases an earlier pass recorded but did not finish."""
+    observed, generation, decided = ctx.observed, ctx.generation, []  # type: Observed, int, List[Released]
+    for allocation_id in sorted(observed.ledger.unfinished_releases):
+        record = observed.ledger.unfinished_releases[allocation_id]
+        action = _release_action(FinishRelease, observed, allocation_id, record.get("generation", generation),
+                                 record.get("device_ids") or [], "cut short by an earlier pass")
+        if (action.files or action.slice) and not observed.privileged:
+            decided.append(Released(errors=(needs_root("finishing the release of %s" % allocation_id),)))
+            continue
+        decided.append(Released(actions=(action,), gone=frozenset([allocation_id])))
+        decided.append(_releasing(observed, allocation_id, record.get("device_ids") or []))
+    return Released.join(decided)
+
+
+def _releasing(observed: Observed, allocation_id: str, device_ids: Sequence[str],
+               atoms: Optional[Sequence[Atom]] = None) -> Released:
+    """A release this pass makes: its atoms and what it booked stay claimed until it is made."""
+    current = observed.slices.get(slice_name(allocation_id))
+    booked = None
+    if current is None or not current.populated:  # a slice still running a workload keeps what it booked
+        booked = limits_from_record((observed.ledger.bound.get(allocation_id) or {}).get("limits"))
+    return Released(freeing={allocation_id: Freed(tuple(atoms if atoms is not None else atoms_of(device_ids)), booked)})
+
+
+def release_unwanted(ctx: Pass, live: Mapping[str, Any], releasing: AbstractSet[str]) -> Released:
+    """2. Holds no longer wanted, or wanted with other devices or another binding."""
+    keep = set(ctx.wanted) | set(ctx.parsed.refused_ids) | ctx.unsupported
+    decided = [_release_spec_gone(ctx, keep, releasing)]  # joined once, at the end
+    for allocation_id in sorted(live):
+        hold = live[allocation_id]
+        assignment = ctx.wanted.get(allocation_id)
+        if hold.problem is not None and (assignment is not None or allocation_id not in keep):
+            decided.append(_set_aside(ctx, hold, assignment))
+            continue
+        rebind = assignment is not None and (
+            sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
+            or hold.kubernetes != assignment.kubernetes)
+        if allocation_id in keep and not rebind:
+            continue
+        if not ctx.observed.privileged:
+            decided.append(Released(errors=(needs_root("releasing %s" % allocation_id),), holds=(summary_of(hold),)))
+            continue
+        why = "wanted with other devices" if rebind else "no longer wanted"
+        if hold.kubernetes:
+            decided.append(release_kubernetes(ctx, hold, why, wanted=allocation_id in ctx.superseded))
+        else:
+            decided.append(Released(actions=(_release_action(Release, ctx.observed, allocation_id, ctx.generation,
+                                                             hold.device_ids, why),), gone=frozenset([allocation_id])))
+            decided.append(_releasing(ctx.observed, allocation_id, hold.device_ids, hold.atoms))
+    return Released.join(decided)
+
+
+def _set_aside(ctx: Pass, hold: Any, assignment: Any) -> Released:
+    """A damaged spec (its devices cannot be read back) is never deleted: set aside, and the hold is written
+    again from its assignment (``bind_new``) or, no longer wanted (no ``assignment``), released."""
+    observed = ctx.observed
+    if not observed.privileged:
+        return Released(errors=(needs_root("setting the damaged %s aside" % hold.path),))
+    aside = Released(warnings=("%s; it is set aside as %s" % (hold.problem, aside_of(observed, hold).aside),),
+                     damaged={hold.allocation_id: hold}, gone=frozenset([hold.allocation_id]))
+    return aside + release_damaged(ctx, hold, "no longer wanted") if assignment is None else aside
+
+
+def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: AbstractSet[str]) -> Released:
+    """Holds the node reported bound whose spec is gone (deleted by hand) and that are no longer wanted:
+    released, so their env file goes with them and the control plane learns of it. One still wanted is
+    bound again from its assignment (``bind_new``)."""
+    observed, decided = ctx.observed, []  # type: Observed, List[Released]
+    if not observed.spec_dir:
+        return Released()
+    for allocation_id in sorted(observed.ledger.bound):
+        # one still wanted is bound again (bound_again), unless an earlier round found it is not (plan_pass)
+        if (allocation_id in keep and (allocation_id not in ctx.wanted or allocation_id in ctx.superseded)) or \
+                allocation_id in observed.live or allocation_id in releasing or \
+                allocation_id in observed.releases.pending or allocation_id in observed.ledger.unfinished_releases:
+            continue
+        if not observed.privileged:
+            decided.append(Released(errors=(needs_root("releasing %s" % allocation_id),)))
+            continue
+        device_ids = list(observed.ledger.bound[allocation_id].get("device_ids") or [])
+        decided.append(Released(actions=(_release_action(Release, observed, allocation_id, ctx.generation, device_ids,
+                                                         "its spec is gone"),)))
+        decided.append(_releasing(observed, allocation_id, device_ids))
+    return Released.join(decided)
+
+
+def stale_env_files(observed: Observed) -> Dict[str, bytes]:
+    """Env files no hold stands behind: of an allocation without a spec in /etc/cdi (a damaged one counts as
+    a spec), never reported bound, with no release unfinished or pending. Only a bind that never finished
+    leaves one: its env file was written, and the pass died before its spec (on a fresh node, before there
+    was an /etc/cdi). A hold the node reported is never among them, whether /etc/cdi is there or not; one
+    written and not yet reported whose spec comes back gets its env file again (``_keep_files``)."""
+    ledger, pending = observed.ledger, observed.releases.pending
+    return dict((allocation_id, content) for allocation_id, content in observed.env_files.items()
+                if content is not None and allocation_id not in observed.live and allocation_id not in ledger.bound
+                and allocation_id not in ledger.unfinished_releases and allocation_id not in pending)
+
+
+def remove_stale_env(ctx: Pass) -> Released:
+    """2. Env files a bind that never finished left (``stale_env_files``), removed before anything is bound,
+    also where the allocation is bound again in this pass (its bind writes its env file anew): the GPUs such
+    a file names in ``NVIDIA_VISIBLE_DEVICES`` are claimed until it is gone, as the root helper claims them
+    (``conflicts.env_file_claim``), so a bind that takes one of them waits for the removal, and no two env
+    files ever name one GPU for two allocations."""
+    observed, decided = ctx.observed, []  # type: Observed, List[Released]
+    stale = stale_env_files(observed)
+    for number, allocation_id in enumerate(sorted(stale)):
+        action = RemoveEnv(allocation_id, (FileChange("allocation-env", env_file_path(allocation_id),
+                                                      stale[allocation_id], None),))
+        if not observed.privileged:
+            decided.append(Released(errors=(needs_root(action.text),)))
+            continue
+        atoms = env_file_claim(env_file_atoms(stale[allocation_id], observed.inventory), number)
+        decided.append(Released(actions=(action,), freeing={allocation_id: Freed(tuple(atoms))}))
+    return Released.join(decided)
+
+
+def aside_of(observed: Observed, hold: Any) -> SpecAside:
+    return SpecAside(hold.path, hold.content, damaged_spec_path(hold.allocation_id, observed.now), observed.now)
+
+
+def release_damaged(ctx: Pass, hold: Any, why: str) -> Released:
+    """A hold whose spec is damaged that goes: the spec set aside, the env file removed, and
+    ``AllocationReleased`` with the devices the node last reported bound (nothing if it never did)."""
+    observed, allocation_id = ctx.observed, hold.allocation_id
+    aside = aside_of(observed, hold)
+    files = [aside] + [change for change in withdraw_files(observed, allocation_id) if change.kind != "cdi"]
+    bound = observed.ledger.bound.get(allocation_id)
+    device_ids = list((bound or {}).get("device_ids") or [])
+    event = released_event(observed, allocation_id, ctx.generation, device_ids) if bound else None
+    current = observed.slices.get(slice_name(allocation_id))
+    stop = SliceStop(current.name, settings_of(current)) if current is not None and not current.populated else None
+    return _releasing(observed, allocation_id, device_ids) + Released(actions=(
+        ReleaseDamaged(allocation_id, tuple(files), event, tuple(device_ids), ctx.generation, why, slice=stop),))
+
+
+def bound_again(ctx: Pass, releasing: AbstractSet[str]) -> Released:
+    """Allocations reported bound whose spec is gone, to be bound again in this pass (``ctx.superseded``): their
+    old devices are freed only by their new AllocationBound (a hold that takes them waits for it), and those
+    their new hold takes are theirs still (no hold before them in spec order gets them). One not bound again is
+    reported released (``_release_spec_gone``, in the next round of ``plan_pass``)."""
+    observed, decided = ctx.observed, []  # type: Observed, List[Released]
+    for allocation_id in sorted(_reported_without_spec(observed) & ctx.superseded):
+        assignment = ctx.wanted.get(allocation_id)
+        if assignment is None or allocation_id in releasing:
+            continue
+        record = observed.ledger.bound[allocation_id]
+        release = observed.releases.pending.get(allocation_id)  # taken back: the old devices pods held
+        old = [device_id for device_id in record.get("device_ids") or []
+               if release is None or device_id not in release.device_ids]
+        taken = retained_atoms(old, assignment)
+        decided.append(Released(freeing={allocation_id: Freed(tuple(atoms_of(old)), limits_from_record(record.get("limits")))},
+                                retained={allocation_id: taken} if taken else {}))
+    return Released.join(decided)
+
+
+def kubernetes_released(observed: Observed) -> Set[str]:
+    """Allocations whose Kubernetes hold or pending release a pass may take back unreported, and those whose
+    old hold a pass withdrew unreported before it died (``_reported_without_spec``)."""
+    return set(observed.releases.pending) | set(
+        allocation_id for allocation_id, hold in observed.live.items() if hold.kubernetes) | _reported_without_spec(observed)
+
+
+def _reported_without_spec(observed: Observed) -> Set[str]:
+    """Allocations the node last reported bound whose spec is gone and that no record releases (none, or a
+    Kubernetes release taken back, which keeps only the old devices pods held): a Kubernetes hold wanted
+    again, withdrawn unreported by a pass that died before its new bind (or a spec deleted by hand). The
+    journal still gives them their old devices."""
+    if not observed.spec_dir:
+        return set()
+    pending = observed.releases.pending
+    return set(allocation_id for allocation_id in observed.ledger.bound
+               if allocation_id not in observed.live and allocation_id not in observed.ledger.unfinished_releases
+               and (allocation_id not in pending or pending[allocation_id].taken_back))
