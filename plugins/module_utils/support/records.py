@@ -27,7 +27,7 @@ with one C-level ``operator.attrgetter``. What it keeps of dataclasses, and noth
 
 ``replace``, ``fields`` and ``asdict`` are the dataclasses functions of the same names, for records.
 (Type checkers read ``record`` as a dataclass through ``dataclass_transform``.) What it saves is
-measured on every supported Python in docs/performance.md ("Records and dataclasses").
+measured on every supported Python in docs/performance.md ("Records and dataclasses; JSON").
 """
 
 from __future__ import annotations
