@@ -340,8 +340,8 @@ class Rebind(Bind):
 
 @record(frozen=True, eq=False)
 class Release(Action):
-    """A plain hold no longer wanted (``why``): recorded, its files removed, reported; then its slice
-    stopped if empty (after the report: a slice that cannot be stopped now is a leftover next pass).
+    """A plain hold no longer wanted (``why``): recorded (with the plan's other releases, before any step:
+    ``recorded_release``), its files removed, reported; then its slice stopped if empty (after the report: a slice that cannot be stopped now is a leftover next pass).
     ``busy``: its slice, which still runs a workload and is kept."""
 
     kind: ClassVar[str] = "release"
@@ -381,8 +381,7 @@ class Release(Action):
         return None
 
     def apply(self, writer: Any, state: Any) -> None:
-        if self.event:
-            state.begin_release(self.allocation_id, self.generation, list(self.device_ids))
+        # recorded already: apply_plan records every release of the plan before it touches anything
         self.write_files(writer)
         if self.event:
             state.report(self.event)

@@ -49,9 +49,6 @@ class Recorder:
     def begin_releases(self, releases):
         self._call("record", tuple(r[0] for r in releases))
 
-    def begin_release(self, allocation_id, _generation, _device_ids):
-        self._call("begin_release", allocation_id)
-
     def report(self, event, _limits=None):
         self._call("report", event["type"], event["body"]["allocation_id"])
 
@@ -80,12 +77,13 @@ def plan(*actions):
 
 
 def test_a_move_records_the_release_removes_before_it_binds_and_journals_last():
+    """The release is recorded once, with the plan's others, before anything is touched."""
     node = Recorder()
     done, errors, changed = apply_plan(plan(release("old"), bind("new", needs=["old"])), node, node)
     assert errors == [] and [a.allocation_id for a in done] == ["old", "new"] and changed is True
     assert node.calls == [
         ("record", ("old",)), ("batch",),
-        ("begin_release", "old"), ("remove", "cdi", "old"), ("remove", "allocation-env", "old"),
+        ("remove", "cdi", "old"), ("remove", "allocation-env", "old"),
         ("report", "AllocationReleased", "old"),
         ("write", "cdi", "new"), ("write", "allocation-env", "new"), ("report", "AllocationBound", "new"),
         ("flush",), ("journal",)]
