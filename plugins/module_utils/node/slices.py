@@ -16,8 +16,6 @@ import os
 import re
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     CGROUP_ROOT,
     HUGE_SIZES,
@@ -34,6 +32,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     check_slice_request,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes, remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
 
 class RecordSlices:

@@ -30,6 +30,13 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import ceiling
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import (
+    minimum_version,
+    requirements_above,
+    validate_spec,
+    version_key,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import (
     CLASS_MIG,
@@ -38,19 +45,12 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms imp
     atom_from_id,
     visible_devices,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import ceiling
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import (
-    minimum_version,
-    requirements_above,
-    validate_spec,
-    version_key,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import cgroup_parent_of
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
-from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import cgroup_parent_of
 
 KIND = "bcd.dev/gpu"
 SPEC_DIR = "/etc/cdi"

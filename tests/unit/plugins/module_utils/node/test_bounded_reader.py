@@ -251,7 +251,9 @@ def test_every_state_file_is_named_once_in_the_table_with_its_cap():
     assert sorted(names.values()) == sorted(FILE_CAPS) and len(names) == len(FILE_CAPS) == 11
     for name, cap in FILE_CAPS.items():
         rows = [line.split() for line in _state_files.__doc__.splitlines() if line.startswith("``%s`` " % name)]
-        shown = "never" if cap == NEVER_READ else _state_files._size(cap).replace(" bytes", " B")
+        shown = "never" if cap == NEVER_READ else next(
+            "%d %s" % (cap // unit, name) for unit, name in ((1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B"))
+            if cap >= unit and cap % unit == 0)
         assert len(rows) == 1 and " ".join(rows[0][1:3]).startswith(shown), (name, rows)
     elsewhere = []
     for path in sorted(MODULE_UTILS.rglob("*.py")):

@@ -235,6 +235,8 @@ def test_a_record_compiles_its_init_when_the_first_one_is_made():
 
 # -- every record of module_utils, rebuilt as the dataclass it must be -------------------------------------
 PACKAGE = "ansible_collections.bcd.devices.plugins.module_utils"
+FIELDS_MARKER = records._FIELDS  # pylint: disable=protected-access
+FROZEN_SETATTR = records._frozen_setattr  # pylint: disable=protected-access
 
 
 def module_names():
@@ -253,7 +255,7 @@ def record_classes(name):
     module = importlib.import_module(name)
     return sorted((value for value in vars(module).values()
                    if isinstance(value, type) and value.__module__ == module.__name__
-                   and records._FIELDS in value.__dict__),  # pylint: disable=protected-access
+                   and FIELDS_MARKER in value.__dict__),
                   key=lambda cls: cls.__qualname__)
 
 
@@ -270,7 +272,7 @@ def _generated(value):
 def options_of(cls):
     """``(frozen, eq)`` as the class was declared: ``record`` sets ``__setattr__`` on a frozen record and ``__eq__``
     on every record with ``eq=True``."""
-    frozen = cls.__dict__.get("__setattr__") is records._frozen_setattr  # pylint: disable=protected-access
+    frozen = cls.__dict__.get("__setattr__") is FROZEN_SETATTR
     return frozen, "__eq__" in cls.__dict__
 
 
@@ -288,9 +290,9 @@ def as_dataclass_of(cls):
     by_name = dict((item.name, item) for item in records.fields(cls))
     namespace = {"__annotations__": annotations, "__qualname__": cls.__qualname__}
     for name, value in cls.__dict__.items():
-        if name in ("__dict__", "__weakref__", "__annotations__", records._FIELDS) \
+        if name in ("__dict__", "__weakref__", "__annotations__", FIELDS_MARKER) \
                 or name in annotations or _generated(value) \
-                or (name == "__hash__" and value is None):  # pylint: disable=protected-access
+                or (name == "__hash__" and value is None):
             continue
         namespace[name] = value
     for name in annotations:
