@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Sequence, Set
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import reason_shown
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import StateSink, Writer
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_text
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
@@ -59,7 +60,7 @@ class FileChange:
             return "remove"
         return "create" if self.before is None else "update"
 
-    def apply(self, writer: Any, allocation_id: str) -> None:
+    def apply(self, writer: Writer, allocation_id: str) -> None:
         try:
             if self.after is None:
                 writer.remove_node_file(self.kind, allocation_id)
@@ -90,7 +91,7 @@ class SpecAside:
     after: Optional[bytes] = None
     change: str = "set-aside"
 
-    def apply(self, writer: Any, allocation_id: str) -> None:
+    def apply(self, writer: Writer, allocation_id: str) -> None:
         try:
             writer.set_aside_spec(allocation_id, self.now)
         except OSError as exc:
@@ -115,7 +116,7 @@ class SliceApply:
         settings = settings_text(self.properties, self.hugetlb_max).splitlines()
         return "%s (%s)" % (self.name, ", ".join(settings) or "no limits")
 
-    def run(self, writer: Any) -> None:
+    def run(self, writer: Writer) -> None:
         writer.apply_slice(self)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -136,7 +137,7 @@ class SliceStop:
     name: str
     before: Optional[str] = None
 
-    def run(self, writer: Any) -> None:
+    def run(self, writer: Writer) -> None:
         writer.stop_slice(self.name)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -170,7 +171,7 @@ class Action(abc.ABC):
         """The step's one line of the plan."""
 
     @abc.abstractmethod
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         """Carry the step out through ``writer`` and ``state``; raises on failure (nothing reported)."""
 
     @property
@@ -194,7 +195,7 @@ class Action(abc.ABC):
         event = getattr(self, "event", None)
         return event["type"] if event else None
 
-    def write_files(self, writer: Any) -> None:
+    def write_files(self, writer: Writer) -> None:
         for change in self.node_files():
             change.apply(writer, self.allocation_id)
 
@@ -256,7 +257,7 @@ class Bind(Action):
     kind: ClassVar[str] = "bind"
 
     files: Tuple[Union[FileChange, SpecAside], ...]
-    event: Optional[Event]
+    event: Optional[Event]  # None: a Rebind the node reported bound as it is
     device_ids: Tuple[str, ...]
     generation: int
     limits: Optional[dict]  # the limits the ledger records with the hold
@@ -289,13 +290,16 @@ class Bind(Action):
     def slice_op(self) -> Optional[SliceOp]:
         return self.slice
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         if self.slice is not None:
             self.slice.run(writer)
         self.write_files(writer)
-        state.report(self.event, self.limits)
+        if self.event:
+            state.report(self.event, self.limits)
+        else:  # a Rebind the node reported bound as it is: only its slice's limits are recorded
+            state.set_hold_limits(self.allocation_id, self.limits)
 
-    def write_files(self, writer: Any) -> None:
+    def write_files(self, writer: Writer) -> None:
         """The hold's files in order (the env file before the spec, which makes the hold live). A bind whose
         spec is not written removes the env file it wrote: an env file never outlives a bind that did not
         finish, naming devices no live spec holds (a pass that died in between leaves it to the next pass,
@@ -328,21 +332,13 @@ class Rebind(Bind):
             self.allocation_id, aside.path, aside.aside, self._written("cdi"), self._written("allocation-env"),
             ", report AllocationBound" if self.event else " (already reported bound: nothing to report)")
 
-    def apply(self, writer: Any, state: Any) -> None:
-        if self.slice is not None:
-            self.slice.run(writer)
-        self.write_files(writer)
-        if self.event:
-            state.report(self.event, self.limits)
-        else:
-            state.set_hold_limits(self.allocation_id, self.limits)
-
 
 @record(frozen=True, eq=False)
 class Release(Action):
     """A plain hold no longer wanted (``why``): recorded (with the plan's other releases, before any step:
-    ``recorded_release``), its files removed, reported; then its slice stopped if empty (after the report: a slice that cannot be stopped now is a leftover next pass).
-    ``busy``: its slice, which still runs a workload and is kept."""
+    ``recorded_release``), its files removed, reported; then its slice stopped if empty (after the report: a
+    slice that cannot be stopped now is a leftover next pass). ``busy``: its slice, which still runs a
+    workload and is kept."""
 
     kind: ClassVar[str] = "release"
 
@@ -380,7 +376,7 @@ class Release(Action):
             return (self.allocation_id, self.generation, list(self.device_ids))
         return None
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         # recorded already: apply_plan records every release of the plan before it touches anything
         self.write_files(writer)
         if self.event:
@@ -420,7 +416,7 @@ class RewriteFile(Action):
     def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
         return (self.file,)
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         self.write_files(writer)
 
 
@@ -465,7 +461,7 @@ class RemoveEnv(Action):
     def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
         return self.files
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         self.write_files(writer)
 
 
@@ -498,7 +494,7 @@ class ReportBound(Action):
             why = "its AllocationBound was never journaled"
         return "report %s bound (%s)" % (self.allocation_id, why)
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         state.report(self.event, self.limits)
 
 
@@ -516,7 +512,7 @@ class Refuse(Action):
         reason, message = self.event["body"]["reason"], self.event["body"]["message"]
         return "refuse %s%s: %s" % (self.allocation_id, reason_shown(reason, message), message)
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         state.report(self.event)
 
 
@@ -534,7 +530,7 @@ class ReportCondition(Action):
     def text(self) -> str:
         return "report %s: %s" % (self.event["type"], self.event["body"]["message"])
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         state.report(self.event)
 
 
@@ -556,7 +552,7 @@ class CreateSlice(Action):
     def slice_op(self) -> Optional[SliceOp]:
         return self.slice
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         self.slice.run(writer)
         state.set_hold_limits(self.allocation_id, self.limits)
 
@@ -589,7 +585,7 @@ class StopSlice(Action):
     def slice_op(self) -> Optional[SliceOp]:
         return self.slice
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         self.slice.run(writer)
 
 
@@ -606,7 +602,7 @@ class KeepSlice(Action):
     def text(self) -> str:
         return "keep %s: its hold is gone but it still runs a workload; it is stopped once empty" % self.name
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         return None
 
 
@@ -642,7 +638,7 @@ class ReleaseKubernetes(Action):
     def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
         return self.files
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         state.record_kube_release(self.release)
         self.write_files(writer)
         if self.event:
@@ -671,7 +667,7 @@ class Withdraw(Action):
     def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
         return self.files
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         self.write_files(writer)
 
 
@@ -693,7 +689,7 @@ class ReportRelease(Action):
     def node_files(self) -> Sequence[Union[FileChange, SpecAside]]:
         return self.files
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         self.write_files(writer)
         state.report(self.event)
 
@@ -715,7 +711,7 @@ class TakeBackRelease(Action):
         return "take back the pending Kubernetes release of %s: never reported; keep %s claimed until free (%s)" % (
             self.allocation_id, ", ".join(self.device_ids), _held_by(self.holders))
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         state.record_kube_release(self.release)
 
 
@@ -732,7 +728,7 @@ class DropRelease(Action):
     def text(self) -> str:
         return "drop the pending Kubernetes release of %s: %s (not reported)" % (self.allocation_id, self.why)
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         state.drop_kube_release(self.allocation_id)
 
 
@@ -752,7 +748,7 @@ class QuarantineReleases(Action):
         return "set %s/releasing.json aside (%s) and claim every GPU until the kube side is known" % (
             self.state_dir, self.problem)
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         state.quarantine_releases(self.now)
 
 
@@ -769,7 +765,7 @@ class ClearMarker(Action):
         return "remove %s/releasing.unreadable: no pod holds a GPU of an allocation this node does not know" % (
             self.state_dir)
 
-    def apply(self, writer: Any, state: Any) -> None:
+    def apply(self, writer: Writer, state: StateSink) -> None:
         state.clear_releases_marker()
 
 
@@ -802,7 +798,7 @@ class _Noted:
         return call
 
 
-def apply_plan(plan: Any, writer: Any, state: Any) -> Tuple[List[Action], List[str], bool]:
+def apply_plan(plan: Any, writer: Writer, state: StateSink) -> Tuple[List[Action], List[str], bool]:
     """Run every action in order; return ``(done, errors, changed)``: the actions carried out, one
     retryable error per action that failed, and whether the node was changed at all (an action that failed
     after a step that changed it counts: a release whose spec was removed and whose env file could not be).

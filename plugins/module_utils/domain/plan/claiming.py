@@ -55,8 +55,8 @@ def claims_of(ctx: Pass, live: Mapping[str, Any], released: Released, vfio: Mapp
     this pass makes (claimed until made), and what they booked of the host's memory."""
     observed = ctx.observed
     claims = Claims()
-    for gpu, instance in vfio.items():
-        claims = claims.pass_through(instance, [gpu])
+    for gpu_uuid, instance in vfio.items():
+        claims = claims.pass_through(instance, [gpu_uuid])
     claims = claims.out_of_service(observed.maintenance)
     for gpu in observed.inventory.gpus:
         health = gpu_health(gpu, observed.health_cleared)

@@ -26,12 +26,14 @@ flags or-ed. ``plan_pass`` builds the ``Plan`` once, from the phases' values.
 from __future__ import annotations
 
 from itertools import chain
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment, Limits, ParsedInput
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, fields, record
 
 
@@ -122,7 +124,7 @@ class Released(Joined):
     # allocation -> old atoms of a Kubernetes hold wanted again that its new hold takes: the allocation's still,
     # claimed as a live hold's (no hold before it in spec order gets them)
     retained: Mapping[str, Tuple[Atom, ...]] = field(default_factory=dict)
-    damaged: Mapping[str, Any] = field(default_factory=dict)  # allocation -> LiveHold whose damaged spec goes aside
+    damaged: Mapping[str, LiveHold] = field(default_factory=dict)  # allocation -> the hold whose damaged spec goes aside
     marker_cleared: bool = False  # releasing.unreadable is removed in this pass
 
 
@@ -152,10 +154,10 @@ class Pass:
     """What every phase of one pass reads: its inputs, and what follows from them alone."""
 
     generation: int
-    parsed: Any  # assignment.Parsed
-    observed: Any  # planner.Observed
-    instances: Any  # the VM instance specs
-    wanted: Any  # Mapping[str, Assignment]: the allocations wanted (but those re-sent with an unsupported binding)
+    parsed: ParsedInput
+    observed: Observed
+    instances: Optional[Sequence[dict]]  # the VM instance specs
+    wanted: Mapping[str, Assignment]  # the allocations wanted (but those re-sent with an unsupported binding)
     unsupported: FrozenSet[str]  # live holds re-sent with a binding the node does not take: kept as they are
     # the wanted allocations that are live once the pass is applied (kept, or bound anew): a Kubernetes
     # release of one of them is taken back unreported, its new AllocationBound standing for it

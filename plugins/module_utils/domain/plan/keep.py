@@ -305,7 +305,7 @@ def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env
     if not env_only:  # what the last pass rendered for these very inputs is on disk: nothing to do
         key = render_key(assignment, atoms, bound_generation, observed.vendor, observed.mps, observed.runtimes)
         record = observed.ledger.renders.get(allocation_id)
-        if unchanged(record, key, hold.content, observed.env_files.get(allocation_id)):
+        if record is not None and unchanged(record, key, hold.content, observed.env_files.get(allocation_id)):
             return Outcome(warnings=tuple(record.get("notes") or []), renders={allocation_id: record})
     notes = []  # type: List[str]
     try:
