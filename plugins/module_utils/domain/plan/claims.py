@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import Admission, HostMemory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Limits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_GPU, Atom
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import Admission, HostMemory
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record, replace
 
 # The kinds of claim on an atom.

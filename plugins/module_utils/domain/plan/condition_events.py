@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import ReportCondition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     CLEARED,
     CONDITION_TYPES,
@@ -31,6 +30,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import STUCK_AFTER
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import ReportCondition
 
 CLEARED_REASON = "ConditionCleared"
 

@@ -17,6 +17,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import InvalidAssignment, parse_limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
+    PendingRelease,
+    device_names,
+    pods_holding,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import (
     ClearMarker,
     DropRelease,
@@ -26,14 +33,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions im
     TakeBackRelease,
     Withdraw,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import InvalidAssignment, parse_limits
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Freed, Pass, Pending, Released
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
-    PendingRelease,
-    device_names,
-    pods_holding,
-)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import released_event, withdraw_files
 
 
@@ -154,14 +154,15 @@ def plan_kubernetes_releases(ctx: Pass) -> Released:
     """Kubernetes releases pending from earlier passes: set an unreadable file aside, clear the marker
     once the kube side allows, drop releases the spec takes back, report those no pod holds."""
     observed = ctx.observed
-    decided = Released()
+    decided = []  # type: List[Released]  # joined once, at the end
     releases = observed.releases
     if releases.unreadable is not None:
         # said in the pass that does it, whether or not the marker can be cleared at once: the releases
         # the file held are lost, and someone must learn of it
-        decided += Released(actions=(QuarantineReleases("", observed.now, observed.state_dir, releases.unreadable),), warnings=(
-            "%s/releasing.json is unreadable (%s): it is set aside, never deleted; the Kubernetes releases it "
-            "held cannot be reported" % (observed.state_dir, releases.unreadable),))
+        decided.append(Released(actions=(QuarantineReleases("", observed.now, observed.state_dir, releases.unreadable),),
+                                warnings=("%s/releasing.json is unreadable (%s): it is set aside, never deleted; the "
+                                          "Kubernetes releases it held cannot be reported"
+                                          % (observed.state_dir, releases.unreadable),)))
     if ctx.marker and observed.kube is not None and observed.kube.error is None:
         known = set()  # what pods may hold of allocations the node knows: their devices and parent GPUs
         for device_ids in [hold.device_ids for hold in observed.live.values()] + \
@@ -173,10 +174,9 @@ def plan_kubernetes_releases(ctx: Pass) -> Released:
         gpus |= set(inst.uuid for gpu in observed.inventory.gpus for inst in gpu.mig)
         # a slot is named by its atom id (GPU-…/s<n>): one of an unknown allocation counts by its GPU
         if not [name for name in unknown if name.split("/", 1)[0] in gpus]:
-            decided += Released(actions=(ClearMarker("", observed.state_dir),), marker_cleared=True)
-    for allocation_id in sorted(releases.pending):
-        decided += _settle(ctx, releases.pending[allocation_id])
-    return decided
+            decided.append(Released(actions=(ClearMarker("", observed.state_dir),), marker_cleared=True))
+    decided.extend(_settle(ctx, releases.pending[allocation_id]) for allocation_id in sorted(releases.pending))
+    return Released.join(decided)
 
 
 def _settle(ctx: Pass, release: PendingRelease) -> Released:

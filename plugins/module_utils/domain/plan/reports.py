@@ -11,8 +11,6 @@ with the same fields plus its reservation id and binding.
 
 from __future__ import annotations
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import FileChange
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import BINDING_HOLD, BINDING_KUBERNETES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device, cdi_spec_path, env_file_path
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import KNOWN_VERSIONS, version_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
@@ -21,6 +19,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     HOLD_SPEC_DAMAGED,
     VENDOR_SPEC_UNSUPPORTED,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import BINDING_HOLD, BINDING_KUBERNETES
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import FileChange
 
 
 def base_body(observed, allocation_id, generation, device_ids):
