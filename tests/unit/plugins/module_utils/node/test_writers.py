@@ -148,8 +148,6 @@ def test_the_path_the_planner_made_is_written_not_one_made_again_from_the_id(nod
     assert not node.exists(planned) and node.read(SPEC) == b"kept"
 
 
-@pytest.mark.xfail(strict=True, reason="until FileChange.apply (domain/plan/actions.py) hands the writer its path: "
-                                       "writer.write_node_file(self.kind, allocation_id, self.after, self.hold, path=self.path)")
 def test_a_file_change_is_written_where_its_path_says(node, host):
     from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import FileChange  # pylint: disable=import-outside-toplevel
     planned = "/etc/cdi/bcd-alloc_b.json"

@@ -39,10 +39,12 @@ class Recorder:
     def flush(self, save=True):
         self._call("flush" if save else "journal")
 
-    def write_node_file(self, kind, allocation_id, _content, _hold):
+    def write_node_file(self, kind, allocation_id, _content, _hold, path=None):
+        assert path == "/%s/%s" % (kind, allocation_id)  # the planner's path, handed on
         self._call("write", kind, allocation_id)
 
-    def remove_node_file(self, kind, allocation_id):
+    def remove_node_file(self, kind, allocation_id, path=None):
+        assert path == "/%s/%s" % (kind, allocation_id)
         self._call("remove", kind, allocation_id)
 
     # state
