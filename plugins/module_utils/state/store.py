@@ -410,10 +410,6 @@ class NodeState:
                 change.ledger.unfinished_releases[allocation_id] = {"generation": generation,
                                                                     "device_ids": list(device_ids)}
 
-    def begin_release(self, allocation_id: str, generation: Optional[int], device_ids: List[str]) -> None:
-        """Record one plain release before its files are removed (no write when already recorded)."""
-        self.begin_releases([(allocation_id, generation, device_ids)])
-
     def set_hold_limits(self, allocation_id: str, limits: Optional[dict]) -> None:
         """The limits a kept hold's slice now has."""
         with self.change() as change:
