@@ -201,44 +201,56 @@ def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tupl
     bound with and is refused (``resources-exhausted``) at this generation, finally. New limits no slice
     takes (a quota under the floor) are refused the same way (``invalid-assignment``). Returns what it
     decided, the assignment as kept and the claims with the growth booked."""
-    observed, allocation_id = ctx.observed, assignment.allocation_id
-    if allocation_id not in observed.ledger.bound:  # never reported: bound with these limits already
+    if assignment.allocation_id not in ctx.observed.ledger.bound:  # never reported: bound with these limits already
         return Outcome(), assignment, claims
-    recorded = _bound_limits(observed, hold)
+    recorded = _bound_limits(ctx.observed, hold)
     kept = replace(assignment, limits=recorded)
-    final = journaled_refusal(ctx, allocation_id)
-    if final is not None:
-        return Outcome(refusals=(final,)), kept, claims
-    problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, hold.kubernetes) else None
-    if problem is not None and limits_record(assignment.limits) != limits_record(recorded):
-        # a quota that starves the workload is refused as for a new hold: no slice would ever take it
-        return Outcome(refusals=(Refusal(allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
-            kept, claims
-    problem = cpus_problem(assignment.limits, observed.cpus) if placed(assignment.limits) != placed(recorded) else None
-    if problem is not None:  # new cpus or mems the host does not have: refused as for a new hold
-        return Outcome(refusals=(Refusal(allocation_id, Reason.INVALID_ASSIGNMENT, "%s; the hold keeps its limits" % problem),)), \
-            kept, claims
-    narrowing = _narrows_running_slice(observed, assignment, hold)
-    if narrowing is not None:  # cpus or mems taken from a running workload: refused until its slice is empty
-        return Outcome(refusals=(Refusal(allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % narrowing),)), \
-            kept, claims
+    refused = _limits_refused(ctx, assignment, hold, recorded)
+    if refused is not None:
+        return Outcome(refusals=(refused,)), kept, claims
     if not grows(recorded, assignment.limits):
         return Outcome(), assignment, claims
     if claims.memory is None:
         return unreadable_memory(claims), assignment, claims
-    new = assignment.limits
+    try:
+        claims = claims.admit(assignment.allocation_id, _growth(recorded, assignment.limits))
+    except Exhausted as exc:
+        return Outcome(refusals=(_keeps_its_limits(assignment, Reason.RESOURCES_EXHAUSTED, exc),)), kept, claims
+    return Outcome(), assignment, claims
 
+
+def _limits_refused(ctx: Pass, assignment: Any, hold: Any, recorded: Optional[Limits]) -> Optional[Refusal]:
+    """Why a kept hold's new limits are refused whatever room the host has (it keeps those it was bound with,
+    ``recorded``), or None: a refusal journaled at this generation, a quota no slice takes, CPUs or NUMA nodes
+    the host does not have, cpus or mems taken from a running workload."""
+    final = journaled_refusal(ctx, assignment.allocation_id)
+    if final is not None:
+        return final
+    problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, hold.kubernetes) else None
+    if problem is not None and limits_record(assignment.limits) != limits_record(recorded):
+        # a quota that starves the workload is refused as for a new hold: no slice would ever take it
+        return _keeps_its_limits(assignment, Reason.INVALID_ASSIGNMENT, problem)
+    problem = cpus_problem(assignment.limits, ctx.observed.cpus) if placed(assignment.limits) != placed(recorded) else None
+    if problem is not None:  # new cpus or mems the host does not have: refused as for a new hold
+        return _keeps_its_limits(assignment, Reason.INVALID_ASSIGNMENT, problem)
+    narrowing = _narrows_running_slice(ctx.observed, assignment, hold)
+    if narrowing is not None:  # cpus or mems taken from a running workload: refused until its slice is empty
+        return _keeps_its_limits(assignment, Reason.RESOURCES_EXHAUSTED, narrowing)
+    return None
+
+
+def _keeps_its_limits(assignment: Any, reason: str, why: object) -> Refusal:
+    """A kept hold's new limits refused for ``reason`` (``why``): it keeps those it was bound with."""
+    return Refusal(assignment.allocation_id, reason, "%s; the hold keeps its limits" % why)
+
+
+def _growth(recorded: Optional[Limits], new: Limits) -> Limits:
+    """What ``new`` limits book of memory and huge pages beyond ``recorded`` (on ``new``'s NUMA nodes)."""
     def grown(name: str) -> Optional[int]:
         return max(0, (getattr(new, name) or 0) - (getattr(recorded, name, None) or 0)) or None
 
-    growth = Limits(mems=new.mems, memory_bytes=grown("memory_bytes"), hugepages_2mi=grown("hugepages_2mi"),
-                    hugepages_1gi=grown("hugepages_1gi"))
-    try:
-        claims = claims.admit(allocation_id, growth)
-    except Exhausted as exc:
-        return Outcome(refusals=(Refusal(allocation_id, Reason.RESOURCES_EXHAUSTED, "%s; the hold keeps its limits" % exc),)), \
-            kept, claims
-    return Outcome(), assignment, claims
+    return Limits(mems=new.mems, memory_bytes=grown("memory_bytes"), hugepages_2mi=grown("hugepages_2mi"),
+                  hugepages_1gi=grown("hugepages_1gi"))
 
 
 def journaled_refusal(ctx: Pass, allocation_id: str) -> Optional[Refusal]:
