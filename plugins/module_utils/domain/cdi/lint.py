@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import vendor as cdi_vendor
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import vendor as cdi_vendor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     DAMAGED_FILE_RE,
     KIND,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import hold_spec as cdi
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import hold_spec as cdi
 from ansible_collections.bcd.devices.tests.unit.builders import hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run

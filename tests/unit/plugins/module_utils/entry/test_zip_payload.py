@@ -57,7 +57,7 @@ CHILD = textwrap.dedent("""
     installed = zip_payload.compile_once() if hook else None
     before = dict(counts)
     from ansible_collections.bcd.devices.plugins.module_utils.domain.input import atoms
-    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import hold_spec as cdi
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import hold_spec as cdi
     from ansible_collections.bcd.devices.plugins.module_utils.domain.plan import planner
     from ansible_collections.bcd.devices.plugins.module_utils.state import store
     from ansible_collections.bcd.devices.plugins.module_utils import domain

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import lint as cdi_lint, vendor as cdi_vendor
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import lint as cdi_lint, vendor as cdi_vendor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import damaged_spec_path
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.lint import (
     ERROR,

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import runtimes as cdi_runtimes
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import runtimes as cdi_runtimes
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.lint import TEMP_FILE_RE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import (
     NOT_A_DEVICE,

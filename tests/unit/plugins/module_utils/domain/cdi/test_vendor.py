@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import vendor as _cdi_vendor
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import vendor as _cdi_vendor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import VendorSpec
 from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
 
