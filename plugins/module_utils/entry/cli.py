@@ -191,7 +191,7 @@ def cmd_converge(args):
         lines = [printable(action.text) for action in result.plan.actions] or ["nothing to do"]
         out("\n".join("  " + line for line in lines))
         # FAILED is the API's word for "something was refused": the counts say how much of the pass stands
-        counts = ("%d held, %d refused: " % (len(result.plan.holds), len(result.plan.failures))
+        counts = ("%d held, %d refused: " % (len(result.holds), len(result.plan.failures))
                   if section["state"] == FAILED else "")
         out("section: %s at generation %s (observed %s)%s" % (
             section["state"], section["generation"], section["observed_generation"],

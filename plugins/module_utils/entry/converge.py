@@ -15,17 +15,17 @@ import time
 from contextlib import contextmanager
 from typing import List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import apply_plan
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import needs_admission
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER, InvalidAssignment, check_instances, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER, InvalidAssignment, check_instances, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.env_policy import parse_env_allow
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.generations import GenerationConflict, pass_generation
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.hints import refusal_hint
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import reason_shown
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import apply_plan
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import needs_admission
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner import (
     Observed,
     Plan,
@@ -34,11 +34,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner im
     placed,
     plan_pass,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import reason_shown
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import journal_full, journal_near
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
 CONVERGED = "CONVERGED"
 PROGRESSING = "PROGRESSING"
@@ -51,6 +51,9 @@ class PassError(BcdError):
 
 @record
 class PassResult:
+    """What a pass did and says: ``plan`` as the planner made it, ``holds`` the node's holds after it (read back
+    from the node when the pass wrote, whatever failed on the way; the plan's own otherwise)."""
+
     plan: Plan
     section: dict
     changed: bool = False
@@ -60,6 +63,7 @@ class PassResult:
     errors: List[str] = field(default_factory=list)
     inventory: Inventory = field(default_factory=Inventory)
     events_not_shown: int = 0
+    holds: List[dict] = field(default_factory=list)
 
     def refusal_texts(self):
         """One line per refusal for a person: ``<allocation> refused (<reason>): <message><hint>``, the reason
@@ -84,7 +88,7 @@ class PassResult:
             "failures": [failure.to_dict() for failure in self.plan.failures],
             "events": self.events,
             "events_not_shown": self.events_not_shown,
-            "holds": self.plan.holds,
+            "holds": self.holds,
             "conditions": self.plan.conditions,
             "pending_releases": self.plan.pending_releases,
             "capabilities": self.capabilities,
@@ -121,35 +125,12 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
     """Read everything a plan needs from the host, once: host memory only when a new hold needs
     admission, the kube side only when a Kubernetes release needs it."""
     releases = releases if releases is not None else Releases()
-    live = {}
-    for allocation_id, (path, content) in host.hold_files().items():
-        live[allocation_id] = read_hold(allocation_id, path, content)
-    wanted_ids = set(a.allocation_id for a in wanted)
-    kube = None
-    wanted_devices = dict((a.allocation_id, (a.kubernetes, sorted(ref.id for ref in a.devices))) for a in wanted)
-    if releases.pending or releases.marker or releases.unreadable is not None or any(
-            hold.kubernetes and wanted_devices.get(allocation_id) != (True, sorted(hold.device_ids))
-            for allocation_id, hold in live.items()):  # a Kubernetes hold goes, or moves to other devices
-        kube = host.kube_side().look(host.inventory())
-    env_files = {}
-    # a reported hold whose spec is gone: its env file goes with its release; an env file of an allocation the
-    # node knows nothing of: a bind that never finished left it (planner._stale_env_files)
-    for allocation_id in set(live) | set(ledger.unfinished_releases) | wanted_ids | set(releases.pending) | \
-            set(ledger.bound) | set(host.env_file_ids()):
-        try:
-            env_files[allocation_id] = host.read(env_file_path(allocation_id))
-        except OSError:  # a directory in its place: planned as missing; writing it fails for that hold alone
-            env_files[allocation_id] = None
+    live = live_holds(host)
+    kube = _kube_look(host, live, wanted, releases)
+    env_files = _env_files(host, live, ledger, wanted, releases)
     domains, domains_error = host.domains()
     slices = host.slice_states()
-    memory = None
-    if any(needs_admission(a.limits) and (_bound_anew(a, live.get(a.allocation_id)) or _may_grow(a, ledger))
-           for a in wanted):
-        memory = host.memory()  # a new or rebound hold, or a kept one whose limits grow, is admitted
-    cpus, cpus_unreadable = None, None
-    if any(a.limits is not None and (a.limits.cpus or a.limits.mems) and
-           (_bound_anew(a, live.get(a.allocation_id)) or _placed_anew(a, ledger)) for a in wanted):
-        cpus, cpus_unreadable = host.cpus()  # checked against the host, and its locality said
+    memory, cpus, cpus_unreadable = _admission_reads(host, live, ledger, wanted)
     return Observed(
         node_id=host.node_id(),
         boot_id=host.boot_id(),
@@ -179,6 +160,52 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
         maintenance=dict(maintenance or {}),
         health_cleared=dict(health_cleared or {}),
     )
+
+
+def live_holds(host):
+    """``{allocation_id: LiveHold}`` of every hold spec on the node, as read now."""
+    return dict((allocation_id, read_hold(allocation_id, path, content))
+                for allocation_id, (path, content) in host.hold_files().items())
+
+
+def _kube_look(host, live, wanted, releases):
+    """What the kubelet says of the pods' devices, asked only when a Kubernetes release needs it (one pending,
+    a marker, an unreadable record, or a live Kubernetes hold that goes or moves to other devices); else None."""
+    wanted_devices = dict((a.allocation_id, (a.kubernetes, sorted(ref.id for ref in a.devices))) for a in wanted)
+    if releases.pending or releases.marker or releases.unreadable is not None or any(
+            hold.kubernetes and wanted_devices.get(allocation_id) != (True, sorted(hold.device_ids))
+            for allocation_id, hold in live.items()):  # a Kubernetes hold goes, or moves to other devices
+        return host.kube_side().look(host.inventory())
+    return None
+
+
+def _env_files(host, live, ledger, wanted, releases):
+    """``{allocation_id: bytes or None}``: the env file of every allocation the pass may touch. A reported hold
+    whose spec is gone: its env file goes with its release; an env file of an allocation the node knows nothing
+    of: a bind that never finished left it (planner._stale_env_files)."""
+    env_files = {}
+    for allocation_id in set(live) | set(ledger.unfinished_releases) | set(a.allocation_id for a in wanted) | \
+            set(releases.pending) | set(ledger.bound) | set(host.env_file_ids()):
+        try:
+            env_files[allocation_id] = host.read(env_file_path(allocation_id))
+        except OSError:  # a directory in its place: planned as missing; writing it fails for that hold alone
+            env_files[allocation_id] = None
+    return env_files
+
+
+def _admission_reads(host, live, ledger, wanted):
+    """``(memory, cpus, cpus_unreadable)``: host memory when a new or rebound hold, or a kept one whose limits
+    grow, is admitted; the host's CPUs and NUMA nodes when a hold's cpus or mems are bound anew (checked against
+    the host, and its locality said). None where nothing needs them."""
+    memory = None
+    if any(needs_admission(a.limits) and (_bound_anew(a, live.get(a.allocation_id)) or _may_grow(a, ledger))
+           for a in wanted):
+        memory = host.memory()
+    cpus, cpus_unreadable = None, None
+    if any(a.limits is not None and (a.limits.cpus or a.limits.mems) and
+           (_bound_anew(a, live.get(a.allocation_id)) or _placed_anew(a, ledger)) for a in wanted):
+        cpus, cpus_unreadable = host.cpus()
+    return memory, cpus, cpus_unreadable
 
 
 def _bound_anew(assignment, hold):
@@ -247,15 +274,7 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
               env_allow=None):
     if generation is not None:
         _check_generation(generation)
-    try:
-        allow = parse_env_allow(env_allow)
-    except ValueError as exc:
-        raise PassError(str(exc))
-    try:
-        parsed = parse_assignments(devices, allow)
-        check_instances(instances)
-    except InvalidAssignment as exc:
-        raise PassError(str(exc))
+    parsed, allow = _parsed_input(devices, instances, env_allow)
     runtimes, runtime_warnings = node_runtimes(host, cdi_runtimes)
     state = NodeState(host.path(state_dir), state_dir)
     # Without root and without the helper (become forgotten), a real pass is check mode's pass: it refuses
@@ -265,21 +284,9 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
     unrecorded = None if host.privileged else state.unwritable()
     writes = not check_mode and host.privileged
     with state.lock(lock_timeout, create=writes):
-        try:
-            stored = state.load_nodespec()
-        except StateFileError:  # unreadable: replaced by this pass's input; a generation is new to it
-            stored = None
-        state.load(write=False)  # numbered (or refused) before anything is written, the journal's catch-up too
-        generation = _numbered(generation, stored, state.ledger, devices, instances)
-        if writes:
-            state.load(write=True)
-        ledger = state.ledger
-        if ledger.observed_generation is not None and generation < ledger.observed_generation:
-            raise PassError("generation %d is older than the observed generation %s; refusing to go back"
-                            % (generation, ledger.observed_generation))
-        previous = ledger.observed_generation
+        generation, previous = _generation_under_lock(state, generation, devices, instances, writes)
         now = time.time()
-        observed = observe(host, ledger, parsed.assignments, state.releases, now, state_dir, runtimes,
+        observed = observe(host, state.ledger, parsed.assignments, state.releases, now, state_dir, runtimes,
                            state.maintenance, state.health_cleared)
         plan = plan_pass(generation, parsed, observed, instances)
         warnings = _observation_warnings(observed) + runtime_warnings + parsed.warnings + plan.warnings
@@ -293,34 +300,85 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
         if unrecorded:
             warnings.append("%s: this pass wrote nothing and journaled no event" % unrecorded)
         if writes and not full:
-            done, apply_errors, changed = apply_plan(plan, host.writer, state)  # what was done, failed or not
-            errors.extend(apply_errors)
-            if store_input:
-                state.store_nodespec(generation, devices, instances, cdi_runtimes, allow)
-            state.finish(generation, section_of(generation, plan, errors, previous)["state"], plan.vfio,
-                         set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals),
-                         finished=not errors, renders=plan.renders, started=now, booked=plan.booked)
-            # what is on the node now, whatever failed on the way (read again only when the pass wrote)
-            if done or apply_errors:
-                files = host.hold_files()
-                live = dict((allocation_id, read_hold(allocation_id, *files[allocation_id])) for allocation_id in files)
-            else:
-                live = observed.live
-            plan.holds = [summary_of(live[allocation_id])
-                          for allocation_id in sorted(live, key=lambda a: (parsed.position(a), a))]
-        # read again only when the pass may have journaled (a no-op reads the journal once)
-        after = state.unacked() if writes and not full and plan.changes else backlog
-        events, not_shown = shown_events(backlog, after)
-        near = journal_near(len(after), journal_bytes)
-        if near and not full:
-            warnings.append(near)
-        warnings.extend(state.journal.warnings)
-        if state.maintenance_problem:
-            warnings.append(state.maintenance_problem)
-    section = section_of(generation, plan, errors, previous)
+            nodespec = (devices, instances, cdi_runtimes, allow) if store_input else None
+            changed, section, holds = _apply(host, state, plan, parsed, observed, errors, generation, previous, now,
+                                             nodespec)
+        else:
+            section, holds = section_of(generation, plan, errors, previous), plan.holds
+        events, not_shown = _events_shown(state, backlog, journal_bytes, writes and not full and bool(plan.changes),
+                                          full, warnings)
     return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,
                       capabilities=capabilities(host, observed.inventory), errors=errors,
-                      inventory=observed.inventory, events_not_shown=not_shown)
+                      inventory=observed.inventory, events_not_shown=not_shown, holds=holds)
+
+
+def _parsed_input(devices, instances, env_allow):
+    """``(parsed, allow)``: the pass's assignments and the env keys a hold may set, checked (``PassError``)."""
+    try:
+        allow = parse_env_allow(env_allow)
+    except ValueError as exc:
+        raise PassError(str(exc))
+    try:
+        parsed = parse_assignments(devices, allow)
+        check_instances(instances)
+    except InvalidAssignment as exc:
+        raise PassError(str(exc))
+    return parsed, allow
+
+
+def _generation_under_lock(state, generation, devices, instances, writes):
+    """``(generation, previous)``: the pass's generation, numbered (or refused) against the stored input and the
+    state before anything is written, and the observed generation before the pass. Loads the state (for writing
+    when the pass writes); ``PassError`` for a generation older than the observed one."""
+    try:
+        stored = state.load_nodespec()
+    except StateFileError:  # unreadable: replaced by this pass's input; a generation is new to it
+        stored = None
+    state.load(write=False)  # numbered (or refused) before anything is written, the journal's catch-up too
+    generation = _numbered(generation, stored, state.ledger, devices, instances)
+    if writes:
+        state.load(write=True)
+    ledger = state.ledger
+    if ledger.observed_generation is not None and generation < ledger.observed_generation:
+        raise PassError("generation %d is older than the observed generation %s; refusing to go back"
+                        % (generation, ledger.observed_generation))
+    return generation, ledger.observed_generation
+
+
+def _apply(host, state, plan, parsed, observed, errors, generation, previous, now, nodespec):
+    """Apply ``plan`` and record the pass: ``(changed, section, holds)``. ``errors`` gets what failed, the section
+    is said from them, the state records the pass (and the input ``nodespec`` for the node's timers, unless None),
+    and the holds are those on the node now, whatever failed on the way (read again only when the pass wrote)."""
+    done, apply_errors, changed = apply_plan(plan, host.writer, state)  # what was done, failed or not
+    errors.extend(apply_errors)
+    section = section_of(generation, plan, errors, previous)
+    if nodespec is not None:
+        state.store_nodespec(generation, *nodespec)
+    state.finish(generation, section["state"], plan.vfio,
+                 set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals),
+                 finished=not errors, renders=plan.renders, started=now, booked=plan.booked)
+    live = live_holds(host) if done or apply_errors else observed.live
+    return changed, section, _holds_in_order(live, parsed)
+
+
+def _holds_in_order(live, parsed):
+    """The summaries of ``live``'s holds, in the input's order (then by id)."""
+    return [summary_of(live[allocation_id]) for allocation_id in sorted(live, key=lambda a: (parsed.position(a), a))]
+
+
+def _events_shown(state, backlog, journal_bytes, journaled, full, warnings):
+    """``(events, not_shown)`` of the journal after the pass (``shown_events``), read again only when the pass
+    may have journaled (a no-op reads the journal once); the journal's and the state's warnings go to
+    ``warnings``."""
+    after = state.unacked() if journaled else backlog
+    events, not_shown = shown_events(backlog, after)
+    near = journal_near(len(after), journal_bytes)
+    if near and not full:
+        warnings.append(near)
+    warnings.extend(state.journal.warnings)
+    if state.maintenance_problem:
+        warnings.append(state.maintenance_problem)
+    return events, not_shown
 
 
 def shown_events(before, after):

@@ -15,7 +15,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.writers import Di
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
 
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.test_admission import write_memory
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.plan.test_admission import write_memory
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import hold, run, warnings
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_runtimes_and_upgrades import driver, set_vendor_version
 
@@ -42,10 +42,10 @@ def fail_removing(monkeypatch, allocation_id):
     """The node cannot remove ``allocation_id``'s spec (an immutable file, a read-only /etc/cdi)."""
     real = DirectWriter.remove_node_file
 
-    def remove(self, kind, target):
+    def remove(self, kind, target, path=None):
         if kind == "cdi" and target == allocation_id:
             raise OSError(errno.EROFS, "Read-only file system")
-        return real(self, kind, target)
+        return real(self, kind, target, path=path)
 
     monkeypatch.setattr(DirectWriter, "remove_node_file", remove)
     return real

@@ -278,7 +278,7 @@ def test_check_mode_shows_the_plan_the_real_run_then_performs(node):
     assert [(a["action"], a["allocation_id"]) for a in plan_of(real)] == [
         ("release", "a1"), ("rerender", "a2"), ("write-env", "a2"), ("write-env", "a3"), ("bind", "a4"),
         ("refuse", "a5"), ("refuse", "a6")]
-    assert checked.plan.holds == real.plan.holds
+    assert checked.holds == real.holds
     assert [f.to_dict() for f in checked.plan.failures] == [f.to_dict() for f in real.plan.failures]
     assert checked.section["state"] == real.section["state"] == "FAILED"
     # and the real run did what the plan said

@@ -189,7 +189,7 @@ def test_devices_stay_claimed_while_the_release_is_pending(bound):
     assert [(f.allocation_id, f.reason, f.message) for f in result.plan.failures] == [
         ("a2", "overlap", "%s is assigned to k1" % GPU_A),
         ("a3", "overlap", "%s is assigned to k1" % GPU_A)]
-    assert [h["allocation_id"] for h in result.plan.holds] == ["a4"]
+    assert [h["allocation_id"] for h in result.holds] == ["a4"]
     pods(node)
     later = node.run(4, [hold("a2", GPU_A), kube("a4", GPU_B)])
     assert steps(later) == [("report-release", "k1"), ("bind", "a2")]  # the release first, then the GPU is free

@@ -33,7 +33,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.writers import Di
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
 from ansible_collections.bcd.devices.tests.unit.builders import hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.test_admission import write_memory
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.plan.test_admission import write_memory
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper_kube import (  # noqa: F401  # pylint: disable=unused-import
     helper_for,
 )
@@ -246,10 +246,10 @@ def test_a_stale_env_file_that_cannot_be_removed_holds_up_the_bind_on_its_gpu(no
     monkeypatch.undo()
     real = DirectWriter.remove_node_file
 
-    def busy(self, kind, allocation_id):
+    def busy(self, kind, allocation_id, path=None):
         if allocation_id == "a1":
             raise OSError(errno.EBUSY, "Device or resource busy")
-        return real(self, kind, allocation_id)
+        return real(self, kind, allocation_id, path=path)
 
     monkeypatch.setattr(DirectWriter, "remove_node_file", busy)
     result = node.run(2, [hold("a2", GPU_A), hold("a3", GPU_B)])
@@ -362,10 +362,10 @@ def test_a_release_whose_env_file_cannot_be_removed_says_changed(node, monkeypat
     node.run(1, [hold("a1", GPU_A)])
     real = DirectWriter.remove_node_file
 
-    def stuck(self, kind, allocation_id):
+    def stuck(self, kind, allocation_id, path=None):
         if kind == "allocation-env":
             raise OSError(errno.EBUSY, "Device or resource busy")
-        return real(self, kind, allocation_id)
+        return real(self, kind, allocation_id, path=path)
 
     monkeypatch.setattr(DirectWriter, "remove_node_file", stuck)
     checked = node.run(2, [], check_mode=True)
@@ -375,7 +375,7 @@ def test_a_release_whose_env_file_cannot_be_removed_says_changed(node, monkeypat
     assert node.exists("/run/bcd/allocations/a1.env")  # ...the env file could not
     assert result.section["state"] == "PROGRESSING"
     assert result.changed is True  # was: false, though the hold is gone
-    assert result.plan.holds == []
+    assert result.holds == []
     monkeypatch.undo()
     finished = node.run(2, [])
     assert steps(finished) == [("finish-release", "a1")] and finished.changed is True

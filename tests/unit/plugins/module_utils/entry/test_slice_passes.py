@@ -84,7 +84,7 @@ def test_a_hold_with_limits_runs_in_a_slice_the_spec_env_and_event_name(node):
     assert lines[2:] == ["BCD_RESERVATION_ID=rsv_a1", "NVIDIA_VISIBLE_DEVICES=" + GPU_A]
     (bound,) = events(node, "AllocationBound", "a1")
     assert bound["body"]["cgroup_parent"] == SLICE
-    assert result.plan.holds[0]["cgroup_parent"] == SLICE
+    assert result.holds[0]["cgroup_parent"] == SLICE
     assert SLICE in result.plan.actions[0].text and "CPUQuota=150%" in result.plan.actions[0].text
 
 
@@ -163,7 +163,7 @@ def test_a_kubernetes_hold_with_limits_gets_no_slice(node):
     assert not any(line.startswith("BCD_CGROUP_PARENT=") for line in spec["containerEdits"]["env"])
     assert "BCD_CGROUP_PARENT" not in node.read("/run/bcd/allocations/k1.env").decode()
     assert "cgroup_parent" not in events(node, "AllocationBound", "k1")[0]["body"]
-    assert "cgroup_parent" not in result.plan.holds[0]
+    assert "cgroup_parent" not in result.holds[0]
     assert all(a.slice is None for a in result.plan.actions)
 
 
