@@ -9,7 +9,11 @@ The action plugins of ``holds``, ``holds_info``, ``events``, ``gpu_busy`` and ``
 (plugins/plugin_utils/node_library.py). AnsiballZ ships every ``module_utils`` a module's source imports,
 wherever the import stands, so this file imports only ``node/library.py`` (standard library alone) and
 reaches the module's code through the verified directory by name: its payload is ansible-core's own
-(what ``ping`` ships) and about 10 KB."""
+(what ``ping`` ships) and about 10 KB.
+
+Handing the task's options to that module takes ansible-core's private names; ``core_module_args`` is the one
+place that touches them, and tests/unit/plugins/modules/test_ansible_core_privates.py checks them under every
+ansible-core release the collection supports."""
 
 from __future__ import annotations
 
@@ -91,14 +95,49 @@ from ansible_collections.bcd.devices.plugins.module_utils.node import library
 MODULES = ("holds", "holds_info", "events", "gpu_busy", "maintenance")
 
 
-def run_from_library(module_name, module_args, raw):
+def core_module_args():
+    """``(raw, hand_over)``: the task's options as ansible-core handed them to this process (``_ansible_*``
+    settings included), and ``hand_over(params)``, which makes ``params`` the options the next ``AnsibleModule``
+    of this process reads, as if the controller had sent them.
+
+    The one place this collection uses ansible-core's private names (a porting guide's one stop). What each is
+    for, and what breaks if a release changes it (the test per release fails first):
+
+    * ``basic._load_params()``: decodes the task's options once, the way ``AnsibleModule`` does, so that
+      ``sent_by_the_action`` can take the action plugin's options without an ``AnsibleModule`` of its own (one
+      would decode, copy, scan and log every option of the task a second time) and the ``_ansible_*`` settings
+      can be passed on. Renamed or gone: every task run through the node library fails at its start; returning
+      anything but the task's options: the options go to ``AnsibleModule``, which refuses them.
+    * ``basic._ANSIBLE_PROFILE``: the serialization profile the controller encoded the options with
+      (``legacy`` or ``modern``); the options handed over are encoded with the same profile, so that what it
+      carries beyond plain JSON (dates and times, which ``modern`` tags) decodes in the library's module as it
+      did here. Gone or of another meaning: ``hand_over`` fails, or the library's module decodes its options
+      otherwise than Ansible sent them.
+    * ``basic._ANSIBLE_ARGS``: the encoded options ``_load_params`` (and so ``AnsibleModule``) decodes;
+      replacing it is how the module run from the library gets its own options. If ``AnsibleModule`` stopped
+      reading it (kept a decoded copy instead), the library's module would see this module's options and
+      refuse them as unsupported parameters.
+    * ``common.json.get_module_encoder`` and ``Direction``: public names (no underscore) but documented for
+      no module; the JSON encoder of a profile for the controller-to-module direction, the one the controller
+      used. A new signature: ``hand_over`` fails with a ``TypeError``."""
+    raw = basic._load_params()
+    profile = str(basic._ANSIBLE_PROFILE)
+
+    def hand_over(params):
+        encoder = module_json.get_module_encoder(profile, module_json.Direction.CONTROLLER_TO_MODULE)
+        basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": params}, cls=encoder).encode()
+
+    return raw, hand_over
+
+
+def run_from_library(module_name, module_args, raw, hand_over):
     """Run the module's ``main`` (from the library, now the collection's ``module_utils``) with the task's
-    options and Ansible's own ``_ansible_*`` settings: it exits the process with its own result."""
+    options and Ansible's own ``_ansible_*`` settings (``raw``'s), handed over by ``hand_over``
+    (``core_module_args``): it exits the process with its own result."""
     params = dict((key, value) for key, value in raw.items() if key.startswith("_ansible_"))
     params.update(module_args)
     params["_ansible_module_name"] = "bcd.devices." + module_name
-    encoder = module_json.get_module_encoder(str(basic._ANSIBLE_PROFILE), module_json.Direction.CONTROLLER_TO_MODULE)
-    basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": params}, cls=encoder).encode()
+    hand_over(params)
     entry = importlib.import_module("%s.entry.modules.%s" % (library.PACKAGE, module_name))
     entry.main(basic)
 
@@ -133,7 +172,7 @@ def main():
     # What Ansible has imported by now lives as long as the process: frozen, the cyclic collector no longer
     # walks it at every collection the converger's imports and pass trigger (11 ms of a 40 ms no-op).
     gc.freeze()
-    raw = basic._load_params()
+    raw, hand_over = core_module_args()
     options = sent_by_the_action(raw)
     if options is None:  # not from the action plugin: AnsibleModule says what is wrong, or normalizes it
         options = AnsibleModule(argument_spec=SPEC, supports_check_mode=True).params
@@ -141,7 +180,7 @@ def main():
     if why is not None:
         AnsibleModule(argument_spec=SPEC, supports_check_mode=True).exit_json(changed=False, node_library_refused=why)
     library.use_library(options["path"])
-    run_from_library(options["module"], options["module_args"] or {}, raw)
+    run_from_library(options["module"], options["module_args"] or {}, raw, hand_over)
 
 
 if __name__ == "__main__":
