@@ -60,7 +60,7 @@ MPS_PIPE_DIRECTORY = "/run/nvidia-mps"
 BASE_VERSION = "0.6.0"
 # Bump whenever render_hold gives other bytes for the same inputs: a pass trusts a kept hold whose
 # render key and file digests it recorded (``render_record``) without rendering it again, and a new
-# revision makes every key new. tests/unit/plugins/module_utils/domain/test_cdi.py pins the output.
+# revision makes every key new. tests/unit/plugins/module_utils/domain/cdi/test_hold_spec.py pins the output.
 # 2: a vendor env line setting one of bcd's own keys is dropped (issue 23); 3: a hold without a reservation id
 # carries no bcd.dev/reservation-id annotation, where it had an empty one (issue 32)
 RENDER_REVISION = 3

@@ -311,7 +311,7 @@ def test_growth_is_counted_against_the_new_holds_after_it(capsys, node):
 def test_a_kubernetes_holds_growth_is_admitted_once_and_stays_booked(capsys, node):
     # no slice records what a Kubernetes hold books: the ledger does, or every pass admitted its growth again,
     # against holds bound after it meanwhile (found by make soak)
-    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.test_admission import write_memory
+    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.plan.test_admission import write_memory
     write_memory(node, 32 * GIB, hugetlb=4 * GIB, pages={"1GB": (4, 0)}, nodes={0: {"1GB": 2}, 1: {"1GB": 2}})
     run(capsys, node, generation=1, devices=[hold("k1", GPU_B, binding="BINDING_KUBERNETES")])
     # k1 grows by a page of NUMA node 0; a1 takes two pages of anywhere (so maybe node 0's)
