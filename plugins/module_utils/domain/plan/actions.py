@@ -49,7 +49,7 @@ class FileChange:
     """One node file a step writes (``after``) or removes (``after`` is None)."""
 
     kind: str  # "cdi" or "allocation-env": the root helper names the file from it and the allocation id
-    path: str  # the node path: where a writer in this process writes the file (checked), what diffs and messages say
+    path: str  # the node path: the file a writer in this process writes or removes (checked), what diffs say
     before: Optional[bytes]
     after: Optional[bytes]
     hold: Optional[dict] = None  # what the file is rendered from (assignment.hold_request): the helper's input
@@ -63,7 +63,7 @@ class FileChange:
     def apply(self, writer: Writer, allocation_id: str) -> None:
         try:
             if self.after is None:
-                writer.remove_node_file(self.kind, allocation_id)
+                writer.remove_node_file(self.kind, allocation_id, path=self.path)
             else:
                 writer.write_node_file(self.kind, allocation_id, self.after, self.hold, path=self.path)
         except OSError as exc:  # a directory in the way, a read-only file system: said with the node path
@@ -313,7 +313,7 @@ class Bind(Action):
         except Exception:
             for change in written:
                 try:
-                    writer.remove_node_file(change.kind, self.allocation_id)
+                    writer.remove_node_file(change.kind, self.allocation_id, path=change.path)
                 except (OSError, BcdError):  # left for the next pass, which finds it without a live spec
                     pass
             raise

@@ -43,7 +43,8 @@ class Recorder:
         assert path == "/%s/%s" % (kind, allocation_id)  # the planner's path, handed on
         self._call("write", kind, allocation_id)
 
-    def remove_node_file(self, kind, allocation_id):
+    def remove_node_file(self, kind, allocation_id, path=None):
+        assert path == "/%s/%s" % (kind, allocation_id)
         self._call("remove", kind, allocation_id)
 
     # state
