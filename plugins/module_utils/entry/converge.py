@@ -24,8 +24,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.hints imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import reason_shown
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import apply_plan
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import needs_admission
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.apply import apply_plan
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner import (
     Observed,
     Plan,

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""domain/plan/actions.py on its own: each step is a frozen value, and ``apply_plan`` carries a plan out in the
+"""domain/plan/actions.py and apply.py on their own: each step is a frozen value, and ``apply_plan`` carries a plan out in the
 order the crash rules need (releases recorded before anything is touched, files before the report, every
 directory durable before the journal), holds up a failed allocation's later steps, and never applies a bind
 whose needed release failed: one atom is never in two live specs. A recording writer and state stand in for
@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.support import records
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Bind, FileChange, Release, apply_plan
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Bind, FileChange, Release
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.apply import apply_plan
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
 
 GPU = "GPU-5f1c2a90-0000-4000-8000-000000000001"

@@ -36,7 +36,7 @@ def _root(node):
 
 def _fresh(value):
     """Whether an expression makes a new object: a display, a literal, an operation, a function's result
-    (``dict(x)``, ``Decided(...)``), never a name, an attribute or a method's result (``x.get(k)``)."""
+    (``dict(x)``, ``Outcome(...)``), never a name, an attribute or a method's result (``x.get(k)``)."""
     if isinstance(value, ast.Tuple):
         return True
     if isinstance(value, ast.IfExp):
