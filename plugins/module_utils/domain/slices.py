@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import format_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     ALLOCATION_ID,
     MAX_CPU,
@@ -31,6 +30,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
     check_nodelist,
     parse_cpulist,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import format_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record

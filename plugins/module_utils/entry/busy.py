@@ -14,7 +14,6 @@ import time
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import read_hold
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import (
     MaintenanceError,
     change,
@@ -22,8 +21,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance imp
     check_reason,
     listing,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 
 class BusyError(BcdError):

@@ -23,11 +23,8 @@ import os
 import sys
 import threading
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Refuse
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
-from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Refuse
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import BusyError, busy_check, busy_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import doctor_lines, run_checks
@@ -37,6 +34,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.status import no
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NODESPEC_NAME, NodeState, nodespec_from_data
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines
 
 EX_OK, EX_CHECK, EX_ERROR, EX_BUSY, EX_RETRY = 0, 1, 2, 3, 75
 MAX_SPEC_BYTES = FILE_CAPS[NODESPEC_NAME]  # a spec is stored as the timers' input: the same cap

@@ -21,14 +21,13 @@ import pwd
 import stat
 from typing import Dict, List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import SPEC_DIR, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.lint import lint
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import ceiling
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import summary
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import version_key
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import one_gpu_one_hold
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.systemd_units import (
     DEFAULT_HELPER_SOCKET,
     HELPER_UNIT,
@@ -42,7 +41,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.systemd_units i
     pass_command,
     timer_target,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import node_holds
 from ansible_collections.bcd.devices.plugins.module_utils.node.cdi_files import read_spec_dirs
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import run_tool
@@ -58,6 +56,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.unit_files import
     stat_node,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 OK, WARN, ERROR = "OK", "WARN", "ERROR"
 

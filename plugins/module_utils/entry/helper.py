@@ -57,7 +57,17 @@ import threading
 import time
 from typing import Any, Dict, List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import SliceApply
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
+    MPS_PIPE_DIRECTORY,
+    SPEC_DIR,
+    SPEC_FILE_RE,
+    RenderError,
+    cdi_spec_path,
+    env_atoms,
+    read_hold,
+    render_hold,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     ALLOCATION_ID_RE,
     BINDING_HOLD,
@@ -70,26 +80,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
     parse_limits,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import AtomRefused, atoms_of, resolve_atom, resolve_devices
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
-    MPS_PIPE_DIRECTORY,
-    SPEC_DIR,
-    SPEC_FILE_RE,
-    RenderError,
-    cdi_spec_path,
-    env_atoms,
-    read_hold,
-    render_hold,
-)
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import claims_on_disk, conflicts, named_atoms, visible_names
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError, type_name
-from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import DEFAULT_STATE_DIR
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import SliceApply
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import claims_on_disk, conflicts, named_atoms, visible_names
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import MAX_HOLD_SPEC_BYTES, read_spec
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
-from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import DEFAULT_STATE_DIR, StateFiles
 from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import ParsedSpecCache
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
     NODE_FILE_KINDS,
@@ -98,6 +96,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.writers import (
     node_file_path,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.state.releases import load_releases
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError, type_name
 
 # One request line: data only, no file content. A hold.write carries a whole entry of a devices section,
 # which the module accepts only within MAX_SECTION_BYTES as section_size counts it (an upper bound of the

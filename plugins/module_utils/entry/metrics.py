@@ -41,10 +41,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     VENDOR_SPEC_STALE,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
-from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 PASS_STATES = ("CONVERGED", "PROGRESSING", "FAILED")
 CONDITION_TYPES = (KUBERNETES_RELEASE_STUCK, KUBERNETES_RELEASES_UNREADABLE, HOLD_SPEC_DAMAGED, VENDOR_SPEC_STALE,

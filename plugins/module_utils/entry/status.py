@@ -14,19 +14,19 @@ import json
 import time
 from typing import Dict, List, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import gpu_numa_nodes, locality
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of, resolve_atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition, stale_edits
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of, resolve_atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import gpu_numa_nodes, locality
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner import limits_from_record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import damaged_condition, summary_of
-from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities, node_runtimes
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 
 def gpu_status(inventory, holds, domains=(), releases=None):

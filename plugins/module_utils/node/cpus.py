@@ -21,11 +21,11 @@ from __future__ import annotations
 import errno
 from typing import Dict, FrozenSet, Set
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_CPU, MAX_NODE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
 
 CPU_ONLINE = "/sys/devices/system/cpu/online"
 NODE_ONLINE = "/sys/devices/system/node/online"

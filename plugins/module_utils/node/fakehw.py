@@ -18,7 +18,8 @@ import importlib.util
 import json
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus, format_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import XID_CLASSES, problems
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     MAX_CPU,
     MAX_NODE,
@@ -26,10 +27,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
     check_cpulist,
     parse_cpulist,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
-from ansible_collections.bcd.devices.plugins.module_utils.domain.health import XID_CLASSES, problems
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
     Gpu,
@@ -39,9 +36,12 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
     normalize_pci_address,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import dra_device_ids
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus, format_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
+from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
 
 # PyYAML is imported only to read a file that is not JSON (_strict_loader); whether it is there is
 # known without importing it.

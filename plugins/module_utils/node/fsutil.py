@@ -26,8 +26,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import LOCK_NAME, StateFiles
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
 
 DEFAULT_DIR_MODE = 0o755
 

@@ -15,10 +15,10 @@ import os
 import time
 from typing import Optional
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import records
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import MAX_LOG_BYTES, bus_of, xids_from_log
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory  # noqa: F401 (type comments)
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, join_root
+from ansible_collections.bcd.devices.plugins.module_utils.support import records
 
 
 def boot_time(root="/"):

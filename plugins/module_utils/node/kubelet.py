@@ -27,12 +27,12 @@ import os
 import stat
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names, dra_device_ids
+from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError, HelperRefused
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
-from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError, HelperRefused
 
 
 def import_grpc():

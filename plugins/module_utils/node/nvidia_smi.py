@@ -21,8 +21,6 @@ import shutil
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance, normalize_pci_address
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
-from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
     MAX_OUTPUT_CHARS,
     InventoryError,
@@ -37,6 +35,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
     xml_text,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.sysfs_pci import read_numa_node
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
 
 # --------------------------------------------------------------------------
 # nvidia-smi -L

@@ -33,7 +33,6 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import check_vendor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import (
     NVIDIA_KIND,
@@ -45,6 +44,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor impo
     parse_spec_text,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular_identified
+from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
 
 # NVIDIA's spec of 64 GPUs and MIG devices is some 50 KiB; PyYAML reads well under a MiB a second,
 # and a pass reads the spec every time.

@@ -16,17 +16,17 @@ import json
 import math
 from typing import List, Optional, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import MAX_INT_DIGITS
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.env_policy import (
     ENV_KEY_RE,
     check_env_allowed,
     check_env_key,
     check_env_value,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
+from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import MAX_INT_DIGITS
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 
 # An allocation id names files and a slice: the one pattern every such name is built from.
 ALLOCATION_ID = r"[A-Za-z0-9_]{1,80}"

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 
 CLASS_GPU = "gpu"
 CLASS_MIG = "gpu.mig"

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import records
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import InvalidAssignment, parse_assignment
+from ansible_collections.bcd.devices.plugins.module_utils.support import records
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 
 

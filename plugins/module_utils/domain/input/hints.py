@@ -19,8 +19,8 @@ import re
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import BINDING_HOLD, BINDING_KUBERNETES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, CLASSES, MIG_ID_RE, SLOT_ID_RE
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
 BINDINGS = (BINDING_HOLD, BINDING_KUBERNETES)
 # The words a person may write for a class: "GPU", "mig", "slot".

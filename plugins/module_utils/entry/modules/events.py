@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import socket
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, warn
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 
 def _node_id(params):

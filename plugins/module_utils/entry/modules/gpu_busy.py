@@ -8,12 +8,12 @@ name runs it from the node's installed library when it is the controller's code 
 
 from __future__ import annotations
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import busy_check, busy_message
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 
 def main(basic):

@@ -11,9 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
-from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
@@ -26,6 +24,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines
 
 # What an Ansible user does about a refusal, after the spec's own message.
 BECOME = ("add become: true to the task or play, or set helper_socket to the root helper's socket (the role "

@@ -8,8 +8,6 @@ name runs it from the node's installed library when it is the controller's code 
 
 from __future__ import annotations
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
     HELPER_OPTIONS,
@@ -21,6 +19,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
 )
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 
 def main(basic):
