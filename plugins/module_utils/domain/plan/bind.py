@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
+    LiveHold,
     RenderError,
     RenderRefused,
     cdi_spec_path,
@@ -23,6 +24,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec i
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     BINDING_HOLD,
     BINDING_KUBERNETES,
+    Assignment,
     hold_request,
     limits_record,
     unsupported_binding,
@@ -53,7 +55,7 @@ NODE_UNPRIVILEGED = (
     "(run bcd node as root, or under bcd helper)"
 )
 
-def bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], claims: Claims) -> Tuple[Outcome, Claims]:
+def bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, LiveHold], claims: Claims) -> Tuple[Outcome, Claims]:
     """4. New holds, in spec order: checked, then bound (slice, spec, env file, event). Each bound hold's
     atoms and memory are claimed against the holds after it; a hold refused at any check claims nothing
     (the claims its checks would have taken are dropped with it). A bind that takes atoms or memory a
@@ -75,7 +77,7 @@ def bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, Any], cla
                    warnings=bound.warnings + ((locality_warning(remote),) if remote else ())), claims
 
 
-def _bind_one(ctx: Pass, assignment: Any, damaged: Mapping[str, Any], claims: Claims) -> Tuple[Outcome, Claims]:
+def _bind_one(ctx: Pass, assignment: Assignment, damaged: Mapping[str, LiveHold], claims: Claims) -> Tuple[Outcome, Claims]:
     """One new hold: checked, rendered and bound; returns ``claims`` with its atoms and memory, or as they
     were when it is refused (or cannot be rendered now)."""
     observed, generation, allocation_id = ctx.observed, ctx.generation, assignment.allocation_id
@@ -108,7 +110,7 @@ def _bind_one(ctx: Pass, assignment: Any, damaged: Mapping[str, Any], claims: Cl
     return checked + rendered + bound, admitted.hold(allocation_id, atoms)
 
 
-def _final_refusal(ctx: Pass, allocation_id: str, damaged: Mapping[str, Any]) -> Optional[Refusal]:
+def _final_refusal(ctx: Pass, allocation_id: str, damaged: Mapping[str, LiveHold]) -> Optional[Refusal]:
     """The refusal a new hold had at this generation already (the ledger's), or in an earlier round of this pass
     (but for a hold whose damaged spec is written again): a refusal is final at its generation."""
     found = journaled_refusal(ctx, allocation_id)
@@ -117,7 +119,7 @@ def _final_refusal(ctx: Pass, allocation_id: str, damaged: Mapping[str, Any]) ->
     return None if allocation_id in damaged else ctx.withheld.get(allocation_id)
 
 
-def _refused(ctx: Pass, refusal: Refusal, damaged: Mapping[str, Any]) -> Outcome:
+def _refused(ctx: Pass, refusal: Refusal, damaged: Mapping[str, LiveHold]) -> Outcome:
     """A new hold refused: it claims nothing. One whose spec is damaged still has it set aside, and what was
     bound is released."""
     if refusal.allocation_id not in damaged:
@@ -126,8 +128,8 @@ def _refused(ctx: Pass, refusal: Refusal, damaged: Mapping[str, Any]) -> Outcome
     return Outcome(refusals=(refusal,), actions=released.actions)
 
 
-def _bind_step(ctx: Pass, assignment: Any, atoms: Sequence[Atom], rendered: Tuple[bytes, bytes], needs: Tuple[str, ...],
-               old: Any) -> Bind:
+def _bind_step(ctx: Pass, assignment: Assignment, atoms: Sequence[Atom], rendered: Tuple[bytes, bytes], needs: Tuple[str, ...],
+               old: Optional[LiveHold]) -> Bind:
     """The step that binds a checked, rendered (``spec, env``) new hold: a ``Rebind`` over ``old``, its damaged
     spec set aside, when there is one."""
     observed, generation, allocation_id = ctx.observed, ctx.generation, assignment.allocation_id
@@ -155,7 +157,7 @@ def _bind_step(ctx: Pass, assignment: Any, atoms: Sequence[Atom], rendered: Tupl
                   needs, locality=note)
 
 
-def _locality(observed: Observed, assignment: Any, atoms: Sequence[Atom]) -> Optional[dict]:
+def _locality(observed: Observed, assignment: Assignment, atoms: Sequence[Atom]) -> Optional[dict]:
     """A new hold's note when its cpus or mems lie outside its GPUs' NUMA nodes (``admission.locality``)."""
     limits = assignment.limits
     if observed.cpus is None or limits is None or not (limits.cpus or limits.mems):
@@ -169,7 +171,9 @@ def in_need_order(actions: Sequence[Action], unreported: FrozenSet[str]) -> List
     ``AllocationBound``, so a hold that takes them is bound after it (and, through ``needs``, not at all if
     it fails). A release that is reported comes before every bind already."""
     binds = set(action.allocation_id for action in actions if isinstance(action, Bind)) & unreported
-    ordered, placed, left = [], set(), list(actions)  # type: List[Action], Set[str], List[Action]
+    ordered: List[Action] = []
+    placed: Set[str] = set()
+    left = list(actions)
     while left:
         ready = next((i for i, action in enumerate(left)
                       if all(needed in placed or needed not in binds or needed == action.allocation_id
@@ -184,7 +188,7 @@ def _needs(action: Action) -> Tuple[str, ...]:
     return action.needs if isinstance(action, Bind) else ()
 
 
-def _check_new(ctx: Pass, claims: Claims, assignment: Any) -> Tuple[Outcome, List[Atom], Claims]:
+def _check_new(ctx: Pass, claims: Claims, assignment: Assignment) -> Tuple[Outcome, List[Atom], Claims]:
     """The checks of a new hold in order: binding, privilege, atoms, conflicts, the slice, the host's CPUs and
     NUMA nodes, host admission. Returns what
     it says (a warning), its atoms and ``claims`` with its memory booked (kept by the caller only if the hold

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
+    LiveHold,
     RenderError,
     RenderRefused,
     env_atoms,
@@ -20,7 +21,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec i
     render_record,
     unchanged,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Limits, hold_request, limits_record
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment, Limits, hold_request, limits_record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, resolve_atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import (
@@ -40,6 +41,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed i
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import limits_from_record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import bound_event, hold_summary, summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
+    SliceState,
     cgroup_parent_of,
     cpuset_problem,
     limits_of_slice,
@@ -71,10 +73,11 @@ def keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[Out
     return Outcome.join(decided), claims
 
 
-def _resolved(observed: Observed, hold: Any) -> Tuple[List[Optional[Atom]], Outcome]:
+def _resolved(observed: Observed, hold: LiveHold) -> Tuple[List[Optional[Atom]], Outcome]:
     """A kept hold's atoms as the inventory has them now (None for one it has not), and what is said of those
     missing and of a spec that cannot be read back."""
-    atoms, said = [], []  # type: List[Optional[Atom]], List[str]
+    atoms: List[Optional[Atom]] = []
+    said: List[str] = []
     for atom in hold.atoms:
         found, why = resolve_atom(atom, observed.inventory)
         atoms.append(found)
@@ -85,7 +88,7 @@ def _resolved(observed: Observed, hold: Any) -> Tuple[List[Optional[Atom]], Outc
     return atoms, Outcome(warnings=tuple(said))
 
 
-def _keep_one(ctx: Pass, hold: Any, assignment: Any, claims: Claims) -> Tuple[Outcome, Claims]:
+def _keep_one(ctx: Pass, hold: LiveHold, assignment: Assignment, claims: Claims) -> Tuple[Outcome, Claims]:
     """One hold still wanted with ``assignment``: its limits (admitted when they grow), slice, files and report."""
     atoms, said = _resolved(ctx.observed, hold)
     missing = any(atom is None for atom in atoms)
@@ -99,7 +102,7 @@ def _keep_one(ctx: Pass, hold: Any, assignment: Any, claims: Claims) -> Tuple[Ou
                          _report_again(ctx, assignment, hold, cgroup_parent)]), claims
 
 
-def _kept_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Optional[Atom]]) -> Outcome:
+def _kept_files(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Sequence[Optional[Atom]]) -> Outcome:
     """A kept hold's spec and env file, written again where they no longer match (``_keep_files``); none for a
     spec that cannot be read back."""
     if hold.problem:
@@ -115,7 +118,7 @@ def _kept_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Optional[
                              % hold.allocation_id,))
 
 
-def _report_again(ctx: Pass, assignment: Any, hold: Any, cgroup_parent: Optional[str]) -> Outcome:
+def _report_again(ctx: Pass, assignment: Assignment, hold: LiveHold, cgroup_parent: Optional[str]) -> Outcome:
     """A kept hold's ``AllocationBound`` again, when the node never journaled it, or last reported it on other
     devices or with another cgroup parent."""
     observed, allocation_id = ctx.observed, hold.allocation_id
@@ -137,7 +140,7 @@ def _report_again(ctx: Pass, assignment: Any, hold: Any, cgroup_parent: Optional
         reported_on=tuple((reported or {}).get("device_ids") or ())),))
 
 
-def _booked(observed: Observed, assignment: Any, hold: Any) -> Outcome:
+def _booked(observed: Observed, assignment: Assignment, hold: LiveHold) -> Outcome:
     """A kept hold without a slice (a Kubernetes hold) whose limits changed: what it books now goes to the ledger
     at the end of the pass, as a slice's limits do when it is set, so admission counts it from the next pass on
     (its growth, admitted once, was admitted again by every pass, and refused once others took the room)."""
@@ -159,7 +162,7 @@ def placed(limits: Any) -> Tuple[Optional[str], Optional[str]]:
     return (getattr(limits, "cpus", None), getattr(limits, "mems", None))
 
 
-def _bound_limits(observed: Observed, hold: Any) -> Optional[Limits]:
+def _bound_limits(observed: Observed, hold: LiveHold) -> Optional[Limits]:
     """The limits a kept hold was bound with: the ledger's, or (a ledger that kept none) its slice's."""
     recorded = limits_from_record((observed.ledger.bound.get(hold.allocation_id) or {}).get("limits"))
     current = observed.slices.get(hold.cgroup_parent) if hold.cgroup_parent else None
@@ -168,7 +171,7 @@ def _bound_limits(observed: Observed, hold: Any) -> Optional[Limits]:
     return recorded
 
 
-def _kept_in_its_slice(ctx: Pass, assignment: Any, hold: Any, atoms: Optional[Sequence[Any]]) -> Tuple[Any, Outcome]:
+def _kept_in_its_slice(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Optional[Sequence[Any]]) -> Tuple[Assignment, Outcome]:
     """A kept hold whose new limits put it into a slice or take it out of one changes its cgroup parent, which
     its spec names: it moves only with its spec written again. When its spec is left as it is (some of its
     devices are missing: ``atoms`` None) or the node refuses to render it (``RenderRefused``: a runtime's
@@ -196,7 +199,7 @@ def _kept_in_its_slice(ctx: Pass, assignment: Any, hold: Any, atoms: Optional[Se
                                    "written again: %s" % (assignment.allocation_id, hold.cgroup_parent or "none", why),))
 
 
-def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tuple[Outcome, Any, Claims]:
+def _admit_growth(ctx: Pass, claims: Claims, assignment: Assignment, hold: LiveHold) -> Tuple[Outcome, Assignment, Claims]:
     """A kept hold whose limits grow gets them only if the host has room; otherwise it keeps what it was
     bound with and is refused (``resources-exhausted``) at this generation, finally. New limits no slice
     takes (a quota under the floor) are refused the same way (``invalid-assignment``). Returns what it
@@ -208,18 +211,19 @@ def _admit_growth(ctx: Pass, claims: Claims, assignment: Any, hold: Any) -> Tupl
     refused = _limits_refused(ctx, assignment, hold, recorded)
     if refused is not None:
         return Outcome(refusals=(refused,)), kept, claims
-    if not grows(recorded, assignment.limits):
+    new = assignment.limits
+    if new is None or not grows(recorded, new):
         return Outcome(), assignment, claims
     if claims.memory is None:
         return unreadable_memory(claims), assignment, claims
     try:
-        claims = claims.admit(assignment.allocation_id, _growth(recorded, assignment.limits))
+        claims = claims.admit(assignment.allocation_id, _growth(recorded, new))
     except Exhausted as exc:
         return Outcome(refusals=(_keeps_its_limits(assignment, Reason.RESOURCES_EXHAUSTED, exc),)), kept, claims
     return Outcome(), assignment, claims
 
 
-def _limits_refused(ctx: Pass, assignment: Any, hold: Any, recorded: Optional[Limits]) -> Optional[Refusal]:
+def _limits_refused(ctx: Pass, assignment: Assignment, hold: LiveHold, recorded: Optional[Limits]) -> Optional[Refusal]:
     """Why a kept hold's new limits are refused whatever room the host has (it keeps those it was bound with,
     ``recorded``), or None: a refusal journaled at this generation, a quota no slice takes, CPUs or NUMA nodes
     the host does not have, cpus or mems taken from a running workload."""
@@ -239,7 +243,7 @@ def _limits_refused(ctx: Pass, assignment: Any, hold: Any, recorded: Optional[Li
     return None
 
 
-def _keeps_its_limits(assignment: Any, reason: str, why: object) -> Refusal:
+def _keeps_its_limits(assignment: Assignment, reason: str, why: object) -> Refusal:
     """A kept hold's new limits refused for ``reason`` (``why``): it keeps those it was bound with."""
     return Refusal(assignment.allocation_id, reason, "%s; the hold keeps its limits" % why)
 
@@ -262,7 +266,7 @@ def journaled_refusal(ctx: Pass, allocation_id: str) -> Optional[Refusal]:
     return Refusal(allocation_id, reason, message)
 
 
-def _narrows_running_slice(observed: Observed, assignment: Any, hold: Any) -> Optional[str]:
+def _narrows_running_slice(observed: Observed, assignment: Assignment, hold: LiveHold) -> Optional[str]:
     """Why a kept hold's new ``cpus``/``mems`` are refused on its populated slice (a narrowing), or None: the
     rule the helper and every slice backend apply (``slices.cpuset_problem``)."""
     if cgroup_parent_of(assignment, hold.kubernetes) is None:
@@ -272,7 +276,7 @@ def _narrows_running_slice(observed: Observed, assignment: Any, hold: Any) -> Op
     return refused[0] if refused is not None else None
 
 
-def _keep_slice(ctx: Pass, assignment: Any, hold: Any) -> Outcome:
+def _keep_slice(ctx: Pass, assignment: Assignment, hold: LiveHold) -> Outcome:
     """A kept hold's slice: created again when missing (systemd forgets runtime properties on a reboot),
     set again when its properties (as the host shows them) or its recorded limits differ from the wanted ones."""
     if cgroup_parent_of(assignment, hold.kubernetes) is None:
@@ -307,7 +311,7 @@ def _slice_differs(current: Any, op: SliceApply, recorded: Optional[dict], limit
     return None
 
 
-def _keep_files(ctx: Pass, assignment: Any, hold: Any, atoms: Sequence[Any], env_only: bool = False) -> Outcome:
+def _keep_files(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Sequence[Any], env_only: bool = False) -> Outcome:
     """A kept hold: write again what no longer matches what it would render to now (``env_only``: its
     env file alone, when some of its devices are missing and its spec is left as it is)."""
     observed = ctx.observed
@@ -356,7 +360,7 @@ def unreadable_memory(claims: Claims) -> Outcome:
     return Outcome(warnings=(UNREADABLE,)) if claims.memory is None else Outcome()
 
 
-def wanted_slice_op(assignment: Any, current: Any = None) -> SliceApply:
+def wanted_slice_op(assignment: Assignment, current: Optional[SliceState] = None) -> SliceApply:
     properties, huge = wanted_slice(assignment.limits)
     return SliceApply(slice_name(assignment.allocation_id), properties, huge,
                       settings_of(current) if current is not None else None, limits_record(assignment.limits))

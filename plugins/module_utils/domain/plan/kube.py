@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import InvalidAssignment, parse_limits
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment, InvalidAssignment, parse_limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
     PendingRelease,
     device_names,
@@ -52,7 +53,7 @@ def _pending(release: PendingRelease, holders: Optional[List[str]]) -> Released:
     return Released(pending={release.allocation_id: Pending(release, holders)})
 
 
-def retained_atoms(device_ids: Sequence[str], assignment: Any) -> Tuple[Any, ...]:
+def retained_atoms(device_ids: Sequence[str], assignment: Assignment) -> Tuple[Atom, ...]:
     """What of the old devices ``device_ids`` the allocation's new hold (``assignment``) takes again, on the
     hardware: an old atom it names again, an old part of a GPU it takes whole, the part it takes of an old whole
     GPU. Claimed as the allocation's own until its new hold is bound."""
@@ -66,7 +67,7 @@ def retained_atoms(device_ids: Sequence[str], assignment: Any) -> Tuple[Any, ...
     return tuple(kept.values())
 
 
-def _not_taken(device_ids: Sequence[str], assignment: Any) -> List[str]:
+def _not_taken(device_ids: Sequence[str], assignment: Assignment) -> List[str]:
     """The old devices ``assignment`` (the allocation's new hold) does not take."""
     wanted = set(atom.key for atom in atoms_of(ref.id for ref in assignment.devices))
     return [device_id for device_id in device_ids if all(atom.key not in wanted for atom in atoms_of([device_id]))]
@@ -101,7 +102,7 @@ def _wanted_again(ctx: Pass, allocation_id: str, old: Sequence[str],
     return held, holders, decided
 
 
-def _take_back(ctx: Pass, release: PendingRelease, assignment: Any) -> Released:
+def _take_back(ctx: Pass, release: PendingRelease, assignment: Assignment) -> Released:
     """The spec wants an allocation with a pending release again: the release is never reported. Old
     devices the new hold does not take stay claimed while pods hold them, then go unreported."""
     return _hold_taken_back(ctx, release, _not_taken(release.device_ids, assignment), "the spec wants it again")
@@ -122,7 +123,7 @@ def _hold_taken_back(ctx: Pass, release: PendingRelease, left: Sequence[str],
         TakeBackRelease(allocation_id, tuple(held), release.generation, narrowed, holders),))
 
 
-def release_kubernetes(ctx: Pass, hold: Any, why: str, wanted: bool = False) -> Released:
+def release_kubernetes(ctx: Pass, hold: LiveHold, why: str, wanted: bool = False) -> Released:
     """A Kubernetes hold that goes: recorded, withdrawn, and reported only if no pod holds its devices.
     ``wanted``: the allocation stays, on other devices or as a plain hold: never reported released;
     its old devices stay claimed (taken back) while pods hold them."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Set, Type
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import damaged_spec_path, env_file_path
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import InvalidAssignment, Limits, parse_limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold, damaged_spec_path, env_file_path
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment, InvalidAssignment, Limits, parse_limits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import (
     FileChange,
@@ -52,7 +52,8 @@ def _release_action(kind: Type[Release], observed: Observed, allocation_id: str,
 
 def finish_releases(ctx: Pass) -> Released:
     """1. Releases an earlier pass recorded but did not finish."""
-    observed, generation, decided = ctx.observed, ctx.generation, []  # type: Observed, int, List[Released]
+    observed, generation = ctx.observed, ctx.generation
+    decided: List[Released] = []
     for allocation_id in sorted(observed.ledger.unfinished_releases):
         record = observed.ledger.unfinished_releases[allocation_id]
         action = _release_action(FinishRelease, observed, allocation_id, record.get("generation", generation),
@@ -103,7 +104,7 @@ def release_unwanted(ctx: Pass, live: Mapping[str, Any], releasing: AbstractSet[
     return Released.join(decided)
 
 
-def _set_aside(ctx: Pass, hold: Any, assignment: Any) -> Released:
+def _set_aside(ctx: Pass, hold: LiveHold, assignment: Optional[Assignment]) -> Released:
     """A damaged spec (its devices cannot be read back) is never deleted: set aside, and the hold is written
     again from its assignment (``bind_new``) or, no longer wanted (no ``assignment``), released."""
     observed = ctx.observed
@@ -118,7 +119,8 @@ def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: AbstractSet[str]) -
     """Holds the node reported bound whose spec is gone (deleted by hand) and that are no longer wanted:
     released, so their env file goes with them and the control plane learns of it. One still wanted is
     bound again from its assignment (``bind_new``)."""
-    observed, decided = ctx.observed, []  # type: Observed, List[Released]
+    observed = ctx.observed
+    decided: List[Released] = []
     if not observed.spec_dir:
         return Released()
     for allocation_id in sorted(observed.ledger.bound):
@@ -155,7 +157,8 @@ def remove_stale_env(ctx: Pass) -> Released:
     a file names in ``NVIDIA_VISIBLE_DEVICES`` are claimed until it is gone, as the root helper claims them
     (``conflicts.env_file_claim``), so a bind that takes one of them waits for the removal, and no two env
     files ever name one GPU for two allocations."""
-    observed, decided = ctx.observed, []  # type: Observed, List[Released]
+    observed = ctx.observed
+    decided: List[Released] = []
     stale = stale_env_files(observed)
     for number, allocation_id in enumerate(sorted(stale)):
         action = RemoveEnv(allocation_id, (FileChange("allocation-env", env_file_path(allocation_id),
@@ -168,11 +171,11 @@ def remove_stale_env(ctx: Pass) -> Released:
     return Released.join(decided)
 
 
-def aside_of(observed: Observed, hold: Any) -> SpecAside:
+def aside_of(observed: Observed, hold: LiveHold) -> SpecAside:
     return SpecAside(hold.path, hold.content, damaged_spec_path(hold.allocation_id, observed.now), observed.now)
 
 
-def release_damaged(ctx: Pass, hold: Any, why: str) -> Released:
+def release_damaged(ctx: Pass, hold: LiveHold, why: str) -> Released:
     """A hold whose spec is damaged that goes: the spec set aside, the env file removed, and
     ``AllocationReleased`` with the devices the node last reported bound (nothing if it never did)."""
     observed, allocation_id = ctx.observed, hold.allocation_id
@@ -192,7 +195,8 @@ def bound_again(ctx: Pass, releasing: AbstractSet[str]) -> Released:
     old devices are freed only by their new AllocationBound (a hold that takes them waits for it), and those
     their new hold takes are theirs still (no hold before them in spec order gets them). One not bound again is
     reported released (``_release_spec_gone``, in the next round of ``plan_pass``)."""
-    observed, decided = ctx.observed, []  # type: Observed, List[Released]
+    observed = ctx.observed
+    decided: List[Released] = []
     for allocation_id in sorted(_reported_without_spec(observed) & ctx.superseded):
         assignment = ctx.wanted.get(allocation_id)
         if assignment is None or allocation_id in releasing:
