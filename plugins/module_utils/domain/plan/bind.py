@@ -9,7 +9,7 @@ is final at its generation. Returns an ``decisions.Outcome`` and the claims with
 
 from __future__ import annotations
 
-from typing import Any, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     LiveHold,
@@ -55,7 +55,7 @@ NODE_UNPRIVILEGED = (
     "(run bcd node as root, or under bcd helper)"
 )
 
-def bind_new(ctx: Pass, live: Mapping[str, Any], damaged: Mapping[str, LiveHold], claims: Claims) -> Tuple[Outcome, Claims]:
+def bind_new(ctx: Pass, live: Mapping[str, LiveHold], damaged: Mapping[str, LiveHold], claims: Claims) -> Tuple[Outcome, Claims]:
     """4. New holds, in spec order: checked, then bound (slice, spec, env file, event). Each bound hold's
     atoms and memory are claimed against the holds after it; a hold refused at any check claims nothing
     (the claims its checks would have taken are dropped with it). A bind that takes atoms or memory a

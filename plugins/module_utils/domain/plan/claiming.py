@@ -8,8 +8,9 @@ holds are checked against it, and add their own (``keep``, ``bind``)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import PENDING, RELEASING, SLICE, Claims
@@ -20,7 +21,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of, limits_of_slice, slice_name
 
 
-def vfio_claims(instances: Any, observed: Observed) -> Tuple[Dict[str, str], Dict[str, str]]:
+def vfio_claims(instances: Optional[Sequence[dict]], observed: Observed) -> Tuple[Dict[str, str], Dict[str, str]]:
     """GPUs VMs have or are to have: the instance specs, the running domains, and
     what still-running domains had at the last pass (a GPU dropped from a running
     VM's spec stays the VM's until its next start)."""
@@ -37,8 +38,8 @@ def vfio_claims(instances: Any, observed: Observed) -> Tuple[Dict[str, str], Dic
         remembered = dict((gpu, inst) for gpu, inst in observed.ledger.vfio.items() if inst in running)
     else:
         remembered = dict(observed.ledger.vfio)
-    for gpu, instance in list(now.items()) + list(remembered.items()):
-        claims.setdefault(gpu, instance)
+    for gpu, instance_id in list(now.items()) + list(remembered.items()):
+        claims.setdefault(gpu, instance_id)
     merged = dict(remembered)
     merged.update(now)
     return claims, merged
@@ -49,7 +50,7 @@ def marker_stays(ctx: Pass, released: Released) -> bool:
     return ctx.marker and not released.marker_cleared
 
 
-def claims_of(ctx: Pass, live: Mapping[str, Any], released: Released, vfio: Mapping[str, str]) -> Claims:
+def claims_of(ctx: Pass, live: Mapping[str, LiveHold], released: Released, vfio: Mapping[str, str]) -> Claims:
     """Who claims what once the releases are planned, as one value: VMs (``vfio``: GPU -> instance),
     maintenance, unhealthy GPUs, the holds that stay, the Kubernetes releases pending on pods, the releases
     this pass makes (claimed until made), and what they booked of the host's memory."""
@@ -80,7 +81,7 @@ def claims_of(ctx: Pass, live: Mapping[str, Any], released: Released, vfio: Mapp
     return claims
 
 
-def _live_claims(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Claims:
+def _live_claims(ctx: Pass, live: Mapping[str, LiveHold], claims: Claims) -> Claims:
     """``claims`` with the live holds' atoms, and what each was bound with (a kept hold's growth is admitted
     on top: ``_admit_growth``)."""
     observed, bound = ctx.observed, ctx.observed.ledger.bound
@@ -96,7 +97,7 @@ def _live_claims(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Claims:
     return claims
 
 
-def _pending_claims(ctx: Pass, live: Mapping[str, Any], pending: Mapping[str, Pending], claims: Claims) -> Claims:
+def _pending_claims(ctx: Pass, live: Mapping[str, LiveHold], pending: Mapping[str, Pending], claims: Claims) -> Claims:
     """``claims`` with the Kubernetes releases pending after this pass: their devices, and what they booked."""
     bound = ctx.observed.ledger.bound
     for allocation_id in sorted(pending):

@@ -7,8 +7,9 @@ Each that appears or clears is journaled once (``condition_events``)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+from typing import Dict, List, Mapping
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
@@ -18,7 +19,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed i
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import unknown_version_condition
 
 
-def pass_conditions(ctx: Pass, live: Mapping[str, Any], released: Released) -> List[dict]:
+def pass_conditions(ctx: Pass, live: Mapping[str, LiveHold], released: Released) -> List[dict]:
     """The pass's conditions: Kubernetes releases stuck on pods or unreadable, a stale or unsupported vendor
     spec, unhealthy GPUs (with the holds on them)."""
     observed = ctx.observed

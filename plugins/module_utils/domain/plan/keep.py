@@ -54,7 +54,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import replace
 
 
-def keep_wanted(ctx: Pass, live: Mapping[str, Any], claims: Claims) -> Tuple[Outcome, Claims]:
+def keep_wanted(ctx: Pass, live: Mapping[str, LiveHold], claims: Claims) -> Tuple[Outcome, Claims]:
     """3. Holds still wanted: recreate a missing slice, re-render, rewrite env, report if never reported.
     Returns what it decided and the claims with what kept holds' grown limits booked."""
     decided = []  # type: List[Outcome]  # joined once, at the end
@@ -299,7 +299,7 @@ def _keep_slice(ctx: Pass, assignment: Assignment, hold: LiveHold) -> Outcome:
     return sliced + Outcome(actions=(action,))
 
 
-def _slice_differs(current: Any, op: SliceApply, recorded: Optional[dict], limits: Optional[dict]) -> Optional[str]:
+def _slice_differs(current: SliceState, op: SliceApply, recorded: Optional[dict], limits: Optional[dict]) -> Optional[str]:
     """Why a kept hold's slice (``current``, as the host shows it) is set again to ``op``, or None."""
     if current.properties is not None and not same_properties(current.properties, op.properties):
         return "its properties differ"

@@ -42,8 +42,14 @@ from __future__ import annotations
 
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import ALLOCATION_FAILED
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import BINDING_HOLD, BINDING_KUBERNETES, unsupported_binding
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
+    BINDING_HOLD,
+    BINDING_KUBERNETES,
+    ParsedInput,
+    unsupported_binding,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, Bind, KeepSlice, Refuse, Release, SliceStop, SpecAside, StopSlice
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import UNREADABLE
@@ -118,7 +124,7 @@ class Plan:
         return entries
 
 
-def plan_pass(generation: int, parsed: Any, observed: Observed, instances: Any = None) -> Plan:
+def plan_pass(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[dict]] = None) -> Plan:
     """The ordered plan for one pass. Pure: reads only its arguments.
 
     A Kubernetes hold wanted again (moved, or re-bound as a plain hold) is withdrawn unreported only if
@@ -169,7 +175,7 @@ def _unreported_cycle(ctx: Pass, actions: Sequence[Action], unreported: FrozenSe
     return frozenset()
 
 
-def _pass_of(generation: int, parsed: Any, observed: Observed, instances: Any,
+def _pass_of(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[dict]],
              superseded: Optional[FrozenSet[str]], withheld: Mapping[str, Refusal]) -> Tuple[Pass, Tuple[Refusal, ...]]:
     """The pass's inputs, and the refusal of each live hold re-sent with a binding the node does not take:
     refused (unsupported-binding) and kept as it is, as for any refused input: the node never drops a hold
@@ -187,8 +193,8 @@ def _pass_of(generation: int, parsed: Any, observed: Observed, instances: Any,
     return ctx, refusals
 
 
-def _plan_once(generation: int, parsed: Any, observed: Observed, instances: Any, superseded: Optional[FrozenSet[str]],
-               withheld: Mapping[str, Refusal]) -> Tuple[Pass, Plan, Set[str]]:
+def _plan_once(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[dict]],
+               superseded: Optional[FrozenSet[str]], withheld: Mapping[str, Refusal]) -> Tuple[Pass, Plan, Set[str]]:
     """One round of the phases, in the spec's order, each a function of the observation and the claims;
     the plan is built once from what they returned. Returns the allocations live once it is applied too."""
     ctx, unsupported = _pass_of(generation, parsed, observed, instances, superseded, withheld)
@@ -233,7 +239,7 @@ def _said_once(warnings: Sequence[str], warning: str) -> List[str]:
     return list(warnings[:first]) + [said for said in warnings[first:] if said != warning]
 
 
-def _live(observed: Observed, released: Released) -> Dict[str, Any]:
+def _live(observed: Observed, released: Released) -> Dict[str, LiveHold]:
     """The live holds, but those ``released`` releases, withdraws or sets aside."""
     return dict((allocation_id, hold) for allocation_id, hold in observed.live.items()
                 if allocation_id not in released.gone)

@@ -76,7 +76,7 @@ def _releasing(observed: Observed, allocation_id: str, device_ids: Sequence[str]
     return Released(freeing={allocation_id: Freed(tuple(atoms if atoms is not None else atoms_of(device_ids)), booked)})
 
 
-def release_unwanted(ctx: Pass, live: Mapping[str, Any], releasing: AbstractSet[str]) -> Released:
+def release_unwanted(ctx: Pass, live: Mapping[str, LiveHold], releasing: AbstractSet[str]) -> Released:
     """2. Holds no longer wanted, or wanted with other devices or another binding."""
     keep = set(ctx.wanted) | set(ctx.parsed.refused_ids) | ctx.unsupported
     decided = [_release_spec_gone(ctx, keep, releasing)]  # joined once, at the end
