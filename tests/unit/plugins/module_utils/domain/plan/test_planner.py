@@ -102,7 +102,7 @@ def fails(result):
 def test_a_new_hold_is_bound_with_its_files_and_event():
     result = plan(42, [assign("a1", [GPU_A, MIG2])], observe())
     assert steps(result) == [("bind", "a1")]
-    (bind,) = result.actions
+    bind = result.actions[0]  # the only one (pylint reads Plan.actions' field() as no sequence)
     assert [(c.kind, c.path, c.before) for c in bind.node_files()] == [
         ("allocation-env", "/run/bcd/allocations/a1.env", None), ("cdi", "/etc/cdi/bcd-a1.json", None)]
     assert bind.event == {"type": "AllocationBound", "body": {
@@ -118,7 +118,7 @@ def test_a_hold_no_longer_wanted_is_released():
     hold = live("a1", [GPU_A, GPU_B + "/s1"])
     result = plan(2, [], observe([hold]))
     assert steps(result) == [("release", "a1")]
-    (release,) = result.actions
+    release = result.actions[0]  # the only one
     assert [(c.path, c.before, c.after) for c in release.node_files()] == [
         ("/etc/cdi/bcd-a1.json", hold[0].content, None), ("/run/bcd/allocations/a1.env", hold[1], None)]
     assert release.event == {"type": "AllocationReleased", "body": {
