@@ -182,7 +182,7 @@ def _kube_look(host, live, wanted, releases):
 def _env_files(host, live, ledger, wanted, releases):
     """``{allocation_id: bytes or None}``: the env file of every allocation the pass may touch. A reported hold
     whose spec is gone: its env file goes with its release; an env file of an allocation the node knows nothing
-    of: a bind that never finished left it (planner._stale_env_files)."""
+    of: a bind that never finished left it (release.stale_env_files)."""
     env_files = {}
     for allocation_id in set(live) | set(ledger.unfinished_releases) | set(a.allocation_id for a in wanted) | \
             set(releases.pending) | set(ledger.bound) | set(host.env_file_ids()):

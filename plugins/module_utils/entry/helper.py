@@ -433,7 +433,7 @@ def claims_on_node(host, state_dir=DEFAULT_STATE_DIR, holds=None):
     """Who claims what on the node by root's own reading (``conflicts.claims_on_disk``): the bcd specs in
     /etc/cdi and /var/run/cdi, the env files of allocations without one, the pending Kubernetes releases,
     the GPUs running VMs have. A plain release of a pass is made (its files removed) before the bind that
-    takes its devices (``actions.apply_plan``), so what is on disk when that bind asks is what the planner
+    takes its devices (``apply.apply_plan``), so what is on disk when that bind asks is what the planner
     counted. Raises ``Refused`` (retryable) where the pending releases cannot be read: nothing is written
     that one of them may hold. ``holds``: ``node_holds(host)`` when already read."""
     specs, env_files = holds if holds is not None else node_holds(host)
