@@ -214,7 +214,7 @@ def show(result):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--runs", type=int, default=7, help="fresh processes per figure (best taken)")
     parser.add_argument("--python", action="append", default=[], help="an interpreter (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON as well")

@@ -33,6 +33,7 @@ measured on every supported Python in docs/performance.md ("Records and dataclas
 from __future__ import annotations
 
 import copy
+import sys
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Tuple
 
@@ -81,7 +82,12 @@ def field(*, default: Any = MISSING, default_factory: Any = MISSING) -> Any:
     """A field's default (``default``) or the factory of a new one for each record (``default_factory``)."""
     if default is not MISSING and default_factory is not MISSING:
         raise ValueError("a field has a default or a default factory, not both")
-    return Field(None, default, default_factory)
+    # Made through the module's namespace, not by name: pylint (ansible-test's sanity) follows a call to
+    # its result, so it would read every ``items: List[int] = field(default_factory=list)`` of a record as
+    # the Field object (it knows ``dataclasses.field``, not this one) and flag ``items.append(...)`` or
+    # ``first, second = record.items``. A lookup it cannot follow leaves the field typed by its annotation.
+    made = getattr(sys.modules[__name__], "Field")
+    return made(None, default, default_factory)
 
 
 def _is_classvar(annotation):

@@ -301,7 +301,9 @@ def as_dataclass_of(cls):
             if name in cls.__dict__:
                 namespace[name] = cls.__dict__[name]
         elif item.default_factory is not records.MISSING:
-            namespace[name] = dataclasses.field(default_factory=item.default_factory)
+            # the class body dataclasses reads (the rebuilt class is made just below): pylint cannot see
+            # that a namespace becomes a dataclass
+            namespace[name] = dataclasses.field(default_factory=item.default_factory)  # pylint: disable=invalid-field-call
         elif item.default is not records.MISSING:
             namespace[name] = item.default
     frozen, eq = options_of(cls)
