@@ -487,8 +487,8 @@ class ReportBound(Action):
         if self.why == self.MOVED:
             why = "on its new devices: the node last reported it bound on %s" % ", ".join(self.reported_on)
         elif self.why == self.REPARENTED:
-            why = "again: its cgroup parent is now %s" % (self.event["body"].get("cgroup_parent")
-                                                         or "none (its slice is gone)")
+            parent = self.event["body"].get("cgroup_parent") or "none (its slice is gone)"
+            why = "again: its cgroup parent is now %s" % parent
         else:
             why = "its AllocationBound was never journaled"
         return "report %s bound (%s)" % (self.allocation_id, why)
@@ -630,7 +630,7 @@ class ReleaseKubernetes(Action):
         if self.release.taken_back:
             return "withdraw %s (%s, Kubernetes): remove %s; its old devices stay claimed until free (%s), never " \
                 "reported (the allocation stays)" % (self.allocation_id, self.why, _removed(self.files),
-                                                      _held_by(self.holders))
+                                                     _held_by(self.holders))
         return "release %s (%s, Kubernetes): record it in releasing.json, remove %s; report it once no pod holds " \
             "its devices (%s)" % (self.allocation_id, self.why, _removed(self.files), _held_by(self.holders))
 

@@ -55,6 +55,7 @@ NODE_UNPRIVILEGED = (
     "(run bcd node as root, or under bcd helper)"
 )
 
+
 def bind_new(ctx: Pass, live: Mapping[str, LiveHold], damaged: Mapping[str, LiveHold], claims: Claims) -> Tuple[Outcome, Claims]:
     """4. New holds, in spec order: checked, then bound (slice, spec, env file, event). Each bound hold's
     atoms and memory are claimed against the holds after it; a hold refused at any check claims nothing
