@@ -86,7 +86,7 @@ def field(*, default: Any = MISSING, default_factory: Any = MISSING) -> Any:
     # its result, so it would read every ``items: List[int] = field(default_factory=list)`` of a record as
     # the Field object (it knows ``dataclasses.field``, not this one) and flag ``items.append(...)`` or
     # ``first, second = record.items``. A lookup it cannot follow leaves the field typed by its annotation.
-    made = getattr(sys.modules[__name__], "Field")
+    made = vars(sys.modules[__name__])["Field"]
     return made(None, default, default_factory)
 
 
