@@ -223,6 +223,7 @@ class _Connection(object):
 
     def __init__(self, pieces, uid):
         self.pieces = list(pieces)
+        self.offset = 0  # into pieces[0]
         self.uid = uid
         self.sent = b""
 
@@ -239,12 +240,15 @@ class _Connection(object):
         pass
 
     def recv(self, size):
+        # an offset into the first piece, never a copy of its rest: a 37 MB piece read 64 KiB at a time
+        # cost this double 1.4 s of CPU (its copies), which the fuzzer charged to the helper (3.7 ms)
         if not self.pieces:
             return b""
-        piece = self.pieces.pop(0)
-        if len(piece) > size:
-            self.pieces.insert(0, piece[size:])
-            piece = piece[:size]
+        piece = self.pieces[0][self.offset:self.offset + size]
+        self.offset += len(piece)
+        if self.offset >= len(self.pieces[0]):
+            self.pieces.pop(0)
+            self.offset = 0
         return piece
 
     def sendall(self, data):
