@@ -19,7 +19,7 @@ that has just come back.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     CLEARED,
@@ -75,25 +75,38 @@ def _body(observed: Any, kind: str, generation: int, device_ids: List[str], allo
 
 
 def condition_reports(observed: Any, conditions: Sequence[dict], pending_releases: Sequence[dict],
-                      generation: int) -> List[ReportCondition]:
+                      generation: int, passing: FrozenSet[str] = frozenset()) -> List[ReportCondition]:
     """The steps that journal the conditions that cleared since the last pass, then those that appeared, each
-    in key order; none when the pass found what the ledger says the last one did."""
+    in key order; none when the pass found what the ledger says the last one did.
+
+    ``passing``: the keys of conditions this pass finds and also ends (an unreadable ``releasing.json`` it sets
+    aside and whose marker it clears at once). Each is journaled as appeared, then cleared, in this pass, so
+    the ledger does not keep it and the next pass with the same input has nothing to report."""
     now = raised_now(observed, conditions, pending_releases)
     before = observed.ledger.conditions
+    after = set(now) - set(passing)
     seen = set(gpu.uuid for gpu in observed.inventory.gpus)
     steps = []  # type: List[ReportCondition]
-    for key in sorted(set(before) - set(now)):
-        kind = key.split("/", 1)[0]
+    for key in sorted(set(before) - after):
         device_ids, allocation_id = list(before[key].get("device_ids") or []), before[key].get("allocation_id")
-        if kind == GPU_UNHEALTHY and not seen.issuperset(device_ids):
+        if key.split("/", 1)[0] == GPU_UNHEALTHY and not seen.issuperset(device_ids):
             continue  # a GPU clears when it is seen healthy, not when it is not seen (off the bus, inventory unread)
-        subject = " ".join(device_ids) if kind == GPU_UNHEALTHY else (allocation_id or "")
-        message = "%s%s no longer holds" % (kind, " (%s)" % subject if subject else "")
-        event = {"type": kind + CLEARED,
-                 "body": _body(observed, kind + CLEARED, generation, device_ids, allocation_id, CLEARED_REASON, message)}
-        steps.append(ReportCondition("", event, tuple(device_ids)))
+        steps.append(_cleared(observed, key, generation, device_ids, allocation_id))
     for key in sorted(set(now) - set(before)):
         kind, device_ids, allocation_id, reason, message = now[key]
         event = {"type": kind, "body": _body(observed, kind, generation, device_ids, allocation_id, reason, message)}
         steps.append(ReportCondition("", event, tuple(device_ids)))
+        if key in passing:
+            steps.append(_cleared(observed, key, generation, device_ids, allocation_id))
     return steps
+
+
+def _cleared(observed: Any, key: str, generation: int, device_ids: List[str],
+             allocation_id: Optional[str]) -> ReportCondition:
+    """The step that journals the clearing of the condition ``key``."""
+    kind = key.split("/", 1)[0]
+    subject = " ".join(device_ids) if kind == GPU_UNHEALTHY else (allocation_id or "")
+    message = "%s%s no longer holds" % (kind, " (%s)" % subject if subject else "")
+    event = {"type": kind + CLEARED,
+             "body": _body(observed, kind + CLEARED, generation, device_ids, allocation_id, CLEARED_REASON, message)}
+    return ReportCondition("", event, tuple(device_ids))

@@ -7,10 +7,11 @@ Each that appears or clears is journaled once (``condition_events``)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping
+from typing import Dict, FrozenSet, List, Mapping
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import KUBERNETES_RELEASES_UNREADABLE, condition_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claiming import marker_stays
@@ -38,6 +39,15 @@ def pass_conditions(ctx: Pass, live: Mapping[str, LiveHold], released: Released)
     if sick is not None:
         conditions.append(sick)
     return conditions
+
+
+def passing_conditions(ctx: Pass, released: Released) -> FrozenSet[str]:
+    """The keys of the conditions this pass raises and ends: an unreadable ``releasing.json`` set aside whose
+    marker the same pass clears. The pass still returns the condition (the releases it held are lost), and
+    journals it appearing and clearing, so the next pass has nothing to say."""
+    if ctx.observed.releases.unreadable is not None and not marker_stays(ctx, released):
+        return frozenset([condition_key(KUBERNETES_RELEASES_UNREADABLE)])
+    return frozenset()
 
 
 def pending_releases(observed: Observed, released: Released) -> List[dict]:

@@ -56,7 +56,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.bind import bind_new
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claiming import claims_of, vfio_claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.condition_events import condition_reports
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conditions import pass_conditions, pending_releases
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conditions import passing_conditions, pass_conditions, pending_releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, Refusal, Released, needs_root
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.diffs import plan_diffs
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.keep import grows, keep_wanted, placed
@@ -223,7 +223,7 @@ def _plan_once(generation: int, parsed: ParsedInput, observed: Observed, instanc
     conditions = pass_conditions(ctx, live, released) + ([damaged_condition(asides)] if asides else [])
     pending = pending_releases(observed, released)
     # 6. the conditions that appeared or cleared since the last pass, each one signed event
-    actions.extend(condition_reports(observed, conditions, pending, generation))
+    actions.extend(condition_reports(observed, conditions, pending, generation, passing_conditions(ctx, released)))
     plan = Plan(generation=generation, actions=actions, failures=failures, warnings=_said_once(decided.warnings, UNREADABLE),
                 errors=list(decided.errors), holds=list(decided.holds), conditions=conditions,
                 pending_releases=pending, vfio=dict(sorted(now.items())), renders=dict(decided.renders),

@@ -158,10 +158,14 @@ def test_the_pass_that_sets_an_unreadable_releases_file_aside_reports_it_though_
     assert result["conditions"][0]["reason"] == "ReleasesFileUnreadable"
     assert [w for w in warnings(result) if "releasing.json is unreadable" in w], warnings(result)
     assert not node.exists("/var/lib/bcd/releasing.unreadable")
-    # the condition raised and cleared in one pass is still reported, once (its clearing, next pass)
+    # the condition raised and cleared in one pass is journaled appearing and clearing, both in that pass
     assert [(p["action"], p.get("event")) for p in result["plan"]] == [
         ("quarantine-releases", None), ("clear-marker", None), ("bind", "AllocationBound"),
-        ("report-condition", "KubernetesReleasesUnreadable")]
+        ("report-condition", "KubernetesReleasesUnreadable"), ("report-condition", "KubernetesReleasesUnreadableCleared")]
+    assert types(result)[-2:] == [("KubernetesReleasesUnreadable", None), ("KubernetesReleasesUnreadableCleared", None)]
+    # so the same input again has nothing to say
+    again = run(capsys, node, generation=2, devices=[hold("a1", GPU_A)])
+    assert again["changed"] is False and again["plan"] == [] and again["conditions"] == []
 
 
 # -- 10. a write that fails is retryable for that hold only -----------------------------------------
