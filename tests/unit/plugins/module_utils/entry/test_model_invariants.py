@@ -46,6 +46,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, vendor_text
 from ansible_collections.bcd.devices.tests.unit.model_atoms import booked, conflict, edited, gpu_of
 
@@ -201,7 +202,7 @@ class NodeMachine(RuleBasedStateMachine):
         self.generation = 0
         self.wanted = {}  # allocation id -> assignment, in spec order (dicts keep it)
         self.history = {}  # generation -> {allocation id: assignment}
-        self.events = []  # the journal as the last real pass returned it
+        self.events = []  # the node's journal after the last real pass (``journal``)
         self.seen_seq = 0  # the last event before this step's passes
         self.seen_bound = {}  # the holds the journal gave as bound then (``replay``)
         self.fail = None
@@ -264,6 +265,11 @@ class NodeMachine(RuleBasedStateMachine):
             atoms = sorted(d["annotations"]["bcd.dev/device-id"] for d in spec["devices"])
             specs[annotations["bcd.dev/allocation-id"]] = (atoms, annotations)
         return specs
+
+    def journal(self):
+        """The node's whole journal (nothing acknowledges it here): a pass's result shows at most 16 of the
+        events older than it (``events_not_shown``), so the checks read the journal itself."""
+        return Journal(os.path.join(self.root, STATE_DIR.lstrip("/"))).unacked()
 
     def marker(self):
         return os.path.exists(self._path(STATE_DIR + "/releasing.unreadable"))
@@ -374,7 +380,10 @@ class NodeMachine(RuleBasedStateMachine):
 
     def check(self, result, marker_before, vm_gpus, faulted=False):
         """What every pass must leave, whatever was injected (``faulted``: a write failed in it)."""
-        self.events = result.events
+        self.events = self.journal()
+        shown = [event["seq"] for event in result.events]
+        assert shown == [event["seq"] for event in self.events if event["seq"] in set(shown)], (
+            "the pass returned events its journal does not hold, or out of order")
         specs = self.live_specs()
         names = sorted(specs)
         for i, one in enumerate(names):
@@ -382,8 +391,8 @@ class NodeMachine(RuleBasedStateMachine):
                 clash = [(a, b) for a in specs[one][0] for b in specs[other][0] if conflict(a, b)]
                 assert not clash, "two live specs claim one device: %s has %s, %s has %s" % (
                     one, clash[0][0], other, clash[0][1])
-        outstanding = self.replay(result.events)
-        reported_parent = dict((e["body"]["allocation_id"], e["body"].get("cgroup_parent")) for e in result.events
+        outstanding = self.replay(self.events)
+        reported_parent = dict((e["body"]["allocation_id"], e["body"].get("cgroup_parent")) for e in self.events
                                if e["type"] == "AllocationBound")
         for allocation_id, spec in specs.items():
             atoms = spec[0]
@@ -447,7 +456,7 @@ class NodeMachine(RuleBasedStateMachine):
                     mine = {"memory_bytes": memory}
                     mine.update((size, pick(booked(lim, f) for lim in ranges)) for size, f in PAGE_FIELDS.items())
             hi_by[allocation_id] = mine
-        new_binds = [e for e in result.events if e["type"] == "AllocationBound" and e["body"]["generation"] == self.generation
+        new_binds = [e for e in self.events if e["type"] == "AllocationBound" and e["body"]["generation"] == self.generation
                      and e["seq"] > self.seen_seq]
         committed = self.vm_commitment()
         if any(booked((self.wanted.get(e["body"]["allocation_id"]) or {}).get("limits"), "memory_bytes") for e in new_binds):
@@ -486,7 +495,7 @@ class NodeMachine(RuleBasedStateMachine):
     def refused_now(self, result):
         """The allocations this step refused: a refusal is final at its generation, and one an earlier step
         made is returned again as it was, whatever has changed since (a VM stopped); it is judged when made."""
-        return set(e["body"]["allocation_id"] for e in result.events if e["type"] == "AllocationFailed"
+        return set(e["body"]["allocation_id"] for e in self.events if e["type"] == "AllocationFailed"
                    and e["seq"] > self.seen_seq and e["body"]["generation"] == self.generation)
 
     def check_overlaps(self, result, outstanding, marker, vm_gpus):
@@ -513,7 +522,7 @@ class NodeMachine(RuleBasedStateMachine):
         """After a pass with no fault: each wanted hold live as asked, or refused at this generation; each
         hold no longer wanted released, unless a pod still holds one of its atoms."""
         specs = self.live_specs()
-        refused = set(e["body"]["allocation_id"] for e in result.events
+        refused = set(e["body"]["allocation_id"] for e in self.events
                       if e["type"] == "AllocationFailed" and e["body"]["generation"] == self.generation)
         for allocation_id, wanted in self.wanted.items():
             if allocation_id in refused:
@@ -536,7 +545,7 @@ class NodeMachine(RuleBasedStateMachine):
                                                          wanted.get("limits"), wanted["binding"]))
         held = self.pod_atoms()
         reachable = self.reachable
-        for allocation_id, (atoms, generation) in self.replay(result.events).items():
+        for allocation_id, (atoms, generation) in self.replay(self.events).items():
             if allocation_id in self.wanted or allocation_id in self.lost:
                 continue
             bound_as = self.history.get(generation, {}).get(allocation_id, {}).get("binding")
@@ -907,6 +916,55 @@ KNOWN = {
         ("generation_", {"edits": [("add", "a3", [GPU_B], "BINDING_KUBERNETES", None),
                                    ("add", "a1", [GPU_A, GPU_B], "BINDING_KUBERNETES", None)]}),
         ("generation_", {"edits": [("move", "a1", [GPU_B + "/s1"])]})],
+    # releasing.json unreadable, and nothing to keep the marker: the pass that sets it aside clears the marker
+    # too, and journals the condition appearing and clearing; the next pass has nothing to report (it reported
+    # KubernetesReleasesUnreadableCleared: a second pass planned something; found by make soak)
+    "unreadable-releases-cleared-in-the-pass-that-finds-them": [
+        ("driver_upgrade", {}), ("driver_upgrade", {}), ("kubelet_flips", {}), ("kubelet_flips", {}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None)]}),
+        ("releases_file_unreadable", {}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None)]})],
+    # the same after a crash: two passes after it did not converge (found by make soak)
+    "unreadable-releases-then-a-crash": [
+        ("driver_upgrade", {}), ("driver_upgrade", {}), ("kubelet_flips", {}), ("kubelet_flips", {}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None)]}),
+        ("releases_file_unreadable", {}), ("kubelet_flips", {}), ("kubelet_flips", {}),
+        ("write_failure", {"allocation_id": "a1", "kind": "cdi", "op": "write"}),
+        ("pod_takes", {"which": 5}),
+        ("crash_next_pass", {"after": True, "at": 1}),
+        ("generation_", {"edits": [("add", "a5", [GPU_A + "/gi2/ci0", GPU_C + "/s0"], "BINDING_KUBERNETES",
+                                    {"mems": "0", "hugepages_2mi": 64, "memory_bytes": 16 * GIB, "hugepages_1gi": 2,
+                                     "cpus": "0-3"}),
+                                   ("rebind", "a2", "BINDING_KUBERNETES"), ("limits", "a5", None), ("limits", "a1", None)]})],
+    # a refusal journaled by the pass after a crash, more than 16 events back by the time a later pass at its
+    # generation returns it: the result leaves it out (events_not_shown), the journal has it. The model read
+    # the result's events as the journal, and found the refused hold "wanted, not refused" (found by make soak)
+    "a-refusal-older-than-the-events-a-result-shows": [
+        ("driver_upgrade", {}), ("driver_upgrade", {}), ("kubelet_flips", {}), ("kubelet_flips", {}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None)]}),
+        ("releases_file_unreadable", {}), ("kubelet_flips", {}), ("kubelet_flips", {}),
+        ("crash_next_pass", {"after": False, "at": 1}),
+        ("live_hold_write_failure", {"kind": "cdi", "op": "remove", "which": 4}),
+        ("crash_next_pass", {"after": True, "at": 5}),
+        ("pod_takes", {"which": 7}),
+        ("vm_starts", {"gpu": GPU_B, "hugepages": True, "memory": 8 * GIB}),
+        ("live_hold_write_failure", {"kind": "cdi", "op": "slice", "which": 4}),
+        ("generation_", {"edits": [("add", "a4", [GPU_A + "/gi1/ci0", GPU_B + "/s0"], "BINDING_HOLD",
+                                    {"memory_bytes": 16 * GIB, "hugepages_2mi": 256, "hugepages_1gi": 2, "mems": "0",
+                                     "cpus": "0-3"}),
+                                   ("move", "a2", [GPU_A + "/gi2/ci0", GPU_A]),
+                                   ("add", "a1", [GPU_A, GPU_A + "/gi1/ci0"], "BINDING_KUBERNETES", None)]}),
+        ("write_failure", {"allocation_id": "a1", "kind": "cdi", "op": "slice"}),
+        ("releases_file_unreadable", {}),
+        ("write_failure", {"allocation_id": "a5", "kind": "cdi", "op": "write"}),
+        ("runtimes_change", {"runtimes": "none listed"}),
+        ("generation_", {"edits": [("rebind", "a4", "BINDING_KUBERNETES"), ("add", "a2", [GPU_A], "BINDING_KUBERNETES", None),
+                                   ("add", "a3", [GPU_B + "/s1", GPU_C], "BINDING_KUBERNETES", None)]}),
+        ("kubelet_flips", {}),
+        ("hand_over", {"binding": "BINDING_KUBERNETES", "keep": False, "limits": {}, "to": "a5", "which": 4}),
+        ("crash_next_pass", {"after": True, "at": 4}),
+        ("runtimes_change", {"runtimes": "podman 5.5.0 and containerd 2.1.4"}),
+        ("hand_over", {"binding": "BINDING_KUBERNETES", "keep": False, "limits": None, "to": "a0", "which": 7})],
 }
 
 
