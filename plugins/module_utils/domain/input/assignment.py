@@ -58,7 +58,8 @@ MAX_DEVICES = 1024  # atoms of one assignment
 #   4096 is 256 atoms for each of 16 GPUs. An assignment whose devices would take the section past
 #   it is refused (invalid-assignment, saying so), and the ones after it are still read.
 # - Bytes: at most 4 MiB, counted by a walk of the raw section before anything else reads it, as an
-#   upper bound of its JSON as the stored input writes it (indented; see section_size). A real node's
+#   upper bound of its JSON written indented (see section_size), so above the compact JSON the stored input
+#   is (node/state_files.py). A real node's
 #   section is a few KiB; 512 assignments of 8 atoms and a long env line each are 4 MiB. A larger
 #   section fails the pass, and is read no further. Both stay far under what the state files' reader
 #   takes back (node/state_files.py: 8 MiB and 524 288 values for nodespec.json).
@@ -435,7 +436,7 @@ _TOO_MANY_DIGITS = 10 ** MAX_INT_DIGITS  # the least integer root's reader refus
 
 
 def section_size(raw, limit=MAX_SECTION_BYTES, depth_limit=MAX_SECTION_DEPTH, name="devices"):
-    """An upper bound of the bytes of ``raw`` as the stored input writes it (JSON indented by 2),
+    """An upper bound of the bytes of ``raw`` as JSON indented by 2 (the stored input is compact: less),
     walked without recursion and stopped as soon as it passes ``limit``; ``InvalidAssignment`` then,
     or when ``raw`` nests deeper than ``depth_limit``. Every value, key and bracket counts 10 bytes
     and its indentation besides, so a section within ``limit`` has fewer than ``limit / 10`` values."""
