@@ -398,7 +398,7 @@ class NodeState:
             pass
         return change.journaled
 
-    # The changes a plan's actions make (domain/plan/actions.py), each one ``change`` block.
+    # The changes a plan's actions make (domain/plan/actions/), each one ``change`` block.
     def begin_releases(self, releases: Sequence[Tuple[str, Optional[int], List[str]]]) -> None:
         """Record plain releases ``[(allocation_id, generation, device_ids)]`` before any of their files
         is removed (kept until each is reported): one ledger save for all of a pass's releases."""

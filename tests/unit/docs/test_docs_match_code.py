@@ -128,10 +128,12 @@ def test_the_readme_links_the_docs_index_and_node_md():
 
 def action_kinds():
     """Every step kind the planner can return: the class constant ``kind`` each action class of
-    domain/plan/actions.py sets, read from the source (``kind = "bind"`` or ``kind: ClassVar[str] = "bind"``;
+    domain/plan/actions/ sets, read from the source (``kind = "bind"`` or ``kind: ClassVar[str] = "bind"``;
     a dataclass field ``kind: str`` is a file's kind, not a step's)."""
     kinds = set()
-    for node in ast.walk(ast.parse(read("plugins/module_utils/domain/plan/actions.py"))):
+    sources = sorted((REPO / "plugins/module_utils/domain/plan/actions").glob("*.py"))
+    assert len(sources) > 1, "no step modules in domain/plan/actions/"
+    for node in (node for path in sources for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))):
         if not isinstance(node, ast.ClassDef):
             continue
         for item in node.body:

@@ -143,7 +143,7 @@ def plan_diffs(actions, full=False, vendor_path=None):
     slots = []  # a _File, or a finished entry (a slice, a spec set aside)
     files = {}  # type: Dict[str, _File]
     for action in actions:
-        device_ids = getattr(action, "device_ids", ())  # the kinds that name devices carry them (actions.py)
+        device_ids = getattr(action, "device_ids", ())  # the kinds that name devices carry them (actions/)
         for change in action.node_files():
             if change.change not in ("create", "update", "remove"):  # a damaged spec set aside: its own entry
                 slots.append(change.diff())

@@ -56,7 +56,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.bind import bind_new
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claiming import claims_of, vfio_claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.condition_events import condition_reports
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conditions import passing_conditions, pass_conditions, pending_releases
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conditions import pass_conditions, passing_conditions, pending_releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, Refusal, Released, needs_root
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.diffs import plan_diffs
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.keep import grows, keep_wanted, placed

@@ -347,8 +347,8 @@ def test_pods_on_gpus_of_allocations_the_node_knows_do_not_keep_the_marker(node)
                warning.endswith("): it is set aside, never deleted; the Kubernetes releases it held cannot be "
                                 "reported") for warning in result.plan.warnings), result.plan.warnings
     # it appeared and cleared in that pass: the next pass has nothing left to say
-    assert [event["type"] for event in journal(node)[-2:]] == ["KubernetesReleasesUnreadable",
-                                                                "KubernetesReleasesUnreadableCleared"]
+    journaled = [event["type"] for event in journal(node)[-2:]]
+    assert journaled == ["KubernetesReleasesUnreadable", "KubernetesReleasesUnreadableCleared"]
     again = node.run(2, [K1])
     assert condition(again, "KubernetesReleasesUnreadable") is None
     assert steps(again) == [] and again.changed is False

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""domain/plan/actions.py and apply.py on their own: each step is a frozen value, and ``apply_plan`` carries a plan out in the
+"""domain/plan/actions/ and apply.py on their own: each step is a frozen value, and ``apply_plan`` carries a plan out in the
 order the crash rules need (releases recorded before anything is touched, files before the report, every
 directory durable before the journal), holds up a failed allocation's later steps, and never applies a bind
 whose needed release failed: one atom is never in two live specs. A recording writer and state stand in for
