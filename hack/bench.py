@@ -20,7 +20,9 @@ collection taken when it starts (``snapshot``): the checkout may be edited meanw
 * the same at the small count and N without the role (`` bundled``), each run checked for a warning;
 * ``echo``: at the small count and N, a module of the bench's own that does nothing but return, for the
   same ``-a`` options, the very result the acknowledged no-op returned: what Ansible itself costs to send
-  those options and show that result (the converger's no-op can come near it, not under it);
+  those options and show that result (the converger's no-op can come near it, not under it); ``echo bind``
+  the same at N for what the bind returned (its plan and its N signed events), reported as ``echo
+  bind/floor`` beside ``bind/floor``: what Ansible alone costs for that result, in the same unit;
 * ``floor``: two atomic, fsynced writes per hold (what a bind must do at least), through the collection's
   own ``write_atomic`` into a fresh directory on the same file system, each directory fsynced once at the
   end as a pass does; measured in every round, next to that round's bind;
@@ -154,6 +156,8 @@ TARGETS = [
     ("noop bundled/ping", "ad-hoc no-op of N without the role, its N events unacknowledged / ping", None, True),
     ("noop small bundled/ping", "the same at the small count, acknowledged", None, True),
     ("bind N/bind N/4", "bind of N / bind of N/4, each less ping (4 is linear)", None, True),
+    ("echo bind/floor", "Ansible alone: the echo module returning the bind's result for its options, above ping / the "
+     "disk floor, as bind/floor is (the least bind/floor can be)", None, True),
     ("fleet bind bundled/ping", "fleet playbook bind without the role / the ping playbook", None, True),
 ]
 WORST_GPUS = 16
@@ -336,6 +340,8 @@ class Bench:
             raise SystemExit("bench: the bind of %d holds changed nothing:\n%s" % (count, out[-2000:].decode()))
         warned = self.ran(role, out)
         self.record_run("bind %d%s" % (count, suffix), seconds)
+        if role and count == self.args.holds:
+            self.echo(count, root, args, out, "echo bind %d" % count, b"CHANGED")
         seconds, out = self.adhoc("bcd.devices.holds", args, role)
         if b"CHANGED" in out or b"SUCCESS" not in out:
             raise SystemExit("bench: the no-op pass of %d holds was not a no-op:\n%s" % (count, out[-2000:].decode()))
@@ -354,9 +360,10 @@ class Bench:
             self.echo(count, root, args, out)
         self.record("warnings role" if role else "warnings bundled %d" % count, warned)
 
-    def echo(self, count, root, args, out):
+    def echo(self, count, root, args, out, name=None, shown_as=b"SUCCESS"):
         """``echo N``: the bench's module returning what the acknowledged no-op just returned (``out``, the
-        ad-hoc output ``localhost | SUCCESS => {...}``), for the same options."""
+        ad-hoc output ``localhost | SUCCESS => {...}``), for the same options; ``echo bind N`` (``name``) the
+        same for what the bind returned (``CHANGED``: its plan, holds and N signed events)."""
         shown = json.loads(out.decode("utf-8").partition(" => ")[2])
         shown.pop("ran_from", None)  # the action plugin's, not the module's
         with open(os.path.join(os.path.dirname(root), "echo.json"), "w") as handle:
@@ -368,10 +375,10 @@ class Bench:
                 handle.write(ECHO_MODULE)
         seconds, echoed = self.timed(["ansible", "localhost", "-c", "local", "-M", library, "-m", "bench_echo",
                                       "-a", json.dumps(args)])
-        if b"SUCCESS" not in echoed or len(echoed) < len(out) * 0.9:
-            raise SystemExit("bench: the echo of %d holds did not show the no-op's result:\n%s"
+        if shown_as not in echoed or len(echoed) < len(out) * 0.9:
+            raise SystemExit("bench: the echo of %d holds did not show the pass's result:\n%s"
                              % (count, echoed[-2000:].decode()))
-        self.record_run("echo %d" % count, seconds)
+        self.record_run(name or "echo %d" % count, seconds)
 
     # -- what a user would write instead ---------------------------------------------------------
 
@@ -650,6 +657,10 @@ def report(bench, args):
             per_round = [(bind - ping) / floor for bind, ping, floor
                          in zip(bench.times["bind %d" % n], bench.times["ping"], bench.times["floor %d" % n])]
             ratios["bind/floor"] = median(per_round)
+            if "echo bind %d" % n in bench.times:  # the same, of what Ansible alone costs for the bind's result
+                ratios["echo bind/floor"] = median([
+                    (echo - ping) / floor for echo, ping, floor
+                    in zip(bench.times["echo bind %d" % n], bench.times["ping"], bench.times["floor %d" % n])])
         if "bind %d" % quarter in m:
             ratios["bind N/bind N/4"] = (m["bind %d" % n] - m["ping"]) / (m["bind %d" % quarter] - m["ping"])
     ratio("noop acked/echo", "noop acked %d" % n, "echo %d" % n)
