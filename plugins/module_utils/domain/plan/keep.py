@@ -39,7 +39,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, Refusal, needs_root
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import limits_from_record
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import bound_event, hold_summary, summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import bound_event, hold_summary, in_report_order, summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     SliceState,
     cgroup_parent_of,
@@ -70,7 +70,8 @@ def keep_wanted(ctx: Pass, live: Mapping[str, LiveHold], claims: Claims) -> Tupl
             continue
         kept, claims = _keep_one(ctx, hold, assignment, claims)
         decided.append(kept)
-    return Outcome.join(decided), claims
+    kept = Outcome.join(decided)
+    return replace(kept, actions=tuple(in_report_order(kept.actions))), claims
 
 
 def _resolved(observed: Observed, hold: LiveHold) -> Tuple[List[Optional[Atom]], Outcome]:

@@ -6,10 +6,13 @@
 ``AllocationBound`` carries the hold's devices, CDI names, spec and env file
 paths and, for a hold with a slice, its cgroup parent; ``AllocationReleased``
 only the devices (docs/events.md). ``holds`` and ``holds_info`` return a hold
-with the same fields plus its reservation id and binding.
+with the same fields plus its reservation id and binding. The order of the
+kept holds' reports (``in_report_order``).
 """
 
 from __future__ import annotations
+
+from typing import List, Sequence
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device, cdi_spec_path, env_file_path
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import KNOWN_VERSIONS, version_key
@@ -20,7 +23,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     VENDOR_SPEC_UNSUPPORTED,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import BINDING_HOLD, BINDING_KUBERNETES
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import FileChange
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, FileChange, ReportBound
 
 
 def base_body(observed, allocation_id, generation, device_ids):
@@ -100,3 +104,28 @@ def withdraw_files(observed, allocation_id):
     present = (("cdi", cdi_spec_path(allocation_id), hold.content if hold is not None else None),
                ("allocation-env", env_file_path(allocation_id), observed.env_files.get(allocation_id)))
     return [FileChange(kind, path, before, None) for kind, path, before in present if before is not None]
+
+
+def in_report_order(actions: Sequence[Action]) -> List[Action]:
+    """``actions`` with their ``report-bound`` steps reordered among themselves so that a hold reported on
+    devices the node last reported as another hold's comes after that hold's report (on its new devices):
+    the journal never says two holds have one device. Two holds whose binds a pass made but died before
+    journaling (one moved off a GPU, the other bound on it) are reported by the next pass in this order
+    rather than in spec order. The other steps keep their places; a cycle keeps spec order."""
+    reports = [action for action in actions if isinstance(action, ReportBound)]
+    if len(reports) < 2:
+        return list(actions)
+    ordered = []  # type: List[ReportBound]
+    left = list(reports)
+    while left:
+        ready = next((i for i, report in enumerate(left)
+                      if not any(_moves_off(other, report) for other in left if other is not report)), 0)
+        ordered.append(left.pop(ready))
+    reordered = iter(ordered)
+    return [next(reordered) if isinstance(action, ReportBound) else action for action in actions]
+
+
+def _moves_off(first: ReportBound, then: ReportBound) -> bool:
+    """Whether ``first`` reports its hold off devices the node last reported it on that ``then`` takes."""
+    old, new = atoms_of(first.reported_on), atoms_of(then.device_ids)
+    return any(a.gpu_uuid == b.gpu_uuid and (a.whole or b.whole or a.key == b.key) for a in old for b in new)

@@ -916,6 +916,28 @@ KNOWN = {
         ("generation_", {"edits": [("add", "a3", [GPU_B], "BINDING_KUBERNETES", None),
                                    ("add", "a1", [GPU_A, GPU_B], "BINDING_KUBERNETES", None)]}),
         ("generation_", {"edits": [("move", "a1", [GPU_B + "/s1"])]})],
+    # a pass dies after binding a Kubernetes hold taken back onto a slot of another GPU and a plain hold on the GPU it
+    # left (which waited for it), before journaling either: the next pass reported the two in spec order, the
+    # plain hold's AllocationBound first, while the journal still gave the GPU to the other (found by make soak)
+    "reports-after-a-crash-in-the-order-the-binds-needed": [
+        ("generation_", {"edits": [("move", "a0", [GPU_A, GPU_B]), ("move", "a0", [GPU_A]),
+                                   ("add", "a2", [GPU_A], "BINDING_HOLD", None)]}),
+        ("live_hold_write_failure", {"kind": None, "op": "write", "which": 0}),
+        ("driver_upgrade", {}),
+        ("clear_failure", {}),
+        ("releases_file_unreadable", {}),
+        ("hand_over", {"binding": "BINDING_KUBERNETES", "keep": False, "limits": None, "to": "a3", "which": 0}),
+        ("timer_pass", {}),
+        ("driver_upgrade", {}),
+        ("kubelet_flips", {}), ("kubelet_flips", {}),
+        ("releases_file_unreadable", {}),
+        ("pod_takes", {"which": 0}),
+        ("hand_over", {"binding": "BINDING_HOLD", "keep": False, "limits": None, "to": "a1", "which": 0}),
+        ("gpu_b_device_node", {"gone": False}),
+        ("crash_next_pass", {"after": True, "at": 6}),
+        ("pod_frees", {"which": 0}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None), ("drop", "a0"),
+                                   ("add", "a3", [GPU_C + "/s0"], "BINDING_HOLD", None)]})],
     # releasing.json unreadable, and nothing to keep the marker: the pass that sets it aside clears the marker
     # too, and journals the condition appearing and clearing; the next pass has nothing to report (it reported
     # KubernetesReleasesUnreadableCleared: a second pass planned something; found by make soak)
