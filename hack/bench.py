@@ -653,14 +653,11 @@ def report(bench, args):
         ratio("noop small bundled/ping", "noop acked %d bundled" % small, "ping")
         ratio("echo/ping", "echo %d" % n, "ping")
         ratio("echo small/ping", "echo %d" % small, "ping")
-        if "floor %d" % n in m:  # each round's bind against that round's floor: the disk varies from round to round
-            per_round = [(bind - ping) / floor for bind, ping, floor
-                         in zip(bench.times["bind %d" % n], bench.times["ping"], bench.times["floor %d" % n])]
-            ratios["bind/floor"] = median(per_round)
-            if "echo bind %d" % n in bench.times:  # the same, of what Ansible alone costs for the bind's result
-                ratios["echo bind/floor"] = median([
-                    (echo - ping) / floor for echo, ping, floor
-                    in zip(bench.times["echo bind %d" % n], bench.times["ping"], bench.times["floor %d" % n])])
+        if "floor %d" % n in m:  # each round's run against that round's floor: the disk varies from round to round
+            for name, run in (("bind/floor", "bind %d" % n), ("echo bind/floor", "echo bind %d" % n)):
+                if run in bench.times:  # echo bind: what Ansible alone costs for the bind's result
+                    ratios[name] = median([(seconds - ping) / floor for seconds, ping, floor
+                                           in zip(bench.times[run], bench.times["ping"], bench.times["floor %d" % n])])
         if "bind %d" % quarter in m:
             ratios["bind N/bind N/4"] = (m["bind %d" % n] - m["ping"]) / (m["bind %d" % quarter] - m["ping"])
     ratio("noop acked/echo", "noop acked %d" % n, "echo %d" % n)
