@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import secrets
 import stat
 import time
 from contextlib import contextmanager
@@ -164,8 +163,9 @@ def owner_for(path: str, owner_from_dir: bool):
 
 def _temp_name(path: str) -> str:
     d, base = os.path.split(path)
-    # ".<name>.tmp-<random>": ends in neither .json nor .yaml
-    return os.path.join(d, ".%s.tmp-%s" % (base, secrets.token_hex(6)))
+    # ".<name>.tmp-<random>": ends in neither .json nor .yaml; os.urandom is what secrets.token_hex reads, without
+    # the import of secrets (and hmac, random) on every module run
+    return os.path.join(d, ".%s.tmp-%s" % (base, os.urandom(6).hex()))
 
 
 def _write_temp(path: str, data: bytes, mode: int, owner) -> str:

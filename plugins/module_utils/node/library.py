@@ -48,43 +48,60 @@ def library_path(root, library):
     return os.path.join(root or "/", library.lstrip("/"), TREE)
 
 
-def _file_digest(path):
+def _file_digest(path, size, follow=False):
+    """The SHA-256 of the regular file at ``path``, read in one call when it is ``size`` bytes (lstat's; a short
+    read of a regular file is its end); more reads only if it grew meanwhile, bounded by ``MAX_FILE_BYTES``.
+    A link is not followed unless ``follow`` (the controller's own tree)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while True:
-            chunk = handle.read(1 << 16)
-            if not chunk:
-                break
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, flags)
+    try:
+        want, total = size + 1, 0
+        while total <= MAX_FILE_BYTES:
+            chunk = os.read(fd, want)
             digest.update(chunk)
+            total += len(chunk)
+            if len(chunk) < want:
+                break
+            want = 1 << 16
+    finally:
+        os.close(fd)
+    if total > MAX_FILE_BYTES:
+        raise _Refused("%s is larger than %d bytes" % (path, MAX_FILE_BYTES))
     return digest.hexdigest()
 
 
 def library_digest(directory, checked=None):
     """One SHA-256 over every ``*.py`` under ``directory``: its path relative to it and its content's digest,
     sorted by path. ``checked(path, lstat_result)`` is called for every entry of the tree first (the node's
-    ownership checks); the controller calls it without."""
+    ownership checks); the controller calls it without.
+
+    Every module run through the node library computes it, so it walks once with ``scandir`` (each entry's
+    lstat from its ``DirEntry``), names each file by slicing rather than ``os.path.relpath``, and reads each
+    file in one call: the same value as a plain walk, in about half the time (docs/performance.md)."""
     lines = []
     count = 0
-    for top, dirs, files in os.walk(directory, onerror=_raise):
-        dirs.sort()
-        for name in dirs + files:
+    skip = len(directory.rstrip(os.sep)) + 1
+    pending = [directory]
+    while pending:
+        top = pending.pop()
+        with os.scandir(top) as listing:  # sorted: the same first refusal, every run
+            entries = sorted(listing, key=lambda entry: entry.name)
+        for entry in entries:
             count += 1
             if count > MAX_ENTRIES:
                 raise _Refused("%s has more than %d entries" % (directory, MAX_ENTRIES))
-            path = os.path.join(top, name)
-            info = os.lstat(path)
+            info = entry.stat(follow_symlinks=False)
             if checked is not None:
-                checked(path, info)
-            if name in files and name.endswith(".py"):
+                checked(entry.path, info)
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(entry.path)
+            elif entry.name.endswith(".py") and (stat.S_ISREG(info.st_mode) or (checked is None and entry.is_file())):
                 if info.st_size > MAX_FILE_BYTES:
-                    raise _Refused("%s is larger than %d bytes" % (path, MAX_FILE_BYTES))
-                lines.append("%s\0%s\n" % (os.path.relpath(path, directory), _file_digest(path)))
+                    raise _Refused("%s is larger than %d bytes" % (entry.path, MAX_FILE_BYTES))
+                lines.append("%s\0%s\n" % (entry.path[skip:], _file_digest(entry.path, info.st_size, checked is None)))
     lines.sort()
     return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
-
-
-def _raise(error):
-    raise error
 
 
 def _owned_by(info, owner):

@@ -6,6 +6,7 @@ root's alone; every other case is refused with its reason (and the module then r
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -43,6 +44,33 @@ def test_the_digest_is_the_collection_module_utils_by_content(tmp_path):
     assert library.library_digest(str(copy)) == controller_digest()
     (copy / "support" / "text.py").write_bytes((copy / "support" / "text.py").read_bytes() + b"\n")
     assert library.library_digest(str(copy)) != controller_digest()
+
+
+def plain_digest(directory):
+    """The digest as its definition reads, walked the plain way: every ``*.py`` under ``directory``, its
+    relative path and the SHA-256 of its content, sorted; one SHA-256 over those lines."""
+    lines = []
+    for top, _dirs, files in os.walk(directory):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(top, name)
+                with open(path, "rb") as handle:
+                    lines.append("%s\0%s\n" % (os.path.relpath(path, directory), hashlib.sha256(handle.read()).hexdigest()))
+    return hashlib.sha256("".join(sorted(lines)).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def test_the_digest_is_its_plain_definition(tmp_path):
+    """The node computes the digest on every module run, so it walks and reads the quick way; the value must be
+    the plain walk's, on the collection and on a tree with empty, large and nested files."""
+    assert library.library_digest(str(REPO / "plugins" / "module_utils")) == plain_digest(str(REPO / "plugins" / "module_utils"))
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "empty.py").write_bytes(b"")
+    (tree / "a" / "large.py").write_bytes(b"x = 1\n" * 50000)
+    (tree / "a" / "b" / "deep.py").write_bytes(b"y = 2\n")
+    (tree / "a" / "notes.txt").write_bytes(b"not code")
+    assert library.library_digest(str(tree)) == plain_digest(str(tree))
+    assert library.library_digest(str(tree) + "/") == plain_digest(str(tree))
 
 
 @needs_root
