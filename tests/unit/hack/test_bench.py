@@ -48,7 +48,7 @@ def run_figures(**changed):
         "echo bind %d" % N: 1.3,
         "noop %d" % QUARTER: 1.1, "noop acked %d" % QUARTER: 1.1,
         "fleet ping": 10.0, "fleet noop": 11.0, "fleet bind": 13.0, "fleet noop bundled": 15.0,
-        "fleet bind bundled": 16.0,
+        "fleet bind bundled": 16.0, "fleet echo": 10.5,
         "play noop %d" % SMALL: 1.0, "play bind %d" % SMALL: 1.1, "copy noop %d" % SMALL: 18.0,
         "copy change %d" % SMALL: 19.0,
         "play noop %d" % N: 1.5, "play bind %d" % N: 2.0, "copy noop %d" % N: 300.0, "copy change %d" % N: 320.0,
@@ -96,7 +96,8 @@ def test_the_ratios_of_ansible_runs_are_judged_in_wall_and_cpu():
     ratios, _missed = judged(run_figures())
     wall_only = {"bind/floor", "noop bundled warnings", "fleet bundled warnings", "warnings with the role",
                  "memory MB", "worst bind s",
-                 "worst noop s", "worst bind wall-floor s", "worst MB", "bind N/bind N/4", "echo bind/floor"}
+                 "worst noop s", "worst bind wall-floor s", "worst MB", "bind N/bind N/4", "echo bind/floor",
+                 "bind share/floor"}
     for name, _what, _limit, _at_most in bench.TARGETS:
         assert (name + " cpu" in ratios) == (name not in wall_only), name
     assert ratios["noop acked/echo"] == pytest.approx(1.2 / 1.15)
@@ -122,18 +123,38 @@ def test_a_ratio_past_its_target_is_a_miss(capsys, name, figure, value):
     assert len(marked) == 1 and marked[0].startswith(name + " "), marked
 
 
-def test_the_bind_is_judged_against_each_rounds_floor():
+def test_the_bind_is_judged_against_each_rounds_floor(capsys):
     # the disk's floor varies from round to round; each round's bind is held to that round's floor
     times = run_figures(**{"bind %d" % N: [1.5, 1.9, 1.25], "ping": [1.0, 1.0, 1.0], "floor %d" % N: [0.25, 0.3, 0.05]})
     ratios, missed = judged(times)
     assert ratios["bind/floor"] == pytest.approx(3.0)  # rounds: 2.0, 3.0, 5.0
     assert "bind/floor" not in missed
-    ratios, missed = judged(run_figures(**{"floor %d" % N: [0.2, 0.1, 0.1]}))
+    # past the limit where Ansible leaves room for it (echo bind/floor 0.5: the least bind/floor is 1.5): a miss
+    ratios, missed = judged(run_figures(**{"floor %d" % N: [0.2, 0.1, 0.1], "echo bind %d" % N: [1.05] * 3}))
     assert ratios["bind/floor"] == pytest.approx(5.0)
     assert "bind/floor" in missed
-    # Ansible's own cost for the bind's result, in the same unit, is shown beside it and judged by nothing
-    assert ratios["echo bind/floor"] == pytest.approx(3.0)
-    assert "echo bind/floor" not in missed
+    # Ansible's own cost for the bind's result, in the same unit, is shown beside it and judged by nothing, and so
+    # is the converger's own share, the bind above it
+    assert ratios["echo bind/floor"] == pytest.approx(0.5)
+    assert ratios["bind share/floor"] == pytest.approx(4.5)
+    assert "echo bind/floor" not in missed and "bind share/floor" not in missed
+    assert " MISS " in capsys.readouterr().out
+
+
+def test_a_bind_limit_no_converger_can_meet_here_is_not_judged(capsys):
+    # a fast disk: Ansible alone costs 3 floors for the bind's result (echo bind/floor), the bind writes at least
+    # the floor's own files besides: the least bind/floor can be in this run is 4, past the limit of 3
+    ratios, missed = judged(run_figures(**{"floor %d" % N: [0.1] * 3}))
+    assert ratios["bind/floor"] == pytest.approx(5.0) and ratios["echo bind/floor"] == pytest.approx(3.0)
+    assert ratios["bind share/floor"] == pytest.approx(2.0)
+    assert missed == []
+    out = capsys.readouterr().out
+    assert " MISS " not in out
+    assert [line.split()[0] for line in out.splitlines() if " n/a " in line] == ["bind/floor"]
+    assert "n/a, not judged: bind/floor: the least it can be in this run is 4.00, echo bind/floor + 1" in out
+    # where that is at the limit or under it, the bind is judged as before
+    _ratios, missed = judged(run_figures(**{"floor %d" % N: [0.1] * 3, "echo bind %d" % N: [1.2] * 3}))
+    assert missed == ["bind/floor"]
 
 
 def test_a_warning_without_the_role_is_a_miss_and_shown(capsys):
