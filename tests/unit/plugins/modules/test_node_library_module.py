@@ -7,6 +7,7 @@ task's options are decoded and checked once, by the module the library runs)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -61,3 +62,34 @@ def test_the_action_plugins_options_reach_the_library_check(tmp_path):
     result = adhoc(tmp_path, {"module": "holds", "module_args": {"generation": 1, "devices": []},
                               "path": str(tmp_path / TREE), "digest": controller_digest()})
     assert not result["failed"] and result["node_library_refused"] == "%s is not installed (the role bcd.devices.bcd_holds installs it)" % (tmp_path / TREE)
+
+
+def test_the_collector_is_off_for_the_librarys_import_and_on_for_the_pass(monkeypatch):
+    """What the library's import makes lives as long as the process, so the cyclic collector does not run while
+    it is imported; the pass runs with it, as every module does (a pass over a large section makes garbage), and
+    so does a run whose import failed."""
+    from ansible_collections.bcd.devices.plugins.modules import node_library  # pylint: disable=import-outside-toplevel
+
+    seen = {}
+
+    class Entry:
+        @staticmethod
+        def main(_basic):
+            seen["pass"] = gc.isenabled()
+
+    def imported(name):
+        seen["import"] = gc.isenabled()
+        seen["name"] = name
+        if name.endswith(".holds_info"):
+            raise ImportError("no such module")
+        return Entry
+
+    monkeypatch.setattr(node_library.importlib, "import_module", imported)
+    monkeypatch.setattr(node_library.gc, "freeze", lambda: seen.setdefault("frozen", gc.isenabled()))
+    assert gc.isenabled()
+    node_library.run_from_library("holds", {"generation": 1}, {"_ansible_check_mode": True}, lambda params: None)
+    assert seen == {"import": False, "frozen": False, "pass": True,
+                    "name": "ansible_collections.bcd.devices.plugins.module_utils.entry.modules.holds"}
+    with pytest.raises(ImportError):
+        node_library.run_from_library("holds_info", {}, {}, lambda params: None)
+    assert gc.isenabled()
