@@ -82,7 +82,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import AtomRefused, atoms_of, resolve_atom, resolve_devices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import SliceApply
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import claims_on_disk, conflicts, named_atoms, visible_names
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import LISTED_TWICE, claims_on_disk, conflicts, named_atoms, visible_names
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import MAX_HOLD_SPEC_BYTES, read_spec
@@ -367,8 +367,9 @@ def _write_hold(host, kind, data):
         sizes: Dict[str, Dict[str, int]] = {}
         holds = node_holds(host, sizes=sizes)
         found = conflicts(atoms, claims_on_node(host, holds=holds), assignment.allocation_id)
-        if found:  # another allocation's hold, pending release or VM has them: the planner's refusal, word for word
-            raise Refused("%s: %s" % (Reason.OVERLAP, "; ".join(found)), retryable=True)
+        if found:  # another allocation's hold, pending release or VM has them: the planner's refusal, word for word;
+            # retryable when another's claim may go, never for a request that lists one device twice
+            raise Refused("%s: %s" % (Reason.OVERLAP, "; ".join(found)), retryable=LISTED_TWICE not in found)
         _check_quota(host, kind, assignment.allocation_id)
         _check_atoms(kind, assignment.allocation_id, atoms, holds)
         content = _render(host, kind, assignment, atoms, generation, runtimes)

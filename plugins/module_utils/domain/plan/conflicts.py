@@ -25,6 +25,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import PENDING, Claims
 
 UNREADABLE_RELEASES = "(pending Kubernetes releases that could not be read)"
+# The one conflict of the assignment with itself: nothing the node does later resolves it.
+LISTED_TWICE = "a device is listed twice"
 
 
 def conflicts(atoms: Sequence[Atom], claims: Claims, owner: Optional[str] = None) -> List[str]:
@@ -38,7 +40,7 @@ def conflicts(atoms: Sequence[Atom], claims: Claims, owner: Optional[str] = None
     seen = set()  # type: Set[tuple]
     for atom in atoms:
         if atom.key in seen:
-            add("a device is listed twice")
+            add(LISTED_TWICE)
         seen.add(atom.key)
     for atom in atoms:
         instance = claims.vm_of(atom.gpu_uuid)
@@ -172,5 +174,5 @@ def one_gpu_one_hold(specs: Mapping[str, Sequence[Atom]], env_files: Optional[Ma
         earlier_env = dict((other, env_files[other]) for other in owners[:index] if other in env_files)
         found.extend("%s: %s" % (owner, message)
                      for message in conflicts(atoms, claims_on_disk(earlier, earlier_env, vms=vms), owner)
-                     if message != "a device is listed twice")
+                     if message != LISTED_TWICE)
     return found

@@ -126,6 +126,8 @@ with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
     ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["A=1\rNVIDIA_VISIBLE_DEVICES=all"])},
      "env[0]: the value of A holds U+000D (a carriage return) at character 1; a value is one line without "
      "control characters (docs/security.md, \"The env policy\")"),
+    ({"op": "hold.write", "kind": "cdi", "hold": hold(devices=[{"id": GPU_A}, {"id": GPU_A}])},
+     "overlap: a device is listed twice"),
     ({"op": "hold.write", "kind": "allocation-env", "hold": hold(env=["LD_PRELOAD=/tmp/x.so\nB=2"])},
      "env[0]: LD_PRELOAD changes what programs load or run; a hold's env may not set it "
      "(docs/security.md, \"The env policy\")"),
