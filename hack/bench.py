@@ -54,7 +54,7 @@ and (as ``<name> cpu``) in CPU time of the process trees, each against the limit
 * ``bind/floor``, wall only: the floor is the disk's time (fsync waits), which is wall time, not CPU; it is
   the median over the rounds of each round's (bind - ping) / floor, as the disk's speed varies more from
   round to round than the bind does. It is not judged (``n/a``, and the report says why) where the run
-  shows no converger could meet it on this machine (``UNMEETABLE``): a bind costs at least what Ansible
+  shows no converger could meet it on this machine (``least_possible``): a bind costs at least what Ansible
   alone costs for its result (``echo bind/floor``) and the floor's own writes, and on a disk whose fsync is
   nearly free that is past the limit before the converger does anything; ``bind share/floor``, the bind
   above ``echo bind`` in floors, is the converger's own share, reported beside it;
@@ -170,14 +170,18 @@ TARGETS = [
     ("bind share/floor", "the converger's own share of the bind: bind less echo bind / the disk floor, median over "
      "the rounds (at least 1: its writes are the floor's)", None, True),
 ]
-# A target the run itself shows no converger could meet on this machine, with the figure that shows it: the least
-# the target's ratio can be here, and why. bind/floor: the bind costs at least what Ansible alone costs for its
-# result (echo bind/floor) and the floor's own writes (1); where that is past the limit, the disk is too fast for
-# a limit in floors (docs/performance.md, "bind/floor on a fast disk").
-UNMEETABLE = {
-    "bind/floor": (lambda ratios: ratios["echo bind/floor"] + 1 if "echo bind/floor" in ratios else None,
-                   "echo bind/floor + 1 (Ansible alone for the bind's result, and the floor's own writes)"),
-}
+
+
+def least_possible(key, ratios):
+    """``(value, why)``: the least target ``key``'s ratio can be in this run, whatever the converger does, where the
+    run shows it; ``(None, "")`` elsewhere. bind/floor: a bind costs at least what Ansible alone costs for its
+    result (echo bind/floor) and the floor's own writes (1); where that is past the limit, the disk is too fast for
+    a limit in floors (docs/performance.md, "bind/floor on a fast disk")."""
+    if key == "bind/floor" and "echo bind/floor" in ratios:
+        return ratios["echo bind/floor"] + 1, "echo bind/floor + 1 (Ansible alone for the bind's result, and the floor's own writes)"
+    return None, ""
+
+
 WORST_GPUS = 16
 
 
@@ -737,7 +741,7 @@ def report(bench, args):
     print("\nratios (N=%d, small %d; fleet: %d hosts x %d holds, forks %d; memory: %d holds):"
           % (n, small, args.hosts, args.fleet_holds, args.forks, args.memory_holds))
     missed = []
-    unmeetable = []  # targets this run shows no converger could meet here (UNMEETABLE): not a miss, said below
+    unmeetable = []  # targets this run shows no converger could meet here (least_possible): not a miss, said below
     for name, what, limit, at_most in TARGETS:
         for key in (name, name + " cpu"):
             if key not in ratios:
@@ -747,8 +751,7 @@ def report(bench, args):
                 print("  %-28s %7.2f  %-16s %s  %s" % (key, value, "(reported)", "    ", what))
                 continue
             ok = value <= limit if at_most else value >= limit
-            least, why = UNMEETABLE.get(key, (lambda _ratios: None, ""))
-            least = least(ratios)
+            least, why = least_possible(key, ratios)
             if not ok and least is not None and least > limit:  # past the limit before the converger does anything
                 unmeetable.append("%s: the least it can be in this run is %.2f, %s" % (key, least, why))
                 print("  %-28s %7.2f  target %s %-6g %s  %s" % (key, value, "<=" if at_most else ">=", limit,

@@ -78,7 +78,7 @@ def library_digest(directory, checked=None):
 
     Every module run through the node library computes it, so it walks once with ``scandir`` (each entry's
     lstat from its ``DirEntry``), names each file by slicing rather than ``os.path.relpath``, and reads each
-    file in one call: the same value as a plain walk, in about half the time (docs/performance.md)."""
+    file in one call: the same value as a plain walk, in about two thirds of the time (docs/performance.md)."""
     lines = []
     count = 0
     skip = len(directory.rstrip(os.sep)) + 1
