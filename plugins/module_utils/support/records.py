@@ -12,9 +12,10 @@ and its 59 classes cost 22 ms of the 60 a no-op of 16 holds took there: more tha
 when the decorator is swapped for ``dataclasses.dataclass`` (with ``field`` for
 ``dataclasses.field``), and ``tests/unit/plugins/module_utils/support/test_records.py`` makes each
 record class of module_utils a dataclass and compares them. It compiles one method, the ``__init__``
-(its speed matters: a pass makes thousands of records), when the first record of the class is
-made; comparison, hashing, ``repr`` and freezing are shared functions over the class's fields, read
-with one C-level ``operator.attrgetter``. What it keeps of dataclasses, and nothing more:
+(its speed matters: a pass makes thousands of records of a few classes), once a process has made
+``COMPILE_AFTER`` records of the class; the ones before are made by a shared ``__init__`` that takes the
+same arguments. Comparison, hashing, ``repr`` and freezing are shared functions over the class's fields,
+read with one C-level ``operator.attrgetter``. What it keeps of dataclasses, and nothing more:
 
 - fields are the class's annotations in order, a base record's first; ``ClassVar`` ones are not
   fields; a field without a default comes before those with one;
@@ -48,6 +49,11 @@ else:
 _FIELDS = "__record_fields__"
 _CLASSVAR = ("ClassVar", "typing.ClassVar", "t.ClassVar")
 _MUTABLE = (list, dict, set)
+# The record of a class a process makes with its compiled ``__init__`` (the ones before, with the shared one):
+# compiling costs about 0.1 ms a class, the shared ``__init__`` about 1 us a record more than the compiled
+# one, and a 16-hold no-op makes 354 records of 23 classes, all but one fewer than 32 times (it compiled 22
+# ``__init__``, 2.5 ms of the pass), a 256-hold bind 4 917 of 26 (docs/performance.md, "Records and dataclasses").
+COMPILE_AFTER = 32
 
 
 class _Missing:
@@ -158,16 +164,54 @@ def _init_source(items, frozen):
     return source, names
 
 
+def _bound(where, items, args, kwargs):
+    """The values a call ``__init__(self, *args, **kwargs)`` gives the fields ``items``, in their order, refused
+    as Python refuses that call of the compiled ``__init__``: a ``TypeError`` for an argument too many, given
+    twice or unknown, or a field without a default that none gave."""
+    if len(args) > len(items):
+        raise TypeError("%s() takes %d positional arguments but %d were given" % (where, len(items) + 1, len(args) + 1))
+    values = list(args)
+    given = 0
+    for item in items[len(args):]:
+        if item.name in kwargs:
+            values.append(kwargs[item.name])
+            given += 1
+        elif item.default is not MISSING:
+            values.append(item.default)
+        elif item.default_factory is not MISSING:
+            values.append(item.default_factory())
+        else:
+            raise TypeError("%s() missing 1 required positional argument: %r" % (where, item.name))
+    if given != len(kwargs):
+        positional = [item.name for item in items[:len(args)]]
+        for name in kwargs:
+            if name in positional:
+                raise TypeError("%s() got multiple values for argument %r" % (where, name))
+            if name not in [item.name for item in items]:
+                raise TypeError("%s() got an unexpected keyword argument %r" % (where, name))
+    return values
+
+
 def _deferred_init(cls, items, frozen):
-    """An ``__init__`` that compiles the record's own the first time one is made, and puts it in its place:
-    a class no run instantiates (most of a no-op's actions) never compiles one. The source is built now,
-    so a field order ``__init__`` cannot take is refused when the class is declared."""
+    """The record's ``__init__``: for the first ``COMPILE_AFTER - 1`` records of the class a process makes,
+    one that sets the fields from ``_bound``; then it compiles the record's own, puts it in its place and
+    makes the record with it. A class a run makes few of (most of a no-op's) never compiles one. The source
+    is built now, so a field order ``__init__`` cannot take is refused when the class is declared."""
     source, names = _init_source(items, frozen)
+    where = cls.__qualname__ + ".__init__"
+    order = tuple(item.name for item in items)
+    setter = object.__setattr__ if frozen else setattr
+    made = [0]
 
     def __init__(self, *args, **kwargs):
+        made[0] += 1
+        if made[0] < COMPILE_AFTER:
+            for name, value in zip(order, _bound(where, items, args, kwargs)):
+                setter(self, name, value)
+            return
         exec(source, names)  # pylint: disable=exec-used
         compiled = names["__init__"]
-        compiled.__qualname__ = cls.__qualname__ + ".__init__"
+        compiled.__qualname__ = where
         if cls.__dict__.get("__init__") is __init__:
             type.__setattr__(cls, "__init__", compiled)
         compiled(self, *args, **kwargs)

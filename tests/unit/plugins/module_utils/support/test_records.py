@@ -216,7 +216,11 @@ def test_importing_the_converger_builds_no_dataclass():
     assert done.stdout.strip() == "[]"
 
 
-def test_a_record_compiles_its_init_when_the_first_one_is_made():
+def test_a_record_compiles_its_init_once_a_process_has_made_compile_after_of_the_class(monkeypatch):
+    """The records before the ``COMPILE_AFTER``-th of a class are made by the shared ``__init__``; that one compiles
+    the class's own, which makes every record after it. A subclass counts, and compiles, apart."""
+    monkeypatch.setattr(records, "COMPILE_AFTER", 3)
+
     @record(frozen=True)
     class Base:
         name: str
@@ -225,12 +229,85 @@ def test_a_record_compiles_its_init_when_the_first_one_is_made():
     class Child(Base):
         size: int = 1
 
-    assert "<locals>.__init__" in Base.__init__.__qualname__ and "_deferred_init" in Child.__init__.__qualname__
-    assert Child("a").size == 1 and Child.__init__.__qualname__.endswith("Child.__init__")
-    assert "_deferred_init" in Base.__init__.__qualname__  # a subclass's first record compiles its own alone
-    assert Base("b") == Base("b") and Base.__init__.__qualname__.endswith("Base.__init__")
+    def compiled(cls):
+        return "_deferred_init" not in cls.__init__.__qualname__ and cls.__init__.__qualname__.endswith(cls.__name__ + ".__init__")
+
+    made = [Child("a"), Child("b", size=2)]
+    assert not compiled(Child) and not compiled(Base)
+    made.append(Child("c"))
+    assert compiled(Child) and not compiled(Base)
+    assert [(child.name, child.size) for child in made + [Child("d")]] == [("a", 1), ("b", 2), ("c", 1), ("d", 1)]
+    assert Base("b") == Base("b") and not compiled(Base)
     with pytest.raises(TypeError):
         Base()
+    assert compiled(Base) and Base("e").name == "e"
+
+
+# Classes of up to 5 fields, each without a default, with one, or with a factory (none without one after one
+# with it), frozen or not; and calls of them: some positional arguments (one too many at most), keywords for
+# some fields, maybe one given twice, maybe one no field has.
+LAYOUTS = st.lists(st.sampled_from(["required", "default", "factory"]), max_size=5).map(
+    lambda kinds: sorted(kinds, key=lambda kind: kind != "required"))
+CALLS = st.tuples(st.integers(0, 6), st.lists(st.integers(0, 5), max_size=6), st.booleans(), st.booleans())
+
+
+def declared(kinds, frozen, decorate, make_field):
+    namespace = {"__annotations__": dict(("f%d" % index, object) for index in range(len(kinds)))}
+    for index, kind in enumerate(kinds):
+        if kind == "default":
+            namespace["f%d" % index] = ("default", index)
+        elif kind == "factory":
+            namespace["f%d" % index] = make_field(default_factory=list)
+    return decorate(frozen=frozen)(type("Layout", (), namespace))
+
+
+def outcome(cls, args, kwargs, init=None):
+    """``("made", fields)`` for the fields a call makes, or ``("refused", whether the message names __init__)``
+    for the ``TypeError`` it raises; through ``init`` (on a bare instance) when given, else the class."""
+    try:
+        if init is None:
+            made = cls(*args, **kwargs)
+        else:
+            made = object.__new__(cls)
+            init(made, *args, **kwargs)
+    except TypeError as exc:
+        return "refused", "__init__()" in str(exc)
+    return "made", tuple(getattr(made, "f%d" % index) for index in range(len(cls.__annotations__)))
+
+
+@given(kinds=LAYOUTS, frozen=st.booleans(), call=CALLS)
+def test_the_shared_init_takes_and_refuses_every_call_as_the_compiled_one_and_the_dataclass(kinds, frozen, call):
+    """Whichever ``__init__`` makes a record, a call gives it the fields the dataclass's would (a factory's value
+    made for each record), or is refused with a ``TypeError`` that names ``__init__`` where the dataclass's is."""
+    positional, keywords, twice, unknown = call
+    names = ["f%d" % index for index in range(len(kinds))]
+    args = tuple(("arg", index) for index in range(min(positional, len(names) + 1)))
+    kwargs = dict((names[index], ("kw", index)) for index in keywords if index < len(names) and index >= len(args))
+    if twice and args and names:
+        kwargs[names[0]] = "twice"
+    if unknown:
+        kwargs["nowhere"] = "unknown"
+    theirs = declared(kinds, frozen, dataclasses.dataclass, dataclasses.field)
+    ours = declared(kinds, frozen, record, field)
+    items = records.fields(ours)
+    shared = records._deferred_init(ours, items, frozen)  # pylint: disable=protected-access
+    expected = outcome(theirs, args, kwargs)
+    saved = records.COMPILE_AFTER
+    try:
+        records.COMPILE_AFTER = 10 ** 9
+        assert outcome(ours, args, kwargs, init=shared) == expected
+        records.COMPILE_AFTER = 1
+        compiled = records._deferred_init(ours, items, frozen)  # pylint: disable=protected-access
+        assert outcome(ours, args, kwargs, init=compiled) == expected
+        made = [name for name, kind in zip(names[len(args):], kinds[len(args):]) if kind == "factory" and name not in kwargs]
+        if made and expected[0] == "made":
+            records.COMPILE_AFTER = 10 ** 9
+            first, second = object.__new__(ours), object.__new__(ours)
+            shared(first, *args, **kwargs)
+            shared(second, *args, **kwargs)
+            assert all(getattr(first, name) == [] and getattr(first, name) is not getattr(second, name) for name in made)
+    finally:
+        records.COMPILE_AFTER = saved
 
 
 # -- every record of module_utils, rebuilt as the dataclass it must be -------------------------------------
@@ -336,6 +413,23 @@ def hashed(value):
         return TypeError
 
 
+def made_both_ways(cls, args):
+    """A record of ``cls`` made with ``args`` by the shared ``__init__`` and one made by the compiled one, whichever
+    of them the class has now (a test before this one may have made enough to compile it)."""
+    frozen = options_of(cls)[0]
+    saved = records.COMPILE_AFTER
+    made = []
+    try:
+        for threshold in (10 ** 9, 1):
+            records.COMPILE_AFTER = threshold
+            value = object.__new__(cls)
+            records._deferred_init(cls, records.fields(cls), frozen)(value, *args)  # pylint: disable=protected-access
+            made.append(value)
+    finally:
+        records.COMPILE_AFTER = saved
+    return made
+
+
 def same_as_its_dataclass(cls):
     rebuilt = as_dataclass_of(cls)
     ours, theirs = records.fields(cls), dataclasses.fields(rebuilt)
@@ -358,6 +452,8 @@ def same_as_its_dataclass(cls):
         return
     made, again = rebuilt(*required), rebuilt(*required)
     assert repr(first) == repr(made), cls
+    if _generated(cls.__dict__.get("__init__")):
+        assert [repr(value) for value in made_both_ways(cls, required)] == [repr(made)] * 2, cls
     assert (first == second) == (made == again) and (first != second) == (made != again), cls
     if cls.__hash__ is not None:
         assert hashed(first) == hashed(made) or not options_of(cls)[1], cls
