@@ -112,6 +112,11 @@ rootfs_tarball() {
   fi
   mirror=$(debian_mirror)
   mkdir -p "$cache"
+  # A build a killed run left (the caller holds the cache's lock, so none is running); nothing is mounted
+  # under one (its mounts lived in the build's own namespace), and rm stays on this file system regardless.
+  for stale in "$cache"/.build-"$name".*; do
+    if [[ -d $stale ]] && ! grep -qF " $stale/" /proc/self/mountinfo; then rm -rf --one-file-system "$stale"; fi
+  done
   e2e_log "building rootfs $name ($suite: $packages) from $mirror; cached as $tarball"
   # A plain command (not under if, ||, or $(...)) so that errexit holds inside it.
   (_rootfs_build "$cache" "$name" "$suite" "$packages" "$mirror" "$recipe" "$tarball")
@@ -121,13 +126,22 @@ rootfs_tarball() {
 
 # Runs in a subshell (see rootfs_tarball): the EXIT trap removes the unpacked tree even
 # when the build fails halfway.
+#
+# debootstrap mounts /proc and /sys in the tree it builds and, in a container (Docker, LXC,
+# systemd-nspawn: most CI runners), binds the host's /dev/null, /dev/pts, /dev/shm and the like
+# into it, unmounting them when it exits cleanly. It runs in a private mount namespace, as
+# in_chroot does, so those mounts are never seen outside it and die with it however it ends:
+# no rm -rf of the tree (this trap, a stale sweep, someone deleting the checkout while make
+# test's --prepare runs) can reach the host's /dev through one. The trap's rm also stays on the
+# tree's own file system.
 _rootfs_build() {
   set -euo pipefail
   local cache=$1 name=$2 suite=$3 packages=$4 mirror=$5 recipe=$6 tarball=$7 build
   build=$(mktemp -d "$cache/.build-$name.XXXXXX")
   # shellcheck disable=SC2064  # expand now: $build is local
-  trap "rm -rf '$build'" EXIT
-  if ! debootstrap --variant=minbase "$suite" "$build/root" "$mirror" >"$build/debootstrap.log" 2>&1; then
+  trap "rm -rf --one-file-system '$build'" EXIT
+  if ! unshare -m --propagation private -- \
+    debootstrap --variant=minbase "$suite" "$build/root" "$mirror" >"$build/debootstrap.log" 2>&1; then
     tail -n 30 "$build/debootstrap.log" >&2
     e2e_log "debootstrap $suite failed (log above)"
     return 1
