@@ -169,6 +169,10 @@ TARGETS = [
      "options / the ping playbook (the least fleet noop/ping can be)", None, True),
     ("bind share/floor", "the converger's own share of the bind: bind less echo bind / the disk floor, median over "
      "the rounds (at least 1: its writes are the floor's)", None, True),
+    ("fleet noop/echo", "fleet playbook no-op with the role / fleet echo: the converger over Ansible alone for the "
+     "same options and results (fleet noop/ping less what Ansible's run against ping adds)", None, True),
+    ("noop acked bundled/echo", "ad-hoc no-op of N without the role, events acknowledged / echo N: what the shipped "
+     "module adds to Ansible's own cost for the same options and result", None, True),
 ]
 
 
@@ -727,6 +731,8 @@ def report(bench, args):
         ratio("fleet noop bundled/ping", "fleet noop bundled", "fleet ping")
         ratio("fleet bind bundled/ping", "fleet bind bundled", "fleet ping")
         ratio("fleet echo/ping", "fleet echo", "fleet ping")
+    ratio("fleet noop/echo", "fleet noop", "fleet echo")
+    ratio("noop acked bundled/echo", "noop acked %d bundled" % n, "echo %d" % n)
     ratio("copy noop/noop", "copy noop %d" % small, "play noop %d" % small)
     ratio("copy change/bind", "copy change %d" % small, "play bind %d" % small)
     ratio("copy noop/noop N", "copy noop %d" % n, "play noop %d" % n)

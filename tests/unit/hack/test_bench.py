@@ -104,6 +104,8 @@ def test_the_ratios_of_ansible_runs_are_judged_in_wall_and_cpu():
     assert ratios["noop small/echo"] == pytest.approx(1.02)
     assert ratios["noop acked bundled/ping"] == pytest.approx(1.6)
     assert ratios["copy noop/noop N"] == pytest.approx(200.0)
+    assert ratios["fleet noop/echo"] == pytest.approx(11.0 / 10.5) and ratios["fleet noop/echo cpu"] == pytest.approx(11.0 / 10.5)
+    assert ratios["noop acked bundled/echo"] == pytest.approx(1.6 / 1.15)
 
 
 @pytest.mark.parametrize("name, figure, value", [
