@@ -12,6 +12,7 @@ stand-in debootstrap binds a directory of the test's own into the tree, as deboo
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/unshare").exists(),
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                                 reason="mount namespaces and bind mounts need root (CI runs as root)")
 
 FAKE_DEBOOTSTRAP = """#!/bin/sh
