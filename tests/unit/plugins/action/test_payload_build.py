@@ -18,13 +18,16 @@ from ansible_collections.bcd.devices.plugins.plugin_utils.node_library import fe
 
 
 @pytest.fixture(autouse=True)
-def collector_as_found():
-    """Each test starts from Python's collector as the test process has it, and leaves it so."""
+def collector_unfrozen():
+    """Each test starts with nothing frozen (a module's ``main`` run earlier in this process froze its heap, as
+    it does on the node) and the process's threshold, and leaves the collector as it found it."""
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    gc.unfreeze()
     yield
     gc.set_threshold(*before)
-    if gc.get_freeze_count() and not frozen:
-        gc.unfreeze()
+    gc.unfreeze()
+    if frozen:
+        gc.freeze()
 
 
 def test_the_build_runs_frozen_and_collects_less_often_then_all_is_put_back():
