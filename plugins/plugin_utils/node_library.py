@@ -91,7 +91,7 @@ def fewer_collections(young=20000):
     has loaded) again and again meanwhile. What exists before the build is frozen (the worker lives one task,
     and it all outlives the build) and the young generation is collected less often; the build's garbage is
     still collected. Measured on the shipped no-op's build (docs/performance.md, "The payload build"): 370
-    to 280 ms on Python 3.11, 380 to 330 ms on 3.12, the same on 3.13; 2 to 4 MB more at its peak.
+    to 280 ms on Python 3.11, 380 to 330 ms on 3.12, the same on 3.13; up to 4 MB more at its peak.
     Everything is put back after it; a heap another caller froze is left frozen."""
     before = gc.get_threshold()
     thaw = gc.get_freeze_count() == 0
