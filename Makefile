@@ -118,14 +118,10 @@ units: $(STAMP) | $(LINK)
 	  if ((rc)); then echo "units: failed under ansible-core $$core" >&2; exit $$rc; fi; \
 	done
 
+# Two releases at a time (SANITY_JOBS=1 for one), never two on one Python, each release's output printed
+# whole when it ends; then the compile test on every target Python under each (hack/sanity_cores.py).
 sanity: $(STAMP)
-	@for core in $(SANITY_CORES); do \
-	  echo "sanity: ansible-core $$core"; \
-	  VENV=$(VENV) BUILD=$(BUILD) bash hack/sanity.sh --core $$core $(SANITY_ARGS) || { \
-	    echo "sanity: failed under ansible-core $$core" >&2; exit 1; }; \
-	  if [[ -z "$(SANITY_ARGS)" ]]; then VENV=$(VENV) BUILD=$(BUILD) bash hack/sanity.sh --core $$core --target-pythons || { \
-	    echo "sanity: the compile test failed on a target Python under ansible-core $$core" >&2; exit 1; }; fi; \
-	done
+	VENV=$(VENV) BUILD=$(BUILD) $(BIN)/python hack/sanity_cores.py $(SANITY_CORES) -- $(SANITY_ARGS)
 
 molecule: $(STAMP) | $(LINK)
 	VENV=$(VENV) BUILD=$(BUILD) bash hack/molecule.sh $(MOLECULE_ARGS)

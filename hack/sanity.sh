@@ -12,7 +12,7 @@
 # .build/venvs/ansible-core-<version> (hack/core_venv.sh; pins and its Python, 3.12 or 3.13, in
 # requirements/tools/). ansible-test runs on that venv's Python (--python 3.11, 3.12 or 3.13).
 # `make sanity` runs every release docs/compatibility.md's table supports (the Makefile's CORES),
-# one after the other, each also with --target-pythons.
+# two at a time, never two on one Python, then each with --target-pythons (hack/sanity_cores.py).
 #
 # --target-pythons runs only the compile test, once for each Python the modules and module_utils
 # may meet on a node that this ansible-core supports there, from 3.8 to 3.13 (2.19: 3.8 to 3.13;
@@ -92,7 +92,9 @@ from ansible_test._internal.python_requirements import get_venv_packages
 print(get_venv_packages(types.SimpleNamespace(version="'"$python_version"'"))["pip"])')
 cache=$home/.ansible/test/cache
 mkdir -p "$cache"
-cp hack/get_pip_stand_in.py "$cache/get_pip_${pip_version//./_}.py"
+# Copied under a name of its own and renamed: make sanity runs two releases at once (hack/sanity_cores.py),
+# and one's ansible-test must never read the file half written by the other.
+cp hack/get_pip_stand_in.py "$cache/.get_pip.$$" && mv -f "$cache/.get_pip.$$" "$cache/get_pip_${pip_version//./_}.py"
 
 if [[ -n $targets ]]; then
   # The target Pythons this ansible-core supports, 3.8 to 3.13 (what the machines have).
