@@ -16,19 +16,21 @@ library is that code and root's alone, the module's result is that run's. Otherw
 (missing, another version, altered, unsafe), the module runs as Ansible ships it, and the task warns with the
 reason. The result says which ran in ``ran_from``. An async task runs the shipped module.
 
-Either way ansible-core builds the module's payload here, and ``fewer_collections`` has Python's cyclic
-collector walk less while it does."""
+Either way ansible-core builds the module's payload here, and ``fewer_collections`` (``support/collector.py``,
+with the heap frozen) has Python's cyclic collector walk less while it does: the build parses every file the
+module can reach, some million objects for ``bcd.devices.holds`` as shipped. Measured on the shipped no-op's
+build (docs/performance.md, "The payload build"): 370 to 280 ms on Python 3.11, 380 to 330 ms on 3.12, the
+same on 3.13; up to 4 MB more at its peak."""
 
 from __future__ import annotations
 
-import gc
 import os
-from contextlib import contextmanager
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.bcd.devices.plugins.module_utils.node import library
+from ansible_collections.bcd.devices.plugins.module_utils.support.collector import fewer_collections
 
 display = Display()
 VARIABLE = "bcd_devices_node_library"
@@ -83,29 +85,6 @@ def library_wanted(task_vars):
     return None, "neither the variable %s nor the local fact ansible_local.%s names one" % (VARIABLE, FACT)
 
 
-@contextmanager
-def fewer_collections(young=20000):
-    """Python's cyclic collector walks less while ansible-core builds a module's payload (AnsiballZ): the
-    build parses every file the module can reach into a syntax tree, some million objects for
-    ``bcd.devices.holds`` as shipped, and the collector walked the worker's whole heap (everything Ansible
-    has loaded) again and again meanwhile. What exists before the build is frozen (the worker lives one task,
-    and it all outlives the build) and the young generation is collected less often; the build's garbage is
-    still collected. Measured on the shipped no-op's build (docs/performance.md, "The payload build"): 370
-    to 280 ms on Python 3.11, 380 to 330 ms on 3.12, the same on 3.13; up to 4 MB more at its peak.
-    Everything is put back after it; a heap another caller froze is left frozen."""
-    before = gc.get_threshold()
-    thaw = gc.get_freeze_count() == 0
-    if thaw:
-        gc.freeze()
-    gc.set_threshold(max(before[0], young), *before[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-        if thaw:
-            gc.unfreeze()
-
-
 class NodeLibraryAction(ActionBase):
     """Runs ``MODULE`` from the node library when it may, else as shipped."""
 
@@ -116,7 +95,7 @@ class NodeLibraryAction(ActionBase):
     def _configure_module(self, *args, **kwargs):
         """ansible-core's payload build (``ActionBase._configure_module``, its arguments passed on as given),
         under ``fewer_collections``. A release that renamed the method would build as before, only slower."""
-        with fewer_collections():
+        with fewer_collections(freeze=True):
             return super()._configure_module(*args, **kwargs)
 
     def run(self, tmp=None, task_vars=None):

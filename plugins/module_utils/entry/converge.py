@@ -9,10 +9,8 @@ both call ``run_pass``; nothing else decides what a pass does.
 
 from __future__ import annotations
 
-import gc
 import os
 import time
-from contextlib import contextmanager
 from typing import List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
@@ -37,6 +35,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import journal_full, journal_near
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.support.collector import fewer_collections
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
@@ -250,20 +249,6 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
     with fewer_collections():
         return _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_timeout, store_input,
                          cdi_runtimes, env_allow)
-
-
-@contextmanager
-def fewer_collections(young=20000):
-    """Python's cyclic collector run less often during a pass: a large pass makes some hundred thousand
-    objects that live until it ends (the input, the plan), and the collector walked them some 280 times a
-    bind of the largest section, near a tenth of its CPU. The threshold is put back after the pass (the root
-    helper's process lives on)."""
-    before = gc.get_threshold()
-    gc.set_threshold(max(before[0], young), before[1], before[2])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
 
 
 # Of the unacknowledged events older than a pass, at most this many ride in its result (docs/events.md).

@@ -2,7 +2,8 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The action plugins have ansible-core build a module's payload with Python's cyclic collector walking less
-(``fewer_collections``, docs/performance.md "The payload build"), and put the collector back as it was, even
+(``support/collector.py``'s ``fewer_collections`` with the heap frozen, docs/performance.md "The payload
+build"); a pass uses it without freezing, and put the collector back as it was, even
 when the build fails: the worker goes on to run the module and read its result with the collector as Ansible
 left it."""
 
@@ -14,7 +15,7 @@ import pytest
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.bcd.devices.plugins.action.holds import ActionModule
-from ansible_collections.bcd.devices.plugins.plugin_utils.node_library import fewer_collections
+from ansible_collections.bcd.devices.plugins.module_utils.support.collector import fewer_collections
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +35,7 @@ def test_the_build_runs_frozen_and_collects_less_often_then_all_is_put_back():
     before = gc.get_threshold()
     assert gc.get_freeze_count() == 0
     made = []
-    with fewer_collections(young=before[0] + 12345):
+    with fewer_collections(young=before[0] + 12345, freeze=True):
         made.append(object())
         assert gc.isenabled(), "the build's own garbage is still collected"
         assert gc.get_freeze_count() > 0, "what existed before the build is frozen"
@@ -46,7 +47,7 @@ def test_the_build_runs_frozen_and_collects_less_often_then_all_is_put_back():
 def test_a_failed_build_puts_the_collector_back():
     before = gc.get_threshold()
     with pytest.raises(RuntimeError, match="build failed"):
-        with fewer_collections():
+        with fewer_collections(freeze=True):
             raise RuntimeError("build failed")
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
@@ -55,7 +56,7 @@ def test_a_failed_build_puts_the_collector_back():
 def test_a_heap_another_caller_froze_stays_frozen():
     gc.freeze()
     frozen = gc.get_freeze_count()
-    with fewer_collections():
+    with fewer_collections(freeze=True):
         pass
     assert gc.get_freeze_count() == frozen
 
@@ -66,6 +67,14 @@ def test_a_higher_threshold_a_caller_set_is_kept():
     with fewer_collections(young=20000):
         assert gc.get_threshold()[0] == 50000
     assert gc.get_threshold() == (50000,) + before[1:]
+
+
+def test_a_pass_collects_less_often_and_freezes_nothing():
+    before = gc.get_threshold()
+    with fewer_collections():
+        assert gc.get_threshold()[0] == max(before[0], 20000)
+        assert gc.get_freeze_count() == 0, "the root helper's process lives on: a pass freezes nothing"
+    assert gc.get_threshold() == before
 
 
 def test_the_action_builds_through_ansible_core_under_fewer_collections(monkeypatch):
