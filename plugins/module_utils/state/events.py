@@ -153,6 +153,57 @@ def signed_payload(body: Dict[str, Any]) -> bytes:
     return PURPOSE.encode() + b"\n" + canonical(body)
 
 
+# The seal (event format 2, docs/events.md "Seals"): every event the journal writes is sealed by the node key over
+# its seq, type and body together, so that a gateway knows which node sent it and at which seq, and the same event
+# cannot be posted again under another seq. The attested signature above stays what the contract asks of binds,
+# releases and conditions; the seal is the delivery's proof, for every event, AllocationFailed included.
+SEAL_FORMAT = 2
+SEAL_PURPOSE = b"bcd-event/2\n"
+
+
+def seal_payload(seq: int, event_type: str, body: Dict[str, Any]) -> bytes:
+    """``b"bcd-event/2\\n" + canonical({"seq", "type", "body"})``: exactly what the seal covers."""
+    return SEAL_PURPOSE + canonical({"seq": seq, "type": event_type, "body": body})
+
+
+def is_sealed(event: Any) -> bool:
+    """Whether ``event`` is of format 2 and carries a seal (not whether the seal is valid: ``verify_seal``)."""
+    return (isinstance(event, dict) and event.get("format") == SEAL_FORMAT and not isinstance(event.get("format"), bool)
+            and isinstance(event.get("seal"), str))
+
+
+def verify_seal(event: Any, public_key_b64: Any) -> bool:
+    """True only for a format-2 event whose seal is a valid Ed25519 signature by ``public_key_b64`` over its
+    ``seq``, ``type`` and ``body``. Anything else (malformed input, no ``cryptography``) is False; never raises."""
+    try:
+        if not HAS_CRYPTOGRAPHY or not is_sealed(event):
+            return False
+        seq, event_type, body = event.get("seq"), event.get("type"), event.get("body")
+        if (not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq <= MAX_SEQ
+                or not isinstance(event_type, str) or not isinstance(body, dict)):
+            return False
+        seal = _b64decode_strict(event.get("seal"))
+        if seal is None or len(seal) != 64:
+            return False
+        try:
+            raw_key = decode_public_key(public_key_b64)
+        except EventsError:
+            return False
+        _crypto()["public"].from_public_bytes(raw_key).verify(seal, seal_payload(seq, event_type, body))
+        return True
+    except Exception:  # InvalidSignature, or malformed input of any kind: not a valid seal
+        return False
+
+
+def sealed(event: Dict[str, Any], key: NodeKey) -> Dict[str, Any]:
+    """``event`` with ``format`` 2 and its seal by ``key`` (a copy; ``event`` itself is left as it is). What the
+    journal writes, and what a listing makes of an event journaled before format 2 when the node key is there."""
+    copy = dict(event)
+    copy["format"] = SEAL_FORMAT
+    copy["seal"] = key.seal(event["seq"], event["type"], event["body"])
+    return copy
+
+
 def _b64decode_strict(value: Any) -> Optional[bytes]:
     if not isinstance(value, str):
         return None
@@ -287,6 +338,10 @@ class NodeKey:
     def sign(self, body: Dict[str, Any]) -> str:
         """Base64 Ed25519 signature over ``b"attested-report\\n" + canonical(body)``."""
         return base64.b64encode(self._key.sign(signed_payload(body))).decode("ascii")
+
+    def seal(self, seq: int, event_type: str, body: Dict[str, Any]) -> str:
+        """Base64 Ed25519 signature over ``seal_payload(seq, event_type, body)``."""
+        return base64.b64encode(self._key.sign(seal_payload(seq, event_type, body))).decode("ascii")
 
 
 def _normalise_body(body: Any) -> Dict[str, Any]:
@@ -437,10 +492,12 @@ class Journal:
         """
         return self.append_many([(event_type, body, key)])[0]
 
-    def append_many(self, items: List[Tuple[str, Dict[str, Any], Optional[NodeKey]]]) -> List[Dict[str, Any]]:
+    def append_many(self, items: List[Tuple[str, Dict[str, Any], Optional[NodeKey]]],
+                    seal_with: Optional[NodeKey] = None) -> List[Dict[str, Any]]:
         """Journal ``(type, body, key)`` events in order with one write and one fsync (a pass's reports
         cost one append, not one each); return them with their seqs. All or none are checked before
-        anything is written; a crash mid-write leaves a torn last line, dropped at the next write."""
+        anything is written; a crash mid-write leaves a torn last line, dropped at the next write.
+        With ``seal_with`` (the node key) every event is sealed (format 2: ``sealed``), AllocationFailed too."""
         prepared = [(event_type, self._checked_body(event_type, body, key), key) for event_type, body, key in items]
         if not prepared:
             return []
@@ -456,6 +513,8 @@ class Journal:
                     raise NodeKeyMissing("%s needs the node key to be signed" % event_type)
                 event["purpose"] = PURPOSE
                 event["signature"] = key.sign(body)
+            if seal_with is not None:
+                event = sealed(event, seal_with)
             lines.append(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
             events.append(event)  # plain JSON data already (the body is normalised): as it reads back
         self._append_line(parsed, b"".join(lines))

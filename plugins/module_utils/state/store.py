@@ -87,11 +87,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.state_files impor
 )
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     ALLOCATION_RELEASED,
+    HAS_CRYPTOGRAPHY,
     SIGNED_TYPES,
     EventsError,
     Journal,
     NodeKey,
     import_cryptography,
+    is_sealed,
+    sealed,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import ledger_bytes, parse_ledger, record_event, settles
 from ansible_collections.bcd.devices.plugins.module_utils.state.releases import (
@@ -343,10 +346,14 @@ class NodeState:
         memory; the journaled events."""
         if not queued:
             return []
-        key = self.key() if any(event["type"] in SIGNED_TYPES for event, _limits in queued) else None
+        # Every event is sealed when the node can sign (format 2, docs/events.md "Seals"): a refusal too, so the
+        # gateway knows which node sent it at which seq. Without cryptography only the unsigned refusals can be
+        # journaled, unsealed, as before (the signed types need the key and fail the pass with the reason).
+        signs = HAS_CRYPTOGRAPHY or any(event["type"] in SIGNED_TYPES for event, _limits in queued)
+        key = self.key() if signs else None
         journaled = self.journal.append_many([(event["type"], event["body"],
                                                key if event["type"] in SIGNED_TYPES else None)
-                                              for event, _limits in queued])
+                                              for event, _limits in queued], seal_with=key)
         for event, (_queued_event, limits) in zip(journaled, queued):
             self._settle(event, limits)
         return journaled
@@ -540,4 +547,16 @@ class NodeState:
             events = self.journal.unacked()
         if check_mode and ack_through is not None:
             events = [event for event in events if event["seq"] > ack_through]
-        return events, acknowledged
+        return self._sealed_for_delivery(events), acknowledged
+
+    def _sealed_for_delivery(self, events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """``events`` with each one journaled before format 2 sealed now by the node key, in memory (the journal is
+        left as it is), so a node upgraded with events still unacknowledged delivers them to a gateway that takes
+        sealed events only. Without the key or ``cryptography`` they are listed as they are."""
+        if not HAS_CRYPTOGRAPHY or all(is_sealed(event) for event in events) or not self.files.exists(KEY_NAME):
+            return events
+        try:
+            key = NodeKey.load(self._file(KEY_NAME))
+        except EventsError:
+            return events
+        return [event if is_sealed(event) else sealed(event, key) for event in events]

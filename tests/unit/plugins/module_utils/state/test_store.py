@@ -125,7 +125,7 @@ def test_a_block_that_raises_saves_nothing(path):
 def test_a_journal_that_cannot_be_written_runs_no_block_and_the_reports_are_made_again(path, monkeypatch):
     state = with_pending(path)
 
-    def refuse(*_args):
+    def refuse(*_args, **_kwargs):
         raise EventsError("No space left on device")
     monkeypatch.setattr(Journal, "append_many", refuse)
     state.report(released("k1"))
@@ -164,7 +164,7 @@ def test_a_crash_between_the_journal_and_the_saves_is_converged_by_the_next_load
 def test_a_crash_before_the_journal_loses_only_the_report_and_keeps_the_record(path, monkeypatch):
     state = with_pending(path)
 
-    def crash(*_args):
+    def crash(*_args, **_kwargs):
         raise Crash()
     monkeypatch.setattr(Journal, "append_many", crash)
     state.report(released("k1"))
