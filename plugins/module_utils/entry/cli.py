@@ -5,14 +5,17 @@
 
 It runs the very code ``bcd.devices.holds`` runs: ``converge`` is ``run_pass``,
 ``status`` is ``holds_info``'s ``node_status``, ``events`` is the events
-module's ``list_and_acknowledge``. The systemd timers call ``converge
---stored``; the root helper is ``helper``.
+module's ``list_and_acknowledge``, ``deliver`` the role's delivery
+(``entry/deliver.py``). The systemd timers call ``converge --stored`` and
+``deliver``; the root helper is ``helper``.
 
 Exit codes: 0 done (a ``FAILED`` section is a terminal answer, not an error of
-the command), 1 a check failed (``doctor``), 2 bad usage, the pass could not
-run, or a state file root will not use (``StateFileError``: one line naming the
-file and what is wrong; ``doctor`` reports it as a failed check, 1), 3 a GPU is
-busy (``busy``), 75 the pass must be retried (``PROGRESSING``).
+the command), 1 a check failed (``doctor``) or the gateway did not take every
+event (``deliver``), 2 bad usage, the pass or the delivery could not run, or a
+state file root will not use (``StateFileError``: one line naming the file and
+what is wrong; ``doctor`` reports it as a failed check, 1), 3 a GPU is busy
+(``busy``), 75 the pass must be retried (``PROGRESSING``) or the gateway could
+not be reached (``deliver``: it backs off, and a later run tries again).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Refuse
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import BusyError, busy_check, busy_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
+from ansible_collections.bcd.devices.plugins.module_utils.entry.deliver import DEFAULT_CONFIG, run_delivery
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import doctor_lines, run_checks
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
@@ -48,6 +52,15 @@ def out(text):
     line is escaped here again (``support/text.py``: a no-op on escaped text), so nothing that reaches a
     terminal through bcd-holds is terminal control, whatever a renderer missed."""
     sys.stdout.write(printable_lines(text) + "\n")
+
+
+def out_quiet(text):
+    """A line on stdout that says nothing happened; under systemd at debug priority, so a timer's every run
+    leaves nothing in the journal (the unit's ``LogLevelMax=info`` drops it)."""
+    if os.environ.get("JOURNAL_STREAM"):
+        sys.stdout.write("<7>" + printable(text) + "\n")
+    else:
+        out(text)
 
 
 def log(level, message):
@@ -106,6 +119,15 @@ def build_parser():
 
     events = commands.add_parser("events", parents=[common], help="the unacknowledged event journal")
     events.add_argument("--ack-through", type=int, metavar="SEQ", help="acknowledge events up to SEQ")
+
+    deliver = commands.add_parser("deliver", parents=[common], help="post the unacknowledged events to the "
+                                  "gateway and acknowledge what it accepted (exit 0 done, 1 not all taken, "
+                                  "2 error, 75 unreachable: backing off)")
+    deliver.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE",
+                         help="the delivery's settings, a node path under --root (default %s)" % DEFAULT_CONFIG)
+    deliver.add_argument("--now", action="store_true", help="try even while backing off from a gateway that failed")
+    deliver.add_argument("--lock-timeout", type=float, default=120.0, help="seconds to wait for a running pass")
+    deliver.add_argument("--json", action="store_true", help="print what the run did as JSON")
 
     helper = commands.add_parser("helper", parents=[common], help="the root helper")
     helper.add_argument("--socket", default=DEFAULT_HELPER_SOCKET)
@@ -260,6 +282,21 @@ def cmd_events(args):
     return EX_OK
 
 
+def cmd_deliver(args):
+    result = run_delivery(args.root, args.state_dir, args.config, os.environ, ignore_backoff=args.now,
+                          lock_timeout=args.lock_timeout)
+    for warning in result.pop("warnings"):
+        log("WARNING", warning)
+    code = result.pop("code")
+    if args.json:
+        out(json.dumps(result, indent=2, sort_keys=True))
+    if code != EX_OK:
+        log("WARNING" if code == EX_RETRY else "ERROR", result["message"])
+    elif not args.json:
+        (out_quiet if result["skipped"] or not result["events"] else out)(result["message"])
+    return code
+
+
 def cmd_helper(args):
     if os.geteuid() != 0 and not args.fakehw:
         log("ERROR", "the root helper must run as root")
@@ -284,7 +321,7 @@ def cmd_helper(args):
 
 
 COMMANDS = {"converge": cmd_converge, "status": cmd_status, "doctor": cmd_doctor, "busy": cmd_busy,
-            "metrics": cmd_metrics, "events": cmd_events, "helper": cmd_helper}
+            "metrics": cmd_metrics, "events": cmd_events, "deliver": cmd_deliver, "helper": cmd_helper}
 
 
 def main(argv=None):
