@@ -245,3 +245,13 @@ def test_the_role_installs_the_delivery_the_node_runs_and_removes_it_without_a_g
         assert (units_dir / "bcd-holds-retry.timer").exists()  # the rest stays
     finally:
         source.stop()
+
+
+def test_node_md_quotes_the_unit_a_real_node_gets():
+    """docs/node.md, "The node delivers by itself": the unit as rendered with a token and the defaults, its
+    ``# Ansible managed`` header and comments left out."""
+    text = (REPO / "docs" / "node.md").read_text(encoding="utf-8")
+    quoted = text.split("```ini\n# bcd-holds-deliver.service\n", 1)[1].split("```", 1)[0]
+    rendered = units(bcd_holds_gateway_url=URL, bcd_holds_gateway_token=TOKEN)["bcd-holds-deliver.service"]
+    assert [line for line in quoted.splitlines() if line] == [
+        line for line in rendered.splitlines() if line and not line.startswith("#")]
