@@ -88,7 +88,7 @@ def test_the_timer_runs_every_interval_and_the_path_unit_watches_the_journal():
     path = parse_unit(written["bcd-holds-deliver.path"])
     assert [(key, value) for section, key, value in path if section == "Path"] == [
         ("PathChanged", "/srv/bcd/events.jsonl"), ("Unit", "bcd-holds-deliver.service")]
-    assert "ReadWritePaths=/srv/bcd\n" in written["bcd-holds-deliver.service"]
+    assert "ReadWritePaths=-/srv/bcd\n" in written["bcd-holds-deliver.service"]
     default = parse_unit(units(bcd_holds_gateway_url=URL)["bcd-holds-deliver.timer"])
     assert [value for _s, key, value in default if key in ("OnActiveSec", "OnUnitInactiveSec")] == ["30s", "30s"]
 
@@ -105,7 +105,7 @@ def test_the_delivery_is_sandboxed_as_the_root_units_are_but_for_the_network(hel
     assert words(deliver["RestrictAddressFamilies"]) == ["AF_UNIX", "AF_INET", "AF_INET6"]
     assert "IPAddressDeny" not in deliver                      # the gateway is anywhere
     assert deliver["CapabilityBoundingSet"] == [""]            # none at all, even run as root (no helper)
-    assert words(deliver["ReadWritePaths"]) == ["/var/lib/bcd"]  # the journal and the backoff, nothing else
+    assert words(deliver["ReadWritePaths"]) == ["-/var/lib/bcd"]  # the journal and the backoff, nothing else
     for key in ("PrivateDevices", "ProtectKernelLogs", "ProtectControlGroups"):
         assert deliver[key] == ["yes"], key                    # no GPU, no kernel log, no slice: what the root units keep
     assert deliver["MemoryMax"] and deliver["TasksMax"] and deliver["UMask"] == ["0077"]
