@@ -13,7 +13,10 @@ version_added: 0.2.0
 description:
   - For each GPU, lists who claims it - a live hold of the GPU whole, of one of its MIG instances or of a
     slot, a hold spec that cannot be read back, a pending Kubernetes release, an unreadable releases file, a
-    VM that has it through VFIO, maintenance - and whether it is busy.
+    VM that has it through VFIO, maintenance - and whether it is busy; and whether it is healthy, as the node
+    reads it now (NVML, the kernel's XIDs since its last reset).
+  - Without O(gpus), every GPU the node lists. This is how a recovery (the playbook C(bcd.devices.gpu_recover))
+    asks the node which GPUs to recover, instead of trusting what an event said.
   - A GPU is busy when anything but maintenance claims it. Maintenance (M(bcd.devices.maintenance)) keeps
     new holds off a GPU so that it can be reset once its holds are gone.
   - Reads under the node's pass lock, shared, so a converging pass and this check never see half a change.
@@ -27,10 +30,11 @@ extends_documentation_fragment:
   - bcd.devices.node.read_only
 options:
   gpus:
-    description: UUIDs of the GPUs to check (C(GPU-...)); each must be a GPU of the node.
+    description:
+      - UUIDs of the GPUs to check (C(GPU-...)); each must be a GPU of the node.
+      - Left out, every GPU the node lists, in its order.
     type: list
     elements: str
-    required: true
 seealso:
   - module: bcd.devices.maintenance
   - module: bcd.devices.holds_info
@@ -65,7 +69,7 @@ RETURN = r"""
 msg:
   description:
     - The outcome in words, so that a C(until) loop whose retries run out says why. Each busy GPU with what
-      claims it, joined by C(; ), or that the GPUs are free (C(GPU-... is free)).
+      claims it, joined by C(; ), or that the GPUs are free (C(GPU-... is free)), or C(the node lists no GPU).
   returned: always
   type: str
   sample: "GPU-5f1c2a90-0000-4000-8000-000000000001 is busy: MIG instance gi1/ci0 held by alloc_01jz8k3a"
@@ -79,7 +83,7 @@ ran_from:
   type: str
   sample: node-library
 gpus:
-  description: One entry per GPU asked about, in the order given.
+  description: One entry per GPU asked about, in the order given (every GPU the node lists, without O(gpus)).
   returned: always
   type: list
   elements: dict
@@ -89,6 +93,25 @@ gpus:
       type: str
     busy:
       description: Whether anything but maintenance claims it.
+      type: bool
+    healthy:
+      description:
+        - Whether the node reads the GPU healthy now; null when the node does not list it now (a GPU a hold or a
+          record names, that fell off the bus).
+      type: bool
+    problems:
+      description: What makes it unhealthy, as C(GPU-... is unhealthy) names it; empty when healthy.
+      type: list
+      elements: str
+    reset_ineffective:
+      description:
+        - Its last reset (M(bcd.devices.gpu_reset)) left it unhealthy and it still is; it waits in maintenance for
+          a person (condition C(GPUResetIneffective)).
+      type: bool
+    recoverable:
+      description:
+        - Unhealthy, listed, not declared reset-ineffective, and not in an operator's maintenance (one without a
+          recovery's lease), the GPUs that C(bcd.devices.gpu_recover) recovers.
       type: bool
     claimed_by:
       description:
@@ -126,6 +149,10 @@ gpus:
   sample:
     - uuid: GPU-5f1c2a90-0000-4000-8000-000000000001
       busy: true
+      healthy: true
+      problems: []
+      reset_ineffective: false
+      recoverable: false
       claimed_by:
         - {kind: hold, text: "MIG instance gi1/ci0 held by alloc_01jz8k3a", allocation_id: alloc_01jz8k3a,
            device_id: GPU-5f1c2a90-0000-4000-8000-000000000001/gi1/ci0}

@@ -16,6 +16,11 @@ one GPU, each with a ``kind`` and a one-line ``text``:
 
 A GPU is *busy* when any claim but maintenance is there: maintenance keeps new holds off a
 GPU precisely so that it can be reset once its holds are gone.
+
+A GPU is reset (``bcd.devices.gpu_reset``) only when it is in maintenance and free, on a real node with
+``reset_argv``: ``nvidia-smi --gpu-reset -i <UUID>``, as nvidia-smi(1) documents it: ``-r, --gpu-reset`` resets
+the GPUs ``-i, --id`` names (an index, a PCI bus id or a UUID; without ``-i``, every GPU of the node), as root,
+with no application using them. The UUID is always given: a reset never reaches a GPU it was not asked for.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import reset_ineffective
 
 NOT_BUSY = ("maintenance",)
 
@@ -77,3 +83,20 @@ def claims_on(uuid, holds, releases, domains, vfio, maintenance):
 def busy_entry(uuid, claims):
     # type: (str, List[dict]) -> Dict
     return {"uuid": uuid, "busy": any(claim["kind"] not in NOT_BUSY for claim in claims), "claimed_by": claims}
+
+
+def health_fields(seen, health, record):
+    # type: (bool, tuple, dict) -> Dict
+    """What a busy entry says of the GPU's health: ``healthy`` (null when the node does not list the GPU now),
+    ``problems``, ``reset_ineffective`` (its last reset left it unhealthy: it waits for a person) and
+    ``recoverable``: unhealthy, seen, not declared reset-ineffective, and not in an operator's maintenance (one
+    without a recovery's lease), so a recovery (``bcd.devices.gpu_recover``) takes it."""
+    ineffective = bool(health) and reset_ineffective(record)
+    return {"healthy": (not health) if seen else None, "problems": list(health), "reset_ineffective": ineffective,
+            "recoverable": seen and bool(health) and not ineffective
+            and (record is None or record.get("lease") is not None)}
+
+
+def reset_argv(uuid):
+    """The command that resets GPU ``uuid`` on a real node (root only)."""
+    return ["nvidia-smi", "--gpu-reset", "-i", uuid]

@@ -5,7 +5,9 @@
 
 A bind and a release are attested (signed, so the control plane can trust which devices an
 allocation has); a refusal is reported but says nothing about devices. The planner builds the
-events (``domain/plan/reports.py``), the actions journal them, the ledger settles on them.
+events (``domain/plan/reports.py``), the actions journal them, the ledger settles on them. A condition's
+appearing and clearing, and each step of a GPU's recovery (maintenance started and ended, a reset and its
+outcome), are signed too, their body naming their type (``TYPED_BODY_TYPES``).
 """
 
 from __future__ import annotations
@@ -24,21 +26,56 @@ VENDOR_SPEC_UNSUPPORTED = "VendorSpecUnsupported"
 KUBERNETES_RELEASE_STUCK = "KubernetesReleaseStuck"
 KUBERNETES_RELEASES_UNREADABLE = "KubernetesReleasesUnreadable"
 HOLD_SPEC_DAMAGED = "HoldSpecDamaged"
+# A GPU still unhealthy after its reset (bcd.devices.gpu_reset), kept in maintenance until a person acts; and a
+# GPU whose recovery stopped without finishing (its lease ended), raised with a fresh GPUUnhealthy (domain/health.py).
+GPU_RESET_INEFFECTIVE = "GPUResetIneffective"
+GPU_RECOVERY_STALLED = "GPURecoveryStalled"
 CONDITION_TYPES = (GPU_UNHEALTHY, VENDOR_SPEC_STALE, VENDOR_SPEC_UNSUPPORTED, KUBERNETES_RELEASE_STUCK,
-                   KUBERNETES_RELEASES_UNREADABLE, HOLD_SPEC_DAMAGED)  # type: Tuple[str, ...]
+                   KUBERNETES_RELEASES_UNREADABLE, HOLD_SPEC_DAMAGED, GPU_RESET_INEFFECTIVE,
+                   GPU_RECOVERY_STALLED)  # type: Tuple[str, ...]
 CLEARED = "Cleared"
 CONDITION_EVENT_TYPES = CONDITION_TYPES + tuple(kind + CLEARED for kind in CONDITION_TYPES)  # type: Tuple[str, ...]
+# The conditions keyed by GPU (one per GPU, ``condition_key``).
+GPU_CONDITION_TYPES = (GPU_UNHEALTHY, GPU_RESET_INEFFECTIVE, GPU_RECOVERY_STALLED)  # type: Tuple[str, ...]
+# Each condition's reason (its events' ``body.reason``; a clearing's is CONDITION_CLEARED).
+CONDITION_REASONS = {
+    GPU_UNHEALTHY: "GPUFaulted",
+    GPU_RESET_INEFFECTIVE: "ResetIneffective",
+    GPU_RECOVERY_STALLED: "RecoveryStalled",
+}
+CONDITION_CLEARED = "ConditionCleared"
+
+# The steps of a GPU's recovery, each one signed event per GPU (bcd.devices.maintenance, bcd.devices.gpu_reset):
+# its body names its type, like a condition's, and carries type, node_id, boot_id, generation (the node's last
+# observed one, or null), device_ids (the one GPU), reason and message.
+GPU_MAINTENANCE_STARTED = "GPUMaintenanceStarted"
+GPU_MAINTENANCE_ENDED = "GPUMaintenanceEnded"
+GPU_RESET = "GPUReset"
+RECOVERY_EVENT_TYPES = (GPU_MAINTENANCE_STARTED, GPU_MAINTENANCE_ENDED, GPU_RESET)  # type: Tuple[str, ...]
+MAINTENANCE_STARTED = "MaintenanceStarted"
+MAINTENANCE_ENDED = "MaintenanceEnded"
+RESET_HEALTHY = "ResetHealthy"  # the GPU was reset and reads healthy
+RESET_INEFFECTIVE = "ResetIneffective"  # the GPU was reset and is still unhealthy
+RESET_FAILED = "ResetFailed"  # the reset itself failed (nvidia-smi's error in the message)
+RECOVERY_REASONS = {
+    GPU_MAINTENANCE_STARTED: (MAINTENANCE_STARTED,),
+    GPU_MAINTENANCE_ENDED: (MAINTENANCE_ENDED,),
+    GPU_RESET: (RESET_HEALTHY, RESET_INEFFECTIVE, RESET_FAILED),
+}
+# The signed types whose body names its type (the signature covers the body, not the event's type).
+TYPED_BODY_TYPES = CONDITION_EVENT_TYPES + RECOVERY_EVENT_TYPES  # type: Tuple[str, ...]
 
 ATTESTED_TYPES = (ALLOCATION_BOUND, ALLOCATION_RELEASED)  # type: Tuple[str, ...]
-# Every type the node signs: a bind, a release, and a condition's appearing or clearing.
-SIGNED_TYPES = ATTESTED_TYPES + CONDITION_EVENT_TYPES  # type: Tuple[str, ...]
-EVENT_TYPES = (ALLOCATION_BOUND, ALLOCATION_RELEASED, ALLOCATION_FAILED) + CONDITION_EVENT_TYPES  # type: Tuple[str, ...]
+# Every type the node signs: a bind, a release, a condition's appearing or clearing, a step of a GPU's recovery.
+SIGNED_TYPES = ATTESTED_TYPES + TYPED_BODY_TYPES  # type: Tuple[str, ...]
+EVENT_TYPES = (ALLOCATION_BOUND, ALLOCATION_RELEASED, ALLOCATION_FAILED) + TYPED_BODY_TYPES  # type: Tuple[str, ...]
 
 
 def condition_key(condition_type: str, device_ids: Sequence[str] = (), allocation_id: Optional[str] = None) -> str:
-    """The key the ledger keeps a raised condition under: one per unhealthy GPU (``GPUUnhealthy/<UUID>``), one
-    per stuck Kubernetes release (``KubernetesReleaseStuck/<allocation>``), else its type alone."""
-    if condition_type == GPU_UNHEALTHY:
+    """The key the ledger keeps a raised condition under: one per GPU for the GPU conditions (``GPUUnhealthy/<UUID>``,
+    ``GPUResetIneffective/<UUID>``, ``GPURecoveryStalled/<UUID>``), one per stuck Kubernetes release
+    (``KubernetesReleaseStuck/<allocation>``), else its type alone."""
+    if condition_type in GPU_CONDITION_TYPES:
         return "%s/%s" % (condition_type, device_ids[0] if device_ids else "")
     if condition_type == KUBERNETES_RELEASE_STUCK:
         return "%s/%s" % (condition_type, allocation_id or "")

@@ -21,17 +21,34 @@ contract. Kept holds are not released (that is the control plane's call); the no
 ``GPUUnhealthy`` names them.
 
 XIDs count since the GPU's last reset, as far as the node can know it: the kernel's ring
-buffer holds this boot's, and taking a GPU out of maintenance (``bcd.devices.maintenance``
-``state: absent``, after the reset and its checks) records the time, in the state directory's
-``health.json``; an XID logged before it no longer counts. NVML's state is the GPU's own and
-clears with the reset itself.
+buffer holds this boot's, and a reset (``bcd.devices.gpu_reset``) or taking a GPU out of maintenance
+(``bcd.devices.maintenance`` ``state: absent``, after the reset and its checks) records the time, in the
+state directory's ``health.json``; an XID logged before it no longer counts. NVML's state is the GPU's own
+and clears with the reset itself.
+
+A recovery (``bcd.devices.gpu_recover``) leaves two more conditions, from what ``maintenance.json`` records
+(``domain/maintenance.py``):
+
+* ``GPUResetIneffective``: the GPU's last reset left it unhealthy; it stays in maintenance until a person reboots
+  the node or replaces the GPU. It clears when the GPU reads healthy, or leaves maintenance.
+* ``GPURecoveryStalled``: the GPU is still unhealthy, in maintenance, and the recovery that took it there ended
+  (or the engine running it died: its lease ran out) at least ``reraise_after`` seconds ago without putting it
+  back in service, nor declaring its reset ineffective. When it appears, the pass journals the GPU's
+  ``GPUUnhealthy`` again, a new occurrence with a new seq, so that the rulebook runs the recovery again; it clears
+  when a recovery holds the GPU's lease again, the GPU is healthy, or leaves maintenance.
 """
 
 from __future__ import annotations
 
 from typing import Dict, List
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import GPU_UNHEALTHY
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
+    CONDITION_REASONS,
+    GPU_RECOVERY_STALLED,
+    GPU_RESET_INEFFECTIVE,
+    GPU_UNHEALTHY,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import iso_utc, live_lease, reset_ineffective
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
@@ -136,6 +153,76 @@ def unhealthy_condition(inventory, holders, cleared=None):
     return {
         "type": GPU_UNHEALTHY,
         "status": "True",
-        "reason": "GPUFaulted",
+        "reason": CONDITION_REASONS[GPU_UNHEALTHY],
         "message": "; ".join(parts) + "; new holds on them are refused (device-missing), kept ones stay",
     }
+
+
+# -- after a recovery ----------------------------------------------------------------------------------
+
+PUT_BACK = "put it back in service (bcd.devices.maintenance, state absent)"
+
+
+def ineffective_resets(inventory, maintenance, cleared=None):
+    """``[(uuid, message)]``: the GPUs whose last reset left them unhealthy, in maintenance, and not seen healthy
+    since (one the inventory no longer lists stays: it may have fallen off the bus)."""
+    seen = dict((gpu.uuid, gpu) for gpu in inventory.gpus)
+    found = []
+    for uuid in sorted(maintenance):
+        record = maintenance[uuid]
+        if not reset_ineffective(record):
+            continue
+        gpu = seen.get(uuid)
+        health = gpu_health(gpu, cleared) if gpu is not None else tuple(record["reset"]["problems"])
+        if gpu is not None and not health:
+            continue
+        when = iso_utc(record["reset"]["at"]) or "an unknown time"
+        if gpu is None:
+            what = "%s is not seen since its reset at %s, which left it unhealthy: %s" % (
+                uuid, when, "; ".join(health) or "unknown")
+        else:
+            what = "%s is still unhealthy after its reset at %s: %s" % (uuid, when, "; ".join(health))
+        found.append((uuid, what + "; it stays in maintenance: reboot the node or replace the GPU, then " + PUT_BACK))
+    return found
+
+
+def stalled_recoveries(inventory, maintenance, cleared, now):
+    """``[(uuid, message, raised again)]``: the GPUs still unhealthy, in maintenance under a lease that ended at least
+    its ``reraise_after`` seconds before ``now``, and not declared ``GPUResetIneffective``: their recovery stopped
+    without finishing. ``raised again`` is the message of the ``GPUUnhealthy`` the pass journals again for each."""
+    found = []
+    for gpu in inventory.gpus:
+        record = maintenance.get(gpu.uuid)
+        lease = (record or {}).get("lease")
+        if lease is None or live_lease(record, now) is not None or reset_ineffective(record):
+            continue
+        if now - lease["until"] < lease["reraise_after"]:
+            continue
+        health = gpu_health(gpu, cleared)
+        if not health:
+            continue
+        ended = iso_utc(lease["until"]) or "an unknown time"
+        found.append((gpu.uuid,
+                      "the recovery %s of %s ended at %s without putting it back in service, and it is still unhealthy: "
+                      "%s; GPUUnhealthy is raised again so that the rulebook runs bcd.devices.gpu_recover again"
+                      % (lease["id"], gpu.uuid, ended, "; ".join(health)),
+                      "%s; raised again: its recovery %s ended at %s without finishing"
+                      % (unhealthy_message(gpu.uuid, health), lease["id"], ended)))
+    return found
+
+
+def recovery_conditions(inventory, maintenance, cleared, now):
+    """The conditions ``GPUResetIneffective`` and ``GPURecoveryStalled`` a pass returns, each naming every GPU it
+    covers; none when no GPU is in either."""
+    conditions = []
+    ineffective = ineffective_resets(inventory, maintenance, cleared)
+    if ineffective:
+        conditions.append({"type": GPU_RESET_INEFFECTIVE, "status": "True",
+                           "reason": CONDITION_REASONS[GPU_RESET_INEFFECTIVE],
+                           "message": "; ".join(message for _uuid, message in ineffective)})
+    stalled = stalled_recoveries(inventory, maintenance, cleared, now)
+    if stalled:
+        conditions.append({"type": GPU_RECOVERY_STALLED, "status": "True",
+                           "reason": CONDITION_REASONS[GPU_RECOVERY_STALLED],
+                           "message": "; ".join(message for _uuid, message, _again in stalled)})
+    return conditions

@@ -12,6 +12,19 @@ and is changed only under the pass lock (``bcd.devices.maintenance``).
 
 Maintenance is not a claim a reset must wait for: it is how an operator keeps new holds off
 a GPU so that it can be reset or re-partitioned once its holds are gone (``domain/busy.py``).
+
+A record may also carry what a recovery (the playbook ``bcd.devices.gpu_recover``) left there:
+
+* ``lease``: ``{id, until, reraise_after}``, the recovery that took the GPU out of service and is working on it.
+  A lease is live until ``until``; the recovery refreshes it while it waits for the GPU's holds to go, so a
+  second recovery of the node finds it and ends at once. One that is no longer live (its recovery ended, or the
+  engine running it died) is kept, ended, for the pass to see: a GPU still unhealthy ``reraise_after`` seconds
+  after its lease ended has its ``GPUUnhealthy`` raised again (``domain/health.py``).
+* ``reset``: ``{at, healthy, problems}``, the last reset of the GPU (``bcd.devices.gpu_reset``) and its health read
+  right after it. A GPU whose reset left it unhealthy stays in maintenance with the condition
+  ``GPUResetIneffective`` until a person acts.
+
+An older ``bcd-holds`` reads the records and ignores both.
 """
 
 from __future__ import annotations
@@ -19,7 +32,7 @@ from __future__ import annotations
 import calendar
 import math
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
@@ -28,8 +41,17 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.patterns impor
 
 MAX_GPUS = 256
 MAX_REASON = 256
+MAX_PROBLEMS = 16  # of a reset's record
+MAX_PROBLEM = 512
+DEFAULT_LEASE_SECONDS = 300
+MAX_LEASE_SECONDS = 3600
+DEFAULT_RERAISE_AFTER = 900
+MAX_RERAISE_AFTER = 7 * 86400
+MAX_LEASE_ID = 64
+LEASE_ID_RE = lazy_pattern(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}$" % (MAX_LEASE_ID - 1))
 GPU_UUID_RE = lazy_pattern(r"^GPU-[A-Za-z0-9-]{1,128}$")
 _REASON_RE = lazy_pattern(r"^[^\x00-\x1f\x7f]{1,%d}$" % MAX_REASON)
+_PROBLEM_RE = lazy_pattern(r"^[^\x00-\x1f\x7f{}]{1,%d}$" % MAX_PROBLEM)
 ISO_UTC = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -80,7 +102,42 @@ def parse_maintenance(content, where):
             return {}, "%s has an entry that is not {GPU UUID: {reason, since}}; no GPU counts as in maintenance" \
                 % where
         records[uuid] = {"reason": reason, "since": _epoch(since)}
+        lease, reset = _lease(record.get("lease")), _reset(record.get("reset"))
+        if lease is not None:
+            records[uuid]["lease"] = lease
+        if reset is not None:
+            records[uuid]["reset"] = reset
     return records, None
+
+
+def _number(value):
+    """A finite number of the file, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
+
+
+def _lease(value):
+    """A record's ``lease`` as ``{id, until, reraise_after}``, or None for anything else (no lease)."""
+    if not isinstance(value, dict):
+        return None
+    lease_id, until, after = value.get("id"), _number(value.get("until")), _number(value.get("reraise_after"))
+    if not isinstance(lease_id, str) or not LEASE_ID_RE.match(lease_id) or until is None:
+        return None
+    if after is None or not 0 <= after <= MAX_RERAISE_AFTER:
+        after = DEFAULT_RERAISE_AFTER
+    return {"id": lease_id, "until": until, "reraise_after": after}
+
+
+def _reset(value):
+    """A record's ``reset`` as ``{at, healthy, problems}``, or None for anything else (no reset recorded)."""
+    if not isinstance(value, dict):
+        return None
+    at, healthy, found = _number(value.get("at")), value.get("healthy"), value.get("problems")
+    if at is None or not isinstance(healthy, bool) or not isinstance(found, list) or len(found) > MAX_PROBLEMS \
+            or not all(isinstance(text, str) and _PROBLEM_RE.match(text) for text in found):
+        return None
+    return {"at": at, "healthy": healthy, "problems": list(found)}
 
 
 def _epoch(since):
@@ -133,11 +190,105 @@ def change(records, gpus, present, reason, now):
     return new, changed
 
 
-def listing(records):
-    # type: (Dict[str, dict]) -> List[dict]
-    """The records as a module returns them, by UUID, ``since`` in ISO 8601 UTC."""
-    return [{"uuid": uuid, "reason": records[uuid]["reason"], "since": iso_utc(records[uuid].get("since"))}
-            for uuid in sorted(records)]
+def listing(records, now=None):
+    # type: (Dict[str, dict], Optional[float]) -> List[dict]
+    """The records as a module returns them, by UUID, times in ISO 8601 UTC: ``lease`` (``{id, until, live}``, live
+    as of ``now``) and ``reset`` (``{at, healthy, problems}``) null when the record has none."""
+    out = []
+    for uuid in sorted(records):
+        record = records[uuid]
+        lease, reset = record.get("lease"), record.get("reset")
+        out.append({
+            "uuid": uuid, "reason": record["reason"], "since": iso_utc(record.get("since")),
+            "lease": None if lease is None else {"id": lease["id"], "until": iso_utc(lease["until"]),
+                                                 "live": now is not None and lease["until"] > now},
+            "reset": None if reset is None else {"at": iso_utc(reset["at"]), "healthy": reset["healthy"],
+                                                 "problems": list(reset["problems"])},
+        })
+    return out
+
+
+# -- a recovery's lease ------------------------------------------------------------------------------
+
+def check_lease(lease):
+    """A lease id, checked: what a recovery names itself by (the playbook makes one per run)."""
+    if not isinstance(lease, str) or not LEASE_ID_RE.match(lease):
+        raise MaintenanceError("lease: must be 1 to %d letters, digits, '_', '.' or '-', starting with a letter or a "
+                               "digit, not %r" % (MAX_LEASE_ID, str(lease)[:80]))
+    return lease
+
+
+def check_seconds(value, name, low, high):
+    """A number of seconds from ``low`` to ``high`` (an option of the module)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise MaintenanceError("%s: must be a number of seconds from %d to %d, not %r" % (name, low, high, value))
+    return value
+
+
+def live_lease(record, now):
+    """The record's lease when it is live at ``now`` (a recovery is working on the GPU), else None."""
+    lease = (record or {}).get("lease")
+    return lease if lease is not None and lease["until"] > now else None
+
+
+def lease_holder(records, lease_id, now):
+    """``{id, until, gpus}`` of a live lease on the node that is not ``lease_id`` (another recovery is in progress),
+    or None. ``until`` in ISO 8601 UTC. The one that ends last, when forged records hold several."""
+    others = {}  # type: Dict[str, dict]
+    for uuid in sorted(records):
+        lease = live_lease(records[uuid], now)
+        if lease is not None and lease["id"] != lease_id:
+            held = others.setdefault(lease["id"], {"id": lease["id"], "until": lease["until"], "gpus": []})
+            held["until"] = max(held["until"], lease["until"])
+            held["gpus"].append(uuid)
+    if not others:
+        return None
+    holder = max(others.values(), key=lambda held: (held["until"], held["id"]))
+    return {"id": holder["id"], "until": iso_utc(holder["until"]), "gpus": holder["gpus"]}
+
+
+def with_lease(records, gpus, lease_id, until, reraise_after):
+    """``records`` with ``gpus`` (in maintenance) under lease ``lease_id`` until ``until``."""
+    new = dict(records)
+    for uuid in gpus:
+        new[uuid] = dict(new[uuid], lease={"id": lease_id, "until": until, "reraise_after": reraise_after})
+    return new
+
+
+def lease_ended(records, lease_id, now):
+    """``records`` with lease ``lease_id`` ended at ``now`` on every GPU it covers: the records keep it, no longer
+    live, so that a pass knows when the recovery ended (and raises the GPU's ``GPUUnhealthy`` again if it is still
+    unhealthy later: ``domain/health.py``)."""
+    new = dict(records)
+    for uuid, record in records.items():
+        lease = record.get("lease")
+        if lease is not None and lease["id"] == lease_id and lease["until"] > now:
+            new[uuid] = dict(record, lease=dict(lease, until=now))
+    return new
+
+
+def with_reset(records, outcomes):
+    """``records`` with each GPU's last reset: ``outcomes`` is ``{uuid: (at, healthy, problems)}``."""
+    new = dict(records)
+    for uuid, (at, healthy, found) in outcomes.items():
+        if uuid in new:
+            new[uuid] = dict(new[uuid], reset={"at": at, "healthy": bool(healthy),
+                                               "problems": [one_line(text) for text in found][:MAX_PROBLEMS]})
+    return new
+
+
+def one_line(text, limit=MAX_PROBLEM):
+    """``text`` as a record or an event message keeps it: one line, no control characters, no braces (a message
+    is never a template), at most ``limit`` characters."""
+    text = "".join(" " if ch < " " or ch == "\x7f" else ch for ch in str(text)).replace("{", "(").replace("}", ")")
+    return " ".join(text.split())[:limit] or "unknown"
+
+
+def reset_ineffective(record):
+    """Whether the record says the GPU's last reset left it unhealthy (it waits for a person)."""
+    reset = (record or {}).get("reset")
+    return reset is not None and reset["healthy"] is False
 
 
 def refusal(uuid, records):

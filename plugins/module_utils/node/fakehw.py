@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import stat
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
@@ -37,7 +39,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import dra_device_ids
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus, format_cpulist
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
@@ -170,8 +172,13 @@ def _strict_loader():
 def parse_fakehw_text(text, source="fakehw file"):
     # type: (str, str) -> FakeHw
     """Parse fakehw content (JSON, else YAML) and validate it."""
+    return fakehw_from_data(_parsed(text, source), source=source)
+
+
+def _parsed(text, source):
+    """The content's data, as JSON (else YAML) reads it, not yet validated."""
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicate_pairs)
+        return json.loads(text, object_pairs_hook=_no_duplicate_pairs)
     except _DuplicateKey as exc:
         raise FakeHwError("%s: %s" % (source, exc))
     except RecursionError:
@@ -187,20 +194,23 @@ def parse_fakehw_text(text, source="fakehw file"):
             raise FakeHwError("%s: %s" % (source, "nested too deeply" if problem.startswith("nested") else problem))
         yaml, loader = _strict_loader()
         try:
-            data = yaml.load(text, Loader=loader)  # a SafeLoader
+            return yaml.load(text, Loader=loader)  # a SafeLoader
         except yaml.YAMLError as yaml_exc:
             raise FakeHwError("%s is neither valid JSON nor valid YAML: %s" % (source, _one_line(yaml_exc)))
         except RecursionError:
             raise FakeHwError("%s: nested too deeply" % source)
         except (ValueError, TypeError, OverflowError) as exc:  # a scalar PyYAML cannot convert: 10 000 digits
             raise FakeHwError("%s is neither valid JSON nor valid YAML: %s" % (source, _one_line(exc)))
-    return fakehw_from_data(data, source=source)
 
 
 def load_fakehw(path):
     # type: (str) -> FakeHw
     """Read and validate the fakehw file at ``path``. Raises ``FakeHwError``. The file is opened without
     waiting (a FIFO in its place would block every pass) and must be a regular file."""
+    return parse_fakehw_text(_read_text(path), source="fakehw file %s" % path)
+
+
+def _read_text(path):
     try:
         raw = read_regular(path, MAX_FILE_BYTES)
     except NotRegularFile:
@@ -210,10 +220,34 @@ def load_fakehw(path):
     if len(raw) > MAX_FILE_BYTES:
         raise FakeHwError("fakehw file %s is larger than %d bytes" % (path, MAX_FILE_BYTES))
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise FakeHwError("fakehw file %s is not UTF-8: %s" % (path, exc))
-    return parse_fakehw_text(text, source="fakehw file %s" % path)
+
+
+def reset_fakehw_gpus(path, uuids):
+    # type: (str, List[str]) -> Dict[str, bool]
+    """A GPU reset on a fakehw node: each GPU of ``uuids`` loses its ``health`` faults in the hardware file, as a
+    reset clears NVML's pending page retirements and row remappings, unless its ``health.reset_clears`` is false (a
+    GPU a reset does not help: its faults stay). ``{uuid: whether its faults were cleared}``. The file is
+    validated first and written again as JSON, atomically, with its mode; ``FakeHwError`` when it is not valid or
+    does not list a GPU."""
+    source = "fakehw file %s" % path
+    data = _parsed(_read_text(path), source)
+    fakehw_from_data(data, source=source)  # the file as a pass reads it, or the reason it is not
+    listed = dict((item.get("uuid"), item) for item in (data or {}).get("gpus") or [])
+    missing = [uuid for uuid in uuids if uuid not in listed]
+    if missing:
+        raise FakeHwError("%s does not list %s" % (source, ", ".join(missing)))
+    cleared = {}
+    for uuid in uuids:
+        health = listed[uuid].get("health") or {}
+        cleared[uuid] = health.get("reset_clears") is not False
+        if cleared[uuid]:
+            listed[uuid].pop("health", None)
+    content = (json.dumps(data, indent=2) + "\n").encode("utf-8")
+    write_atomic(path, content, stat.S_IMODE(os.stat(path).st_mode))
+    return cleared
 
 
 def _one_line(exc):
@@ -290,7 +324,7 @@ def _gpu_uuid(value, where, required=True):
 _TOP_FIELDS = ("node_id", "boot_id", "gpus", "domains", "kubelet", "runtimes", "driver", "cpus", "numa_nodes")
 _NUMA_FIELDS = ("node", "cpus", "memory")
 _DRIVER_FIELDS = ("version", "device_nodes", "files")
-_HEALTH_FIELDS = ("retired_pages_pending", "row_remap_failure", "xids")
+_HEALTH_FIELDS = ("retired_pages_pending", "row_remap_failure", "xids", "reset_clears")
 MAX_DRIVER_PATHS = 4096
 _NODE_PATH_RE = lazy_pattern(r"^/[^\x00-\x1f\x7f]{0,4095}$")
 _DEVICE_NUMBER_RE = lazy_pattern(r"^([0-9]{1,9}):([0-9]{1,9})$")
@@ -360,6 +394,7 @@ def fakehw_from_data(data, source="fakehw file"):
         if health is None:
             health = {}
         _mapping(health, where + ".health", _HEALTH_FIELDS)
+        _bool(health.get("reset_clears"), where + ".health.reset_clears", True)  # read by reset_fakehw_gpus
         xids = []
         for k, xid in enumerate(_list(health.get("xids"), where + ".health.xids")[:64]):
             xids.append(_int(xid, "%s.health.xids[%d]" % (where, k), required=True))

@@ -2,8 +2,9 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a pass finds wrong on the node that no single step fixes: its conditions (Kubernetes releases stuck on
-pods or unreadable, a stale or unsupported vendor spec, unhealthy GPUs), and the pending releases it shows.
-Each that appears or clears is journaled once (``condition_events``)."""
+pods or unreadable, a stale or unsupported vendor spec, unhealthy GPUs, GPUs a reset did not help, GPU recoveries
+that stopped), and the pending releases it shows. Each that appears or clears is journaled once
+(``condition_events``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Dict, FrozenSet, List, Mapping
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import KUBERNETES_RELEASES_UNREADABLE, condition_key
-from ansible_collections.bcd.devices.plugins.module_utils.domain.health import unhealthy_condition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import recovery_conditions, unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claiming import marker_stays
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Pass, Released
@@ -22,7 +23,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports im
 
 def pass_conditions(ctx: Pass, live: Mapping[str, LiveHold], released: Released) -> List[dict]:
     """The pass's conditions: Kubernetes releases stuck on pods or unreadable, a stale or unsupported vendor
-    spec, unhealthy GPUs (with the holds on them)."""
+    spec, unhealthy GPUs (with the holds on them), GPUs a reset did not help, GPU recoveries that stopped."""
     observed = ctx.observed
     # the pass that sets an unreadable file aside raises the condition even when it clears the marker too
     unreadable = marker_stays(ctx, released) or observed.releases.unreadable is not None
@@ -38,6 +39,8 @@ def pass_conditions(ctx: Pass, live: Mapping[str, LiveHold], released: Released)
     sick = unhealthy_condition(observed.inventory, by_gpu, observed.health_cleared)
     if sick is not None:
         conditions.append(sick)
+    conditions.extend(recovery_conditions(observed.inventory, observed.maintenance, observed.health_cleared,
+                                          observed.now))
     return conditions
 
 

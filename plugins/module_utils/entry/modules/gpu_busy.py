@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The module bcd.devices.gpu_busy: whether GPUs are busy, read only.
+"""The module bcd.devices.gpu_busy: whether GPUs are busy, and healthy, read only.
 
 Its options are documented in plugins/modules/gpu_busy.py, which runs this bundled; the action plugin of the same
 name runs it from the node's installed library when it is the controller's code (node/library.py)."""
@@ -21,7 +21,7 @@ def main(basic):
     library runs without Ansible too: bcd-holds imports its siblings)."""
     module = basic.AnsibleModule(argument_spec=argument_spec(
         NODE_OPTIONS, LOCK_OPTIONS,
-        gpus=dict(type="list", elements="str", required=True),
+        gpus=dict(type="list", elements="str"),
     ), supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     params = module.params

@@ -168,7 +168,8 @@ def test_a_gpu_only_in_maintenance_is_free_to_reset(capsys, node):
     service(capsys, node, gpus=[GPU_B], reason="firmware")
     result = busy(capsys, node, GPU_B)
     assert result["gpus"] == [{"uuid": GPU_B, "busy": False, "claimed_by": [
-        {"kind": "maintenance", "text": "in maintenance (firmware)", "reason": "firmware"}]}]
+        {"kind": "maintenance", "text": "in maintenance (firmware)", "reason": "firmware"}],
+        "healthy": True, "problems": [], "reset_ineffective": False, "recoverable": False}]
     code, out, _err = cli(capsys, node, "busy", GPU_B, GPU_C)
     assert code == EX_OK
     assert out == "%s: free: in maintenance (firmware)\n%s: free\n" % (GPU_B, GPU_C)
