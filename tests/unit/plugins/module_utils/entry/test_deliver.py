@@ -12,6 +12,7 @@ rejection is wanted, one event naming a node the gateway does not know)."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import runpy
@@ -361,6 +362,45 @@ def test_a_token_in_a_header_of_its_own(capsys, node, start):
     configure(node, source.url, token_header="X-Bcd-Token")
     assert deliver(capsys, node)[0] == EX_OK
     assert journal(node) == []
+
+
+def self_signed(tmp_path):
+    """A certificate for localhost and its key, as PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    certfile, keyfile = tmp_path / "tls.crt", tmp_path / "tls.key"
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    return certfile, keyfile
+
+
+def test_an_https_gateway_s_certificate_is_checked_against_the_ca_file(capsys, node, start, tmp_path):
+    bound(node, "a1")
+    certfile, keyfile = self_signed(tmp_path)
+    source = start(node_keys={"node-a": key_of(node)}, token=TOKEN, certfile=str(certfile), keyfile=str(keyfile))
+    url = source.url.replace("http://127.0.0.1:", "https://localhost:")
+    configure(node, url)  # the system's CAs do not know this certificate: nothing is sent to it
+    code, _out, err = deliver(capsys, node)
+    assert code == EX_RETRY and "the gateway could not be reached: [SSL: CERTIFICATE_VERIFY_FAILED]" in err
+    assert journal(node) == [1] and source.queued() == []
+    node.write("/etc/bcd-holds/gateway-ca.pem", certfile.read_bytes())
+    configure(node, url, ca_file="/etc/bcd-holds/gateway-ca.pem")
+    code, out, _err = deliver(capsys, node, "--now")
+    assert (code, out) == (EX_OK, "delivered to %s: posted 1 event in 1 request, 1 accepted, acknowledged 1 through "
+                                  "seq 1, 0 left\n" % url)
+    assert source.queued() == [("node-a", 1, "AllocationBound")] and journal(node) == []
 
 
 class Redirecting(BaseHTTPRequestHandler):
