@@ -530,3 +530,22 @@ def test_a_backoff_file_that_is_not_one_is_no_backoff_and_said(capsys, node, sta
     assert err == ("WARNING: /var/lib/bcd/delivery-backoff.json cannot be read (Too many levels of symbolic links): "
                    "no backoff is kept\n")
     assert os.path.islink(node.path(BACKOFF))  # a success removes only a record it read
+
+
+@pytest.mark.parametrize("make", [
+    lambda path: path.write_bytes(b"not json"),
+    lambda path: path.write_bytes(b"[" * 100000 + b"]" * 100000),
+    lambda path: path.write_bytes(b'{"failures": 1, "next_attempt": "' + b"9" * 10000 + b'"}'),
+    lambda path: path.write_bytes(b'{"failures": "many", "next_attempt": 1e30}'),
+    lambda path: os.mkfifo(str(path)),
+    lambda path: path.mkdir(),
+], ids=["garbage", "deep", "huge", "wrong-types", "fifo", "directory"])
+def test_a_backoff_file_planted_by_the_account_is_no_backoff_and_never_hangs(capsys, node, start, make):
+    bound(node, "a1")
+    source = start(node_keys={"node-a": key_of(node)}, token=TOKEN)
+    configure(node, source.url)
+    make(Path(node.path(BACKOFF)))
+    code, out, err = deliver(capsys, node)
+    assert (code, out.split(":")[0]) == (EX_OK, "delivered to http")
+    assert err.startswith("WARNING: /var/lib/bcd/delivery-backoff.json ") and err.count("\n") == 1
+    assert journal(node) == []
