@@ -349,8 +349,14 @@ class NodeState:
         # Every event is sealed when the node can sign (format 2, docs/events.md "Seals"): a refusal too, so the
         # gateway knows which node sent it at which seq. Without cryptography only the unsigned refusals can be
         # journaled, unsealed, as before (the signed types need the key and fail the pass with the reason).
-        signs = HAS_CRYPTOGRAPHY or any(event["type"] in SIGNED_TYPES for event, _limits in queued)
-        key = self.key() if signs else None
+        key = None  # type: Optional[NodeKey]
+        if any(event["type"] in SIGNED_TYPES for event, _limits in queued):
+            key = self.key()
+        elif HAS_CRYPTOGRAPHY:
+            try:
+                key = self.key()
+            except EventsError:  # cryptography is there but cannot be imported, or the key cannot be made now
+                key = None
         journaled = self.journal.append_many([(event["type"], event["body"],
                                                key if event["type"] in SIGNED_TYPES else None)
                                               for event, _limits in queued], seal_with=key)
