@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -33,6 +34,7 @@ SOURCE = REPO / "extensions" / "eda" / "plugins" / "event_source" / "gateway.py"
 GPU_A = "GPU-5f1c2a90-0001-4000-8000-000000000001"
 GPU_B = "GPU-5f1c2a90-0001-4000-8000-000000000002"
 TOKEN = "tok-5b0e1d7c9a2f4e31"
+KEYS_RECHECK = runpy.run_path(str(SOURCE))["KEYS_RECHECK"]
 
 
 class Node:
@@ -47,22 +49,46 @@ class Node:
     def public_key(self):
         return self.key.public_key_b64()
 
-    def bind(self, allocation, gpu, generation=1):
-        return self.journal.append("AllocationBound", {
+    def append(self, event_type, body, sealed=True):
+        """Journal one event as a pass does: signed when its type is, sealed (format 2) unless ``sealed`` is
+        false (a node whose collection predates seals)."""
+        key = self.key if event_type != "AllocationFailed" else None
+        [event] = self.journal.append_many([(event_type, body, key)], seal_with=self.key if sealed else None)
+        return event
+
+    def bind(self, allocation, gpu, generation=1, sealed=True):
+        return self.append("AllocationBound", {
             "node_id": self.node_id, "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-000000000001", "allocation_id": allocation,
             "generation": generation, "device_ids": [gpu], "cdi_devices": ["bcd.dev/gpu=" + gpu],
             "cdi_spec_path": "/etc/cdi/bcd-%s.json" % allocation,
-            "env_file": "/run/bcd/allocations/%s.env" % allocation}, self.key)
+            "env_file": "/run/bcd/allocations/%s.env" % allocation}, sealed)
 
-    def release(self, allocation, gpu, generation=2):
-        return self.journal.append("AllocationReleased", {
+    def release(self, allocation, gpu, generation=2, sealed=True):
+        return self.append("AllocationReleased", {
             "node_id": self.node_id, "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-000000000001", "allocation_id": allocation,
-            "generation": generation, "device_ids": [gpu]}, self.key)
+            "generation": generation, "device_ids": [gpu]}, sealed)
 
-    def refuse(self, allocation, generation=1):
-        return self.journal.append("AllocationFailed", {
+    def refuse(self, allocation, generation=1, sealed=True):
+        return self.append("AllocationFailed", {
             "node_id": self.node_id, "allocation_id": allocation, "generation": generation, "reason": "overlap",
-            "message": "%s is in maintenance (firmware)" % GPU_A})
+            "message": "%s is in maintenance (firmware)" % GPU_A}, sealed)
+
+    def condition(self, event_type, gpu, generation=4, sealed=True, message=None):
+        cleared = event_type.endswith("Cleared")
+        return self.append(event_type, {
+            "type": event_type, "node_id": self.node_id, "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-000000000001",
+            "generation": generation, "device_ids": [gpu], "reason": "ConditionCleared" if cleared else "GPUFaulted",
+            "message": message or ("GPUUnhealthy (%s) no longer holds" % gpu if cleared else
+                                   "%s is unhealthy: Xid 79: GPU has fallen off the bus (reboot the node)" % gpu)},
+            sealed)
+
+    def seal(self, event):
+        """``event`` sealed anew by this node's key, whatever it says (a node's key speaking for it)."""
+        return self.key_seal(self.key, event)
+
+    @staticmethod
+    def key_seal(key, event):
+        return dict(event, format=2, seal=key.seal(event["seq"], event["type"], event["body"]))
 
     def unacked(self):
         return self.journal.unacked()
@@ -133,6 +159,9 @@ class Running:
         return self._call(drain())
 
     def stop(self):
+        if self.loop.is_closed():  # stopped by the test already
+            return
+
         async def cancel_all():  # the source and its connections, waited for: nothing is left pending
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
@@ -177,11 +206,13 @@ def test_accepted_events_are_queued_in_order_with_the_documented_shape(start, no
         (1, "AllocationBound"), (2, "AllocationFailed"), (3, "AllocationReleased")]
     assert queued[0] == {
         "bcd": {"type": "AllocationBound", "node": "node-a", "seq": 1, "allocation": "alloc_train",
-                "devices": [GPU_A], "reason": None, "generation": 1, "signed": True, "body": bound["body"]},
+                "devices": [GPU_A], "reason": None, "generation": 1, "signed": True, "sealed": True, "format": 2,
+                "body": bound["body"]},
         "meta": {"hosts": "node-a"}}
+    # a refusal carries no signature, but its seal is the node key's: it is the node's word, and says so
     assert queued[1]["bcd"] == {"type": "AllocationFailed", "node": "node-a", "seq": 2, "allocation": "alloc_vfio",
-                                "devices": [], "reason": "overlap", "generation": 1, "signed": False,
-                                "body": failed["body"]}
+                                "devices": [], "reason": "overlap", "generation": 1, "signed": True, "sealed": True,
+                                "format": 2, "body": failed["body"]}
     assert queued[2]["bcd"]["body"] == released["body"] and queued[2]["bcd"]["generation"] == 2
 
 
@@ -215,15 +246,20 @@ def test_a_forged_event_is_rejected_with_a_reason_and_the_rest_queued(start, nod
     node_a.bind("alloc_notebook", GPU_B)
     events = node_a.unacked()
     events[0]["body"]["device_ids"] = [GPU_B]  # someone between the node and the gateway changed the GPU
-    passed_off = dict(events[1], type="AllocationReleased")  # a bind passed off as a release
+    passed_off = dict(events[1], type="AllocationReleased", body=dict(events[1]["body"]))  # a bind passed off as a release
+    for field in ("cdi_devices", "cdi_spec_path", "env_file"):
+        del passed_off["body"][field]
     source = start(node_keys={"node-a": node_a.public_key})
 
     status, answer = source.deliver([events[0], passed_off])
 
     assert status == 200 and answer["accepted"] == []
     assert answer["rejected"] == [
-        {"seq": 1, "node": "node-a", "reason": "bad signature: the AllocationBound is not signed by the key of node node-a"},
-        {"seq": 2, "node": "node-a", "reason": "bad signature: the AllocationReleased is not signed by the key of node node-a"}]
+        {"seq": 1, "node": "node-a", "reason": "bad seal: the AllocationBound at seq 1 is not sealed by the key of node "
+                                               "node-a (its seq, type or body was changed, or another key sealed it)"},
+        {"seq": 2, "node": "node-a", "reason": "bad seal: the AllocationReleased at seq 2 is not sealed by the key of "
+                                               "node node-a (its seq, type or body was changed, or another key sealed "
+                                               "it)"}]
     assert source.queued() == []
     # the node's own events still go through: the forgery poisoned nothing
     assert source.deliver(node_a.unacked()) == (200, {"accepted": [1, 2], "rejected": []})
@@ -235,8 +271,11 @@ def test_an_event_signed_by_another_nodes_key_is_rejected(start, node_a, node_b)
     event = node_b.unacked()[0]
     event["body"]["node_id"] = "node-a"  # node-b's key cannot speak for node-a
     event["signature"] = node_b.key.sign(event["body"])
+    event = node_b.seal(event)
     source = start(node_keys={"node-a": node_a.public_key, "node-b": node_b.public_key})
-    assert source.deliver([event])[1]["rejected"][0]["reason"].startswith("bad signature")
+    assert source.deliver([event])[1]["rejected"] == [{"seq": 1, "node": "node-a", "reason": (
+        "bad seal: the AllocationBound at seq 1 is not sealed by the key of node node-a (its seq, type or body was "
+        "changed, or another key sealed it)")}]
     assert source.queued() == []
 
 
@@ -261,28 +300,27 @@ def test_a_node_enrolled_in_the_keys_directory_is_known_without_a_restart(start,
     assert source.deliver(node_a.unacked())[1]["accepted"] == [1]
     assert source.deliver(node_b.unacked())[1]["accepted"] == []
     (keys / "node-b").write_text(node_b.public_key)
+    time.sleep(KEYS_RECHECK + 0.1)  # the directory is looked at once a second at most, never once per event
     assert source.deliver(node_b.unacked())[1]["accepted"] == [1]
     assert [(e["bcd"]["node"], e["bcd"]["seq"]) for e in source.queued()] == [("node-a", 1), ("node-b", 1)]
 
 
-def test_a_signed_condition_is_queued_and_one_that_does_not_name_its_type_is_not(start, node_a):
-    body = {"node_id": "node-a", "type": "GPUUnhealthy", "generation": 4, "device_ids": [GPU_A],
-            "reason": "xid 79: GPU has fallen off the bus"}
-    condition = {"seq": 7, "type": "GPUUnhealthy", "body": body, "purpose": "attested-report",
-                 "signature": node_a.key.sign(body)}
-    renamed = dict(condition, seq=8, type="GPUHealthy")  # the type is not signed: the body must name it
-    unsigned = {"seq": 9, "type": "GPUUnhealthy", "body": body}
+def test_a_signed_condition_is_queued_and_one_passed_off_as_another_type_is_not(start, node_a):
+    condition = node_a.condition("GPUUnhealthy", GPU_A)
+    renamed = node_a.seal(dict(condition, type="GPUUnhealthyCleared"))  # sealed anew, its body still says GPUUnhealthy
+    unsigned = node_a.seal({"seq": 9, "type": "GPUUnhealthy", "body": condition["body"]})
     source = start(node_keys={"node-a": node_a.public_key})
 
     status, answer = source.deliver([condition, renamed, unsigned])
 
-    assert status == 200 and answer["accepted"] == [7]
+    assert status == 200 and answer["accepted"] == [1]
     assert [r["reason"] for r in answer["rejected"]] == [
-        'a signed GPUHealthy must name its type in its body (body.type), got "GPUUnhealthy"',
-        "bad signature: the GPUUnhealthy is not signed by the key of node node-a"]
+        'body.type: must name the event\'s own type, GPUUnhealthyCleared, got "GPUUnhealthy"',
+        "purpose: every GPUUnhealthy carries attested-report, got null"]
     assert [e["bcd"] for e in source.queued()] == [{
-        "type": "GPUUnhealthy", "node": "node-a", "seq": 7, "allocation": None, "devices": [GPU_A],
-        "reason": "xid 79: GPU has fallen off the bus", "generation": 4, "signed": True, "body": body}]
+        "type": "GPUUnhealthy", "node": "node-a", "seq": 1, "allocation": None, "devices": [GPU_A],
+        "reason": "GPUFaulted", "generation": 4, "signed": True, "sealed": True, "format": 2,
+        "body": condition["body"]}]
 
 
 def test_a_gpu_unhealthy_a_pass_journaled_on_a_fakehw_node_is_verified_and_queued(start, capsys, node):
@@ -299,7 +337,7 @@ def test_a_gpu_unhealthy_a_pass_journaled_on_a_fakehw_node_is_verified_and_queue
     [queued] = source.queued()
     assert queued["bcd"] == {"type": "GPUUnhealthy", "node": "node-a", "seq": event["seq"], "allocation": None,
                              "devices": [FAKE_GPU_B], "reason": "GPUFaulted", "generation": 3, "signed": True,
-                             "body": event["body"]}
+                             "sealed": True, "format": 2, "body": event["body"]}
     assert queued["meta"] == {"hosts": "node-a"}
 
 
@@ -358,11 +396,11 @@ def test_malformed_events_in_a_delivery_are_rejected_one_by_one(start, node_a):
                                      {"seq": 5, "type": "AllocationFailed", "body": {"allocation_id": "x"}},
                                      {"seq": 6, "type": "AllocationFailed", "body": []}, good])
     assert status == 200 and answer["accepted"] == [1]
-    assert [(r["seq"], r["reason"]) for r in answer["rejected"]] == [
-        (None, 'not an event: "text"'),
-        (None, "seq must be a positive integer, got true"),
-        (5, "body.node_id must name the node, got null"),
-        (6, "body must be a mapping, got []")]
+    assert [(r["seq"], r["node"], r["reason"]) for r in answer["rejected"]] == [
+        (None, None, 'not an event: a mapping is expected, got "text"'),
+        (None, None, "seq: must be an integer from 1 to 9223372036854775807, got true"),
+        (5, None, "body.node_id: missing (every AllocationFailed carries it)"),
+        (6, None, "body: must be a mapping, got []")]
     assert seqs(e["bcd"] for e in source.queued()) == [1]
 
 

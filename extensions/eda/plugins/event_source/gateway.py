@@ -8,12 +8,19 @@ The role posts ``{"events": [...]}`` and acknowledges, on the node, the contiguo
 put there by an earlier delivery), so an acknowledgement never loses one. HTTP/1.1 on asyncio's streams: the
 standard library and ``cryptography`` (for Ed25519, through the collection's own ``state/events.py``).
 docs/event-driven.md has the architecture, the arguments and the shape of the events put on the queue.
+
+It trusts no node and stays up for everyone: every event fits the collection's event grammar
+(``domain/event_grammar.py``: no field holds a template delimiter, whoever signed it) before anything else
+reads it; an event counts as a node's only under that node's seal; what was queued is remembered (on disk
+with ``state_dir``) so that nothing is acted on twice; and connections, refusals and big deliveries are
+bounded so that one client cannot keep the others waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import collections
+import hashlib
 import hmac
 import json
 import logging
@@ -25,30 +32,33 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 DOCUMENTATION = r"""
 ---
-short_description: Receive a GPU node's signed events from the role's delivery, verified, once each
+short_description: Receive a GPU node's sealed events from the role's delivery, checked, once each
 description:
   - >-
     An ansible-rulebook event source. It is the gateway the role P(bcd.devices.bcd_holds#role) delivers to
     (C(bcd_holds_gateway_url)) - the role posts C({"events": [...]}), the node's events not yet acknowledged,
     oldest first, and acknowledges the contiguous prefix of the C(accepted) seqs this answers.
   - >-
-    Each event is checked against the public key of the node it names (C(body.node_id)). C(AllocationBound)
-    and C(AllocationReleased) must carry a valid signature by that key (as the filter bcd.devices.verify_report
-    checks it). C(AllocationFailed) is never signed, so it is passed on as an unverified report
-    (C(bcd.signed=false)). Any other type must be signed by the node's key and name its own type in its body
-    (C(body.type)), since the signature covers the body and not the event's C(type).
+    Each event must first fit the grammar of the node's events (every field allowlisted, no curly bracket or
+    control character anywhere, no field its type does not have), then name a node whose key is configured
+    (C(body.node_id)), then carry a valid seal by that key (format 2 - the node's Ed25519 signature over its
+    C(seq), C(type) and C(body)). C(AllocationBound), C(AllocationReleased) and the conditions must also carry
+    a valid signature by that key (as the filter bcd.devices.verify_report checks it). An event of format 1
+    (no seal, from a node not yet upgraded) is refused unless O(accept_unsealed) is set.
   - >-
-    An event of an unknown node, with a bad signature, or malformed, is not put on the queue and is listed in
-    the answer's C(rejected) with its C(seq) and a C(reason); the node keeps it and posts it again.
+    An event that fails a check is not put on the queue and is listed in the answer's C(rejected) with its
+    C(seq) and a C(reason); the node keeps it and posts it again.
   - >-
     Each accepted event is put on the queue once, as C({"bcd": {...}, "meta": {"hosts": <node>}}) (docs/event-driven.md
     has the fields). A delivery posted again (a run that died before acknowledging) is answered as accepted and
-    queued nothing more - duplicates are recognised by node and C(seq), in bounded memory, for as long as the
-    source runs.
+    queued nothing more. A sealed event is remembered by node and C(seq), an accepted unsealed one by a digest of
+    its node, type and body; with O(state_dir) that memory is written to disk before the answer, so a restarted
+    source queues nothing it queued before, otherwise it lasts as long as the source runs.
   - >-
     Requests past O(max_body_bytes) are answered 413, past O(rate) 429, without the token 401, and anything that
-    is not a POST of a JSON object with a list C(events) 400 with the reason; nothing of them is queued, and the
-    source goes on serving.
+    is not a POST of a JSON object with a list C(events) 400 with the reason; a connection past
+    O(max_connections_per_client) is answered 429 and past O(max_connections) 503, and closed at once. Nothing of
+    them is queued, and the source goes on serving.
 options:
   host:
     description: The address to listen on.
@@ -70,8 +80,11 @@ options:
     description:
       - >-
         A directory of node public keys, one file per node, named C(<node_id>) or C(<node_id>.pub), holding the
-        C(node_public_key) of M(bcd.devices.holds_info). Read again when a file in it changes, so a node is
-        enrolled without a restart. O(node_keys) wins for a node named in both.
+        C(node_public_key) of M(bcd.devices.holds_info). O(node_keys) wins for a node named in both.
+      - >-
+        Looked at once a second at most, never once per event - a file added, removed or renamed into place is
+        seen within a second, a file rewritten in place within 10 seconds; only the files whose modification
+        time or size changed are read again. So a node is enrolled without a restart.
     type: str
   token:
     description:
@@ -96,6 +109,26 @@ options:
   cafile:
     description: CA certificates that client certificates must chain to (mutual TLS); needs O(certfile).
     type: str
+  accept_unsealed:
+    description:
+      - >-
+        Accept events of format 1 (no seal), from nodes whose collection predates sealed events, while a fleet
+        upgrades. Their signatures are checked as before; each is remembered by a digest of its node, type and
+        body, never by its C(seq), and is queued with C(bcd.sealed=false) (an unsealed C(AllocationFailed) also
+        with C(bcd.signed=false)). Unset, an unsealed event is rejected with the reason.
+    type: bool
+    default: false
+  state_dir:
+    description:
+      - >-
+        A directory the source owns (created, mode 0700, when missing) where it keeps, one file per node, what it
+        has queued - the node's seqs and the digests of its unsealed events - written atomically after the events
+        are put on the queue and before the answer. A restarted source then recognises what it queued before
+        and queues none of it again. A damaged file is logged and read as empty for its node.
+      - >-
+        Unset, that memory lasts as long as the source runs - a source restarted before a node's acknowledgement
+        arrived queues that delivery's events again.
+    type: str
   max_body_bytes:
     description:
       - >-
@@ -111,6 +144,14 @@ options:
     description: Requests one client address may make at once before O(rate) applies.
     type: int
     default: 20
+  max_connections:
+    description: Connections open at once, from all clients together; one more is answered 503 and closed at once.
+    type: int
+    default: 256
+  max_connections_per_client:
+    description: Connections open at once from one client address; one more is answered 429 and closed at once.
+    type: int
+    default: 8
   max_events:
     description: The most events one delivery may carry (a node's journal holds at most 10 000); more is answered 400.
     type: int
@@ -129,6 +170,7 @@ EXAMPLES = r"""
         host: 0.0.0.0
         port: 5050
         node_keys_dir: /etc/bcd-gateway/node-keys
+        state_dir: /var/lib/bcd-gateway
         token: "{{ BCD_GATEWAY_TOKEN }}"
         certfile: /etc/bcd-gateway/tls.crt
         keyfile: /etc/bcd-gateway/tls.key
@@ -142,32 +184,40 @@ EXAMPLES = r"""
 
 logger = logging.getLogger(__name__)
 
-# The types the node signs with a body that tells them apart (state/events.py), and the one it never signs.
-_ATTESTED = ("AllocationBound", "AllocationReleased")
-_UNSIGNED = ("AllocationFailed",)
-_PURPOSE = "attested-report"
 MAX_HEADER_BYTES = 16 * 1024  # the request line and headers together
-MAX_SEEN = 10000  # seqs above the contiguous prefix remembered per node: a node's journal holds at most this many
+MAX_SEEN = 10000  # seqs above the contiguous prefix, and unsealed digests, remembered per node: a node's journal bound
 MAX_CLIENTS = 4096  # client addresses the rate limit remembers
-LINGER_BYTES = 1 << 20  # read and dropped after a refusal, at most, before the connection is closed
-LINGER_SECONDS = 2.0
+DRAIN_BYTES = 4096  # read and dropped after a refusal, at most, before the connection is closed
+DRAIN_SECONDS = 0.1  # and for at most this long
 MAX_REASON = 300  # characters of input quoted in a reason
+TURN_SECONDS = 0.01  # checking or queueing a delivery's events gives the event loop back this often, to the others
+KEYS_RECHECK = 1.0  # seconds between two looks at node_keys_dir, at least
+KEYS_RESCAN = 10.0  # seconds after which every file's time and size is looked at again, directory unchanged or not
+MAX_KEY_FILE = 4096
+MAX_STATE_BYTES = 4 * 1024 * 1024  # a node's memory: 10 000 seqs and 10 000 digests are under 1 MiB
+STATE_VERSION = 1
+HANDSHAKE_SECONDS = 10.0  # a TLS client has this long to finish its handshake (or ``timeout``, when shorter)
 _STATUS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
            408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 429: "Too Many Requests",
-           431: "Request Header Fields Too Large", 500: "Internal Server Error", 505: "HTTP Version Not Supported"}
+           431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable",
+           505: "HTTP Version Not Supported"}
+_DIGEST_HEX = frozenset("0123456789abcdef")
+# Python 3.11 upgrades an accepted connection to TLS itself (StreamWriter.start_tls): the connection is counted
+# against the limits before its handshake. Before 3.11, asyncio's server does the handshake before the source
+# sees the connection (within HANDSHAKE_SECONDS).
+_START_TLS = hasattr(asyncio.StreamWriter, "start_tls")
 
 
-def _collection_events():
-    """The collection's ``state/events.py`` (signatures) and ``support/bounded_json.py`` (bounded parsing).
+def _collection():
+    """The collection's ``state/events.py`` (seals and signatures), ``support/bounded_json.py`` (bounded parsing),
+    ``domain/event_grammar.py`` (what each field may hold) and ``domain/event_types.py``.
 
     ansible-rulebook runs a source with ``runpy.run_path``, so the collection's package is importable only when
     the folder holding ``ansible_collections`` is on ``sys.path``; when it is not, the folder this file is
     installed under (``<path>/ansible_collections/bcd/devices/extensions/eda/plugins/event_source/``) is added.
     """
     try:
-        from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json  # pylint: disable=import-outside-toplevel
-        from ansible_collections.bcd.devices.plugins.module_utils.state import events  # pylint: disable=import-outside-toplevel
-        return events, bounded_json
+        return _imported()
     except ImportError:
         here = os.path.dirname(os.path.abspath(__file__))
         top = here
@@ -178,9 +228,14 @@ def _collection_events():
             raise ImportError("bcd.devices.gateway: ansible_collections.bcd.devices cannot be imported, and this source "
                               "(%s) is not installed in a collection tree that has it" % here)
         sys.path.insert(0, top)
-        from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json  # pylint: disable=import-outside-toplevel
-        from ansible_collections.bcd.devices.plugins.module_utils.state import events  # pylint: disable=import-outside-toplevel
-        return events, bounded_json
+        return _imported()
+
+
+def _imported():
+    from ansible_collections.bcd.devices.plugins.module_utils.domain import event_grammar, event_types  # pylint: disable=import-outside-toplevel
+    from ansible_collections.bcd.devices.plugins.module_utils.state import events  # pylint: disable=import-outside-toplevel
+    from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json  # pylint: disable=import-outside-toplevel
+    return events, bounded_json, event_grammar, event_types
 
 
 class BadRequest(Exception):
@@ -203,11 +258,15 @@ def _shown(value):
 
 
 class NodeKeys:
-    """The node public keys: the ``node_keys`` mapping, over the files of ``node_keys_dir`` (read again when the
-    directory or one of its files changes)."""
+    """The node public keys: the ``node_keys`` mapping, over the files of ``node_keys_dir``.
+
+    ``refresh`` looks at the directory at most once every ``KEYS_RECHECK`` seconds (one ``stat``), lists it when
+    its modification time changed or ``KEYS_RESCAN`` seconds have passed, and reads again only the files whose
+    modification time or size changed; ``get`` does no I/O. So the keys cost nothing per event, whatever the
+    number of nodes enrolled."""
 
     def __init__(self, events, mapping, directory):
-        # type: (Any, Any, Optional[str]) -> None
+        # type: (Any, Any, Any) -> None
         self._events = events
         if mapping is not None and not isinstance(mapping, dict):
             raise ValueError("bcd.devices.gateway: node_keys must be a mapping of node id to public key, got %s"
@@ -215,14 +274,20 @@ class NodeKeys:
         self._fixed = {}  # type: Dict[str, str]
         for node, key in (mapping or {}).items():
             self._fixed[str(node)] = self._checked(key, "node_keys[%s]" % node)
-        if directory is not None and not os.path.isdir(directory):
-            raise ValueError("bcd.devices.gateway: node_keys_dir %s is not a directory" % directory)
+        if directory is not None and (not isinstance(directory, str) or not os.path.isdir(directory)):
+            raise ValueError("bcd.devices.gateway: node_keys_dir %s is not a directory" % _shown(directory))
         if not self._fixed and directory is None:
             raise ValueError("bcd.devices.gateway: give the node public keys, in node_keys or node_keys_dir")
-        self._dir = directory
-        self._stamp = None  # type: Optional[Tuple[Any, ...]]
+        self._dir = directory  # type: Optional[str]
+        self._dir_mtime = None  # type: Optional[int]
+        self._files = {}  # type: Dict[str, Tuple[int, int, Optional[str]]]  # name: (mtime_ns, size, key or None)
         self._from_dir = {}  # type: Dict[str, str]
-        self._refresh()
+        self._looked = float("-inf")
+        self._listed = float("-inf")
+        self.clock = time.monotonic
+        self.looks = 0  # times the directory was looked at (a stat), and
+        self.reads = 0  # key files read: the tests count them, a delivery costs none unless a file changed
+        self.refresh()
 
     def _checked(self, key, where):
         # type: (Any, str) -> str
@@ -232,61 +297,81 @@ class NodeKeys:
             raise ValueError("bcd.devices.gateway: %s: %s" % (where, exc))
         return key.strip()
 
-    def _listing(self):
-        # type: () -> Tuple[Any, ...]
+    def _read(self, name, size):
+        # type: (str, int) -> Optional[str]
         assert self._dir is not None
-        entries = []
-        with os.scandir(self._dir) as it:
-            for entry in it:
-                if entry.is_file():
-                    st = entry.stat()
-                    entries.append((entry.name, st.st_mtime_ns, st.st_size))
-        return tuple(sorted(entries))
+        path = os.path.join(self._dir, name)
+        if size > MAX_KEY_FILE:
+            logger.warning("bcd.devices.gateway: %s is larger than a node public key (%d bytes) and is ignored", path, size)
+            return None
+        self.reads += 1
+        try:
+            with open(path, encoding="ascii") as handle:
+                return self._checked(handle.read(MAX_KEY_FILE + 1), path)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            logger.warning("bcd.devices.gateway: %s is not a node public key and is ignored: %s", path, exc)
+            return None
 
-    def _refresh(self):
+    def refresh(self):
         # type: () -> None
         if self._dir is None:
             return
+        now = self.clock()
+        if now - self._looked < KEYS_RECHECK:
+            return
+        self._looked = now
+        self.looks += 1
         try:
-            stamp = self._listing()
+            mtime = os.stat(self._dir).st_mtime_ns
+        except OSError as exc:
+            logger.warning("bcd.devices.gateway: cannot read node_keys_dir %s: %s", self._dir, exc)
+            return
+        if mtime == self._dir_mtime and now - self._listed < KEYS_RESCAN:
+            return
+        try:
+            files = {}  # type: Dict[str, Tuple[int, int, Optional[str]]]
+            with os.scandir(self._dir) as entries:
+                for entry in entries:
+                    if entry.name.startswith(".") or not entry.is_file():
+                        continue
+                    st = entry.stat()
+                    known = self._files.get(entry.name)
+                    if known is not None and known[:2] == (st.st_mtime_ns, st.st_size):
+                        files[entry.name] = known
+                    else:
+                        files[entry.name] = (st.st_mtime_ns, st.st_size, self._read(entry.name, st.st_size))
         except OSError as exc:
             logger.warning("bcd.devices.gateway: cannot list node_keys_dir %s: %s", self._dir, exc)
             return
-        if stamp == self._stamp:
-            return
-        keys = {}
-        for name, _mtime, size in stamp:
-            if name.startswith(".") or size > 4096:
-                continue
-            node = name[:-4] if name.endswith(".pub") else name
-            path = os.path.join(self._dir, name)
-            try:
-                with open(path, encoding="ascii") as handle:
-                    keys[node] = self._checked(handle.read(), path)
-            except (OSError, UnicodeDecodeError, ValueError) as exc:
-                logger.warning("bcd.devices.gateway: %s is not a node public key and is ignored: %s", path, exc)
+        self._dir_mtime, self._listed, self._files = mtime, now, files
+        keys = {}  # type: Dict[str, str]
+        for name in sorted(files):  # <node>.pub over <node> when both are there
+            key = files[name][2]
+            if key is not None:
+                keys[name[:-4] if name.endswith(".pub") else name] = key
         self._from_dir = keys
-        self._stamp = stamp
 
     def get(self, node):
         # type: (str) -> Optional[str]
-        if node in self._fixed:
-            return self._fixed[node]
-        self._refresh()
-        return self._from_dir.get(node)
+        return self._fixed.get(node) or self._from_dir.get(node)
 
 
-class Seen:
-    """The seqs of one node already queued: every seq up to ``through``, and those in ``above``."""
+class NodeMemory:
+    """What was queued of one node: every sealed seq up to ``through`` (None until its first sealed event), those in
+    ``above``, and the digests of its accepted unsealed events (oldest first, at most ``MAX_SEEN``); ``key`` is the
+    node key it was remembered under (a node with a new key is a new identity, remembered anew)."""
 
-    def __init__(self, through):
-        # type: (int) -> None
-        self.through = through
+    def __init__(self, key):
+        # type: (str) -> None
+        self.key = key
+        self.through = None  # type: Optional[int]
         self.above = set()  # type: Set[int]
+        self.unsealed = collections.OrderedDict()  # type: collections.OrderedDict[str, None]
+        self.dirty = False
 
     def has(self, seq):
         # type: (int) -> bool
-        return seq <= self.through or seq in self.above
+        return self.through is not None and (seq <= self.through or seq in self.above)
 
     def room(self):
         # type: () -> bool
@@ -294,10 +379,150 @@ class Seen:
 
     def add(self, seq):
         # type: (int) -> None
+        assert self.through is not None
         self.above.add(seq)
         while self.through + 1 in self.above:
             self.through += 1
             self.above.discard(self.through)
+        self.dirty = True
+
+    def has_digest(self, digest):
+        # type: (str) -> bool
+        return digest in self.unsealed
+
+    def add_digest(self, digest):
+        # type: (str) -> None
+        self.unsealed[digest] = None
+        while len(self.unsealed) > MAX_SEEN:
+            self.unsealed.popitem(last=False)
+        self.dirty = True
+
+    def document(self, node):
+        # type: (str) -> Dict[str, Any]
+        return {"version": STATE_VERSION, "node": node, "key": self.key, "through": self.through,
+                "above": sorted(self.above), "unsealed": list(self.unsealed)}
+
+    @classmethod
+    def from_document(cls, document, node, key):
+        # type: (Any, str, str) -> Optional[NodeMemory]
+        """The memory a state file holds, or None when it is not one of ``node``'s (``ValueError`` says why);
+        None too when it was kept under another key (a new identity: nothing of the old one counts)."""
+        if not isinstance(document, dict) or document.get("version") != STATE_VERSION or document.get("node") != node:
+            raise ValueError("not a state file of node %s (version %d)" % (node, STATE_VERSION))
+        through, above, unsealed = document.get("through"), document.get("above"), document.get("unsealed")
+        if through is not None and (not isinstance(through, int) or isinstance(through, bool) or through < 0):
+            raise ValueError("through must be a seq or null, got %s" % _shown(through))
+        if (not isinstance(above, list) or len(above) > MAX_SEEN or (above and through is None)
+                or not all(isinstance(s, int) and not isinstance(s, bool) and through is not None and s > through + 1
+                           for s in above)):
+            raise ValueError("above must be at most %d seqs past through + 1" % MAX_SEEN)
+        if (not isinstance(unsealed, list) or len(unsealed) > MAX_SEEN
+                or not all(isinstance(d, str) and len(d) == 64 and set(d) <= _DIGEST_HEX for d in unsealed)):
+            raise ValueError("unsealed must be at most %d SHA-256 digests" % MAX_SEEN)
+        if document.get("key") != key:
+            return None
+        memory = cls(key)
+        memory.through = through
+        memory.above = set(above)
+        memory.unsealed = collections.OrderedDict((digest, None) for digest in unsealed)
+        return memory
+
+
+class StateUnwritable(Exception):
+    """The memory of what was queued could not be written to ``state_dir``."""
+
+
+class StateDir:
+    """``state_dir``: one file per node, ``<node_id>.json`` (a node id is a host name by the grammar, so a safe
+    file name), written atomically: a temporary file, fsynced, renamed over the old one, the directory fsynced."""
+
+    def __init__(self, path, bounded_json):
+        # type: (Any, Any) -> None
+        self.bounded_json = bounded_json
+        if not isinstance(path, str) or not path:
+            raise ValueError("bcd.devices.gateway: state_dir must be a directory path, got %s" % _shown(path))
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise ValueError("bcd.devices.gateway: state_dir %s cannot be created: %s" % (path, exc.strerror or exc))
+        if not os.path.isdir(path):
+            raise ValueError("bcd.devices.gateway: state_dir %s is not a directory" % path)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError("bcd.devices.gateway: state_dir %s is not writable by this process" % path)
+        self.path = path
+
+    def _file(self, node):
+        # type: (str) -> str
+        return os.path.join(self.path, node + ".json")
+
+    def load(self, node, key):
+        # type: (str, str) -> NodeMemory
+        """What was queued of ``node`` by an earlier run; an empty memory when there is none, it is damaged
+        (logged) or it was kept under another key."""
+        path = self._file(node)
+        try:
+            with open(path, "rb") as handle:
+                content = handle.read(MAX_STATE_BYTES + 1)
+        except FileNotFoundError:
+            return NodeMemory(key)
+        except OSError as exc:
+            logger.error("bcd.devices.gateway: %s cannot be read (%s); node %s is remembered from now on only",
+                         path, exc.strerror or exc, node)
+            return NodeMemory(key)
+        try:
+            if len(content) > MAX_STATE_BYTES:
+                raise ValueError("larger than %d bytes" % MAX_STATE_BYTES)
+            memory = NodeMemory.from_document(self.bounded_json.loads(content, path), node, key)
+        except (ValueError, self.bounded_json.StateFileError) as exc:  # UnicodeDecodeError is a ValueError
+            logger.warning("bcd.devices.gateway: %s is damaged and read as empty: %s", path, exc)
+            return NodeMemory(key)
+        if memory is None:
+            logger.warning("bcd.devices.gateway: %s was kept under another key of node %s: the node has a new "
+                           "identity, and what was queued under the old one no longer counts", path, node)
+            return NodeMemory(key)
+        return memory
+
+    def save(self, node, memory):
+        # type: (str, NodeMemory) -> None
+        path = self._file(node)
+        temporary = os.path.join(self.path, ".%s.json.tmp-%s" % (node, os.urandom(6).hex()))
+        content = json.dumps(memory.document(node), separators=(",", ":")).encode("utf-8")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                view = memoryview(content)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, path)
+            directory = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        except OSError as exc:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise StateUnwritable("%s cannot be written: %s" % (path, exc.strerror or exc))
+
+
+class Checked:
+    """One event of a delivery that passed every check."""
+
+    __slots__ = ("event", "seq", "node", "sealed", "signed", "digest")
+
+    def __init__(self, event, node, sealed, signed, digest):
+        # type: (Dict[str, Any], str, bool, bool, Optional[str]) -> None
+        self.event = event
+        self.seq = event["seq"]  # type: int
+        self.node = node
+        self.sealed = sealed
+        self.signed = signed
+        self.digest = digest
 
 
 class Gateway:
@@ -305,11 +530,15 @@ class Gateway:
 
     def __init__(self, queue, args):
         # type: (Any, Dict[str, Any]) -> None
-        self.events, self.bounded_json = _collection_events()
+        self.events, self.bounded_json, self.grammar, self.types = _collection()
         try:
             self.events.import_cryptography()
         except self.events.EventsError as exc:
             raise RuntimeError("bcd.devices.gateway: %s" % exc)
+        unknown = sorted(str(name) for name in args if str(name) not in OPTIONS and not str(name).startswith("_"))
+        if unknown:
+            logger.warning("bcd.devices.gateway: unknown arguments ignored: %s (it takes %s)",
+                           ", ".join(unknown), ", ".join(sorted(OPTIONS)))
         self.queue = queue
         self.keys = NodeKeys(self.events, args.get("node_keys"), args.get("node_keys_dir"))
         self.token = args.get("token") or None
@@ -319,11 +548,37 @@ class Gateway:
         self.rate = _positive(args, "rate", 5.0, float)
         self.burst = _positive(args, "burst", 20, int)
         self.timeout = _positive(args, "timeout", 60.0, float)
-        self.seen = {}  # type: Dict[str, Seen]
+        self.max_connections = _positive(args, "max_connections", 256, int)
+        self.max_per_client = _positive(args, "max_connections_per_client", 8, int)
+        self.accept_unsealed = _boolean(args, "accept_unsealed", False)
+        self.state = StateDir(args["state_dir"], self.bounded_json) if args.get("state_dir") is not None else None
+        self.memories = {}  # type: Dict[str, NodeMemory]
+        self.locks = {}  # type: Dict[str, asyncio.Lock]
         self.buckets = {}  # type: Dict[str, List[float]]
-        self.lock = asyncio.Lock()
+        self.open = 0
+        self.open_by_client = {}  # type: Dict[str, int]
 
     # --- the checks before the body ---
+
+    def enter(self, client):
+        # type: (str) -> Optional[Tuple[int, str]]
+        """Count a new connection from ``client``; ``(status, reason)`` when it is one too many."""
+        if self.open >= self.max_connections:
+            return 503, "%d connections are open, max_connections; try again later" % self.open
+        if self.open_by_client.get(client, 0) >= self.max_per_client:
+            return 429, "%d connections from %s are open, max_connections_per_client" % (self.max_per_client, client)
+        self.open += 1
+        self.open_by_client[client] = self.open_by_client.get(client, 0) + 1
+        return None
+
+    def leave(self, client):
+        # type: (str) -> None
+        self.open -= 1
+        left = self.open_by_client.get(client, 1) - 1
+        if left > 0:
+            self.open_by_client[client] = left
+        else:
+            self.open_by_client.pop(client, None)
 
     def allow(self, client):
         # type: (str) -> bool
@@ -371,89 +626,152 @@ class Gateway:
         return document["events"]
 
     def check(self, event):
-        # type: (Any) -> Tuple[Optional[str], Optional[str], bool]
-        """``(node, reason, signed)``: why the event is refused (None when it is not), and whether its signature
-        was checked. ``node`` is None when the event names none."""
-        if not isinstance(event, dict):
-            return None, "not an event: %s" % _shown(event), False
-        seq, kind, body = event.get("seq"), event.get("type"), event.get("body")
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1 or seq > self.events.MAX_SEQ:
-            return None, "seq must be a positive integer, got %s" % _shown(seq), False
-        if not isinstance(kind, str) or not kind:
-            return None, "type must be a non-empty string, got %s" % _shown(kind), False
-        if not isinstance(body, dict):
-            return None, "body must be a mapping, got %s" % _shown(body), False
-        node = body.get("node_id")
-        if not isinstance(node, str) or not node:
-            return None, "body.node_id must name the node, got %s" % _shown(node), False
+        # type: (Any) -> Tuple[Optional[Checked], Optional[Dict[str, Any]]]
+        """``(checked, None)`` for an event that passes every check, else ``(None, rejected)``: its answer's entry
+        (``seq``, ``node``, ``reason``)."""
+        seq = event.get("seq") if isinstance(event, dict) else None
+        if not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq <= self.events.MAX_SEQ:
+            seq = None
+        node = self.grammar.node_of(event)
+        why = self.grammar.check_event(event)
+        if why is None:
+            assert node is not None
+            why, checked = self._verified(event, node)
+            if checked is not None:
+                return checked, None
+        return None, {"seq": seq, "node": node, "reason": why}
+
+    def _verified(self, event, node):
+        # type: (Dict[str, Any], str) -> Tuple[str, Optional[Checked]]
+        kind = event["type"]
         key = self.keys.get(node)
         if key is None:
-            return node, "unknown node %s: no public key is configured for it (node_keys, node_keys_dir)" % _shown(node), False
-        if kind in _UNSIGNED:
-            return node, None, False
-        if kind in _ATTESTED:
-            if self.events.verify_report(event, key):
-                return node, None, True
-            return node, "bad signature: the %s is not signed by the key of node %s" % (kind, node), False
-        if body.get("type") != kind:
-            return node, "a signed %s must name its type in its body (body.type), got %s" % (kind, _shown(body.get("type"))), False
-        if event.get("purpose") != _PURPOSE or not self._signature_valid(event, key):
-            return node, "bad signature: the %s is not signed by the key of node %s" % (kind, node), False
-        return node, None, True
+            return "unknown node %s: no public key is configured for it (node_keys, node_keys_dir)" % _shown(node), None
+        sealed = self.grammar.is_sealed_form(event)
+        if sealed:
+            if not self.events.verify_seal(event, key):
+                return ("bad seal: the %s at seq %d is not sealed by the key of node %s (its seq, type or body was "
+                        "changed, or another key sealed it)" % (kind, event["seq"], node)), None
+        elif not self.accept_unsealed:
+            return ("unsealed: the %s at seq %d has no seal (event format 1, from a node whose collection predates "
+                    "sealed events); upgrade the node's collection, or set accept_unsealed while the fleet "
+                    "upgrades" % (kind, event["seq"])), None
+        signed = sealed  # the seal is the node key's signature of the whole event, a refusal's too
+        if kind in self.types.SIGNED_TYPES:
+            if not self.events.verify_report(event, key):
+                return "bad signature: the %s is not signed by the key of node %s" % (kind, node), None
+            signed = True
+        digest = None
+        if not sealed:
+            digest = hashlib.sha256(json.dumps([node, kind, event["body"]], sort_keys=True, separators=(",", ":"),
+                                               ensure_ascii=False).encode("utf-8")).hexdigest()
+        return "", Checked(event, node, sealed, signed, digest)
 
-    def _signature_valid(self, event, key):
-        # type: (Dict[str, Any], str) -> bool
-        """An Ed25519 signature by ``key`` over ``attested-report\\n`` and the canonical body."""
-        try:
-            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey  # pylint: disable=import-outside-toplevel
-            signature = base64.b64decode(str(event.get("signature")).encode("ascii"), validate=True)
-            Ed25519PublicKey.from_public_bytes(self.events.decode_public_key(key)).verify(
-                signature, self.events.signed_payload(event["body"]))
-            return True
-        except Exception:  # InvalidSignature, a malformed signature or body
-            return False
+    async def _memory(self, node):
+        # type: (str) -> NodeMemory
+        """What was queued of ``node`` (read from ``state_dir`` the first time), under its key now."""
+        key = self.keys.get(node)
+        assert key is not None
+        memory = self.memories.get(node)
+        if memory is not None and memory.key == key:
+            return memory
+        if memory is not None:
+            logger.warning("bcd.devices.gateway: node %s has a new key: what was queued under the old one no longer "
+                           "counts", node)
+            memory = NodeMemory(key)
+        elif self.state is not None:
+            memory = await asyncio.get_running_loop().run_in_executor(None, self.state.load, node, key)
+        else:
+            memory = NodeMemory(key)
+        self.memories[node] = memory
+        return memory
 
     async def deliver(self, body):
         # type: (bytes) -> Dict[str, Any]
-        """Queue each new verified event of a delivery, in seq order; ``{"accepted": [...], "rejected": [...]}``."""
+        """Queue each new verified event of a delivery, in seq order per node; ``{"accepted": [...],
+        "rejected": [...]}``. Every ``TURN_SECONDS`` of checking or queueing, the other clients get a turn: a
+        delivery of 10 000 events (seconds of signature checks) keeps no other waiting for it."""
         events = self.parse(body)
-        accepted = []  # type: List[int]
+        self.keys.refresh()
         rejected = []  # type: List[Dict[str, Any]]
-        checked = []  # type: List[Tuple[int, str, Dict[str, Any], bool]]
-        lowest = {}  # type: Dict[str, int]
+        by_node = {}  # type: Dict[str, List[Checked]]
+        turn = _Turns()
         for event in events:
-            node, reason, signed = self.check(event)
-            seq = event.get("seq") if isinstance(event, dict) else None
-            if reason is not None:
-                rejected.append({"seq": seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
-                                 "node": node, "reason": reason})
-                logger.warning("bcd.devices.gateway: rejected event %s: %s", _shown(seq), reason)
+            await turn.taken()
+            checked, refusal = self.check(event)
+            if checked is not None:
+                by_node.setdefault(checked.node, []).append(checked)
             else:
-                assert node is not None and isinstance(seq, int)
-                checked.append((seq, node, event, signed))
-            if node is not None and isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
-                lowest[node] = min(lowest.get(node, seq), seq)
-        checked.sort(key=lambda item: (item[1], item[0]))
-        async with self.lock:
-            for node, low in lowest.items():
-                if node not in self.seen and any(n == node for _s, n, _e, _g in checked):
-                    # the first delivery of a node since the source started: what it no longer posts, it had
-                    # acknowledged
-                    self.seen[node] = Seen(low - 1)
-            for seq, node, event, signed in checked:
-                seen = self.seen[node]
-                if seen.has(seq):
-                    accepted.append(seq)
+                assert refusal is not None
+                rejected.append(refusal)
+                logger.warning("bcd.devices.gateway: rejected event %s of %s: %s", _shown(refusal["seq"]),
+                               _shown(refusal["node"]), refusal["reason"])
+        accepted = []  # type: List[int]
+        for node in sorted(by_node):
+            lock = self.locks.setdefault(node, asyncio.Lock())
+            async with lock:
+                accepted.extend(await self._queue_node(node, sorted(by_node[node], key=lambda c: c.seq), rejected))
+        return {"accepted": sorted(set(accepted)), "rejected": rejected}
+
+    async def _queue_node(self, node, items, rejected):
+        # type: (str, List[Checked], List[Dict[str, Any]]) -> List[int]
+        memory = await self._memory(node)
+        sealed = [item.seq for item in items if item.sealed]
+        if memory.through is None and sealed:
+            # the first sealed delivery of a node this source knows of: what it no longer posts, it had acknowledged
+            memory.through = sealed[0] - 1
+            memory.dirty = True
+        accepted = []  # type: List[int]
+        turn = _Turns()
+        for item in items:
+            await turn.taken()
+            if item.sealed:
+                if memory.has(item.seq):
+                    accepted.append(item.seq)
                     continue
-                if not seen.room():
-                    rejected.append({"seq": seq, "node": node, "reason": (
+                if not memory.room():
+                    rejected.append({"seq": item.seq, "node": node, "reason": (
                         "%d events of node %s after a gap are waiting for the events before them; post those first"
                         % (MAX_SEEN, node))})
                     continue
-                await self.queue.put(eda_event(event, node, signed))
-                seen.add(seq)
-                accepted.append(seq)
-        return {"accepted": sorted(accepted), "rejected": rejected}
+                await self.queue.put(eda_event(item))
+                memory.add(item.seq)
+            else:
+                assert item.digest is not None
+                if not memory.has_digest(item.digest):
+                    await self.queue.put(eda_event(item))
+                    memory.add_digest(item.digest)
+            accepted.append(item.seq)
+        if self.state is not None and memory.dirty:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.state.save, node, memory)
+            except StateUnwritable as exc:
+                logger.error("bcd.devices.gateway: %s", exc)
+                raise BadRequest(500, "the gateway queued the events but could not record them in its state_dir "
+                                      "(%s); post them again: they are not queued twice while it runs" % exc)
+            memory.dirty = False
+        return accepted
+
+
+class _Turns:
+    """``await turns.taken()`` in a loop gives the event loop back once ``TURN_SECONDS`` have passed since it last
+    did: the other connections are served between two pieces of a long piece of work, whatever each step costs."""
+
+    def __init__(self):
+        # type: () -> None
+        self.since = time.monotonic()
+
+    async def taken(self):
+        # type: () -> None
+        now = time.monotonic()
+        if now - self.since >= TURN_SECONDS:
+            await asyncio.sleep(0)
+            self.since = time.monotonic()
+
+
+OPTIONS = ("host", "port", "node_keys", "node_keys_dir", "token", "token_header", "certfile", "keyfile", "password",
+           "cafile", "accept_unsealed", "state_dir", "max_body_bytes", "rate", "burst", "max_connections",
+           "max_connections_per_client", "max_events", "timeout")
 
 
 def _positive(args, name, default, kind):
@@ -469,24 +787,39 @@ def _positive(args, name, default, kind):
     return number
 
 
-def eda_event(event, node, signed):
-    # type: (Dict[str, Any], str, bool) -> Dict[str, Any]
+def _boolean(args, name, default):
+    # type: (Dict[str, Any], str, bool) -> bool
+    """A boolean option; the strings a rulebook's templated value may come as are read as YAML reads them."""
+    value = args.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "false", "no", "off"):
+        return value.strip().lower() in ("true", "yes", "on")
+    raise ValueError("bcd.devices.gateway: %s must be true or false, got %r" % (name, value))
+
+
+def eda_event(item):
+    # type: (Checked) -> Dict[str, Any]
     """The event put on the rulebook's queue (docs/event-driven.md, "The events on the queue")."""
+    event = item.event
     body = event["body"]
-    devices = body.get("device_ids")
     return {
         "bcd": {
             "type": event["type"],
-            "node": node,
-            "seq": event["seq"],
+            "node": item.node,
+            "seq": item.seq,
             "allocation": body.get("allocation_id"),
-            "devices": list(devices) if isinstance(devices, list) else [],
+            "devices": list(body.get("device_ids") or []),
             "reason": body.get("reason"),
             "generation": body.get("generation"),
-            "signed": signed,
+            "signed": item.signed,
+            "sealed": item.sealed,
+            "format": 2 if item.sealed else 1,
             "body": body,
         },
-        "meta": {"hosts": node},
+        "meta": {"hosts": item.node},
     }
 
 
@@ -524,38 +857,69 @@ async def _read_request(reader, gateway):
     return method, target, headers, int(length_text)
 
 
-async def _answer(writer, status, document):
-    # type: (asyncio.StreamWriter, int, Dict[str, Any]) -> None
+def _response(status, document):
+    # type: (int, Dict[str, Any]) -> bytes
     payload = json.dumps(document).encode("utf-8")
     head = ("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n"
             % (status, _STATUS.get(status, "Error"), len(payload)))
-    if status == 429:
+    if status in (429, 503):
         head += "Retry-After: 1\r\n"
-    writer.write(head.encode("ascii") + b"\r\n" + payload)
-    await writer.drain()
+    return head.encode("ascii") + b"\r\n" + payload
 
 
-async def _linger(reader):
-    # type: (asyncio.StreamReader) -> None
-    """Read what a refused client still sends (a bounded amount, for a short while) before closing: a socket closed
-    with unread input is reset, and the client would see the reset instead of the answer."""
-    left = LINGER_BYTES
+async def _drain_briefly(reader, writer):
+    # type: (asyncio.StreamReader, asyncio.StreamWriter) -> None
+    """After a refusal's answer: half-close (the client reads the answer, then the end), and read what the client
+    already sent, at most ``DRAIN_BYTES`` for at most ``DRAIN_SECONDS``, so that closing a socket with a little
+    unread input does not reset the connection before the client has read the answer. Never longer."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DRAIN_SECONDS
+    left = DRAIN_BYTES
     try:
+        if writer.can_write_eof():
+            writer.write_eof()
         while left > 0:
-            chunk = await asyncio.wait_for(reader.read(min(left, 65536)), LINGER_SECONDS)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            chunk = await asyncio.wait_for(reader.read(left), remaining)
             if not chunk:
                 return
             left -= len(chunk)
-    except (asyncio.TimeoutError, ConnectionError, ssl.SSLError, OSError):
+    except (asyncio.TimeoutError, ConnectionError, ssl.SSLError, OSError, RuntimeError):
         return
 
 
-async def _serve(gateway, reader, writer):
-    # type: (Gateway, asyncio.StreamReader, asyncio.StreamWriter) -> None
+def _client_of(writer):
+    # type: (asyncio.StreamWriter) -> str
     peer = writer.get_extra_info("peername")
-    client = peer[0] if isinstance(peer, tuple) and peer else str(peer)
+    return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+
+
+async def _serve(gateway, context, reader, writer):
+    # type: (Gateway, Optional[ssl.SSLContext], asyncio.StreamReader, asyncio.StreamWriter) -> None
+    client = _client_of(writer)
+    refusal = gateway.enter(client)
+    if refusal is not None:  # answered in one write, unread, and closed at once: no await, no buffer kept
+        status, reason = refusal
+        logger.warning("bcd.devices.gateway: %s: %d %s", client, status, reason)
+        try:
+            if context is None:
+                writer.write(_response(status, {"error": reason, "accepted": []}))
+            writer.close()
+        except (ConnectionError, OSError, RuntimeError):
+            pass
+        return
     status, document = 500, {"error": "the gateway failed"}  # type: Tuple[int, Dict[str, Any]]
     try:
+        if context is not None:
+            # awaited here, in this task's first step, not through wait_for (a task of its own, a step later): the
+            # connection stops reading before the client's hello can reach the stream, where TLS would not see it
+            try:
+                await writer.start_tls(context, ssl_handshake_timeout=min(gateway.timeout, HANDSHAKE_SECONDS))
+            except (asyncio.TimeoutError, ConnectionError, ssl.SSLError, OSError) as exc:
+                logger.info("bcd.devices.gateway: %s: no TLS handshake: %s", client, exc or type(exc).__name__)
+                return
         try:
             if not gateway.allow(client):
                 raise BadRequest(429, "more than %s requests a second from %s" % (gateway.rate, client))
@@ -586,16 +950,17 @@ async def _serve(gateway, reader, writer):
             logger.exception("bcd.devices.gateway: a request from %s failed", client)
             status, document = 500, {"error": "the gateway failed: %s" % type(exc).__name__, "accepted": []}
         try:
-            await _answer(writer, status, document)
+            writer.write(_response(status, document))
+            await asyncio.wait_for(writer.drain(), gateway.timeout)
             if status != 200:
-                await _linger(reader)
-        except (ConnectionError, ssl.SSLError, OSError):
+                await _drain_briefly(reader, writer)
+        except (asyncio.TimeoutError, ConnectionError, ssl.SSLError, OSError):
             pass
     finally:
+        gateway.leave(client)
         try:
             writer.close()
-            await writer.wait_closed()
-        except (ConnectionError, ssl.SSLError, OSError):
+        except (ConnectionError, ssl.SSLError, OSError, RuntimeError):
             pass
 
 
@@ -607,10 +972,13 @@ def _ssl_context(args):
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(args["certfile"], args.get("keyfile"), args.get("password"))
-    if args.get("cafile"):
-        context.load_verify_locations(cafile=args["cafile"])
-        context.verify_mode = ssl.CERT_REQUIRED
+    try:
+        context.load_cert_chain(args["certfile"], args.get("keyfile"), args.get("password"))
+        if args.get("cafile"):
+            context.load_verify_locations(cafile=args["cafile"])
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError("bcd.devices.gateway: certfile, keyfile or cafile cannot be loaded: %s" % exc)
     return context
 
 
@@ -619,11 +987,24 @@ async def main(queue, args):
     """Serve the role's deliveries until cancelled, putting each new verified event on ``queue``."""
     if args.get("port") is None:
         raise ValueError("bcd.devices.gateway: the argument port is required")
-    port = int(args["port"])
+    try:
+        port = int(args["port"])
+    except (TypeError, ValueError):
+        port = -1
+    if isinstance(args["port"], bool) or not 0 <= port <= 65535:
+        raise ValueError("bcd.devices.gateway: port must be a TCP port (0 to 65535), got %r" % (args["port"],))
     gateway = Gateway(queue, args)
-    server = await asyncio.start_server(
-        lambda r, w: _serve(gateway, r, w), args.get("host") or "0.0.0.0",  # a gateway listens on every address unless told
-        port, ssl=_ssl_context(args), limit=MAX_HEADER_BYTES)
+    context = _ssl_context(args)
+    tls_here = context if _START_TLS else None  # upgraded in _serve, after the connection is counted
+
+    async def serve(reader, writer):
+        # type: (asyncio.StreamReader, asyncio.StreamWriter) -> None
+        await _serve(gateway, tls_here, reader, writer)
+
+    extra = {} if _START_TLS or context is None else {
+        "ssl": context, "ssl_handshake_timeout": min(gateway.timeout, HANDSHAKE_SECONDS)}  # type: Dict[str, Any]
+    server = await asyncio.start_server(serve, args.get("host") or "0.0.0.0",  # a gateway listens on every address unless told
+                                        port, limit=MAX_HEADER_BYTES, **extra)
     bound = [s.getsockname() for s in server.sockets or []]
     logger.info("bcd.devices.gateway: listening on %s", ", ".join("%s:%s" % b[:2] for b in bound))
     ready = args.get("_ready")
