@@ -37,8 +37,8 @@ CLEARED = "Cleared"
 CONDITION_EVENT_TYPES = CONDITION_TYPES + tuple(kind + CLEARED for kind in CONDITION_TYPES)  # type: Tuple[str, ...]
 # The conditions keyed by GPU (one per GPU, ``condition_key``).
 GPU_CONDITION_TYPES = (GPU_UNHEALTHY, GPU_RESET_INEFFECTIVE, GPU_RECOVERY_STALLED)  # type: Tuple[str, ...]
-# Each condition's reason (its events' ``body.reason``; a clearing's is CONDITION_CLEARED).
-CONDITION_REASONS = {
+# The GPU conditions' reasons (their events' ``body.reason``; a clearing's is CONDITION_CLEARED).
+GPU_CONDITION_REASONS = {
     GPU_UNHEALTHY: "GPUFaulted",
     GPU_RESET_INEFFECTIVE: "ResetIneffective",
     GPU_RECOVERY_STALLED: "RecoveryStalled",

@@ -43,7 +43,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
-    CONDITION_REASONS,
+    GPU_CONDITION_REASONS,
     GPU_RECOVERY_STALLED,
     GPU_RESET_INEFFECTIVE,
     GPU_UNHEALTHY,
@@ -153,7 +153,7 @@ def unhealthy_condition(inventory, holders, cleared=None):
     return {
         "type": GPU_UNHEALTHY,
         "status": "True",
-        "reason": CONDITION_REASONS[GPU_UNHEALTHY],
+        "reason": GPU_CONDITION_REASONS[GPU_UNHEALTHY],
         "message": "; ".join(parts) + "; new holds on them are refused (device-missing), kept ones stay",
     }
 
@@ -218,11 +218,11 @@ def recovery_conditions(inventory, maintenance, cleared, now):
     ineffective = ineffective_resets(inventory, maintenance, cleared)
     if ineffective:
         conditions.append({"type": GPU_RESET_INEFFECTIVE, "status": "True",
-                           "reason": CONDITION_REASONS[GPU_RESET_INEFFECTIVE],
+                           "reason": GPU_CONDITION_REASONS[GPU_RESET_INEFFECTIVE],
                            "message": "; ".join(message for _uuid, message in ineffective)})
     stalled = stalled_recoveries(inventory, maintenance, cleared, now)
     if stalled:
         conditions.append({"type": GPU_RECOVERY_STALLED, "status": "True",
-                           "reason": CONDITION_REASONS[GPU_RECOVERY_STALLED],
+                           "reason": GPU_CONDITION_REASONS[GPU_RECOVERY_STALLED],
                            "message": "; ".join(message for _uuid, message, _again in stalled)})
     return conditions

@@ -18,7 +18,7 @@ import time
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on, health_fields, reset_argv
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
-    CONDITION_REASONS,
+    GPU_CONDITION_REASONS,
     GPU_MAINTENANCE_ENDED,
     GPU_MAINTENANCE_STARTED,
     GPU_RESET,
@@ -30,7 +30,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     RESET_INEFFECTIVE,
     condition_key,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.health import PUT_BACK, gpu_health
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import PUT_BACK, gpu_health, ineffective_resets
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_RERAISE_AFTER,
@@ -267,8 +267,9 @@ def reset_gpus(host, gpus, state_dir=DEFAULT_STATE_DIR, check_mode=False, lock_t
         done, errors = _reset(host, uuids)
         cleared = dict(state.health_cleared)
         cleared.update(done)
-        fresh = dict((gpu.uuid, gpu) for gpu in host.fresh().inventory().gpus)
-        outcomes, events, results = {}, [], []
+        again = host.fresh().inventory()  # read again: the reset changed the GPUs
+        fresh = dict((gpu.uuid, gpu) for gpu in again.gpus)
+        outcomes, events, results, ineffective = {}, [], [], []
         for uuid in uuids:
             if uuid in errors:
                 results.append({"uuid": uuid, "reset": False, "healthy": not before[uuid],
@@ -284,14 +285,16 @@ def reset_gpus(host, gpus, state_dir=DEFAULT_STATE_DIR, check_mode=False, lock_t
                 message = ("%s was reset and is still unhealthy: %s; it stays in maintenance: reboot the node or replace "
                            "the GPU, then %s" % (uuid, "; ".join(health), PUT_BACK))
                 events.append(_gpu_event(host, state, GPU_RESET, uuid, RESET_INEFFECTIVE, message))
-                if condition_key(GPU_RESET_INEFFECTIVE, [uuid]) not in state.ledger.conditions:
-                    condition = _gpu_event(host, state, GPU_RESET_INEFFECTIVE, uuid,
-                                           CONDITION_REASONS[GPU_RESET_INEFFECTIVE], message)
-                    events.append(condition)
+                ineffective.append(uuid)
             else:
                 events.append(_gpu_event(host, state, GPU_RESET, uuid, RESET_HEALTHY,
                                          "%s was reset and reads healthy" % uuid))
         records = with_reset(state.maintenance, outcomes)
+        # the condition at once, as the next pass would raise it (and, the ledger recording it, will not again)
+        for uuid, message in ineffective_resets(again, records, cleared):
+            if uuid in ineffective and condition_key(GPU_RESET_INEFFECTIVE, [uuid]) not in state.ledger.conditions:
+                events.append(_gpu_event(host, state, GPU_RESET_INEFFECTIVE, uuid,
+                                         GPU_CONDITION_REASONS[GPU_RESET_INEFFECTIVE], message))
         for event in events:
             state.report(event)
         with state.change():

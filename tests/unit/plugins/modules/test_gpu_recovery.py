@@ -153,9 +153,12 @@ def test_a_reset_that_does_not_help_keeps_the_gpu_out_and_raises_gpu_reset_ineff
     assert [(t, r) for _s, t, r, _m in events] == [
         ("GPUUnhealthy", "GPUFaulted"), ("GPUMaintenanceStarted", "MaintenanceStarted"),
         ("GPUReset", "ResetIneffective"), ("GPUResetIneffective", "ResetIneffective")]
-    assert events[-1][3] == (
+    assert events[-2][3] == (
         "%s was reset and is still unhealthy: %s; it stays in maintenance: reboot the node or replace the GPU, then "
         "put it back in service (bcd.devices.maintenance, state absent)" % (GPU_B, ROW_REMAP))
+    assert events[-1][3].startswith("%s is still unhealthy after its reset at 20" % GPU_B)
+    assert events[-1][3].endswith(": %s; it stays in maintenance: reboot the node or replace the GPU, then put it back "
+                                  "in service (bcd.devices.maintenance, state absent)" % ROW_REMAP)
     # a pass finds the condition the reset raised: it says so, and journals nothing new
     result = run(capsys, node, generation=2, devices=[])
     [condition] = [c for c in result["conditions"] if c["type"] == "GPUResetIneffective"]
