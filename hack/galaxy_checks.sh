@@ -105,4 +105,22 @@ for kind in pip bindep; do
   fi
 done
 [[ -s $out/pip.txt ]] || fail "introspection found no Python requirement; requirements.txt names cryptography"
+
+# The decision environment (tests/de/decision-environment.yml, docs/event-driven.md): the same artifact, with
+# ansible-rulebook and its JDK; its context must install the artifact and ask for both.
+rm -rf "$out/de" "$out/de-context"
+cp -r tests/de "$out/de"
+cp "$tarball" "$out/de/bcd-devices.tar.gz"
+"$galaxy/ansible-builder" create --file "$out/de/decision-environment.yml" --context "$out/de-context" \
+  --output-filename Containerfile >"$out/de-create.log"
+de=$out/de-context
+cmp -s "$tarball" "$de/_build/collections/bcd-devices.tar.gz" ||
+  fail "the decision environment's context does not carry the artifact just built"
+grep -q 'ansible-galaxy collection install .*-r requirements.yml' "$de/Containerfile" ||
+  fail "the decision environment's Containerfile does not install the collection"
+grep -q '^ansible-rulebook' "$de/_build/requirements.txt" ||
+  fail "the decision environment's context does not install ansible-rulebook"
+grep -q 'openjdk-17' "$de/_build/bindep.txt" ||
+  fail "the decision environment's context does not install a JDK 17 for ansible-rulebook's rule engine"
+echo "galaxy checks: ansible-builder create made ${de#"$repo"/}: the artifact, ansible-rulebook and a JDK 17"
 echo "galaxy checks: ansible-builder create made ${context#"$repo"/}; its introspection of the artifact finds requirements.txt and bindep.txt"
