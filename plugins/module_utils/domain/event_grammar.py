@@ -20,7 +20,7 @@ What each field may hold (docs/events.md has the bodies per type):
 ``seal``            base64 of 64 bytes
 ``body.node_id``    a host name: RFC 1123 labels joined by dots, at most 253 characters
 ``body.boot_id``    a UUID, or empty (a node that could not read one)
-``body.type``       the event's own ``type`` (conditions)
+``body.type``       the event's own ``type`` (every type but a hold's three: conditions, recovery steps)
 ``allocation_id``   the collection's allocation id (``input/assignment.py``); on ``AllocationFailed`` also
                     ``devices[N]``, the position a refusal without a usable id is reported under
 ``generation``      an integer from 0 to 2^63-1
@@ -31,7 +31,8 @@ What each field may hold (docs/events.md has the bodies per type):
 ``env_file``        ``/run/bcd/allocations/<allocation id>.env``
 ``cgroup_parent``   a hold's slice, ``bcd-alloc-<allocation id>.slice``
 ``reason``          a refusal reason (``input/refusals.py``) on ``AllocationFailed``; the condition's own
-                    reason on a condition; ``ConditionCleared`` on a clearing
+                    reason on a condition; ``ConditionCleared`` on a clearing; one of ``RECOVERY_REASONS``
+                    on a step of a GPU's recovery
 ``message``         at most ``MAX_MESSAGE`` printable characters (``str.isprintable``: no control, format or
                     separator character but the space), none of them a curly bracket
 ==================  ====================================================================================
@@ -54,13 +55,17 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     ALLOCATION_FAILED,
     ALLOCATION_RELEASED,
     CLEARED,
+    CONDITION_CLEARED,
     CONDITION_EVENT_TYPES,
     CONDITION_TYPES,
     EVENT_TYPES,
+    GPU_RECOVERY_STALLED,
+    GPU_RESET_INEFFECTIVE,
     GPU_UNHEALTHY,
     HOLD_SPEC_DAMAGED,
     KUBERNETES_RELEASE_STUCK,
     KUBERNETES_RELEASES_UNREADABLE,
+    RECOVERY_REASONS,
     SIGNED_TYPES,
     VENDOR_SPEC_STALE,
     VENDOR_SPEC_UNSUPPORTED,
@@ -74,7 +79,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CDI_NAME_RE, CLASS_GPU, AtomRefused, atom_from_id
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.condition_events import CLEARED_REASON
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SLICE_NAME_RE
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 
@@ -86,8 +90,9 @@ SEAL_FORMAT = 2
 TOP_FIELDS = ("seq", "type", "body", "purpose", "signature", "format", "seal")
 
 # The reason each condition is raised with (domain/health.py, cdi/staleness.py, plan/reports.py,
-# kube_release.py; docs/events.md, "Conditions"). A condition type added to event_types.py without its
-# reason here fails test_event_grammar.
+# kube_release.py; docs/events.md, "Conditions"); a clearing's is CONDITION_CLEARED, a recovery step's one of
+# RECOVERY_REASONS. A condition type added to event_types.py without its reason here fails test_event_grammar,
+# and the events of a type with no reason known are refused.
 CONDITION_REASONS = {
     GPU_UNHEALTHY: "GPUFaulted",
     VENDOR_SPEC_STALE: "NodeDiffersFromSpec",
@@ -95,6 +100,8 @@ CONDITION_REASONS = {
     KUBERNETES_RELEASE_STUCK: "PodsHoldDevices",
     KUBERNETES_RELEASES_UNREADABLE: "ReleasesFileUnreadable",
     HOLD_SPEC_DAMAGED: "SpecUnreadable",
+    GPU_RESET_INEFFECTIVE: "ResetIneffective",
+    GPU_RECOVERY_STALLED: "RecoveryStalled",
 }  # type: Dict[str, str]
 
 # A message lists what a refusal or a condition names (every missing device of a hold, every damaged spec):
@@ -115,19 +122,21 @@ _ALLOCATION_ID_SAID = "1 to 80 letters, digits or underscores"  # ALLOCATION_ID,
 _SHOWN = 60  # characters of a refused value quoted in a reason
 
 _HOLD = ("node_id", "boot_id", "allocation_id", "generation", "device_ids")
-_CONDITION = ("type", "node_id", "boot_id", "generation", "device_ids", "reason", "message")
+_TYPED = ("type", "node_id", "boot_id", "generation", "device_ids", "reason", "message")
 
 
 def _fields():
     # type: () -> Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]]
-    """For each type: the body fields it must carry, and those it may."""
+    """For each type: the body fields it must carry, and those it may. Every type event_types.py lists but the
+    three of a hold names its type in its body (a condition, its clearing, a step of a GPU's recovery)."""
     fields = {
         ALLOCATION_BOUND: (_HOLD + ("cdi_devices", "cdi_spec_path", "env_file"), ("cgroup_parent",)),
         ALLOCATION_RELEASED: (_HOLD, ()),
         ALLOCATION_FAILED: (("node_id", "allocation_id", "generation", "reason", "message"), ()),
     }  # type: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]]
-    for kind in CONDITION_EVENT_TYPES:
-        fields[kind] = (_CONDITION, ("allocation_id",))
+    for kind in EVENT_TYPES:
+        if kind not in fields:
+            fields[kind] = (_TYPED, ("allocation_id",) if kind in CONDITION_EVENT_TYPES else ())
     return fields
 
 
@@ -258,9 +267,11 @@ def reasons_of(kind):
     """The reasons an event of type ``kind`` may carry."""
     if kind == ALLOCATION_FAILED:
         return REASONS
+    if kind in RECOVERY_REASONS:
+        return tuple(RECOVERY_REASONS[kind])
     if kind in CONDITION_EVENT_TYPES:
         if kind.endswith(CLEARED) and kind[:-len(CLEARED)] in CONDITION_TYPES:
-            return (CLEARED_REASON,)
+            return (CONDITION_CLEARED,)
         return (CONDITION_REASONS[kind],) if kind in CONDITION_REASONS else ()
     return ()
 

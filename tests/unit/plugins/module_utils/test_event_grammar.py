@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import tempfile
 import time
 
 import pytest
@@ -16,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain import event_grammar as grammar
+from ansible_collections.bcd.devices.plugins.module_utils.domain import event_types
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import CONDITION_TYPES, EVENT_TYPES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
 from ansible_collections.bcd.devices.plugins.module_utils.state import events as events_lib
@@ -23,7 +26,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import Jo
 from ansible_collections.bcd.devices.tests.unit.builders import hold, kube, mig
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_kuberelease import pods, set_since
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_busy_and_maintenance import service
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_gpu_health import sick
+from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_gpu_recovery import reset
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_runtimes_and_upgrades import (
     LIBCUDA_NEW,
     driver,
@@ -57,7 +62,10 @@ STUCK_CLEARED = {"seq": 5, "type": "KubernetesReleaseStuckCleared", "purpose": "
                  "body": {"type": "KubernetesReleaseStuckCleared", "node_id": "gpu-17.rack-3.example.org", "boot_id": "",
                           "generation": 5, "device_ids": [GPU_A], "allocation_id": "k1", "reason": "ConditionCleared",
                           "message": "KubernetesReleaseStuck (k1) no longer holds"}}
-SHAPES = [BOUND, RELEASED, FAILED, UNHEALTHY, STUCK_CLEARED]
+RESET = {"seq": 6, "type": "GPUReset", "format": 2, "seal": SIGNATURE, "purpose": "attested-report", "signature": SIGNATURE,
+         "body": {"type": "GPUReset", "node_id": "node-a", "boot_id": BOOT, "generation": 0, "device_ids": [GPU_B],
+                  "reason": "ResetHealthy", "message": "%s was reset and reads healthy" % GPU_B}}
+SHAPES = [BOUND, RELEASED, FAILED, UNHEALTHY, STUCK_CLEARED, RESET]
 
 # Every string a field can hold, by where it is: (event, path), the path's last part an index for a list's item.
 STRING_FIELDS = [(BOUND, ("type",)), (BOUND, ("purpose",)), (BOUND, ("signature",)), (BOUND, ("seal",))] + [
@@ -67,7 +75,8 @@ STRING_FIELDS = [(BOUND, ("type",)), (BOUND, ("purpose",)), (BOUND, ("signature"
     (FAILED, ("body", "allocation_id")), (FAILED, ("body", "reason")), (FAILED, ("body", "message")),
     (UNHEALTHY, ("body", "type")), (UNHEALTHY, ("body", "reason")), (UNHEALTHY, ("body", "message")),
     (UNHEALTHY, ("body", "device_ids", 0)), (STUCK_CLEARED, ("body", "allocation_id")),
-    (STUCK_CLEARED, ("body", "node_id")), (STUCK_CLEARED, ("body", "boot_id"))]
+    (STUCK_CLEARED, ("body", "node_id")), (STUCK_CLEARED, ("body", "boot_id")), (RESET, ("body", "reason")),
+    (RESET, ("body", "message")), (RESET, ("body", "type"))]
 
 
 def with_value(event, path, value):
@@ -93,8 +102,24 @@ def test_the_grammar_knows_what_the_journal_writes():
     assert grammar.ATTESTED_PURPOSE == events_lib.PURPOSE and grammar.SEAL_FORMAT == events_lib.SEAL_FORMAT
     assert sorted(grammar.BODY_FIELDS) == sorted(EVENT_TYPES)
     assert sorted(grammar.CONDITION_REASONS) == sorted(CONDITION_TYPES)  # a new condition type needs its reason here
+    assert [kind for kind in EVENT_TYPES if not grammar.reasons_of(kind) and kind not in event_types.ATTESTED_TYPES] == []
+    for name in ("GPU_CONDITION_REASONS", "CONDITION_REASONS"):  # what event_types.py says of reasons, by either name
+        said = getattr(event_types, name, {})
+        assert dict((kind, grammar.CONDITION_REASONS[kind]) for kind in said) == said
     assert grammar.reasons_of("AllocationFailed") == REASONS
     assert grammar.reasons_of("GPUUnhealthyCleared") == ("ConditionCleared",)
+    assert grammar.reasons_of("GPUReset") == tuple(event_types.RECOVERY_REASONS["GPUReset"])
+
+
+@pytest.mark.parametrize("kind", EVENT_TYPES)
+def test_every_type_has_a_grammar_and_a_stray_field_is_refused_not_raised(kind):
+    """Every type event_types.py lists, a new one included, is checked, never a KeyError: a body with its type
+    and nothing else is missing a field, a body of a hold's fields under a typed type has unknown ones."""
+    event = {"seq": 1, "type": kind, "body": {"type": kind, "node_id": "node-a"}}
+    if kind in event_types.SIGNED_TYPES:
+        event.update(purpose="attested-report", signature=SIGNATURE)
+    reason = grammar.check_event(event)
+    assert reason is not None and reason.startswith("body."), reason
 
 
 @pytest.mark.parametrize("event, reason", [
@@ -279,6 +304,37 @@ def test_every_condition_a_pass_journals_appearing_and_clearing_passes(node):
     assert raised >= {"GPUUnhealthy", "VendorSpecStale", "VendorSpecUnsupported", "KubernetesReleaseStuck",
                       "KubernetesReleasesUnreadable", "HoldSpecDamaged"}, types
     assert {"GPUUnhealthyCleared", "VendorSpecStaleCleared", "KubernetesReleasesUnreadableCleared"} <= types, types
+    assert_all_pass(events)
+
+
+def journal_takes_recovery_steps():
+    """Whether state/events.py journals a step of a GPU's recovery (a body-typed signed event) yet."""
+    with tempfile.TemporaryDirectory() as directory:
+        key = events_lib.NodeKey.load_or_create(os.path.join(directory, "node.key"))
+        try:
+            Journal(directory).append_many([("GPUReset", dict(RESET["body"]), key)], seal_with=key)
+        except events_lib.EventsError:
+            return False
+    return True
+
+
+@pytest.mark.skipif(not journal_takes_recovery_steps(), reason="state/events.py does not journal recovery steps yet")
+def test_every_step_of_a_gpu_recovery_a_node_journals_passes(capsys, make_node):
+    """bcd.devices.maintenance and bcd.devices.gpu_reset on fakehw nodes: one GPU reset back to health and put back
+    in service, one a reset does not help (GPUResetIneffective)."""
+    node = make_node(vendor="mig")
+    gpus = copy.deepcopy(DEFAULT_GPUS)
+    gpus[1]["health"] = {"retired_pages_pending": True, "xids": [48]}
+    gpus[2]["health"] = {"row_remap_failure": True, "reset_clears": False}
+    node.set_hardware(gpus=gpus)
+    node.run(1, [])
+    service(capsys, node, gpus=[GPU_B, GPU_C], reason="unhealthy, being reset")
+    reset(capsys, node, GPU_B, GPU_C)
+    service(capsys, node, gpus=[GPU_B], state="absent")
+    node.run(1, [])
+    events = journaled(node)
+    types = set(e["type"] for e in events)
+    assert {"GPUMaintenanceStarted", "GPUReset", "GPUMaintenanceEnded", "GPUResetIneffective"} <= types, types
     assert_all_pass(events)
 
 
