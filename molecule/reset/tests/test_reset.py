@@ -37,4 +37,7 @@ def test_the_reset_went_through_after_the_release_and_the_gpu_is_back_in_service
     assert "/etc/cdi/bcd-x_mig.json" in node  # the other GPU's hold was never touched
     assert json.loads(node["/var/lib/bcd/maintenance.json"]["text"]) == {}
     events = [json.loads(line) for line in node["/var/lib/bcd/events.jsonl"]["text"].splitlines() if line.strip()]
-    assert ("AllocationReleased", "x_whole") in [(e["type"], e["body"]["allocation_id"]) for e in events]
+    assert ("AllocationReleased", "x_whole") in [(e["type"], e["body"].get("allocation_id")) for e in events]
+    # taking the GPU out of service and putting it back are signed events of their own, naming the GPU
+    assert [(e["type"], e["body"]["device_ids"]) for e in events if e["type"].startswith("GPUMaintenance")] == [
+        ("GPUMaintenanceStarted", [GPU]), ("GPUMaintenanceEnded", [GPU])]
