@@ -223,6 +223,17 @@ def test_the_fakehw_reset_clears_field_is_checked_like_the_rest_of_the_file(caps
     assert result.get("failed") is True and "gpus[0].health.reset_clears: must be true or false, not a string" in result["msg"]
 
 
+def test_gpu_busy_without_gpus_lists_every_gpu_with_its_health_and_whether_a_recovery_takes_it(capsys, node):
+    gpus = copy.deepcopy(DEFAULT_GPUS)
+    gpus[1]["health"], gpus[2]["health"] = {"retired_pages_pending": True}, {"row_remap_failure": True}
+    node.set_hardware(gpus=gpus)
+    service(capsys, node, gpus=[GPU_C], reason="RMA")  # an operator's: no recovery takes it
+    listed = call(capsys, gpu_busy.main, {"root": node.root, "fakehw": node.fakehw})
+    assert [(g["uuid"], g["healthy"], g["problems"], g["recoverable"]) for g in listed["gpus"]] == [
+        (GPU_A, True, [], False), (GPU_B, False, [PAGES], True), (GPU_C, False, [ROW_REMAP], False)]
+    assert listed["changed"] is False and listed["msg"] == "%s, %s, %s are free" % (GPU_A, GPU_B, GPU_C)
+
+
 # -- the lease -----------------------------------------------------------------------------------
 
 def test_a_second_recovery_finds_the_first_s_lease_and_changes_nothing(capsys, node):
@@ -264,7 +275,11 @@ def test_ending_a_lease_keeps_the_gpus_left_in_maintenance_and_an_operator_s_cha
     service(capsys, node, gpus=[GPU_B, GPU_C], reason="unhealthy, being reset", lease="r1")
     check = service(capsys, node, check=True, gpus=[], state="absent", lease="r1")
     assert check["changed"] is True and all(m["lease"]["live"] for m in records_listing(capsys, node))
-    ended = service(capsys, node, gpus=[], state="absent", lease="r1")
+    planned = service(capsys, node, check=True, diff=True, gpus=[GPU_B], reason="unhealthy, being reset", lease="r1")
+    assert planned["diff"]["after"] == planned["diff"]["before"] == (
+        "%s: unhealthy, being reset (recovery r1)\n%s: unhealthy, being reset (recovery r1)\n" % (GPU_B, GPU_C))
+    ended = service(capsys, node, gpus=[], state="absent", lease="r1", diff=True)
+    assert ended["diff"]["after"] == "%s: unhealthy, being reset\n%s: unhealthy, being reset\n" % (GPU_B, GPU_C)
     assert ended["changed"] is True
     assert [(m["uuid"], m["lease"]["id"], m["lease"]["live"]) for m in ended["maintenance"]] == [
         (GPU_B, "r1", False), (GPU_C, "r1", False)]
