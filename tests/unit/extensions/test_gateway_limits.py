@@ -157,6 +157,17 @@ def test_past_max_connections_a_connection_is_answered_503_and_closed(start, nod
     assert answer_of(data) == (200, {"accepted": [1], "rejected": []})
 
 
+def test_a_flood_of_refusals_does_not_flood_the_log(start, node_a, caplog):
+    node_a.bind("alloc_train", GPU_A)
+    source = start(node_keys={"node-a": node_a.public_key}, max_connections_per_client=1)
+    with socket.create_connection(("127.0.0.1", source.port), timeout=10):
+        time.sleep(0.05)
+        for _n in range(100):
+            assert raw_request(source.port, b"")[0].startswith(b"HTTP/1.1 429 ")
+    lines = [r.getMessage() for r in caplog.records if " 429 " in r.getMessage()]
+    assert len(lines) <= 2 * MODULE["LOG_LINES"], len(lines)  # a second's worth, or two across a second's turn
+
+
 def test_a_refused_request_is_answered_and_closed_at_once_whatever_the_client_goes_on_sending(start, node_a):
     """No lingering read loop: after a 413 the source reads at most DRAIN_BYTES for DRAIN_SECONDS and closes, though
     the client trickles its body on (the source used to read a MiB, for 2 s a chunk)."""

@@ -196,6 +196,7 @@ KEYS_RESCAN = 10.0  # seconds after which every file's time and size is looked a
 MAX_KEY_FILE = 4096
 MAX_STATE_BYTES = 4 * 1024 * 1024  # a node's memory: 10 000 seqs and 10 000 digests are under 1 MiB
 STATE_VERSION = 1
+LOG_LINES = 20  # lines a second about refused connections, requests and events; past them, counted and said once
 HANDSHAKE_SECONDS = 10.0  # a TLS client has this long to finish its handshake (or ``timeout``, when shorter)
 _STATUS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
            408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 429: "Too Many Requests",
@@ -255,6 +256,31 @@ def _shown(value):
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= MAX_REASON else text[:MAX_REASON] + "..."
+
+
+class LogLimit:
+    """At most ``LOG_LINES`` warnings a second about what clients send (a flood of refusals must not flood the log
+    too); those past it are counted, and the count is said with the next line let through."""
+
+    def __init__(self):
+        # type: () -> None
+        self.second = -1
+        self.lines = 0
+        self.dropped = 0
+
+    def warning(self, message, *args):
+        # type: (str, Any) -> None
+        second = int(time.monotonic())
+        if second != self.second:
+            self.second, self.lines = second, 0
+        if self.lines >= LOG_LINES:
+            self.dropped += 1
+            return
+        self.lines += 1
+        if self.dropped:
+            logger.warning("bcd.devices.gateway: %d more lines about refusals were not logged", self.dropped)
+            self.dropped = 0
+        logger.warning(message, *args)
 
 
 class NodeKeys:
@@ -557,6 +583,7 @@ class Gateway:
         self.buckets = {}  # type: Dict[str, List[float]]
         self.open = 0
         self.open_by_client = {}  # type: Dict[str, int]
+        self.log = LogLimit()
 
     # --- the checks before the body ---
 
@@ -704,8 +731,10 @@ class Gateway:
             else:
                 assert refusal is not None
                 rejected.append(refusal)
-                logger.warning("bcd.devices.gateway: rejected event %s of %s: %s", _shown(refusal["seq"]),
-                               _shown(refusal["node"]), refusal["reason"])
+        if rejected:  # one line a delivery, naming the first
+            self.log.warning("bcd.devices.gateway: rejected %d events of a delivery, the first %s of %s: %s",
+                             len(rejected), _shown(rejected[0]["seq"]), _shown(rejected[0]["node"]),
+                             rejected[0]["reason"])
         accepted = []  # type: List[int]
         for node in sorted(by_node):
             lock = self.locks.setdefault(node, asyncio.Lock())
@@ -902,7 +931,7 @@ async def _serve(gateway, context, reader, writer):
     refusal = gateway.enter(client)
     if refusal is not None:  # answered in one write, unread, and closed at once: no await, no buffer kept
         status, reason = refusal
-        logger.warning("bcd.devices.gateway: %s: %d %s", client, status, reason)
+        gateway.log.warning("bcd.devices.gateway: %s: %d %s", client, status, reason)
         try:
             if context is None:
                 writer.write(_response(status, {"error": reason, "accepted": []}))
@@ -917,7 +946,7 @@ async def _serve(gateway, context, reader, writer):
             # connection stops reading before the client's hello can reach the stream, where TLS would not see it
             try:
                 await writer.start_tls(context, ssl_handshake_timeout=min(gateway.timeout, HANDSHAKE_SECONDS))
-            except (asyncio.TimeoutError, ConnectionError, ssl.SSLError, OSError) as exc:
+            except (asyncio.TimeoutError, ConnectionError, ssl.SSLError, OSError, RuntimeError) as exc:
                 logger.info("bcd.devices.gateway: %s: no TLS handshake: %s", client, exc or type(exc).__name__)
                 return
         try:
@@ -939,7 +968,7 @@ async def _serve(gateway, context, reader, writer):
                         len(document["accepted"]), len(document["rejected"]))
         except BadRequest as exc:
             status, document = exc.status, {"error": exc.reason, "accepted": []}
-            logger.warning("bcd.devices.gateway: %s: %d %s", client, exc.status, exc.reason)
+            gateway.log.warning("bcd.devices.gateway: %s: %d %s", client, exc.status, exc.reason)
         except asyncio.TimeoutError:
             status, document = 408, {"error": "the request took longer than %s seconds" % gateway.timeout, "accepted": []}
         except (ConnectionError, ssl.SSLError):
