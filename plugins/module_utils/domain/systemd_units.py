@@ -34,13 +34,15 @@ PASS_UNITS = (CONVERGE_UNIT, RETRY_UNIT)
 TIMERS = {RETRY_TIMER: RETRY_UNIT, DRIFT_TIMER: CONVERGE_UNIT}
 # every unit the role may write (roles/bcd_holds/vars/main.yml, __bcd_holds_units): any of them there
 # means the role installed the node side
+# the node's own delivery (bcd-holds deliver) is installed only with bcd_holds_gateway_url, so its three may be missing
+DELIVER_UNITS = ("bcd-holds-deliver.service", "bcd-holds-deliver.timer", "bcd-holds-deliver.path")
 ROLE_UNITS = (HELPER_UNIT, CONVERGE_UNIT, RETRY_UNIT, RETRY_TIMER, DRIFT_TIMER, "bcd-holds-vendor-spec.path",
-              "bcd-holds-metrics.service")
+              "bcd-holds-metrics.service") + DELIVER_UNITS
 PROGRAM = "bcd-holds"
 DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"  # bcd-holds helper's --socket default (entry/cli.py's)
 # the options of bcd-holds that take a value (the rest are flags)
 VALUED = ("--root", "--fakehw", "--state-dir", "--spec", "--helper-socket", "--lock-timeout", "--textfile",
-          "--ack-through", "--socket", "--allow-user", "--allow-group")
+          "--ack-through", "--socket", "--allow-user", "--allow-group", "--config")
 EXEC_PREFIXES = "-@:+!|"
 MAX_LINE = 4096  # characters of one setting kept (a unit line past it is not the role's)
 
