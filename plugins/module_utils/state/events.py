@@ -43,6 +43,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     CONDITION_EVENT_TYPES,
     EVENT_TYPES,
     SIGNED_TYPES,
+    TYPED_BODY_TYPES,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import create_exclusive, ensure_dir, fsync_dir, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, JOURNAL_NAME, KEY_NAME, SEQ_NAME, StateFiles, read_file
@@ -224,7 +225,7 @@ def decode_public_key(public_key_b64: Any) -> bytes:
 
 
 def _type_matches_body(event_type: str, body: Dict[str, Any]) -> bool:
-    if event_type in CONDITION_EVENT_TYPES:
+    if event_type in TYPED_BODY_TYPES:
         return body.get("type") == event_type
     if event_type == ALLOCATION_BOUND:
         return "cdi_spec_path" in body
@@ -528,7 +529,7 @@ class Journal:
         if event_type in SIGNED_TYPES:
             if key is None:
                 raise EventsError("%s is a signed event and needs the node key" % event_type)
-            if event_type in CONDITION_EVENT_TYPES and not _type_matches_body(event_type, body):
+            if event_type in TYPED_BODY_TYPES and not _type_matches_body(event_type, body):
                 raise EventsError("a %s body must name its type (body.type %r); the signature does not cover the type"
                                   % (event_type, event_type))
             if not _type_matches_body(event_type, body):
