@@ -36,7 +36,10 @@ MAX_FLOAT_CHARS = 64
 _INF = float("inf")
 MAX_ITEMS = 1 << 19  # 524 288: under 100 MB of Python objects (make fuzz measured 130 MB at 1 << 20); a state file holds far fewer
 
-MAX_QUOTES = 1 << 19  # 524 288 quote characters: 262 144 strings, far more than a state file holds
+# 2 097 152 quote characters: 1 048 576 strings. Every string is a key (whose value is an item) or an item, so the
+# items' bound caps the strings at about twice it anyway; this bound keeps the walk that finds them short. A full
+# event journal (10 000 sealed events, events.py) holds some 560 000 quotes with two devices a bind, more with more.
+MAX_QUOTES = 1 << 21
 _QUOTE, _BACKSLASH, _ESCAPED_QUOTE = b'"', b"\\", b'\\"'
 _ONE_KIND = bytes.maketrans(b"{}", b"[]")  # depth does not care which bracket
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b"[]{},")
