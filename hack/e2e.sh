@@ -83,18 +83,26 @@ if ((${#missing[@]})); then
 fi
 
 # --- ansible-rulebook (tests/e2e/test_eda.py) -----------------------------------------
-# The Event-Driven Ansible engine, pinned in requirements/tools/ansible-rulebook.txt, in its own venv
-# (hack/tool_venv.sh: built once, again when that file changes); its rule engine runs in a JVM, Debian's
-# default-jre-headless where java is missing.
+# The Event-Driven Ansible engine, twice: the floor, 1.1.7 (requirements/tools/ansible-rulebook.txt), and the
+# current 1.3 (requirements/tools/ansible-rulebook-1.3.txt), each in its own venv (hack/tool_venv.sh: built once,
+# again when its file changes); test_eda.py runs its scenario under each. Their rule engine runs in a JVM (1.3 needs
+# JDK 17), Debian's default-jre-headless where java is missing.
 if ! command -v java >/dev/null; then
   e2e_log "installing default-jre-headless (ansible-rulebook's rule engine) with apt-get"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends default-jre-headless >/dev/null
 fi
 t=$SECONDS
-BCD_E2E_RULEBOOK=$(bash hack/tool_venv.sh ansible-rulebook)/ansible-rulebook
-export BCD_E2E_RULEBOOK
-e2e_log "$("$BCD_E2E_RULEBOOK" --version 2>/dev/null | head -n 1) ($((SECONDS - t))s), $(java -version 2>&1 | head -n 1)"
+rulebooks=()
+for tool in ansible-rulebook ansible-rulebook-1.3; do
+  engine=$(bash hack/tool_venv.sh "$tool")/ansible-rulebook
+  version=$("$engine" --version 2>/dev/null | sed -n '1s/^ansible-rulebook \[\(.*\)\]$/\1/p')
+  [[ -n $version ]] || die "$engine --version does not name its version"
+  rulebooks+=("$version=$engine")
+done
+# "1.1.7=/path 1.3.2=/path": tests/e2e/test_eda.py runs its scenario under each, oldest first.
+export BCD_E2E_RULEBOOKS="${rulebooks[*]}"
+e2e_log "ansible-rulebook ${rulebooks[*]%%=*} ($((SECONDS - t))s), $(java -version 2>&1 | head -n 1)"
 
 mkdir -p "$E2E_CACHE/work" "$E2E_CACHE/bin"
 # One run at a time per cache: scratch directories and cache writes are not shared.
