@@ -341,6 +341,22 @@ def run_gpu_busy_examples(run, text):
     assert "firmware update" in run.read("node-a", "/var/lib/bcd/maintenance.json")
 
 
+def run_gpu_reset_examples(run, text):
+    root = run.node("node-a", "--node-number", "0")
+    hardware = yaml.safe_load((root / "fakehw.yml").read_text())
+    hardware["gpus"][0]["health"] = {"retired_pages_pending": True, "xids": [48]}
+    (root / "fakehw.yml").write_text(yaml.safe_dump(hardware, sort_keys=False))
+    run.playbook([run.play(tasks_of(text))], capture=["busy", "reset"])
+    assert run.captured["reset"]["gpus"] == [
+        {"uuid": gpu(0, 0), "reset": True, "healthy": True, "problems": [], "error": None}]
+    assert json.loads(run.read("node-a", "/var/lib/bcd/maintenance.json")) == {}
+    assert not run.stub_log.exists()  # a fakehw node: no nvidia-smi ran
+    events = [json.loads(line) for line in run.read("node-a", "/var/lib/bcd/events.jsonl").splitlines()]
+    assert [(e["type"], e["body"]["reason"]) for e in events] == [
+        ("GPUMaintenanceStarted", "MaintenanceStarted"), ("GPUReset", "ResetHealthy"),
+        ("GPUMaintenanceEnded", "MaintenanceEnded")]
+
+
 def run_maintenance_examples(run, text):
     run.node("node-a", "--node-number", "0")
     run.playbook([run.play(tasks_of(text))])
@@ -629,6 +645,7 @@ SPECS = {
     ("plugins/modules/holds_info.py", "EXAMPLES"): run_holds_info_examples,
     ("plugins/modules/events.py", "EXAMPLES"): run_events_examples,
     ("plugins/modules/gpu_busy.py", "EXAMPLES"): run_gpu_busy_examples,
+    ("plugins/modules/gpu_reset.py", "EXAMPLES"): run_gpu_reset_examples,
     ("plugins/modules/maintenance.py", "EXAMPLES"): run_maintenance_examples,
     ("plugins/modules/node_library.py", "EXAMPLES"): run_node_library_examples,
     ("plugins/filter/verify_report.py", "EXAMPLES"): run_verify_report_examples,
