@@ -6,10 +6,12 @@
 ``nvidia-smi -L`` gives GPU index, name, UUID and the MIG devices with their UUIDs and "Device N"
 index, which is the MIG device index, not a GI id. Modern UUIDs (``MIG-<uuid>``) carry no GI/CI;
 legacy ones (``MIG-GPU-<uuid>/<GI>/<CI>``, drivers before R470) do. ``nvidia-smi -q -x`` gives, per
-GPU UUID, the minor number, the PCI bus id and each MIG device's index with its GI and CI ids;
-joining the two on (GPU UUID, MIG device index) maps each modern MIG UUID to its GI/CI. When that
-fails, ``nvidia-smi mig -lci`` (GPU index, GI, CI, profile, no UUID) is used for the devices it pins
-down unambiguously: a profile that occurs exactly once on the GPU in both lists.
+GPU UUID, the minor number, the PCI bus id, each MIG device's index with its GI and CI ids, and the
+driver's health state that NVML gives too (page retirement pending, row remapping failed or pending:
+``domain/health.py``); joining the two on (GPU UUID, MIG device index) maps each modern MIG UUID to
+its GI/CI. When that fails, ``nvidia-smi mig -lci`` (GPU index, GI, CI, profile, no UUID) is used
+for the devices it pins down unambiguously: a profile that occurs exactly once on the GPU in both
+lists.
 
 The parsers take text; the reader takes its runner and ``which`` as parameters.
 """
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import re
 import shutil
+import xml.etree.ElementTree as ET  # noqa: F401 (type comments)
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.health import problems
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance, normalize_pci_address
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
     MAX_OUTPUT_CHARS,
@@ -129,8 +133,8 @@ def parse_nvidia_smi_list(text):
     return gpus
 
 
-def _to_gpu(listed, mig, minor=None, pci_bus_id=None, numa_node=None):
-    # type: (ListedGpu, List[MigInstance], Optional[int], Optional[str], Optional[int]) -> Gpu
+def _to_gpu(listed, mig, minor=None, pci_bus_id=None, numa_node=None, health=()):
+    # type: (ListedGpu, List[MigInstance], Optional[int], Optional[str], Optional[int], tuple) -> Gpu
     unique = {}  # type: Dict[Tuple[int, int], MigInstance]
     for inst in mig:
         unique.setdefault((inst.gi, inst.ci), inst)
@@ -142,6 +146,7 @@ def _to_gpu(listed, mig, minor=None, pci_bus_id=None, numa_node=None):
         pci_bus_id=pci_bus_id,
         name=listed.name or None,
         mig=tuple(unique[key] for key in sorted(unique)),
+        health=health,
     )
 
 
@@ -153,7 +158,9 @@ def _to_gpu(listed, mig, minor=None, pci_bus_id=None, numa_node=None):
 class QueriedGpu:
     """One ``<gpu>`` of ``nvidia-smi -q -x``: what ``-L`` lacks.
 
-    ``mig_devices`` maps the MIG device index to ``(gi, ci)``.
+    ``mig_devices`` maps the MIG device index to ``(gi, ci)``. ``health``: the
+    problems ``domain/health.problems`` gives for the driver's own state, as
+    NVML's reader builds them; empty when nothing is wrong or nothing is known.
     """
 
     uuid: str
@@ -161,17 +168,39 @@ class QueriedGpu:
     minor: Optional[int] = None
     name: Optional[str] = None
     mig_devices: Tuple[Tuple[int, int, int], ...] = ()  # (index, gi, ci)
+    health: tuple = ()  # of str (domain/health.problems)
 
     def mig_map(self):
         # type: () -> Dict[int, Tuple[int, int]]
         return {index: (gi, ci) for index, gi, ci in self.mig_devices}
 
 
+def _yes(gpu, *paths):
+    # type: (ET.Element, str) -> bool
+    """Whether any of ``paths`` under ``gpu`` reads exactly ``Yes``. ``No``, ``N/A``, a missing element or
+    any other text is not a fault: it is not known to be one."""
+    return any(xml_text(gpu, path) == "Yes" for path in paths)
+
+
+def _query_health(gpu):
+    # type: (ET.Element) -> tuple
+    """The driver's own health state as ``nvidia-smi -q -x`` prints it, NVML's facts under their XML names:
+    ``retired_pages/pending_retirement`` (``pending_blacklist`` on older drivers) is
+    ``nvmlDeviceGetRetiredPagesPendingStatus``; ``remapped_rows/remapped_row_failure`` and
+    ``remapped_row_pending`` are ``nvmlDeviceGetRemappedRows``' ``failureOccurred`` and ``isPending``."""
+    return problems(
+        retired_pages_pending=_yes(gpu, "retired_pages/pending_retirement", "retired_pages/pending_blacklist"),
+        row_remap_failure=_yes(gpu, "remapped_rows/remapped_row_failure"),
+        row_remap_pending=_yes(gpu, "remapped_rows/remapped_row_pending"),
+    )
+
+
 def parse_nvidia_smi_query_xml(text):
     # type: (str) -> List[QueriedGpu]
     """Parse ``nvidia-smi -q -x``: per GPU its UUID, PCI bus id (normalised,
     see ``normalize_pci_address``), minor number and MIG devices
-    (``<mig_device><index>``, ``<gpu_instance_id>``, ``<compute_instance_id>``).
+    (``<mig_device><index>``, ``<gpu_instance_id>``, ``<compute_instance_id>``),
+    and its health (``_query_health``: only a ``Yes`` is a fault).
 
     Raises ``InventoryError`` when the text is not XML of that shape. A GPU
     without a ``GPU-`` UUID and a MIG device without all three numbers are
@@ -205,6 +234,7 @@ def parse_nvidia_smi_query_xml(text):
                 minor=xml_int(gpu, "minor_number"),
                 name=xml_text(gpu, "product_name"),
                 mig_devices=tuple(sorted(migs)),
+                health=_query_health(gpu),
             )
         )
     return result
@@ -299,7 +329,7 @@ def mig_ids_from_lci(listed, rows):
 def join_mig_ids(listed, mig_ids, queried=None, numa=None):
     # type: (List[ListedGpu], Dict[str, Tuple[int, int]], Optional[List[QueriedGpu]], Optional[Callable[[Optional[str]], Optional[int]]]) -> List[Gpu]
     """Build ``Gpu`` objects from ``-L`` GPUs, a MIG UUID -> (gi, ci) map,
-    and optionally ``-q -x`` data (minor number, PCI bus id).
+    and optionally ``-q -x`` data (minor number, PCI bus id, health).
 
     A MIG device gets its ids from its legacy UUID, else from ``mig_ids``;
     one with neither is left out of ``Gpu.mig``. ``numa(pci_bus_id)`` gives
@@ -322,6 +352,7 @@ def join_mig_ids(listed, mig_ids, queried=None, numa=None):
                 minor=query.minor if query else None,
                 pci_bus_id=pci,
                 numa_node=numa(pci) if (numa and pci) else None,
+                health=query.health if query else (),
             )
         )
     return gpus

@@ -10,12 +10,15 @@ import os
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.node import inventory as inv
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Gpu,
     Inventory,
     MigInstance,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
+from ansible_collections.bcd.devices.plugins.module_utils.node import inventory as inv
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import RealHost
+from ansible_collections.bcd.devices.tests.unit.builders import hold
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "data", "nvidia-smi")
 
@@ -548,6 +551,144 @@ def test_real_inventory_without_pynvml_says_so(monkeypatch):
     monkeypatch.setattr(inv, "HAS_PYNVML", False)
     result = inv.read_real_inventory(run_command=FakeRunner({}), which=on_path())
     assert "pynvml" in result.error
+
+
+# --------------------------------------------------------------------------
+# health from nvidia-smi -q -x, without NVML
+
+
+H100_GPU_B = "GPU-0c3f6a7e-1d2b-4c5d-8e9f-a0b1c2d3e4f5"  # synthetic: a second GPU for the H100 samples
+PAGES = "retired pages pending (reset the GPU)"
+ROW_FAILED = "row remapping failed (the GPU has no spare rows left)"
+ROW_PENDING = "row remapping pending (reset the GPU)"
+
+# The elements as drivers print them, under <gpu>: <retired_pages> holds <pending_blacklist> (older drivers)
+# and <pending_retirement> (newer; some print both); <remapped_rows> holds <remapped_row_pending> and
+# <remapped_row_failure>, or is N/A itself where the GPU has no row remapper.
+HEALTHY_ELEMENTS = (
+    "<retired_pages><pending_blacklist>N/A</pending_blacklist><pending_retirement>No</pending_retirement>"
+    "</retired_pages><remapped_rows><remapped_row_corr>0</remapped_row_corr><remapped_row_unc>0</remapped_row_unc>"
+    "<remapped_row_pending>N/A</remapped_row_pending><remapped_row_failure>No</remapped_row_failure></remapped_rows>"
+)
+
+
+def health_elements(pending_retirement=None, pending_blacklist=None, row_pending=None, row_failure=None):
+    """``<retired_pages>`` and ``<remapped_rows>`` with the elements given (None: left out)."""
+    def element(name, value):
+        return "" if value is None else "<%s>%s</%s>" % (name, value, name)
+    return ("<retired_pages>%s%s</retired_pages><remapped_rows>%s%s</remapped_rows>" % (
+        element("pending_blacklist", pending_blacklist), element("pending_retirement", pending_retirement),
+        element("remapped_row_pending", row_pending), element("remapped_row_failure", row_failure)))
+
+
+def two_gpu_smi(first, second=HEALTHY_ELEMENTS):
+    """``nvidia-smi -L`` and ``-q -x`` of the H100 samples with a second GPU (no MIG) added, ``first`` and
+    ``second`` inserted into the first and the second GPU's ``<gpu>``."""
+    listing = fixture(H100_L) + "GPU 1: NVIDIA H100 80GB HBM3 (UUID: %s)\r\n" % H100_GPU_B
+    query = fixture(H100_QX)
+    assert query.count("\t</gpu>\n") == 1
+    query = query.replace("\t</gpu>\n", "\t\t%s\n\t</gpu>\n\t<gpu id=\"00000000:3B:00.0\">\n\t\t<product_name>NVIDIA H100 80GB "
+                          "HBM3</product_name>\n\t\t<uuid>%s</uuid>\n\t\t<minor_number>4</minor_number>\n\t\t%s\n"
+                          "\t</gpu>\n" % (first, H100_GPU_B, second))
+    return {("nvidia-smi", "-L"): (0, listing, ""), ("nvidia-smi", "-q", "-x"): (0, query, "")}
+
+
+def smi_health(answers):
+    result = inv.read_real_inventory(run_command=FakeRunner(answers), nvml=False, which=on_path("nvidia-smi"))
+    assert result.source == "nvidia-smi" and result.error is None
+    return dict((gpu.uuid, gpu.health) for gpu in result.gpus)
+
+
+class FakeNvmlHealth(FakeNvml):
+    """NVML's two health getters besides: ``pending`` (NVML_FEATURE_ENABLED or not) and ``rows``
+    (corrRows, uncRows, isPending, failureOccurred) of each GPU."""
+
+    NVML_FEATURE_ENABLED = 1
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle):
+        return self._gpu(handle)["pending"]
+
+    def nvmlDeviceGetRemappedRows(self, handle):
+        return self._gpu(handle)["rows"]
+
+
+# (the elements of the faulted GPU, what NVML says of the same GPU, its problems)
+FAULTS = [
+    pytest.param(health_elements(pending_retirement="Yes", row_failure="Yes", row_pending="Yes"),
+                 (1, (0, 4, 1, 1)), (PAGES, ROW_FAILED), id="pending-retirement-and-row-failure"),
+    pytest.param(health_elements(pending_blacklist="Yes", row_pending="Yes", row_failure="No"),
+                 (1, (1, 0, 1, 0)), (PAGES, ROW_PENDING), id="older-driver-pending-blacklist-and-row-pending"),
+    pytest.param(health_elements(pending_blacklist="N/A", pending_retirement="No", row_pending="Yes",
+                                 row_failure="No"),
+                 (0, (1, 0, 1, 0)), (ROW_PENDING,), id="row-pending"),
+    pytest.param(health_elements(pending_retirement="No", row_pending="No", row_failure="Yes"),
+                 (0, (0, 64, 0, 1)), (ROW_FAILED,), id="row-failure"),
+    pytest.param(health_elements(pending_retirement="Yes") + "<remapped_rows>N/A</remapped_rows>",
+                 (1, None), (PAGES,), id="pending-retirement-without-row-remapper"),
+]
+
+
+@pytest.mark.parametrize("elements, nvml_says, expected", FAULTS)
+def test_nvidia_smi_reads_the_faults_nvml_gives_with_nvmls_texts(elements, nvml_says, expected):
+    """The same facts as NVML, the same problems: whichever reader saw the fault, the node says it alike."""
+    assert smi_health(two_gpu_smi(elements)) == {H100_GPU: expected, H100_GPU_B: ()}
+    pending, rows = nvml_says
+    nvml = FakeNvmlHealth([{"uuid": H100_GPU, "pci": "00000000:1B:00.0", "pending": pending, "rows": rows},
+                           {"uuid": H100_GPU_B, "pci": "00000000:3B:00.0", "pending": 0, "rows": (0, 0, 0, 0)}])
+    assert {gpu.uuid: gpu.health for gpu in inv.read_nvml_inventory(nvml).gpus} == {H100_GPU: expected,
+                                                                                  H100_GPU_B: ()}
+
+
+@pytest.mark.parametrize("value", ["N/A", "No", "", "yes", "YES", "Unknown Error", "Not Supported", "1", "Yes, twice"])
+def test_anything_but_yes_is_not_known_to_be_a_fault(value):
+    elements = health_elements(pending_retirement=value, pending_blacklist=value, row_pending=value,
+                               row_failure=value)
+    assert smi_health(two_gpu_smi(elements, second=elements)) == {H100_GPU: (), H100_GPU_B: ()}
+
+
+def test_a_yes_with_the_whitespace_of_pretty_printed_xml_is_a_fault():
+    elements = "<retired_pages>\n\t\t\t<pending_retirement>\n\t\t\t\tYes\n\t\t\t</pending_retirement>\n\t\t</retired_pages>"
+    assert smi_health(two_gpu_smi(elements)) == {H100_GPU: (PAGES,), H100_GPU_B: ()}
+
+
+def test_an_xml_without_the_health_elements_leaves_every_gpu_healthy():
+    assert smi_health(two_gpu_smi("", second="")) == {H100_GPU: (), H100_GPU_B: ()}
+    assert smi_health(smi_answers()) == {H100_GPU: ()}  # the recorded-shape sample as it is
+    (queried,) = inv.parse_nvidia_smi_query_xml(fixture(H100_QX))
+    assert queried.health == ()
+
+
+def test_without_a_readable_query_the_health_is_not_known():
+    answers = two_gpu_smi(health_elements(pending_retirement="Yes"))
+    listing = answers[("nvidia-smi", "-L")]
+    for query in [(6, "", "Unknown Error"), (0, "<nvidia_smi_log><gpu>", "")]:  # failed; truncated
+        assert smi_health({("nvidia-smi", "-L"): listing, ("nvidia-smi", "-q", "-x"): query,
+                           ("nvidia-smi", "mig", "-lci"): (6, "", "")}) == {H100_GPU: (), H100_GPU_B: ()}
+
+
+def test_a_real_host_without_nvml_refuses_a_hold_on_the_gpu_nvidia_smi_says_faulted(tmp_path, monkeypatch):
+    """A real node (RealHost) without pynvml, ``nvidia-smi`` on PATH answering through the runner: the pass
+    refuses the new hold on the faulted GPU with ``device-missing`` and binds the one on the healthy GPU."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text("#!/bin/sh\nexit 1\n")
+    (tools / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tools))
+    monkeypatch.setattr(inv, "HAS_PYNVML", False)
+    root = tmp_path / "root"
+    root.mkdir()
+    runner = FakeRunner(two_gpu_smi(health_elements(pending_retirement="Yes", row_failure="Yes", row_pending="No")))
+    host = RealHost(str(root), runner=runner)
+    assert host.inventory().source == "nvidia-smi"
+    result = run_pass(host, 1, [hold("a1", H100_GPU), hold("a2", H100_GPU_B)], state_dir="/var/lib/bcd",
+                      lock_timeout=5).to_dict()
+    what = "%s is unhealthy: %s; %s" % (H100_GPU, PAGES, ROW_FAILED)
+    assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
+        ("a1", "device-missing", what)]
+    assert [h["allocation_id"] for h in result["holds"]] == ["a2"]
+    assert [(c["type"], c["message"]) for c in result["conditions"]] == [
+        ("GPUUnhealthy", what + "; new holds on them are refused (device-missing), kept ones stay")]
+    assert ("nvidia-smi", "-q", "-x") in runner.calls
 
 
 # --------------------------------------------------------------------------
