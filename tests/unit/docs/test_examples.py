@@ -357,6 +357,21 @@ def run_gpu_reset_examples(run, text):
         ("GPUMaintenanceEnded", "MaintenanceEnded")]
 
 
+def run_event_driven_enrolment(run, text):
+    """The enrolment play of docs/event-driven.md, its gateway this machine: the node's key lands in the keys
+    directory under the node's name, as the source bcd.devices.gateway reads it."""
+    run.node("node-a", "--node-number", "0")
+    run.bind("node-a", 1, [hold("alloc_train", gpu(0, 0), device_class=NO_CLASS)])  # the key is made at the first bind
+    keys = run.tmp / "node-keys"
+    keys.mkdir()
+    [play] = tasks_of(text)
+    assert play["hosts"] == "gpu_nodes" and play["become"] is True  # as the page has it; here node-a, as its user
+    play = dict(run.play(play["tasks"]), vars=dict(play["vars"], bcd_gateway_host="node-a",
+                                                   bcd_gateway_keys_dir=str(keys)))
+    run.playbook([play], capture=["bcd_info"])
+    assert (keys / "node-a.pub").read_text() == run.captured["bcd_info"]["node_public_key"] + "\n"
+
+
 def run_maintenance_examples(run, text):
     run.node("node-a", "--node-number", "0")
     run.playbook([run.play(tasks_of(text))])
@@ -646,6 +661,7 @@ SPECS = {
     ("plugins/modules/events.py", "EXAMPLES"): run_events_examples,
     ("plugins/modules/gpu_busy.py", "EXAMPLES"): run_gpu_busy_examples,
     ("plugins/modules/gpu_reset.py", "EXAMPLES"): run_gpu_reset_examples,
+    ("docs/event-driven.md", "- name: Enrol the GPU nodes with the gateway"): run_event_driven_enrolment,
     ("plugins/modules/maintenance.py", "EXAMPLES"): run_maintenance_examples,
     ("plugins/modules/node_library.py", "EXAMPLES"): run_node_library_examples,
     ("plugins/filter/verify_report.py", "EXAMPLES"): run_verify_report_examples,
