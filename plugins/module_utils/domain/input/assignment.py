@@ -8,6 +8,14 @@ raw list into ``Assignment`` objects and, for each entry it cannot honour as
 given, an ``invalid-assignment`` refusal whose message names the field. Nothing
 here touches the host; an allocation id that passes can safely name a file or
 a slice.
+
+A refusal is journaled as an ``AllocationFailed`` event, which a gateway hands on
+only if it fits the events' grammar (``domain/event_grammar.py``: no curly
+bracket, no control character, an allocation id or ``devices[N]``). So a
+message says each pattern in words, quotes a value it was sent only through
+``support.text.quoted`` (printable ASCII, curly brackets and backslashes
+escaped, cut short), and an entry without a valid allocation id is refused
+under its position in the section, ``devices[N]``.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from typing import List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.env_policy import (
     ENV_KEY_RE,
+    ENV_KEY_SAID,
     check_env_allowed,
     check_env_key,
     check_env_value,
@@ -27,10 +36,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json i
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import quoted
 
 # An allocation id names files and a slice: the one pattern every such name is built from.
 ALLOCATION_ID = r"[A-Za-z0-9_]{1,80}"
 ALLOCATION_ID_RE = lazy_pattern(r"^%s$" % ALLOCATION_ID)
+# ALLOCATION_ID in words: a refusal is journaled, and no event may hold a curly bracket (domain/event_grammar.py)
+ALLOCATION_ID_SAID = "1 to 80 letters, digits and underscores"
 CPULIST_RE = lazy_pattern(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 CPULIST_MAX = 1024
 DECIMAL_RE = lazy_pattern(r"^[0-9]{1,20}$")  # int64's decimal string, bounded before int() reads it
@@ -103,7 +115,7 @@ def unsupported_binding(binding):
     reads as) is said to be missing, not named by a word the user never wrote."""
     if binding == BINDING_UNSPECIFIED:
         return "binding is missing"
-    return "binding %s is not supported" % binding
+    return "binding %s is not supported" % quoted(binding, quote="")
 
 
 def check_binding(raw):
@@ -202,7 +214,7 @@ def _number(value, where, strings=False):
     if strings and isinstance(value, str):
         if not DECIMAL_RE.fullmatch(value):
             raise InvalidAssignment("%s: %s is not a non-negative integer or its decimal string"
-                                    % (where, _show(value)))
+                                    % (where, quoted(value)))
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidAssignment("%s: must be a non-negative integer" % where)
@@ -221,7 +233,7 @@ def check_cpulist(value, where, highest=MAX_CPU, what="CPU"):
     if len(value) > CPULIST_MAX:
         raise InvalidAssignment("%s: cpulist longer than %d characters" % (where, CPULIST_MAX))
     if not CPULIST_RE.fullmatch(value):
-        raise InvalidAssignment("%s: %r is not a cpulist such as 0-3,8" % (where, value))
+        raise InvalidAssignment("%s: %s is not a cpulist such as 0-3,8" % (where, quoted(value)))
     for part in value.split(","):
         low, _sep, high = part.partition("-")
         for number in (low, high or low):
@@ -258,7 +270,7 @@ def check_fields(raw, known, where):
     if not unknown:
         return
     key = unknown[0]
-    shown = key if isinstance(key, str) and len(key) <= 64 and key.isprintable() else _show(key)
+    shown = quoted(key, quote="", limit=64)
     prefix = "%s.%s" % (where, shown) if where else shown
     import difflib  # pylint: disable=import-outside-toplevel  # a refusal's suggestion only: no pass imports it
     nearest = difflib.get_close_matches(key, known, n=1, cutoff=0.6) if isinstance(key, str) and len(key) <= 64 else []
@@ -307,7 +319,7 @@ def _env_pairs(raw):
         for index, (key, value) in enumerate(raw.items()):
             where = "env[%d]" % index
             if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
-                raise InvalidAssignment("%s: key %s does not match %s" % (where, _show(key), ENV_KEY_RE.pattern))
+                raise InvalidAssignment("%s: key %s is not an env key (%s)" % (where, quoted(key), ENV_KEY_SAID))
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):  # YAML reads THREADS: 4 as a number
                 raise InvalidAssignment("%s: the value of %s must be a string or a number, not %s"
                                         % (where, key, type_name(value)))
@@ -319,8 +331,7 @@ def _env_pairs(raw):
             raise InvalidAssignment("%s: must be a KEY=VALUE string" % where)
         key, sep, value = line.partition("=")
         if not sep or not ENV_KEY_RE.fullmatch(key):
-            raise InvalidAssignment("%s: %s is not KEY=VALUE with KEY matching %s"
-                                    % (where, _show(line), ENV_KEY_RE.pattern))
+            raise InvalidAssignment("%s: %s is not KEY=VALUE with KEY %s" % (where, quoted(line), ENV_KEY_SAID))
         yield where, key, value
 
 
@@ -346,7 +357,7 @@ def _env(raw, env_allow=None):
 
 def _devices(raw):
     if not isinstance(raw, list):
-        raise InvalidAssignment("devices: must be a list of {id, device_class}")
+        raise InvalidAssignment("devices: must be a list of devices, each a mapping with id and device_class")
     if not raw:
         raise InvalidAssignment("devices: at least one device is required")
     if len(raw) > MAX_DEVICES:
@@ -371,8 +382,8 @@ def parse_assignment(raw, index=0, env_allow=None):
     binding = check_binding(raw)
     check_fields(dict((key, value) for key, value in raw.items() if key not in UNREAD_FIELDS), ASSIGNMENT_FIELDS, "")
     allocation_id = raw.get("allocation_id")
-    if not isinstance(allocation_id, str) or not ALLOCATION_ID_RE.fullmatch(allocation_id):
-        raise InvalidAssignment("allocation_id: %s does not match %s" % (_show(allocation_id), ALLOCATION_ID_RE.pattern))
+    if not is_allocation_id(allocation_id):
+        raise InvalidAssignment("allocation_id: %s is not an allocation id (%s)" % (quoted(allocation_id), ALLOCATION_ID_SAID))
     return Assignment(
         allocation_id=allocation_id,
         reservation_id=_text(raw.get("reservation_id"), "reservation_id"),
@@ -411,7 +422,7 @@ def parse_hold_request(data):
         raise InvalidAssignment("hold: must be a mapping, not %s" % type_name(data))
     unknown = sorted(str(key) for key in data if key not in HOLD_FIELDS)
     if unknown:
-        raise InvalidAssignment("hold.%s: unknown field" % unknown[0])
+        raise InvalidAssignment("hold.%s: unknown field" % quoted(unknown[0], quote="", limit=64))
     generation = _number(data.get("generation"), "generation")
     if generation is None:
         raise InvalidAssignment("generation: required")
@@ -419,9 +430,9 @@ def parse_hold_request(data):
             generation)
 
 
-def _show(value):
-    text = repr(value)
-    return text if len(text) <= 90 else text[:87] + "..."
+def is_allocation_id(value):
+    """Whether ``value`` is an allocation id (``ALLOCATION_ID``): its length bounded before the pattern reads it."""
+    return isinstance(value, str) and len(value) <= 80 and ALLOCATION_ID_RE.fullmatch(value) is not None
 
 
 def _text_size(text):
@@ -517,8 +528,9 @@ def parse_assignments(raw_list, env_allow=None):
     refused. An allocation id may appear once. One sent more than once is ambiguous, so
     every entry of it is refused (one refusal for the allocation) and a hold it
     already has is kept as it is. A refusal for an entry without a usable
-    allocation id is keyed by its position (``devices[3]``) so it can still be
-    reported.
+    allocation id (none, or one that is not valid: ``../x``) is keyed by its
+    position (``devices[3]``) so it can still be reported; its message says
+    which id was sent.
     """
     if raw_list is not None and not isinstance(raw_list, list):
         raise InvalidAssignment("devices: must be a list of assignments")
@@ -531,8 +543,9 @@ def parse_assignments(raw_list, env_allow=None):
     keys = []
     for index, raw in enumerate(raw_list or []):
         raw_id = raw.get("allocation_id") if isinstance(raw, dict) else None
-        # A refusal is reported under the id the control plane sent, when it sent a string.
-        keys.append(raw_id[:TEXT_MAX] if isinstance(raw_id, str) and raw_id else "devices[%d]" % index)
+        # A refusal is reported under the id the control plane sent when it is one; else under the entry's
+        # position, which the events' grammar takes in its stead (never the raw text: it may be anything).
+        keys.append(raw_id if is_allocation_id(raw_id) else "devices[%d]" % index)
     counts = dict((key, keys.count(key)) for key in keys)
     for index, (key, raw) in enumerate(zip(keys, raw_list or [])):
         if key in parsed.order:
@@ -556,6 +569,6 @@ def parse_assignments(raw_list, env_allow=None):
                                    for name in unset_limits(raw.get("limits")))
         except InvalidAssignment as exc:
             parsed.refusals.append(Refusal(key, exc.reason, str(exc)))
-            if ALLOCATION_ID_RE.fullmatch(key):
+            if is_allocation_id(key):
                 parsed.refused_ids.append(key)
     return parsed

@@ -30,6 +30,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals 
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import quoted
 
 CLASS_GPU = "gpu"
 CLASS_MIG = "gpu.mig"
@@ -100,16 +101,17 @@ def parse_atom(device_id, device_class="", read_back=False):
     elif device_class == CLASS_MIG:
         match = mig_re.fullmatch(device_id)
         if not match:
-            raise AtomRefused(Reason.UNSUPPORTED_DEVICE, '"%s" is not a MIG instance id (<gpu>/gi<n>/ci<n>)' % device_id)
+            raise AtomRefused(Reason.UNSUPPORTED_DEVICE, "%s is not a MIG instance id (<gpu>/gi<n>/ci<n>)"
+                              % quoted(device_id, quote='"'))
         atom = Atom(id=device_id, device_class=CLASS_MIG, gpu_uuid=match.group(1),
                     gi=int(match.group(2)), ci=int(match.group(3)))
     elif device_class == CLASS_SLOT:
         match = slot_re.fullmatch(device_id)
         if not match:
-            raise AtomRefused(Reason.UNSUPPORTED_DEVICE, '"%s" is not a slot id (<gpu>/s<n>)' % device_id)
+            raise AtomRefused(Reason.UNSUPPORTED_DEVICE, "%s is not a slot id (<gpu>/s<n>)" % quoted(device_id, quote='"'))
         atom = Atom(id=device_id, device_class=CLASS_SLOT, gpu_uuid=match.group(1), slot=int(match.group(2)))
     else:
-        raise AtomRefused(Reason.UNSUPPORTED_DEVICE, "device class %s cannot be held" % device_class)
+        raise AtomRefused(Reason.UNSUPPORTED_DEVICE, "device class %s cannot be held" % quoted(device_class, quote=""))
     return atom
 
 
@@ -145,7 +147,7 @@ def resolve_devices(refs, inventory):
     for ref in refs:
         atom = parse_atom(ref.id, ref.device_class)
         if not CDI_NAME_RE.fullmatch(atom.cdi_name):
-            raise AtomRefused(Reason.UNSUPPORTED_DEVICE, '"%s" cannot name a CDI device' % ref.id)
+            raise AtomRefused(Reason.UNSUPPORTED_DEVICE, "%s cannot name a CDI device" % quoted(ref.id, quote='"'))
         parsed.append(atom)
     resolved, missing = [], []
     for atom in parsed:

@@ -21,11 +21,15 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import quoted
 
 # A key: a C identifier of at most 128 characters. Everything that reads env files and every shell
 # agrees on these; anything else (``A-B``, ``BASH_FUNC_f%%``, a space, a dot) means different things
 # to different readers.
 ENV_KEY_RE = lazy_pattern(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# ENV_KEY_RE in words, as a refusal says it: a refusal is journaled, and no event may hold a curly bracket
+# (domain/event_grammar.py)
+ENV_KEY_SAID = "a letter or underscore, then up to 127 letters, digits and underscores"
 
 # What a refusal says after the key; each family below names one of these.
 LOADS = "changes what programs load or run"
@@ -216,8 +220,7 @@ def parse_env_allow(value, where="env_allow"):
     keys = set()
     for index, key in enumerate(value):
         if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
-            raise ValueError("%s[%d]: %s is not a key matching %s"
-                             % (where, index, ascii(key)[:90], ENV_KEY_RE.pattern))
+            raise ValueError("%s[%d]: %s is not an env key (%s)" % (where, index, quoted(key), ENV_KEY_SAID))
         why = check_env_key(key)
         if why:
             raise ValueError("%s[%d]: %s; an allowlist cannot let it through" % (where, index, why))

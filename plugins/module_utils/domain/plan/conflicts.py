@@ -15,6 +15,10 @@ makes is no conflict: the hold waits for it instead (``Claims.needs``).
 * the atom held by another allocation: ``<atom> is assigned to <allocation>``
 * a whole GPU while part of it is held: ``<GPU> has <atom> assigned to <allocation>``
 * a part of a GPU another allocation holds whole: ``<GPU> is assigned to <allocation>``
+
+An instance id (the ``instances`` section, a libvirt domain's name) and a maintenance reason are text of
+someone else's: a message quotes them through ``support.text.quoted`` (printable ASCII, no curly bracket),
+as it is journaled in an ``AllocationFailed`` a gateway checks (``domain/event_grammar.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, Atom, AtomRefused, atom_from_id
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import PENDING, Claims
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import quoted
 
 UNREADABLE_RELEASES = "(pending Kubernetes releases that could not be read)"
 # The one conflict of the assignment with itself: nothing the node does later resolves it.
@@ -45,11 +50,11 @@ def conflicts(atoms: Sequence[Atom], claims: Claims, owner: Optional[str] = None
     for atom in atoms:
         instance = claims.vm_of(atom.gpu_uuid)
         if instance is not None:
-            add("%s is passed through to instance %s" % (atom.gpu_uuid, instance))
+            add("%s is passed through to instance %s" % (atom.gpu_uuid, quoted(instance, quote="", limit=256)))
             continue
         reason = claims.maintenance_of(atom.gpu_uuid)
         if reason is not None:
-            add("%s is in maintenance (%s)" % (atom.gpu_uuid, reason))
+            add("%s is in maintenance (%s)" % (atom.gpu_uuid, quoted(reason, quote="", limit=256)))
             continue
         same, part, whole = claims.holding(atom, owner)
         if same is not None:

@@ -339,23 +339,105 @@ def test_every_step_of_a_gpu_recovery_a_node_journals_passes(capsys, make_node):
 
 
 def test_a_message_quoting_a_pattern_is_refused_for_its_curly_brackets():
-    """docs/troubleshooting.md lists it as a real message of the node (see the test below)."""
+    """What a node's refusal said before it said its patterns in words (the test below): the gateway refused it, and
+    the node's delivery stalled on it."""
     assert grammar.check_event(with_value(FAILED, ("body", "message"),
                                           "allocation_id: 'alloc-01/../x' does not match ^[A-Za-z0-9_]{1,80}$")) == (
         "body.message: holds U+007B at character 60; a message holds printable characters only, and no curly bracket "
         "(a template delimiter)")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the node quotes the allocation id pattern (^[A-Za-z0-9_]{1,80}$, ENV_KEY_RE's) and a raw allocation id that "
-    "is not one in its invalid-assignment refusals (domain/input/assignment.py, parse_assignments): the gateway "
-    "refuses those events, and the node's delivery stops at them until the node says them without curly brackets "
-    "and reports such an entry under devices[N]"))
 def test_invalid_assignments_a_node_reports_pass(node):
+    """The node says its patterns in words, quotes what it was sent without a curly bracket or a control character,
+    and reports an entry whose allocation id is not one under its position (the id sent is in the message)."""
     node.run(1, [hold("alloc-01/../x", GPU_A), hold("a_env", GPU_B, env=["not a pair"]),
                  {"reservation_id": "rsv", "binding": "BINDING_HOLD", "devices": [{"id": GPU_C}]}])  # devices[2]
     events = journaled(node)
-    assert sorted(e["body"]["allocation_id"] for e in events) == ["a_env", "alloc-01/../x", "devices[2]"]
+    assert sorted(e["body"]["allocation_id"] for e in events) == ["a_env", "devices[0]", "devices[2]"]
+    assert [e["body"]["message"] for e in events if e["body"]["allocation_id"] == "devices[0]"] == [
+        "allocation_id: 'alloc-01/../x' is not an allocation id (1 to 80 letters, digits and underscores)"]
+    assert_all_pass(events)
+
+
+def test_a_refusal_quoting_a_lone_surrogate_is_journaled(node):
+    """A lone surrogate (JSON's "\\ud800") in an allocation id, a binding or a device class: the refusals quote it
+    escaped, so the journal (UTF-8) takes them. Quoted raw, each failed the whole pass writing its event."""
+    result = node.run(1, [hold("\ud800", GPU_A), hold("a1", GPU_A, binding="X\ud800"),
+                          hold("a2", GPU_B, device_class="\ud800")])
+    assert [(f.allocation_id, f.message) for f in result.plan.failures] == [
+        ("devices[0]", "allocation_id: '\\ud800' is not an allocation id (1 to 80 letters, digits and underscores)"),
+        ("a1", "binding X\\ud800 is not supported"), ("a2", "device class \\ud800 cannot be held")]
+    assert_all_pass(journaled(node))
+
+
+# Text a control plane (or anyone who can write its input) may send: any characters, and those the grammar refuses
+# or that look like what the node itself writes.
+HOSTILE_TEXT = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["{{ lookup('pipe', 'id') }}", "{%", "}}", "\\", "'", '"', "\x00", "\n", "\r\n", "\x1b[2J",
+                     "\x7f", "\x85", "\u2028", "\u202e", "\ufeff", "\U000e0001", "\ud800", "devices[0]", "a" * 300,
+                     "alloc-01/../x", "A=b", "LD_PRELOAD=/x.so", "0-3", "GPU-{{x}}"]),
+    st.builds("{}{}{}".format, st.text(max_size=8), st.sampled_from(["{", "}", "{{", "\n", "\u202e", "\\", "'"]),
+              st.text(max_size=8)))
+HOSTILE = st.one_of(HOSTILE_TEXT, st.none(), st.booleans(), st.integers(min_value=-(1 << 70), max_value=1 << 70),
+                    st.floats(allow_nan=False, allow_infinity=False), st.lists(HOSTILE_TEXT, max_size=2),
+                    st.dictionaries(HOSTILE_TEXT, HOSTILE_TEXT, max_size=2))
+HOSTILE_KEY = HOSTILE_TEXT  # the input arrives as JSON (the module's arguments, the stored input): its keys are text
+
+
+def hostile_assignment(index):
+    """An entry with each field either as a good hold writes it or hostile: an allocation id, a reservation id, a
+    binding, device ids and classes, limits (known and unknown fields), env lines and mappings, an unknown field."""
+    def build(draw):
+        entry = hold("alloc_%d" % index, GPU_A)
+        fields = draw(st.sets(st.sampled_from(["allocation_id", "reservation_id", "binding", "devices", "limits", "env",
+                                               "unknown"]), min_size=1))
+        if "allocation_id" in fields:
+            entry["allocation_id"] = draw(HOSTILE)
+        if "reservation_id" in fields:
+            entry["reservation_id"] = draw(HOSTILE)
+        if "binding" in fields:
+            entry["binding"] = draw(st.one_of(st.sampled_from(["BINDING_HOLD", "BINDING_KUBERNETES", "BINDING_INSTANCE",
+                                                               "HOLD"]), HOSTILE))
+        if "devices" in fields:
+            entry["devices"] = draw(st.one_of(HOSTILE, st.lists(st.one_of(HOSTILE, st.fixed_dictionaries(
+                {"id": st.one_of(HOSTILE, st.sampled_from([GPU_B, GPU_C + "/gi1/ci0", GPU_B + "/s1"])),
+                 "device_class": st.one_of(HOSTILE, st.sampled_from(["gpu", "gpu.mig", "gpu.slot", ""]))})),
+                min_size=1, max_size=3)))
+        if "limits" in fields:
+            entry["limits"] = draw(st.one_of(HOSTILE, st.dictionaries(st.one_of(st.sampled_from(
+                ["cpus", "mems", "cpu_millis", "memory_bytes", "hugepages_2mi", "hugepages_1gi"]), HOSTILE_KEY),
+                HOSTILE, max_size=3)))
+        if "env" in fields:
+            entry["env"] = draw(st.one_of(
+                HOSTILE, st.lists(st.one_of(HOSTILE, st.builds("{}={}".format, HOSTILE_TEXT, HOSTILE_TEXT),
+                                            st.builds("TEAM={}".format, HOSTILE_TEXT)), max_size=3),
+                st.dictionaries(HOSTILE_KEY, HOSTILE, max_size=3)))
+        if "unknown" in fields:
+            entry[draw(HOSTILE_KEY)] = draw(HOSTILE)
+        return entry
+    return st.composite(lambda draw: build(draw))()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_every_refusal_of_hostile_assignments_a_node_journals_passes(make_node, data):
+    """Real passes on a fakehw node of entries holding anything in their fields (and a VM whose instance id is
+    anything, and a GPU in maintenance for any reason, both of which an overlap names): every refusal the node
+    journals fits the grammar, so a gateway hands it on and the node's delivery goes on past it."""
+    node = make_node(vendor="mig")
+    entries = [data.draw(hostile_assignment(index), label="devices[%d]" % index)
+               for index in range(data.draw(st.integers(min_value=1, max_value=4), label="entries"))]
+    instance = data.draw(HOSTILE_TEXT, label="instance_id")
+    reason = data.draw(HOSTILE_TEXT, label="maintenance reason")  # the file is the account's to write: anything
+    node.write("/var/lib/bcd/maintenance.json", json.dumps({GPU_B: {"reason": reason, "since": 1}}).encode())
+    result = node.run(1, entries + [hold("a_vm", GPU_C), hold("a_maintenance", GPU_B)],
+                      instances=[{"instance_id": instance, "gpus": [GPU_C]}])
+    assert ("a_vm", "overlap") in refused(result)
+    events = journaled(node)
+    failed = [e for e in events if e["type"] == "AllocationFailed"]
+    assert len(failed) == len(result.plan.failures), (failed, result.plan.failures)
     assert_all_pass(events)
 
 

@@ -26,6 +26,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
     parse_cpulist,
     section_size,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.support.text import quoted
 from ansible_collections.bcd.devices.tests.unit.builders import hold as build_hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds import run as run_module
@@ -129,8 +130,23 @@ def test_an_allocation_id_of_80_characters_is_fine():
 ])
 def test_an_allocation_id_that_cannot_name_a_file_is_refused(allocation_id):
     refusal = refusal_of(entry(allocation_id=allocation_id))
-    assert refusal.message.startswith("allocation_id: ")
-    assert "^[A-Za-z0-9_]{1,80}$" in refusal.message
+    # the pattern said in words: the refusal is journaled, and no event may hold a curly bracket
+    assert refusal.message == "allocation_id: %s is not an allocation id (1 to 80 letters, digits and underscores)" % (
+        quoted(allocation_id))
+    assert refusal.allocation_id == "devices[0]"  # reported under its position, never under what was sent
+
+
+@pytest.mark.parametrize("allocation_id, message", [
+    ("alloc-01/../x", "allocation_id: 'alloc-01/../x' is not an allocation id (1 to 80 letters, digits and underscores)"),
+    (None, "allocation_id: None is not an allocation id (1 to 80 letters, digits and underscores)"),
+    ("{{ lookup('pipe', 'id') }}", "allocation_id: '\\x7b\\x7b lookup(\\x27pipe\\x27, \\x27id\\x27) \\x7d\\x7d' is not "
+                                   "an allocation id (1 to 80 letters, digits and underscores)"),
+    ("a\u202eb\x85", "allocation_id: 'a\\u202eb\\x85' is not an allocation id (1 to 80 letters, digits and underscores)"),
+    (["alloc_1"], "allocation_id: a list is not an allocation id (1 to 80 letters, digits and underscores)"),
+    ("x" * 300, "allocation_id: '%s...' is not an allocation id (1 to 80 letters, digits and underscores)" % ("x" * 77)),
+])
+def test_a_refused_allocation_id_is_quoted_safely(allocation_id, message):
+    assert refusal_of(entry(allocation_id=allocation_id)).message == message
 
 
 @pytest.mark.parametrize("allocation_id", ["alloc_1\n", "alloc_1\r", "alloc\n_1", "alloc_1\x00"])
@@ -248,7 +264,7 @@ def test_an_integer_limit_may_come_as_its_decimal_string_as_proto3_json_writes_i
 @pytest.mark.parametrize("value", ["-1", "1.5", "1e9", " 5", "5 ", "0x10", "", "4G", "٣", "1" * 21])
 def test_a_limit_string_that_is_not_a_decimal_integer_is_refused(value):
     refusal = refusal_of(entry(limits={"memory_bytes": value}))
-    assert refusal.message == "limits.memory_bytes: %r is not a non-negative integer or its decimal string" % value
+    assert refusal.message == "limits.memory_bytes: %s is not a non-negative integer or its decimal string" % quoted(value)
 
 
 def test_a_limit_string_beyond_int64_is_refused():
@@ -319,9 +335,14 @@ def test_a_refusal_does_not_stop_the_others_and_keeps_spec_order():
     assert parsed.refused_ids == ["a2"]
 
 
-def test_a_refused_entry_is_reported_under_the_id_it_was_sent_with():
-    parsed = parse_assignments([entry(allocation_id="../../etc/passwd")])
-    assert parsed.refusals[0].allocation_id == "../../etc/passwd"
+def test_an_entry_without_a_valid_id_is_reported_under_its_position_naming_the_id_sent():
+    # the events' grammar takes an allocation id or devices[N] (domain/event_grammar.py): what was sent may be anything
+    parsed = parse_assignments([entry(allocation_id="a1"), entry(allocation_id="../../etc/passwd"),
+                                entry(allocation_id="../../etc/passwd"), entry(allocation_id="a" * 81)])
+    assert [(r.allocation_id, r.message) for r in parsed.refusals] == [
+        ("devices[%d]" % index, "allocation_id: '%s' is not an allocation id (1 to 80 letters, digits and underscores)"
+         % sent) for index, sent in ((1, "../../etc/passwd"), (2, "../../etc/passwd"), (3, "a" * 77 + "..."))]
+    assert parsed.order == ["a1", "devices[1]", "devices[2]", "devices[3]"]
     assert parsed.refused_ids == []  # never used as a name
 
 
@@ -510,8 +531,10 @@ def test_at_most_256_env_lines():
      "devices[0].device_clas: unknown field; did you mean device_class?"),
     ({"devices": [{"id": "GPU-5f1c2a90-0000-4000-8000-000000000001"}, {"uuid": "GPU-1"}]},
      "devices[1].uuid: unknown field; did you mean id?"),
-    ({"x\n" * 40: 1}, "%s...: unknown field (known: allocation_id, reservation_id, binding, devices, limits, env)"
-     % repr("x\n" * 40)[:87]),  # a hostile key is shown escaped and cut short
+    ({"x\n" * 40: 1}, "%sx...: unknown field (known: allocation_id, reservation_id, binding, devices, limits, env)"
+     % ("x\\n" * 20)),  # a hostile key is shown escaped and cut short
+    ({"{{ x }}": 1}, "\\x7b\\x7b x \\x7d\\x7d: unknown field (known: allocation_id, reservation_id, binding, devices, "
+                     "limits, env)"),
 ])
 def test_an_unknown_key_is_refused_with_the_nearest_field(extra, message):
     """A typo in an assignment or a device is never read as an absent field (an empty reservation id, a

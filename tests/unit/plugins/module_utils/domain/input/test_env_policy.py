@@ -153,22 +153,26 @@ def test_the_families_leave_the_workloads_own_keys_alone():
 
 
 @pytest.mark.parametrize("key, shown", [
-    ("A" * 129, "'" + "A" * 86 + "..."),
+    ("A" * 129, "'" + "A" * 77 + "...'"),
     ("1A", "'1A=x'"),
     ("A-B", "'A-B=x'"),
     ("BASH_FUNC_f%%", "'BASH_FUNC_f%%=x'"),
     ("\x1b[2J\x1b[H", "'\\x1b[2J\\x1b[H=x'"),
     ("A\u2028B", "'A\\u2028B=x'"),
+    ("{{A}}", "'\\x7b\\x7bA\\x7d\\x7d=x'"),
+    ("A'B\\", "'A\\x27B\\x5c=x'"),
 ])
 def test_a_key_outside_the_pattern_is_refused_shown_escaped_and_cut(key, shown):
     message = refusal(["%s=x" % key])
-    assert message.startswith("env[0]: %s" % shown)
-    assert "^[A-Za-z_][A-Za-z0-9_]{0,127}$" in message
-    assert message.isprintable() and len(message) < 200
+    # the pattern said in words: the refusal is journaled, and no event may hold a curly bracket
+    assert message == ("env[0]: %s is not KEY=VALUE with KEY a letter or underscore, then up to 127 letters, digits "
+                       "and underscores" % shown)
+    assert message.isascii() and message.isprintable() and len(message) < 200 and not set(message) & set("{}")
 
 
 def test_a_mapping_is_checked_key_by_key():
-    assert refusal({"A=B": "c"}).startswith("env[0]: key 'A=B' does not match ")
+    assert refusal({"A=B": "c"}) == ("env[0]: key 'A=B' is not an env key (a letter or underscore, then up to 127 "
+                                     "letters, digits and underscores)")
     assert refusal({"A": [1]}) == "env[0]: the value of A must be a string or a number, not a list"
     assert parse_assignments([entry(env={"THREADS": 4})]).assignments[0].env == ("THREADS=4",)
     assert refusal({"OK": "1", "LD_PRELOAD": "/x.so"}).startswith("env[1]: LD_PRELOAD changes")
@@ -289,7 +293,8 @@ def test_an_allowlist_is_the_only_set_accepted(capsys, node):
                              "it %s; an allowlist cannot let it through" % DOC),
     (["SLURM_JOB_ID"], "env_allow[0]: SLURM_JOB_ID is what Slurm sets for a job and its tasks; a hold's env may not "
                        "set it %s; an allowlist cannot let it through" % DOC),
-    (["A-B"], "env_allow[0]: 'A-B' is not a key matching ^[A-Za-z_][A-Za-z0-9_]{0,127}$"),
+    (["A-B"], "env_allow[0]: 'A-B' is not an env key (a letter or underscore, then up to 127 letters, digits and "
+              "underscores)"),
     (["BCD_ALLOCATION_ID"], "env_allow[0]: BCD_ALLOCATION_ID is set by bcd and cannot be overridden; an allowlist "
                             "cannot let it through"),
 ])
