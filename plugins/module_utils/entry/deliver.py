@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import stat
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -57,6 +56,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import joi
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
+from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 EX_OK, EX_FAILED, EX_ERROR, EX_RETRY = 0, 1, 2, 75
@@ -72,7 +73,7 @@ MAX_URL = 2048
 MAX_EVENTS_LIMIT = 100000
 MIN_BYTES, MAX_BYTES_LIMIT = 1024, 64 * 1024 * 1024
 SETTINGS = ("url", "ca_file", "timeout", "token_file", "token_header", "max_events", "max_bytes")
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+_HEADER_NAME = lazy_pattern(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
 
@@ -287,7 +288,7 @@ class Backoff:
         return record
 
     def save(self, record: Dict[str, Any]) -> None:
-        data = json.dumps(record, sort_keys=True, separators=(",", ":")).encode("ascii") + b"\n"
+        data = json_bytes(record)
         try:
             with self.state.as_owner():
                 write_atomic(self.path, data, 0o600)

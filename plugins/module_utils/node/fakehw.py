@@ -42,6 +42,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission 
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
@@ -245,7 +246,7 @@ def reset_fakehw_gpus(path, uuids):
         cleared[uuid] = health.get("reset_clears") is not False
         if cleared[uuid]:
             listed[uuid].pop("health", None)
-    content = (json.dumps(data, indent=2) + "\n").encode("utf-8")
+    content = json_bytes(data, indent=2, sort_keys=False, ensure_ascii=False)
     write_atomic(path, content, stat.S_IMODE(os.stat(path).st_mode))
     return cleared
 

@@ -60,7 +60,9 @@ def test_nothing_in_module_utils_writes_a_file_with_json_dumps_of_its_own():
     covers (state/events.py), what a command prints, a message on a socket, a digest, a comparison."""
     allowed = {"state/events.py", "entry/cli.py", "entry/helper.py", "node/helper_client.py",
                "entry/modules/holds.py", "domain/plan/diffs.py", "domain/input/assignment.py",
-               "domain/input/generations.py", "domain/delivery.py", "support/json_bytes.py"}
+               "domain/input/generations.py", "domain/delivery.py", "support/json_bytes.py",
+               "domain/event_grammar.py",  # a refused value quoted in a reason
+               "entry/deliver.py"}  # a setting quoted in a message, the request's body, an event's size
     found = []
     for path in sorted(MODULE_UTILS.rglob("*.py")):
         relative = str(path.relative_to(MODULE_UTILS))
