@@ -382,7 +382,7 @@ def parse_assignment(raw, index=0, env_allow=None):
     binding = check_binding(raw)
     check_fields(dict((key, value) for key, value in raw.items() if key not in UNREAD_FIELDS), ASSIGNMENT_FIELDS, "")
     allocation_id = raw.get("allocation_id")
-    if not is_allocation_id(allocation_id):
+    if not isinstance(allocation_id, str) or not is_allocation_id(allocation_id):
         raise InvalidAssignment("allocation_id: %s is not an allocation id (%s)" % (quoted(allocation_id), ALLOCATION_ID_SAID))
     return Assignment(
         allocation_id=allocation_id,
@@ -540,12 +540,12 @@ def parse_assignments(raw_list, env_allow=None):
     section_size(raw_list or [])
     parsed = ParsedInput()
     atoms = 0
-    keys = []
+    keys = []  # type: List[str]
     for index, raw in enumerate(raw_list or []):
         raw_id = raw.get("allocation_id") if isinstance(raw, dict) else None
         # A refusal is reported under the id the control plane sent when it is one; else under the entry's
         # position, which the events' grammar takes in its stead (never the raw text: it may be anything).
-        keys.append(raw_id if is_allocation_id(raw_id) else "devices[%d]" % index)
+        keys.append(raw_id if isinstance(raw_id, str) and is_allocation_id(raw_id) else "devices[%d]" % index)
     counts = dict((key, keys.count(key)) for key in keys)
     for index, (key, raw) in enumerate(zip(keys, raw_list or [])):
         if key in parsed.order:
