@@ -23,7 +23,12 @@ systemd itself (``systemctl show``, the journal, the cgroup files):
 * the root units are sandboxed (issue 33, item 4): ``systemd-analyze security`` rates the
   helper and the metrics unit, as this node's systemd loaded them, at most 5.0, and inside
   that sandbox the helper still releases and binds a hold for ``bcd`` over its socket, and
-  no helper process of the boot died or failed.
+  no helper process of the boot died or failed;
+* the node delivers by itself (issue 45): with a gateway URL the role installs
+  ``bcd-holds-deliver.service`` (as ``bcd``), its timer and its path unit; a GPU fault that the
+  drift timer's pass finds (the stand-in nvidia-smi's pending row remapping) is journaled,
+  delivered by those units to ansible-rulebook with no playbook run, and the shipped
+  ``gpu_life`` rulebook recovers the GPU over ssh (``nvidia-smi --gpu-reset``, once).
 
 Each failure prints what systemd and the journal of the units said.
 Run with `bash hack/e2e.sh`; see docs/verified-consumers.md.
@@ -34,6 +39,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import subprocess
 import sys
 import time
 
@@ -474,3 +481,130 @@ def test_the_sandboxed_helper_releases_and_binds_for_bcd_and_never_failed(node, 
                 status["CapBnd"].strip(), helper["CapabilityBoundingSet"], unit_mask, container["CapBnd"].strip()))
         own_ns = node.nsenter("readlink", "/proc/%s/ns/mnt" % helper["MainPID"], "/proc/1/ns/mnt").stdout.split()
         assert len(own_ns) == 2 and own_ns[0] != own_ns[1], "the helper shares systemd's mount namespace: %s" % own_ns
+
+
+# --- the node delivers by itself, and a fault reaches the rulebook with no playbook run (issue 45) ----------------
+
+ENGINE = (os.environ.get("BCD_E2E_RULEBOOKS", "").split() or ["="])[-1].partition("=")[2]  # the newest engine
+EDA_TOKEN = "eda-systemd-4f0a9c2e71b3"
+DELIVER_UNITS = ("bcd-holds-deliver.service", "bcd-holds-deliver.timer", "bcd-holds-deliver.path")
+FAULTY = GPUS[1]["uuid"]
+
+
+class Engine(object):
+    """ansible-rulebook with the shipped bcd.devices.gpu_life, on the machine, reaching the node over ssh."""
+
+    def __init__(self, node):  # pylint: disable=redefined-outer-name
+        self.dir = os.path.join(node.dir, "eda")
+        self.keys = os.path.join(self.dir, "keys")
+        os.makedirs(self.keys)
+        os.makedirs(os.path.join(self.dir, "state"))
+        self.port = bcd_systemd.free_loopback_port()
+        self.url = "http://127.0.0.1:%d/v1/events" % self.port
+        self.log = os.path.join(self.dir, "rulebook.log")
+        inventory = os.path.join(self.dir, "inventory.yml")
+        with open(inventory, "w") as handle:  # the node named by its node_id, its host name
+            json.dump({"all": {"hosts": {bcd_systemd.HOSTNAME: dict(node.ssh_host(), bcd_wait_delay=2)}}}, handle)
+        env = dict(node.ansible_env(), BCD_GATEWAY_PORT=str(self.port), BCD_GATEWAY_TOKEN=EDA_TOKEN,
+                   BCD_NODE_KEYS_DIR=self.keys, BCD_GATEWAY_STATE_DIR=os.path.join(self.dir, "state"),
+                   PATH=os.pathsep.join((os.path.dirname(bcd_systemd.ANSIBLE_PLAYBOOK), os.path.dirname(ENGINE),
+                                         os.environ["PATH"])))
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
+                [ENGINE, "--rulebook", "bcd.devices.gpu_life", "--inventory", inventory, "--env-vars",
+                 "BCD_GATEWAY_PORT,BCD_GATEWAY_TOKEN,BCD_NODE_KEYS_DIR,BCD_GATEWAY_STATE_DIR"],
+                env=env, cwd=self.dir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+
+    def output(self):
+        with open(self.log, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+
+    def wait_for(self, pattern, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, self.output(), re.MULTILINE):
+                return
+            assert self.proc.poll() is None, "ansible-rulebook stopped:\n" + self.output()[-6000:]
+            time.sleep(0.5)
+        pytest.fail("ansible-rulebook did not print %r in %d s:\n%s" % (pattern, timeout, self.output()[-8000:]))
+
+    def wait_until_listening(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "ansible-rulebook stopped:\n" + self.output()[-6000:]
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        pytest.fail("the source did not listen on %d in %d s:\n%s" % (self.port, timeout, self.output()[-6000:]))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait(10)
+
+
+def node_status(node):  # pylint: disable=redefined-outer-name
+    return json.loads(node.nsenter("bcd-holds", "status", "--json").stdout)
+
+
+@pytest.fixture(scope="module")
+def recovered(node, generation_1):  # pylint: disable=redefined-outer-name
+    """The role installs the node's own delivery; a GPU faults; the drift timer's pass (started as the timer starts
+    it) journals its GPUUnhealthy, the delivery units post it, and the rulebook recovers the GPU over ssh."""
+    del generation_1
+    if not ENGINE or not os.access(ENGINE, os.X_OK):
+        pytest.skip("needs ansible-rulebook: hack/e2e.sh builds it and sets BCD_E2E_RULEBOOKS")
+    engine = Engine(node)
+    found = {}
+    try:
+        with open(os.path.join(engine.keys, bcd_systemd.HOSTNAME + ".pub"), "w") as handle:
+            handle.write(node_status(node)["node_public_key"] + "\n")  # enrolment
+        engine.wait_until_listening(120)
+        found["role"] = node.run_role(20, [], "eda", {
+            "bcd_holds_gateway_url": engine.url, "bcd_holds_gateway_token": EDA_TOKEN,
+            "bcd_holds_deliver_interval": 5})
+        found["units"] = {unit: node.show(unit, "ActiveState", "UnitFileState") for unit in DELIVER_UNITS}
+        found["units"]["bcd-holds-deliver.service"].update(node.show("bcd-holds-deliver.service", "User"))
+        cursor = node.cursor()
+        node.nsenter("mkdir", "-p", bcd_systemd.FAULTS_DIR)
+        node.nsenter("touch", "%s/%s" % (bcd_systemd.FAULTS_DIR, FAULTY))
+        started = time.monotonic()
+        node.nsenter("systemctl", "start", "bcd-holds-converge.service")  # what bcd-holds-drift.timer starts
+        engine.wait_for(r"^%s\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0" % re.escape(bcd_systemd.HOSTNAME),
+                        240)
+        found["seconds"] = time.monotonic() - started
+        node.nsenter("systemctl", "start", "bcd-holds-converge.service")  # the next pass finds it healthy
+        found["status"] = node_status(node)
+        found["resets"] = node.read(bcd_systemd.RESET_LOG)
+        found["deliver"] = node.show("bcd-holds-deliver.service", "ExecMainStatus", "User")
+        found["deliveries"], _text = node.journal_text("bcd-holds-deliver.service", cursor, "accepted")
+        found["output"] = engine.output()
+    finally:
+        engine.stop()
+    return found
+
+
+def test_the_role_installs_the_node_s_own_delivery_as_bcd(node, recovered):  # pylint: disable=redefined-outer-name
+    del node
+    units = recovered["units"]
+    assert units["bcd-holds-deliver.service"]["User"] == "bcd", units
+    assert units["bcd-holds-deliver.timer"]["ActiveState"] == "active", units
+    assert units["bcd-holds-deliver.path"]["ActiveState"] == "active", units
+    assert recovered["deliver"]["ExecMainStatus"] == "0", recovered["deliver"]
+
+
+def test_a_fault_reaches_the_rulebook_with_no_playbook_run_and_the_gpu_is_recovered(node, recovered):  # pylint: disable=redefined-outer-name
+    del node
+    assert recovered["deliveries"], "bcd-holds-deliver.service logged no delivery after the fault"
+    assert recovered["resets"] == FAULTY + "\n", recovered["resets"]  # nvidia-smi --gpu-reset -i, once
+    gpu = next(g for g in recovered["status"]["gpus"] if g["uuid"] == FAULTY)
+    assert gpu["health"] == [] and gpu["maintenance"] is None, gpu
+    assert "GPUUnhealthy" not in [c["type"] for c in recovered["status"]["conditions"]]
+    print("\nfault to recovery on the systemd node: %.1f s" % recovered["seconds"])

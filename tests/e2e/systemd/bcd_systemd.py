@@ -89,8 +89,16 @@ GPUS = (
 )
 GPU_NAME = "NVIDIA H100 80GB HBM3"
 
+# The stand-in's faults and resets (tests/e2e/test_systemd_slices.py, the node's own delivery to the rulebook): a GPU
+# whose file FAULTS_DIR/<uuid> exists prints a pending row remapping in ``-q -x`` (what NVIDIA's driver prints for a
+# GPU whose memory needs a reset), and ``--gpu-reset -i <uuid>`` removes that file, as a reset clears the fault; each
+# reset is logged in RESET_LOG.
+FAULTS_DIR = "/run/bcd-e2e/faults"
+RESET_LOG = "/run/bcd-e2e/resets.log"
 NVIDIA_SMI = r"""#!/bin/sh
-# bcd e2e stand-in for nvidia-smi: two fake GPUs, for bcd.devices' nvidia-smi reader.
+# bcd e2e stand-in for nvidia-smi: two fake GPUs, for bcd.devices' nvidia-smi reader; a GPU with a file in
+# %(faults)s reads a pending row remapping until --gpu-reset -i <its uuid> clears it.
+remap() { if [ -e "%(faults)s/$1" ]; then echo Yes; else echo No; fi; }
 case "$*" in
   "-L")
     cat <<'EOF'
@@ -98,9 +106,20 @@ case "$*" in
 EOF
     ;;
   "-q -x")
-    cat <<'EOF'
+    cat <<EOF
 %(query)s
 EOF
+    ;;
+  "--gpu-reset -i "*)
+    uuid=$3
+    case " %(uuids)s " in
+      *" $uuid "*) ;;
+      *) echo "No devices were found" >&2; exit 6 ;;
+    esac
+    mkdir -p "$(dirname %(log)s)"
+    echo "$uuid" >> %(log)s
+    rm -f "%(faults)s/$uuid"
+    echo "GPU 00000000:00:00.0 was successfully reset."
     ;;
   *)
     echo "bcd e2e stand-in nvidia-smi: $* is not supported" >&2
@@ -117,9 +136,14 @@ def nvidia_smi_script():
     for gpu in GPUS:
         query += ['\t<gpu id="%s">' % gpu["pci"], "\t\t<product_name>%s</product_name>" % GPU_NAME,
                   "\t\t<uuid>%s</uuid>" % gpu["uuid"], "\t\t<minor_number>%d</minor_number>" % gpu["minor"],
-                  "\t\t<pci>", "\t\t\t<pci_bus_id>%s</pci_bus_id>" % gpu["pci"], "\t\t</pci>", "\t</gpu>"]
+                  "\t\t<pci>", "\t\t\t<pci_bus_id>%s</pci_bus_id>" % gpu["pci"], "\t\t</pci>",
+                  "\t\t<remapped_rows>", "\t\t\t<remapped_row_corr>0</remapped_row_corr>",
+                  "\t\t\t<remapped_row_unc>0</remapped_row_unc>",
+                  "\t\t\t<remapped_row_pending>$(remap %s)</remapped_row_pending>" % gpu["uuid"],
+                  "\t\t\t<remapped_row_failure>No</remapped_row_failure>", "\t\t</remapped_rows>", "\t</gpu>"]
     query.append("</nvidia_smi_log>")
-    return NVIDIA_SMI % {"listing": listing, "query": "\n".join(query)}
+    return NVIDIA_SMI % {"listing": listing, "query": "\n".join(query), "faults": FAULTS_DIR, "log": RESET_LOG,
+                         "uuids": " ".join(g["uuid"] for g in GPUS)}
 
 
 def free_loopback_port():
@@ -436,26 +460,34 @@ class SystemdNode(object):
             raise AssertionError("%s\n\n--- what the container says ---\n%s" % (exc, context)) from exc
 
     # -- the role ----------------------------------------------------------------------
-    def run_role(self, generation, devices, name):
-        """One ``ansible-playbook`` run of the role; returns ``{"pass": bcd_holds_pass, "service_mgr": ...}``."""
-        inventory = os.path.join(self.dir, "inventory.yml")
-        host = {"ansible_host": "127.0.0.1", "ansible_port": self.port, "ansible_user": "root",
+    def ssh_host(self):
+        """The inventory entry that reaches the node over its loopback sshd, as root."""
+        return {"ansible_host": "127.0.0.1", "ansible_port": self.port, "ansible_user": "root",
                 "ansible_ssh_private_key_file": self.key, "ansible_python_interpreter": "/usr/bin/python3",
                 "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
                                            "-o IdentitiesOnly=yes -o LogLevel=ERROR"}
+
+    def ansible_env(self):
+        """The environment of an Ansible run against the node (the collection, a private home, ssh's sockets)."""
+        return dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build"),
+                    ANSIBLE_HOME=os.path.join(self.dir, "ansible-home"), ANSIBLE_NOCOLOR="1",
+                    ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_PIPELINING="1",
+                    ANSIBLE_SSH_CONTROL_PATH_DIR=self.control_dir, ANSIBLE_STDOUT_CALLBACK="default",
+                    ANSIBLE_HOST_KEY_CHECKING="0")
+
+    def run_role(self, generation, devices, name, extra_vars=None):
+        """One ``ansible-playbook`` run of the role (``extra_vars``: more of the role's variables); returns
+        ``{"pass": bcd_holds_pass, "service_mgr": ...}``."""
+        inventory = os.path.join(self.dir, "inventory.yml")
         with open(inventory, "w") as handle:
-            yaml.safe_dump({"systemd_nodes": {"hosts": {HOSTNAME: host}}}, handle)
+            yaml.safe_dump({"systemd_nodes": {"hosts": {HOSTNAME: self.ssh_host()}}}, handle)
         result = os.path.join(self.dir, "result-%s.json" % name)
         extra = os.path.join(self.dir, "vars-%s.json" % name)
         with open(extra, "w") as handle:
-            json.dump({"bcd_holds_generation": generation, "bcd_holds_devices": devices,
-                       "bcd_holds_fail_on_refusal": True, "bcd_holds_metrics_textfile": METRICS_TEXTFILE,
-                       "e2e_result": result}, handle)
-        home = os.path.join(self.dir, "ansible-home")
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build"), ANSIBLE_HOME=home,
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_PIPELINING="1",
-                   ANSIBLE_SSH_CONTROL_PATH_DIR=self.control_dir, ANSIBLE_STDOUT_CALLBACK="default",
-                   ANSIBLE_HOST_KEY_CHECKING="0")
+            json.dump(dict({"bcd_holds_generation": generation, "bcd_holds_devices": devices,
+                            "bcd_holds_fail_on_refusal": True, "bcd_holds_metrics_textfile": METRICS_TEXTFILE,
+                            "e2e_result": result}, **(extra_vars or {})), handle)
+        env = self.ansible_env()
         proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", inventory, PLAYBOOK, "-e", "@" + extra], env=env,
                               capture_output=True, text=True, check=False, timeout=600)
         self.last_playbook = proc.stdout + proc.stderr
