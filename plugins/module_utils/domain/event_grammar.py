@@ -73,6 +73,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     ALLOCATION_ID,
     ALLOCATION_ID_RE,
+    ALLOCATION_ID_SAID,
     MAX_DEVICES,
     MAX_INTEGER,
     TEXT_MAX,
@@ -118,7 +119,6 @@ SIGNATURE_RE = lazy_pattern(r"^[A-Za-z0-9+/]{86}==$")  # base64 of 64 bytes
 CDI_SPEC_PATH_RE = lazy_pattern(r"^%s%s\.json$" % (re.escape(SPEC_DIR + "/" + SPEC_PREFIX), ALLOCATION_ID))
 ENV_FILE_RE = lazy_pattern(r"^%s%s\.env$" % (re.escape(ENV_DIR + "/"), ALLOCATION_ID))
 _MESSAGE_REFUSED_RE = lazy_pattern(r"[{}]")
-_ALLOCATION_ID_SAID = "1 to 80 letters, digits or underscores"  # ALLOCATION_ID, said without its braces
 _SHOWN = 60  # characters of a refused value quoted in a reason
 
 _HOLD = ("node_id", "boot_id", "allocation_id", "generation", "device_ids")
@@ -196,8 +196,8 @@ def _allocation_id(value, kind):
     if kind == ALLOCATION_FAILED:
         if isinstance(value, str) and len(value) <= 16 and REFUSAL_POSITION_RE.fullmatch(value):
             return None
-        return "%s is not an allocation id (%s) nor devices[N]" % (shown(value), _ALLOCATION_ID_SAID)
-    return "%s is not an allocation id (%s)" % (shown(value), _ALLOCATION_ID_SAID)
+        return "%s is not an allocation id (%s) nor devices[N]" % (shown(value), ALLOCATION_ID_SAID)
+    return "%s is not an allocation id (%s)" % (shown(value), ALLOCATION_ID_SAID)
 
 
 def _generation(value, _kind):

@@ -33,13 +33,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
-    GPU_UNHEALTHY,
-    HOLD_SPEC_DAMAGED,
-    KUBERNETES_RELEASE_STUCK,
-    KUBERNETES_RELEASES_UNREADABLE,
-    VENDOR_SPEC_STALE,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import CONDITION_TYPES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic
@@ -47,8 +41,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEF
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 PASS_STATES = ("CONVERGED", "PROGRESSING", "FAILED")
-CONDITION_TYPES = (KUBERNETES_RELEASE_STUCK, KUBERNETES_RELEASES_UNREADABLE, HOLD_SPEC_DAMAGED, VENDOR_SPEC_STALE,
-                   GPU_UNHEALTHY)
 OTHER_REASON = "other"  # a ledger's reason that is none of REASONS
 REFUSAL_REASONS = tuple(REASONS) + (OTHER_REASON,)
 

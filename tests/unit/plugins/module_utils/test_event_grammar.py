@@ -153,9 +153,9 @@ def test_every_type_has_a_grammar_and_a_stray_field_is_refused_not_raised(kind):
                                                     "got -1"),
     (with_value(BOUND, ("body", "generation"), 1.5), "body.generation: "),
     (with_value(BOUND, ("body", "allocation_id"), "alloc-1"), 'body.allocation_id: "alloc-1" is not an allocation id '
-                                                              "(1 to 80 letters, digits or underscores)"),
+                                                              "(1 to 80 letters, digits and underscores)"),
     (with_value(FAILED, ("body", "allocation_id"), "devices[01]"), 'body.allocation_id: "devices[01]" is not an '
-                                                                   "allocation id (1 to 80 letters, digits or "
+                                                                   "allocation id (1 to 80 letters, digits and "
                                                                    "underscores) nor devices[N]"),
     (with_value(BOUND, ("body", "device_ids"), "GPU-x"), 'body.device_ids: must be a list, got "GPU-x"'),
     (with_value(BOUND, ("body", "device_ids"), ["GPU-x"] * 1025), "body.device_ids: lists 1025 items, more than 1024"),

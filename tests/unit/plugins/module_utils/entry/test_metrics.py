@@ -10,6 +10,7 @@ import os
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import CONDITION_TYPES
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_ERROR, EX_OK
 from ansible_collections.bcd.devices.tests.unit.builders import hold, kube, mig
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
@@ -57,6 +58,8 @@ def test_metrics_count_holds_gpus_releases_refusals_the_last_pass_and_events(cap
     assert value(found, "bcd_last_pass_timestamp_seconds") == stamp["finished"]
     assert value(found, "bcd_events_unacknowledged") == 3  # a1 and k1 bound, bad refused
     assert value(found, "bcd_condition", type="VendorSpecStale") == 0
+    # every condition a pass can raise has its series, those of the GPUs' recovery too
+    assert sorted(dict(labels)["type"] for name, labels in found if name == "bcd_condition") == sorted(CONDITION_TYPES)
 
 
 def test_a_refusal_final_at_its_generation_is_counted_by_reason(capsys, node):
