@@ -52,7 +52,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.delivery import
     deliveries,
     delivery,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root, remove_file, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
+    NotRegularFile,
+    join_root,
+    read_regular_stat,
+    remove_file,
+    write_atomic,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
@@ -175,16 +181,7 @@ def read_trusted(path: str, where: str, cap: int, missing: str, unreadable: str 
     """The bytes of ``path``, a regular file of at most ``cap`` bytes owned by root or by this process's user and
     writable by no one else (what the delivery's URL, CA and token come from). ``missing`` is said when it is not
     there, ``unreadable`` after the reason when it cannot be opened."""
-    try:
-        fd = os.open(path, _READ_FLAGS)
-    except (FileNotFoundError, NotADirectoryError):
-        raise DeliverError(missing)
-    except OSError as exc:
-        raise DeliverError("cannot read %s: %s%s" % (where, exc.strerror or exc, unreadable))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise DeliverError("%s is not a regular file; refused" % where)
+    def trusted(info: os.stat_result) -> None:
         if info.st_uid not in (0, os.geteuid()):
             raise DeliverError("%s belongs to uid %d, neither root nor this account (uid %d); refused: the delivery "
                                "takes its settings and token only from root's files" % (where, info.st_uid, os.geteuid()))
@@ -195,20 +192,18 @@ def read_trusted(path: str, where: str, cap: int, missing: str, unreadable: str 
                                    stat.S_IMODE(info.st_mode)))
         if info.st_size > cap:
             raise DeliverError("%s is %d bytes, more than the %d it may have; refused" % (where, info.st_size, cap))
-        chunks, left = [], cap + 1
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        if left <= 0:
-            raise DeliverError("%s grew past %d bytes while it was read; refused" % (where, cap))
-        return b"".join(chunks)
+
+    try:
+        data, _info = read_regular_stat(path, cap, trusted)
+    except (FileNotFoundError, NotADirectoryError):
+        raise DeliverError(missing)
+    except NotRegularFile:
+        raise DeliverError("%s is not a regular file; refused" % where)
     except OSError as exc:
-        raise DeliverError("cannot read %s: %s" % (where, exc.strerror or exc))
-    finally:
-        os.close(fd)
+        raise DeliverError("cannot read %s: %s%s" % (where, exc.strerror or exc, unreadable))
+    if len(data) > cap:
+        raise DeliverError("%s grew past %d bytes while it was read; refused" % (where, cap))
+    return data
 
 
 def load_config(root: str, config: str) -> DeliverConfig:

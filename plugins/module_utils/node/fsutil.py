@@ -23,7 +23,7 @@ import os
 import stat
 import time
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Callable, Iterator, List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import LOCK_NAME, StateFiles
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
@@ -279,12 +279,22 @@ def read_regular_identified(path: str, cap: int) -> Tuple[bytes, Tuple[int, int,
     """``read_regular``'s bytes and what identifies the content of the file as opened: ``(st_dev, st_ino, st_size,
     st_mtime_ns, st_ctime_ns)`` of its descriptor, taken before the read (a write during the read changes them
     after, so the next look sees another identity)."""
+    data, info = read_regular_stat(path, cap)
+    return data, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def read_regular_stat(path: str, cap: int, check: Optional[Callable[[os.stat_result], None]] = None
+                      ) -> Tuple[bytes, os.stat_result]:
+    """``read_regular``'s bytes and the ``fstat`` of the descriptor they were read from, taken before the read;
+    ``check`` (which raises to refuse) sees that ``fstat`` before a byte is read: who owns the file, its mode."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise NotRegularFile(path)
-        return handle.read(cap + 1), (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        if check is not None:
+            check(info)
+        return handle.read(cap + 1), info
 
 
 def read_bytes(path: str) -> Optional[bytes]:
