@@ -155,12 +155,12 @@ def _node_path(data: Dict[str, Any], name: str, where: str) -> Optional[str]:
 def parse_config(data: Any, where: str) -> DeliverConfig:
     """The configuration in ``data`` (the JSON of ``where``), each setting checked."""
     if not isinstance(data, dict):
-        raise DeliverError("%s must hold a JSON mapping of settings (%s), not %s" % (where, ", ".join(SETTINGS),
-                                                                                    type_name(data)))
+        raise DeliverError("%s must hold a JSON mapping of settings (%s), not %s" % (
+            where, ", ".join(SETTINGS), type_name(data)))
     unknown = sorted(str(key) for key in data if key not in SETTINGS)
     if unknown:
-        raise DeliverError("%s: unknown setting %s (the settings are %s)" % (where, json.dumps(unknown[0]),
-                                                                            ", ".join(SETTINGS)))
+        raise DeliverError("%s: unknown setting %s (the settings are %s)" % (
+            where, json.dumps(unknown[0]), ", ".join(SETTINGS)))
     if "url" not in data:
         raise DeliverError("%s: url is missing: the gateway's http:// or https:// URL" % where)
     header = data.get("token_header", "Authorization")
@@ -449,10 +449,10 @@ def run_delivery(root: str, state_dir: str, config_path: str, environ: Any, igno
         if reason:
             break
     if not reason and too_large is not None:
+        size = len(json.dumps(too_large, ensure_ascii=True, separators=(",", ":")))
         reason = ("event seq %s is %d bytes as JSON, more than max_bytes (%d): it and every event after it stay "
                   "until max_bytes (the role's bcd_holds_gateway_max_bytes, and the gateway's max_body_bytes) is "
-                  "raised" % (too_large.get("seq"), len(json.dumps(too_large, ensure_ascii=True,
-                                                                    separators=(",", ":"))), config.max_bytes))
+                  "raised" % (too_large.get("seq"), size, config.max_bytes))
     through = result["ack_through"]
     result["left"] = [event["seq"] for event in events if through is None or event["seq"] > through]
     result["error"] = reason
@@ -471,14 +471,16 @@ def run_delivery(root: str, state_dir: str, config_path: str, environ: Any, igno
     result["warnings"] = backoff.warnings + state.warnings()
     result["code"] = EX_RETRY if retry else EX_FAILED if reason else EX_OK
     posted = len(result["posted"])
-    acked = ("acknowledged %d through seq %d" % (result["acknowledged"], through) if through is not None
+    acked = ("acknowledged %d through seq %s" % (result["acknowledged"], through) if through is not None
              else "nothing acknowledged")
+    shown_posted = ("%d of %s" % (posted, _plural(len(events), "event")) if posted != len(events)
+                    else _plural(posted, "event"))
+    next_try = ""
+    if retry:
+        next_try = "; the next try is in %d s (%s in a row)" % (
+            int(result["backoff"]["wait"] + 0.999), _plural(result["backoff"]["failures"], "failure"))
     result["message"] = "%s to %s: posted %s in %s, %d accepted, %s, %d left%s%s" % (
-        "delivered" if result["code"] == EX_OK else "delivery",
-        config.url, ("%d of %s" % (posted, _plural(len(events), "event"))) if posted != len(events)
-        else _plural(posted, "event"), _plural(result["requests"], "request"), len(result["accepted"]), acked,
-        len(result["left"]), (": " + reason) if reason else "",
-        ("; the next try is in %d s (%s in a row)" % (int(result["backoff"]["wait"] + 0.999),
-                                                        _plural(result["backoff"]["failures"], "failure")))
-        if retry else "")
+        "delivered" if result["code"] == EX_OK else "delivery", config.url, shown_posted,
+        _plural(result["requests"], "request"), len(result["accepted"]), acked, len(result["left"]),
+        (": " + reason) if reason else "", next_try)
     return result

@@ -21,7 +21,7 @@ import pytest
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal, NodeKey
 from ansible_collections.bcd.devices.tests.unit.builders import hold
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A
-from ansible_collections.bcd.devices.tests.unit.extensions.test_gateway_source import fixture_start  # noqa: F401
+from ansible_collections.bcd.devices.tests.unit.extensions.test_gateway_source import fixture_start  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_gpu_health import sick
 
 INJECTED = "{{ lookup('pipe', 'touch /tmp/bcd-gateway-pwned') }}"

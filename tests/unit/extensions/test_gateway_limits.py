@@ -25,7 +25,7 @@ import urllib.request
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import NodeKey
-from ansible_collections.bcd.devices.tests.unit.extensions.test_gateway_source import (  # noqa: F401 (fixtures)
+from ansible_collections.bcd.devices.tests.unit.extensions.test_gateway_source import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
     GPU_A,
     REPO,
     SOURCE,

@@ -78,8 +78,9 @@ class Node:
         return self.append(event_type, {
             "type": event_type, "node_id": self.node_id, "boot_id": "6f0c1e9e-1c7a-4a43-9a9e-000000000001",
             "generation": generation, "device_ids": [gpu], "reason": "ConditionCleared" if cleared else "GPUFaulted",
-            "message": message or ("GPUUnhealthy (%s) no longer holds" % gpu if cleared else
-                                   "%s is unhealthy: Xid 79: GPU has fallen off the bus (reboot the node)" % gpu)},
+            "message": message or (
+                "GPUUnhealthy (%s) no longer holds" % gpu if cleared
+                else "%s is unhealthy: Xid 79: GPU has fallen off the bus (reboot the node)" % gpu)},
             sealed)
 
     def seal(self, event):

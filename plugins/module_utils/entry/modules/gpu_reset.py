@@ -40,10 +40,11 @@ def main(basic):
         if done["after"] is None:
             after = "".join("%s: to be reset, then its health read again\n" % printable(uuid) for uuid in done["before"])
         else:
-            after = "".join("%s: could not be reset: %s\n" % (printable(uuid), printable(entry["error"])) if entry["error"]
-                            else "%s: reset; %s" % (printable(uuid), _health_text(uuid, entry["healthy"],
-                                                                                 entry["problems"]).split(": ", 1)[1])
-                            for uuid, entry in done["after"].items())
+            after = "".join(
+                "%s: could not be reset: %s\n" % (printable(uuid), printable(entry["error"])) if entry["error"]
+                else "%s: reset; %s" % (
+                    printable(uuid), _health_text(uuid, entry["healthy"], entry["problems"]).split(": ", 1)[1])
+                for uuid, entry in done["after"].items())
         result["diff"] = {"before": before, "after": after, "before_header": "GPU health", "after_header": "GPU health"}
     if done["failed"]:
         module.fail_json(**result)

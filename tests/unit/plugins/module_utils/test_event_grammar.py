@@ -69,8 +69,8 @@ SHAPES = [BOUND, RELEASED, FAILED, UNHEALTHY, STUCK_CLEARED, RESET]
 
 # Every string a field can hold, by where it is: (event, path), the path's last part an index for a list's item.
 STRING_FIELDS = [(BOUND, ("type",)), (BOUND, ("purpose",)), (BOUND, ("signature",)), (BOUND, ("seal",))] + [
-    (BOUND, ("body", name)) for name in ("node_id", "boot_id", "allocation_id", "cdi_spec_path", "env_file",
-                                        "cgroup_parent")] + [
+    (BOUND, ("body", name))
+    for name in ("node_id", "boot_id", "allocation_id", "cdi_spec_path", "env_file", "cgroup_parent")] + [
     (BOUND, ("body", "device_ids", 1)), (BOUND, ("body", "cdi_devices", 2)), (RELEASED, ("body", "allocation_id")),
     (FAILED, ("body", "allocation_id")), (FAILED, ("body", "reason")), (FAILED, ("body", "message")),
     (UNHEALTHY, ("body", "type")), (UNHEALTHY, ("body", "reason")), (UNHEALTHY, ("body", "message")),
@@ -135,8 +135,8 @@ def test_every_type_has_a_grammar_and_a_stray_field_is_refused_not_raised(kind):
     (dict(FAILED, purpose="attested-report"), "purpose: AllocationFailed carries none (it is not a signed type)"),
     (dict(BOUND, format=1), "format: must be 2 (a sealed event), got 1"),
     (dict(BOUND, format=True), "format: must be 2 (a sealed event), got true"),
-    (dict((k, v) for k, v in BOUND.items() if k != "seal"), "seal: must be the base64 of an Ed25519 signature (88 "
-                                                             "characters), got null"),
+    (dict((k, v) for k, v in BOUND.items() if k != "seal"),
+     "seal: must be the base64 of an Ed25519 signature (88 characters), got null"),
     (with_value(BOUND, ("body", "x"), 1), "body.x: unknown field for AllocationBound (its body has node_id, boot_id, "
                                           "allocation_id, generation, device_ids, cdi_devices, cdi_spec_path, env_file, "
                                           "cgroup_parent)"),
@@ -416,11 +416,11 @@ def hostile_assignment(index):
         if "unknown" in fields:
             entry[draw(HOSTILE_KEY)] = draw(HOSTILE)
         return entry
-    return st.composite(lambda draw: build(draw))()
+    return st.composite(build)()
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=100, deadline=None, suppress_health_check=[
+    HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_every_refusal_of_hostile_assignments_a_node_journals_passes(make_node, data):
     """Real passes on a fakehw node of entries holding anything in their fields (and a VM whose instance id is

@@ -97,8 +97,8 @@ def test_a_free_gpu_in_maintenance_is_reset_read_again_and_the_reset_is_journale
     assert records(node)[GPU_B]["reset"]["healthy"] is True
     entry = health_of(capsys, node)[GPU_B]
     assert entry["healthy"] is True and entry["claimed_by"][0]["kind"] == "maintenance"
-    assert [(t, r) for _s, t, r, _m in journal(node)] == [("GPUMaintenanceStarted", "MaintenanceStarted"),
-                                                         ("GPUReset", "ResetHealthy")]
+    assert [(t, r) for _s, t, r, _m in journal(node)] == [
+        ("GPUMaintenanceStarted", "MaintenanceStarted"), ("GPUReset", "ResetHealthy")]
 
 
 def test_a_gpu_not_in_maintenance_or_busy_or_unknown_is_refused_and_nothing_is_reset(capsys, node):
@@ -259,8 +259,8 @@ def test_a_second_recovery_finds_the_first_s_lease_and_changes_nothing(capsys, n
         "%s is under the lease of recovery first until %s; not put back in service" % (GPU_B, again["lease_until"]))
     done = service(capsys, node, gpus=[GPU_B], state="absent", lease="first")
     assert done["changed"] is True and done["maintenance"] == []
-    assert [(t, r) for _s, t, r, _m in journal(node)] == [("GPUMaintenanceStarted", "MaintenanceStarted"),
-                                                         ("GPUMaintenanceEnded", "MaintenanceEnded")]
+    assert [(t, r) for _s, t, r, _m in journal(node)] == [
+        ("GPUMaintenanceStarted", "MaintenanceStarted"), ("GPUMaintenanceEnded", "MaintenanceEnded")]
 
 
 def test_a_lease_nobody_refreshes_ends_by_itself_and_a_later_recovery_takes_over(capsys, node):
@@ -331,8 +331,8 @@ def test_a_gpu_whose_recovery_stopped_has_its_gpu_unhealthy_raised_again_once(ca
     [stalled] = [c for c in result["conditions"] if c["type"] == "GPURecoveryStalled"]
     assert stalled["reason"] == "RecoveryStalled" and "the recovery lost of %s ended at " % GPU_B in stalled["message"]
     events = journal(node)
-    assert [(t, r) for _s, t, r, _m in events[-2:]] == [("GPURecoveryStalled", "RecoveryStalled"),
-                                                       ("GPUUnhealthy", "GPUFaulted")]
+    assert [(t, r) for _s, t, r, _m in events[-2:]] == [
+        ("GPURecoveryStalled", "RecoveryStalled"), ("GPUUnhealthy", "GPUFaulted")]
     again = unhealthy_seqs(node)
     assert len(again) == 2 and again[1] > first  # a new occurrence: a rule keyed by (node, seq) runs again
     assert events[-1][3].startswith("%s is unhealthy: %s; raised again: its recovery lost ended at " % (GPU_B, ROW_REMAP))

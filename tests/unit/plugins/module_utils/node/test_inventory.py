@@ -635,8 +635,8 @@ def test_nvidia_smi_reads_the_faults_nvml_gives_with_nvmls_texts(elements, nvml_
     pending, rows = nvml_says
     nvml = FakeNvmlHealth([{"uuid": H100_GPU, "pci": "00000000:1B:00.0", "pending": pending, "rows": rows},
                            {"uuid": H100_GPU_B, "pci": "00000000:3B:00.0", "pending": 0, "rows": (0, 0, 0, 0)}])
-    assert {gpu.uuid: gpu.health for gpu in inv.read_nvml_inventory(nvml).gpus} == {H100_GPU: expected,
-                                                                                  H100_GPU_B: ()}
+    found = {gpu.uuid: gpu.health for gpu in inv.read_nvml_inventory(nvml).gpus}
+    assert found == {H100_GPU: expected, H100_GPU_B: ()}
 
 
 @pytest.mark.parametrize("value", ["N/A", "No", "", "yes", "YES", "Unknown Error", "Not Supported", "1", "Yes, twice"])
