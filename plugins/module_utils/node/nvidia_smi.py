@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import re
 import shutil
-import xml.etree.ElementTree as ET  # noqa: F401 (type comments)
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import problems
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance, normalize_pci_address
@@ -41,6 +40,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
 from ansible_collections.bcd.devices.plugins.module_utils.node.sysfs_pci import read_numa_node
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
+
+if TYPE_CHECKING:  # the type comments' names; parse_xml (node/commands.py) does the parsing
+    import xml.etree.ElementTree as ET  # noqa: F401
 
 # --------------------------------------------------------------------------
 # nvidia-smi -L
