@@ -84,7 +84,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import SliceApply
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import LISTED_TWICE, claims_on_disk, conflicts, named_atoms, visible_names
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import read_bytes
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import ensure_dir, read_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import MAX_HOLD_SPEC_BYTES, read_spec
 from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import view_to_json
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import DEFAULT_STATE_DIR, StateFiles
@@ -918,7 +918,7 @@ def listen(socket_path, users=(), groups=()):
     """Bind the helper's socket: 0660 owned by root and the allowed group, else 0600 for the allowed user.
     It is created under a umask that leaves it 0600, in a directory only root can write."""
     directory = os.path.dirname(os.path.abspath(socket_path))
-    os.makedirs(directory, mode=0o755, exist_ok=True)
+    ensure_dir(directory, 0o755)  # it and any directory above it 0755, whatever the umask; an existing one as it is
     _check_socket_directory(directory)
     try:
         existing = os.lstat(socket_path)

@@ -116,9 +116,13 @@ def _changed(dirpath: str) -> None:
 
 
 def ensure_dir(path: str, mode: int = DEFAULT_DIR_MODE) -> None:
-    """Create ``path`` and its missing parents with ``mode`` (umask ignored).
+    """Create ``path`` with ``mode`` and each missing directory above it with ``DEFAULT_DIR_MODE`` (0755, as
+    the system's own are), whatever the umask; a directory that already exists is left as it is.
 
-    Directories that already exist are left as they are.
+    The one way a directory is made on the node (``write_atomic``, ``create_exclusive``, the pass lock, the
+    journal, the root helper's socket directory): only the directory asked for takes a narrower mode, so a
+    first pass that creates a 0700 state directory under a bare root leaves ``/var`` and ``/var/lib`` 0755,
+    and an account the state directory is later handed to can still reach it.
     """
     path = os.path.abspath(path)
     missing = []
@@ -130,13 +134,14 @@ def ensure_dir(path: str, mode: int = DEFAULT_DIR_MODE) -> None:
             break
         cur = parent
     for d in reversed(missing):
+        wanted = mode if d == path else DEFAULT_DIR_MODE
         try:
-            os.mkdir(d, mode)
+            os.mkdir(d, wanted)
         except FileExistsError:
             if not os.path.isdir(d):
                 raise
             continue
-        os.chmod(d, mode)
+        os.chmod(d, wanted)
         _changed(os.path.dirname(d))
 
 
@@ -200,10 +205,9 @@ def write_atomic(path: str, data: bytes, mode: int, dir_mode: int = DEFAULT_DIR_
                  owner_from_dir: bool = False) -> None:
     """Replace ``path`` with ``data`` atomically and durably, with file mode ``mode``.
 
-    Missing parent directories are created with ``dir_mode``.  When run as
-    root, an existing file keeps its owner (and, with ``owner_from_dir``, a new
-    one takes its directory's owner).  On failure the temporary file is removed
-    and ``path`` is left as it was.
+    The file's directory, when missing, is created with ``dir_mode`` and the missing ones above it 0755
+    (``ensure_dir``).  When run as root, an existing file keeps its owner (and, with ``owner_from_dir``, a new
+    one takes its directory's owner).  On failure the temporary file is removed and ``path`` is left as it was.
     """
     if not isinstance(data, (bytes, bytearray)):
         raise TypeError("write_atomic wants bytes")

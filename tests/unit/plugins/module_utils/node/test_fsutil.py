@@ -6,10 +6,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ansible_collections.bcd.devices.plugins.module_utils.node import fsutil as _fsutil
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
@@ -17,6 +21,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
     LockTimeout,
     PassLock,
     create_exclusive,
+    ensure_dir,
     join_root,
     read_bytes,
     remove_file,
@@ -189,3 +194,56 @@ def test_check_mode_lock_excludes_a_running_pass(tmp_path):
     with PassLock(str(state), create=False):
         with pytest.raises(LockTimeout):
             PassLock(str(state), timeout=0.2).acquire()
+
+
+# -- directory modes (issue 46, item 2) ------------------------------------------------------------------------
+
+DIR_MODES = st.sampled_from([0o700, 0o711, 0o750, 0o755, 0o775, 0o2775, 0o1777])
+
+
+def _create(how, path, mode):
+    """Create the directory ``path`` with ``mode`` the way one of the creating helpers does."""
+    if how == "ensure_dir":
+        ensure_dir(path, mode)
+    elif how == "write_atomic":
+        write_atomic(os.path.join(path, "f.json"), b"{}", 0o600, mode)
+    elif how == "create_exclusive":
+        create_exclusive(os.path.join(path, "node.key"), b"k", 0o600, mode)
+    else:
+        with PassLock(path, dir_mode=mode, timeout=1):
+            pass
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(existing=st.lists(DIR_MODES, max_size=3), new=st.integers(min_value=1, max_value=4), mode=DIR_MODES,
+       umask=st.sampled_from([0, 0o022, 0o027, 0o077, 0o777]),
+       how=st.sampled_from(["ensure_dir", "write_atomic", "create_exclusive", "PassLock"]))
+def test_a_created_directory_takes_the_mode_asked_those_above_it_0755_and_existing_ones_keep_theirs(
+        existing, new, mode, umask, how):
+    """Whatever exists already and whatever the umask: each directory created above the one asked for is 0755,
+    the one asked for has ``mode``, and each one that existed keeps its mode; asked again, nothing changes."""
+    base = tempfile.mkdtemp()
+    old = os.umask(umask)
+    try:
+        path = base
+        for index, existing_mode in enumerate(existing):
+            path = os.path.join(path, "old%d" % index)
+            os.mkdir(path)
+            os.chmod(path, existing_mode)
+        created = []
+        for index in range(new):
+            path = os.path.join(path, "new%d" % index)
+            created.append(path)
+        _create(how, path, mode)
+        os.umask(old)
+        modes = dict((p, mode_of(p)) for p in [os.path.join(base, *["old%d" % i for i in range(n + 1)])
+                                               for n in range(len(existing))] + created)
+        assert [modes[p] for p in modes if p not in created] == existing
+        assert [modes[p] for p in created] == [0o755] * (new - 1) + [mode]
+        if os.geteuid() == 0:
+            assert set((os.stat(p).st_uid, os.stat(p).st_gid) for p in created) == {(0, 0)}
+        _create(how, path, 0o700 if mode != 0o700 else 0o755)  # asked again, with another mode: left as it is
+        assert dict((p, mode_of(p)) for p in modes) == modes
+    finally:
+        os.umask(old)
+        shutil.rmtree(base)
