@@ -51,6 +51,23 @@ options:
     description: The SHA-256 the controller computed over its collection's C(module_utils) (each C(*.py) file's path and content).
     type: str
     required: true
+  install:
+    description:
+      - The role P(bcd.devices.bcd_holds#role)'s check of its own install, on its own tasks only (the task variable
+        C(bcd_devices_node_install)) - C(manifest), the node path of the record the role wrote after its last full
+        install, and C(digest), what the controller computed over everything that install reads.
+      - Where the record is missing, is not of that digest, or a file, directory, link or account it lists is no longer
+        as recorded, it returns C(node_install_stale) and runs nothing, the library's refusal included.
+    type: dict
+    suboptions:
+      manifest:
+        description: The record's path on the node.
+        type: path
+        required: true
+      digest:
+        description: The digest the record must carry.
+        type: str
+        required: true
 attributes:
   check_mode:
     support: full
@@ -80,6 +97,12 @@ node_library_refused:
   returned: when the library may not run
   type: str
   sample: /usr/local/lib/bcd-holds/ansible_collections/bcd/devices/plugins/module_utils is not installed
+node_install_stale:
+  description:
+    - With O(install), why the node's install is not the one the role would make now; nothing ran.
+  returned: with O(install), when the install is not as recorded
+  type: str
+  sample: /etc/systemd/system/bcd-holds-retry.timer is missing
 """
 
 import gc
@@ -155,6 +178,10 @@ SPEC = dict(
     module_args=dict(type="dict", default={}),
     path=dict(type="path", required=True),
     digest=dict(type="str", required=True, no_log=False),
+    install=dict(type="dict", options=dict(
+        manifest=dict(type="path", required=True),
+        digest=dict(type="str", required=True, no_log=False),
+    )),
 )
 
 
@@ -169,9 +196,15 @@ def sent_by_the_action(raw):
     if set(options) - set(SPEC) or not set(options) >= {"module", "path", "digest"}:
         return None
     options.setdefault("module_args", {})
+    options.setdefault("install", None)
+    install = options["install"]
     if options["module"] not in MODULES or not isinstance(options["module_args"], dict) \
             or not isinstance(options["path"], str) or not options["path"].startswith("/") \
             or not isinstance(options["digest"], str):
+        return None
+    if install is not None and not (isinstance(install, dict) and set(install) == {"manifest", "digest"}
+                                    and isinstance(install["manifest"], str) and install["manifest"].startswith("/")
+                                    and isinstance(install["digest"], str)):
         return None
     return options
 
@@ -185,6 +218,11 @@ def main():
     if options is None:  # not from the action plugin: AnsibleModule says what is wrong, or normalizes it
         options = AnsibleModule(argument_spec=SPEC, supports_check_mode=True).params
     why = library.refusal(options["path"], options["digest"])
+    install = options.get("install")
+    if install:  # the role's own tasks: its install as recorded, the library included, or nothing runs
+        why = why or library.install_refusal(install["manifest"], install["digest"])
+        if why is not None:
+            AnsibleModule(argument_spec=SPEC, supports_check_mode=True).exit_json(changed=False, node_install_stale=why)
     if why is not None:
         AnsibleModule(argument_spec=SPEC, supports_check_mode=True).exit_json(changed=False, node_library_refused=why)
     library.use_library(options["path"])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -34,6 +35,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.collector impo
 
 display = Display()
 VARIABLE = "bcd_devices_node_library"
+# The role's own tasks set it (a task variable): {"manifest": node path, "digest": ...}. The task then runs only
+# where the node's install is the one the role would make now, and is skipped, saying why, elsewhere.
+INSTALL_VARIABLE = "bcd_devices_node_install"
 FACT = "bcd_holds"
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 _DIGEST = []
@@ -70,10 +74,11 @@ def local_facts(task_vars):
     return {}
 
 
-def library_wanted(task_vars):
+def library_wanted(task_vars, template=lambda value: value):
     """``(path, why)``: the library's node path to run from, or None for the module as shipped, and what said
-    so. Nothing here runs on the node: the variable when set, else the role's local fact, else no library."""
-    value = task_vars.get(VARIABLE)
+    so. Nothing here runs on the node: the variable when set, else the role's local fact, else no library.
+    ``template`` renders a variable's value (a task's ``vars`` reach the action plugin as they were written)."""
+    value = template(task_vars.get(VARIABLE))
     if value is not None:
         return wanted_library(value), "the variable %s" % VARIABLE
     fact = local_facts(task_vars).get(FACT)
@@ -105,17 +110,29 @@ class NodeLibraryAction(ActionBase):
         name = "bcd.devices." + self.MODULE
         args = dict(self._task.args)
         wrap_async = self._task.async_val and not self._connection.has_native_async
-        where, why = library_wanted(task_vars)
+        where, why = library_wanted(task_vars, self._templar.template)
         if wrap_async:
             where, why = None, "an async task runs the module as shipped"
         if where is None:
             display.v("%s ran as Ansible ships it: no node library (%s)" % (name, why), host=self._task.delegate_to
                       or task_vars.get("inventory_hostname"))
         ran = None
+        install = self._templar.template(task_vars.get(INSTALL_VARIABLE))
+        if install and where is None:
+            raise AnsibleActionFail("%s names the install to check, and no node library is named (%s)" % (INSTALL_VARIABLE, why))
         if where is not None:
             path = library.library_path(args.get("root") or "/", where)
-            ran = self._execute_module(module_name="bcd.devices.node_library", task_vars=task_vars, module_args=dict(
-                module=self.MODULE, module_args=args, path=path, digest=controller_digest()))
+            options = dict(module=self.MODULE, module_args=args, path=path, digest=controller_digest())
+            if install:
+                if not (isinstance(install, dict) and set(install) == {"manifest", "digest"}):
+                    raise AnsibleActionFail("%s must be a dict of manifest and digest" % INSTALL_VARIABLE)
+                options["install"] = dict(manifest=str(install["manifest"]), digest=str(install["digest"]))
+            ran = self._execute_module(module_name="bcd.devices.node_library", task_vars=task_vars, module_args=options)
+            if "node_install_stale" in ran:  # the role's check of its install: nothing ran, the role installs first
+                result.update(skipped=True, changed=False, install_stale=ran["node_install_stale"], ran_from="none",
+                              skip_reason="the node's install is not this role's: %s" % ran["node_install_stale"])
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+                return result
             if "node_library_refused" in ran:
                 display.warning("%s ran as Ansible ships it, not from the node's library: %s" % (name, ran["node_library_refused"]))
                 ran = None

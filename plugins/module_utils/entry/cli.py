@@ -32,7 +32,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import Busy
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.deliver import DEFAULT_CONFIG, run_delivery
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import doctor_lines, run_checks
+from ansible_collections.bcd.devices.plugins.module_utils.entry import installed
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
+from ansible_collections.bcd.devices.plugins.module_utils.entry.installed import DEFAULT_MANIFEST
 from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
@@ -128,6 +130,12 @@ def build_parser():
     deliver.add_argument("--now", action="store_true", help="try even while backing off from a gateway that failed")
     deliver.add_argument("--lock-timeout", type=float, default=120.0, help="seconds to wait for a running pass")
     deliver.add_argument("--json", action="store_true", help="print what the run did as JSON")
+
+    record = commands.add_parser("installed", parents=[common], help="whether the role's install is as it recorded "
+                                 "it (exit 0 yes, 1 no); --record writes the record (the role's last step)")
+    record.add_argument("--manifest", default=DEFAULT_MANIFEST, metavar="PATH",
+                        help="the record, a node path under --root (default %s)" % DEFAULT_MANIFEST)
+    record.add_argument("--record", action="store_true", help="record the install described on stdin (JSON)")
 
     helper = commands.add_parser("helper", parents=[common], help="the root helper")
     helper.add_argument("--socket", default=DEFAULT_HELPER_SOCKET)
@@ -297,6 +305,20 @@ def cmd_deliver(args):
     return code
 
 
+def cmd_installed(args):
+    try:
+        if args.record:
+            count = installed.record(args.root, args.manifest, sys.stdin.buffer.read(installed.MAX_RECORD_BYTES + 1))
+            out("recorded %d entries of the install in %s" % (count, args.manifest))
+            return EX_OK
+        ok, message = installed.check(args.root, args.manifest)
+    except (BcdError, ValueError, OSError) as exc:
+        log("ERROR", "the install record %s: %s" % (args.manifest, exc))
+        return EX_ERROR
+    out(message)
+    return EX_OK if ok else EX_CHECK
+
+
 def cmd_helper(args):
     if os.geteuid() != 0 and not args.fakehw:
         log("ERROR", "the root helper must run as root")
@@ -321,7 +343,8 @@ def cmd_helper(args):
 
 
 COMMANDS = {"converge": cmd_converge, "status": cmd_status, "doctor": cmd_doctor, "busy": cmd_busy,
-            "metrics": cmd_metrics, "events": cmd_events, "deliver": cmd_deliver, "helper": cmd_helper}
+            "metrics": cmd_metrics, "events": cmd_events, "deliver": cmd_deliver, "installed": cmd_installed,
+            "helper": cmd_helper}
 
 
 def main(argv=None):

@@ -20,9 +20,12 @@ whatever a module imports, see plugins/modules/node_library.py). It compiles on 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import importlib.machinery
+import json
 import os
+import pwd
 import stat
 import sys
 import types
@@ -178,3 +181,163 @@ def use_library(directory):
     package.__package__ = PACKAGE
     sys.modules[PACKAGE] = package
     return real
+
+
+# -- the role's install, recorded and checked (docs/performance.md, "The role's re-run") ----------------------
+
+# The manifest bcd.devices.bcd_holds writes after a full install (``bcd-holds installed --record``) and that the
+# role's later runs check before anything else (``install_refusal``, through the node library module): what the
+# role installed, as it found it on the node once everything was in place.
+MANIFEST_FORMAT = 1
+MAX_MANIFEST_BYTES = 256 * 1024
+MAX_MANIFEST_ENTRIES = 512
+ENTRY_KINDS = ("file", "dir", "link", "absent")
+
+
+def _read_manifest(path, owner):
+    """The manifest at ``path`` as a dict: a regular file of ``owner``'s (root's) that no one else may write, read
+    without following a link and at most ``MAX_MANIFEST_BYTES``."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise _Refused("%s is missing (the role has not recorded a complete install)" % path)
+    except OSError as exc:
+        raise _Refused("%s cannot be read: %s" % (path, exc.strerror or exc))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Refused("%s is not a regular file" % path)
+        if not _owned_by(info, owner) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise _Refused("%s is not root's alone (uid %d, mode %04o)" % (path, info.st_uid, stat.S_IMODE(info.st_mode)))
+        data = os.read(fd, MAX_MANIFEST_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise _Refused("%s is larger than %d bytes" % (path, MAX_MANIFEST_BYTES))
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except ValueError:
+        raise _Refused("%s is not the role's manifest (not JSON)" % path)
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT \
+            or not isinstance(manifest.get("entries"), list) or len(manifest["entries"]) > MAX_MANIFEST_ENTRIES:
+        raise _Refused("%s is not a manifest of format %d" % (path, MANIFEST_FORMAT))
+    return manifest
+
+
+def _account_refusal(account):
+    """Why the recorded account no longer stands as recorded, or None (``account`` None: none recorded)."""
+    if account is None:
+        return None
+    try:
+        name, uid, gid = account["name"], account["uid"], account["gid"]
+        found = pwd.getpwnam(name)
+    except (KeyError, TypeError):
+        return "the account %r the role created is missing" % (account.get("name") if isinstance(account, dict) else account)
+    if (found.pw_uid, found.pw_gid) != (uid, gid):
+        return "the account %s is uid %d gid %d, not %d %d as installed" % (name, found.pw_uid, found.pw_gid, uid, gid)
+    return None
+
+
+def _entry_refusal(entry):
+    """Why one recorded entry no longer stands as recorded, or None."""
+    if not isinstance(entry, dict) or entry.get("kind") not in ENTRY_KINDS or not isinstance(entry.get("path"), str):
+        return "the manifest has an entry that is not the role's: %.200r" % (entry,)
+    path, kind = entry["path"], entry["kind"]
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None if kind == "absent" else "%s is missing" % path
+    except OSError as exc:
+        return "%s cannot be read: %s" % (path, exc.strerror or exc)
+    if kind == "absent":
+        return "%s is there, and the role removed it" % path
+    if kind == "link":
+        if not stat.S_ISLNK(info.st_mode) or os.readlink(path) != entry.get("target"):
+            return "%s is not the link to %s the role's enabling made" % (path, entry.get("target"))
+        return None
+    wanted = stat.S_ISREG if kind == "file" else stat.S_ISDIR
+    if not wanted(info.st_mode):
+        return "%s is not the %s the role installed" % (path, "file" if kind == "file" else "directory")
+    if (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) != (entry.get("uid"), entry.get("gid"), entry.get("mode")):
+        return "%s is uid %d gid %d mode %04o, not as installed" % (path, info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode))
+    if kind == "file":
+        if info.st_size > MAX_FILE_BYTES:
+            return "%s is larger than %d bytes" % (path, MAX_FILE_BYTES)
+        if _file_digest(path, info.st_size) != entry.get("sha256"):
+            return "%s differs from what the role installed" % path
+    return None
+
+
+def install_refusal(manifest_path, digest, owner=0):
+    """Why the node's install is not the one the role would make now, or None when it is: the manifest at
+    ``manifest_path`` records ``digest`` (the controller's digest of everything the role's install reads: its
+    variables, its files, the library's code; None: any) and every file, directory, link and absence it recorded
+    is still as recorded (content, owner, mode), and the account it created still stands."""
+    try:
+        manifest = _read_manifest(manifest_path, owner)
+    except _Refused as exc:
+        return str(exc)
+    if digest is not None and manifest.get("digest") != digest:
+        return "the install was made by another version of the role or with other variables"
+    why = _account_refusal(manifest.get("account"))
+    if why is not None:
+        return why
+    for entry in manifest["entries"]:
+        why = _entry_refusal(entry)
+        if why is not None:
+            return why
+    return None
+
+
+def recorded_entry(path, kind):
+    """The manifest's entry for ``path`` as it is on the node now: ``kind`` file, dir or absent as the role says,
+    a link's target, a file's content digest, owner and mode."""
+    if kind == "absent":
+        return {"path": path, "kind": "absent"}
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        return {"path": path, "kind": "link", "target": os.readlink(path)}
+    entry = {"path": path, "kind": kind, "uid": info.st_uid, "gid": info.st_gid, "mode": stat.S_IMODE(info.st_mode)}
+    if kind == "file":
+        if not stat.S_ISREG(info.st_mode):
+            raise _Refused("%s is not a regular file" % path)
+        entry["sha256"] = _file_digest(path, info.st_size)
+    elif not stat.S_ISDIR(info.st_mode):
+        raise _Refused("%s is not a directory" % path)
+    return entry
+
+
+def install_manifest(spec):
+    """The manifest of the install ``spec`` describes (``bcd-holds installed --record``): ``digest``, the
+    ``account`` by name (or None), and node paths by what the role made of them: ``files``, ``dirs``, ``absent``,
+    and ``link_globs`` (patterns of the links systemd's enabling made, each recorded with its target). Raises
+    ValueError when the spec or a path is not what the role installs."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("digest"), str):
+        raise ValueError("the install record needs a digest")
+    entries = []
+    try:
+        for kind, key in (("file", "files"), ("dir", "dirs"), ("absent", "absent")):
+            for path in spec.get(key) or ():
+                if not isinstance(path, str) or not path.startswith("/"):
+                    raise ValueError("%s: %.200r is not an absolute path" % (key, path))
+                entries.append(recorded_entry(path, kind))
+        for pattern in spec.get("link_globs") or ():
+            if not isinstance(pattern, str) or not pattern.startswith("/"):
+                raise ValueError("link_globs: %.200r is not an absolute pattern" % (pattern,))
+            entries.extend(recorded_entry(path, "link") for path in sorted(glob.glob(pattern))
+                           if os.path.islink(path))
+    except _Refused as exc:
+        raise ValueError(str(exc))
+    except OSError as exc:
+        raise ValueError("%s: %s" % (exc.filename, exc.strerror or exc))
+    if len(entries) > MAX_MANIFEST_ENTRIES:
+        raise ValueError("the install record has more than %d entries" % MAX_MANIFEST_ENTRIES)
+    account = None
+    if spec.get("account"):
+        try:
+            found = pwd.getpwnam(spec["account"])
+        except (KeyError, TypeError):
+            raise ValueError("the account %.100r is missing" % (spec["account"],))
+        account = {"name": found.pw_name, "uid": found.pw_uid, "gid": found.pw_gid}
+    return {"format": MANIFEST_FORMAT, "digest": spec["digest"], "account": account, "entries": entries}
