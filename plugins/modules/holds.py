@@ -146,6 +146,15 @@ options:
     type: list
     elements: str
     version_added: 0.3.0
+  metrics_textfile:
+    description:
+      - A node path ending in C(.prom) in node_exporter's textfile directory - the node's metrics (C(bcd-holds metrics),
+        the Prometheus text format) are written there atomically after the pass, as the role's timers write them after
+        theirs. Not in check mode.
+      - A metrics file that cannot be written is a warning - the pass stands.
+      - The role P(bcd.devices.bcd_holds#role) sets it from its C(bcd_holds_metrics_textfile).
+    type: str
+    version_added: 0.3.0
   fail_on_refusal:
     description:
       - Deprecated, use O(on_refusal) - V(true) is O(on_refusal=fail), V(false) O(on_refusal=report).

@@ -13,6 +13,7 @@ import json
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
+from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
     HELPER_OPTIONS,
@@ -74,6 +75,8 @@ def module_argument_spec():
         diff_detail=dict(type="str", choices=["summary", "full"], default="summary"),
         # the only env keys a hold may set (within the env policy); left out, every key the policy allows
         env_allow=dict(type="list", elements="str"),
+        # a node path: the node's metrics in node_exporter's textfile format, written after the pass (entry/metrics.py)
+        metrics_textfile=dict(type="str"),
         fail_on_refusal=dict(type="bool", removed_in_version="1.0.0", removed_from_collection="bcd.devices"),
     )
 
@@ -96,6 +99,16 @@ def echoed(params):
     return {"module_args": args}
 
 
+def written_metrics(host, textfile, state_dir):
+    """Write the node's metrics after the pass to ``textfile`` (a node path ending in ``.prom``); the warnings when
+    it could not be (the pass stands: the metrics are a report of it, and the timers' next pass writes them too)."""
+    try:
+        write_textfile(host.path(textfile), node_metrics(host, state_dir))
+    except (BcdError, OSError, ValueError) as exc:
+        return ["the metrics were not written to %s: %s" % (textfile, printable(exc))]
+    return []
+
+
 def main(basic):
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
@@ -115,6 +128,8 @@ def main(basic):
         module.fail_json(msg=printable(exc), invocation=echoed(params))
     output = result.to_dict()
     output["invocation"] = echoed(params)
+    if params["metrics_textfile"] and not module.check_mode:
+        result.warnings.extend(written_metrics(host, params["metrics_textfile"], params["state_dir"]))
     if module._diff:
         output["diff"] = [shown_diff(entry) for entry in result.plan.diffs(full=params["diff_detail"] == "full")]
     failures = result.plan.failures
