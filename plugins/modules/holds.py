@@ -436,6 +436,9 @@ events:
   description:
     - The events this pass journaled, after the oldest of those not yet acknowledged from earlier passes, at most
       16 of them (RV(events_not_shown) counts the rest), oldest first.
+    - When the task fails (a refusal with O(on_refusal=fail), or a pass that is retried), only the events this
+      pass journaled (none in check mode); the older ones are counted in RV(events_not_shown) and
+      RV(events_elsewhere) says where to read them, so a failure shows the failure.
     - So a task's printed result does not grow with the journal's age; M(bcd.devices.events) returns every
       unacknowledged event, and the role's delivery reads them there.
   returned: always
@@ -505,11 +508,20 @@ events:
       returned: for AllocationBound and AllocationReleased
 events_not_shown:
   description:
-    - How many unacknowledged events from earlier passes RV(events) leaves out (0 when it carries them all).
+    - How many unacknowledged events from earlier passes RV(events) leaves out (0 when it carries them all); when
+      the task fails, every one of them.
     - M(bcd.devices.events) lists them.
   returned: always
   type: int
   sample: 0
+events_elsewhere:
+  description:
+    - On a failed task whose RV(events) leaves out older unacknowledged events, how many it leaves out and where to
+      read them, in one line; M(bcd.devices.events) returns them all, C(bcd-holds events) lists them on the node.
+  returned: when the task failed and unacknowledged events of earlier passes are left out
+  type: str
+  sample: "34 unacknowledged events of earlier passes not shown: bcd.devices.events lists them all (bcd-holds events on
+    the node)"
 holds:
   description: The holds on the node after the pass (in check mode, as they would be).
   returned: always

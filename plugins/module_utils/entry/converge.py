@@ -63,6 +63,7 @@ class PassResult:
     inventory: Inventory = field(default_factory=Inventory)
     events_not_shown: int = 0
     holds: List[dict] = field(default_factory=list)
+    events_older: int = 0  # how many of ``events``, the first ones, are older than the pass
 
     def refusal_texts(self):
         """One line per refusal for a person: ``<allocation> refused (<reason>): <message><hint>``, the reason
@@ -78,6 +79,17 @@ class PassResult:
     @property
     def retry(self):
         return self.section["state"] == PROGRESSING
+
+    def failed_events(self):
+        """What a failed task's result carries of the journal, in place of ``to_dict``'s ``events`` and
+        ``events_not_shown``: only the events this pass journaled (none in check mode), every older unacknowledged
+        one counted instead, and ``events_elsewhere`` saying how many and where to read them. A refusal's printed
+        result thus shows the refusal, whatever the journal holds (docs/events.md, "Reading and acknowledging")."""
+        older = self.events_older + self.events_not_shown
+        shown = {"events": self.events[self.events_older:], "events_not_shown": older}
+        if older:
+            shown["events_elsewhere"] = events_elsewhere(older)
+        return shown
 
     def to_dict(self):
         return {
@@ -251,8 +263,15 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
                          cdi_runtimes, env_allow)
 
 
-# Of the unacknowledged events older than a pass, at most this many ride in its result (docs/events.md).
+# Of the unacknowledged events older than a pass, at most this many ride in its result (docs/events.md); none in a
+# failed one (``PassResult.failed_events``).
 OLDER_EVENTS_SHOWN = 16
+
+
+def events_elsewhere(count):
+    """A failed result's ``events_elsewhere``: how many older unacknowledged events it leaves out, and where they are."""
+    return ("%d unacknowledged event%s of earlier passes not shown: bcd.devices.events lists %s (bcd-holds events "
+            "on the node)" % (count, "" if count == 1 else "s", "it" if count == 1 else "them all"))
 
 
 def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_timeout, store_input, cdi_runtimes,
@@ -290,11 +309,11 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
                                              nodespec)
         else:
             section, holds = section_of(generation, plan, errors, previous), plan.holds
-        events, not_shown = _events_shown(state, backlog, journal_bytes, writes and not full and bool(plan.changes),
-                                          full, warnings)
+        events, not_shown, older = _events_shown(state, backlog, journal_bytes,
+                                                 writes and not full and bool(plan.changes), full, warnings)
     return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,
                       capabilities=capabilities(host, observed.inventory), errors=errors,
-                      inventory=observed.inventory, events_not_shown=not_shown, holds=holds)
+                      inventory=observed.inventory, events_not_shown=not_shown, holds=holds, events_older=older)
 
 
 def _parsed_input(devices, instances, env_allow):
@@ -352,29 +371,23 @@ def _holds_in_order(live, parsed):
 
 
 def _events_shown(state, backlog, journal_bytes, journaled, full, warnings):
-    """``(events, not_shown)`` of the journal after the pass (``shown_events``), read again only when the pass
-    may have journaled (a no-op reads the journal once); the journal's and the state's warnings go to
-    ``warnings``."""
+    """``(events, not_shown, older)``: what a pass's result carries of the journal after it, read again only when
+    the pass may have journaled (a no-op reads the journal once): every event the pass journaled, after at most
+    ``OLDER_EVENTS_SHOWN`` of the older unacknowledged ones (the oldest, the next a gateway takes); how many older
+    ones it leaves out; and how many of ``events`` are older (a failed task shows none of them:
+    ``PassResult.failed_events``). A result thus does not grow with the journal's age; ``bcd.devices.events``
+    returns them all. The journal's and the state's warnings go to ``warnings``."""
     after = state.unacked() if journaled else backlog
-    events, not_shown = shown_events(backlog, after)
+    known = set(event["seq"] for event in backlog)
+    older = [event for event in after if event["seq"] in known]
+    shown = older[:OLDER_EVENTS_SHOWN]
     near = journal_near(len(after), journal_bytes)
     if near and not full:
         warnings.append(near)
     warnings.extend(state.journal.warnings)
     if state.maintenance_problem:
         warnings.append(state.maintenance_problem)
-    return events, not_shown
-
-
-def shown_events(before, after):
-    """``(events, not_shown)``: what a pass's result carries of the journal ``after`` it, which held ``before``
-    unacknowledged before it: every event the pass journaled, after at most ``OLDER_EVENTS_SHOWN`` of the older
-    ones (the oldest, the next a gateway takes), and how many older ones it leaves out. A failed task's printed
-    result thus does not grow with the journal's age; ``bcd.devices.events`` returns them all."""
-    known = set(event["seq"] for event in before)
-    older = [event for event in after if event["seq"] in known]
-    new = [event for event in after if event["seq"] not in known]
-    return older[:OLDER_EVENTS_SHOWN] + new, max(0, len(older) - OLDER_EVENTS_SHOWN)
+    return shown + [event for event in after if event["seq"] not in known], len(older) - len(shown), len(shown)
 
 
 def _numbered(generation, stored, ledger, devices, instances):

@@ -138,6 +138,10 @@ def main(basic):
     # A failing task's msg lists its refusals, hints included: a warning of each would only say it again.
     warn(module, host.node_id(), result.warnings + ([] if fails else [
         text + ANSIBLE_FIX.get(failure.reason, "") for failure, text in zip(failures, result.refusal_texts())]))
+    if result.retry or fails:
+        # a failed task is printed whole: it shows this pass's events, and counts the older ones and says where they
+        # are (events_elsewhere) instead of printing up to 16 of them, signatures and all, on every node it fails on
+        output.update(result.failed_events())
     if result.retry:
         module.fail_json(msg="the pass could not finish and will be retried: %s" % printable(result.section["message"]),
                          **output)

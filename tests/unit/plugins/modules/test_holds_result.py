@@ -138,7 +138,10 @@ def test_at_the_journals_bound_a_pass_changes_nothing_and_says_what_to_do_and_no
         assert "the event journal is full: it holds 8 unacknowledged events" in full["msg"]
         assert "this pass would journal 4 more, so it changed nothing and is retried" in full["msg"]
         assert "ack_through" in full["msg"]
-        assert [e["seq"] for e in full["events"]] == list(range(1, 9)) and full["events_not_shown"] == 0
+        # failed: none of the 8 it waits on is printed again, each counted, and where to read them said
+        assert full["events"] == [] and full["events_not_shown"] == 8
+        assert full["events_elsewhere"] == ("8 unacknowledged events of earlier passes not shown: bcd.devices.events "
+                                            "lists them all (bcd-holds events on the node)")
         assert not node.exists("/etc/cdi/bcd-a8.json")
     assert [e["seq"] for e in NodeState(node.state()).unacked()] == list(range(1, 9))  # nothing dropped
     NodeState(node.state()).list_and_acknowledge(8)
@@ -155,3 +158,37 @@ def test_a_result_carries_this_passs_events_after_the_16_oldest_older_ones(capsy
     assert [e["seq"] for e in result["events"]] == list(range(1, 17)) + [33, 34]
     assert result["events_not_shown"] == 16
     assert len(NodeState(node.state()).unacked()) == 34  # bcd.devices.events still lists them all
+
+
+def test_a_failed_result_shows_this_passs_events_and_counts_the_older_ones_and_a_report_keeps_them(capsys, make_node):
+    """Issue 46, item 3: a refusal that fails the task shows its own events, not the 16 oldest of the journal;
+    ``on_refusal: report`` keeps them (tests/unit/plugins/modules/test_failure_output_play.py prints both through
+    ansible-playbook)."""
+    node = make_node(gpus=gpus())
+    for generation in range(1, 5):  # 32 events nobody acknowledged
+        run(capsys, node, generation=generation, devices=assignments(8 * generation))
+    refused = assignments(33) + [dict(assignments(1)[0], allocation_id="bad", devices=[
+        {"id": "GPU-00000000-dead-4000-8000-000000000000", "device_class": "gpu"}])]
+    for check in (True, False):
+        _out, failed = run(capsys, node, generation=5, devices=refused, _ansible_check_mode=check)
+        assert failed["failed"] is True and "bad: device-missing" in failed["msg"]
+        if check:  # check mode journals nothing: no event of its own
+            assert failed["events"] == [] and failed["events_not_shown"] == 32
+        else:
+            assert [(e["seq"], e["type"], e["body"]["allocation_id"]) for e in failed["events"]] == [
+                (33, "AllocationBound", "a32"), (34, "AllocationFailed", "bad")]
+            assert failed["events_not_shown"] == 32
+        assert failed["events_elsewhere"] == ("32 unacknowledged events of earlier passes not shown: "
+                                              "bcd.devices.events lists them all (bcd-holds events on the node)")
+    # one older event: said in the singular
+    NodeState(node.state()).list_and_acknowledge(33)
+    _out, again = run(capsys, node, generation=6, devices=refused[:33] + [dict(refused[33], allocation_id="bad2")])
+    assert [e["body"]["allocation_id"] for e in again["events"]] == ["bad2"] and again["events_not_shown"] == 1
+    assert again["events_elsewhere"] == ("1 unacknowledged event of earlier passes not shown: bcd.devices.events "
+                                         "lists it (bcd-holds events on the node)")
+    # on_refusal: report does not fail: the oldest unacknowledged events ride along as before, none is elsewhere
+    _out, reported = run(capsys, node, generation=7, on_refusal="report",
+                         devices=refused[:33] + [dict(refused[33], allocation_id="bad3")])
+    assert not reported.get("failed") and "events_elsewhere" not in reported
+    assert [e["seq"] for e in reported["events"]] == [34, 35, 36] and reported["events_not_shown"] == 0
+    assert len(NodeState(node.state()).unacked()) == 3  # bcd.devices.events still lists them all
