@@ -40,7 +40,7 @@ help:
 	@echo "make molecule  every Molecule scenario under 2.19, and default and role (MOLECULE_NEWEST=...) under 2.22"
 	@echo "make demo      hack/demo.sh: the fakehw demo (DEMO_CORE=2.22 runs it under 2.22)"
 	@echo "make e2e       hack/e2e.sh: podman 5 and the CDI library consume converged specs (root)"
-	@echo "make bench     hack/bench.py: pass times next to Ansible's and the disk's floor, as ratios (BENCH_ARGS=...)"
+	@echo "make bench     hack/bench.py: pass times next to Ansible's own for the same work (ad-hoc, fleets of 50 and 500 hosts, the role's re-run), each ratio the median of its rounds' own (3 rounds; --strict: 5, exit 1 on a miss; BENCH_ARGS=...)"
 	@echo "make fuzz      hack/fuzz.py: 10 000 generated inputs at every parser root runs, per target (FUZZ_ARGS=...)"
 	@echo "make soak      the model-based test of the converger's invariants, long: SOAK_EXAMPLES=2000 random runs, shrunk on failure"
 	@echo "make canary    the install test and ansible-test sanity under the newest ansible-core the package index serves, pre-releases included (not in make test)"
