@@ -967,8 +967,8 @@ def estimate(args, parts, copy_holds, costs=None):
     if "node" in parts:  # 15 ad-hoc runs with the role (the bundled ones 1.6 times that), 6 bcd-holds commands
         parts_cost["node"] = rounds * cost["adhoc"] * (1 + 15 + 2 * 3 * 1.6 + 6 * 0.4) * max(1.0, args.holds / 256.0)
     if "fleet" in parts:  # fresh every round: its ping, bind, no-op, kept results (two tasks), echo; bind, no-op bundled
-        parts_cost["fleet"] = rounds * (args.hosts * cost["install"] + playbooks(1 + 1.25 + 1.15 + 2.1 + 1.05 + 1.7 + 1.6,
-                                                                               args.hosts))
+        runs = 1 + 1.25 + 1.15 + 2.1 + 1.05 + 1.7 + 1.6
+        parts_cost["fleet"] = rounds * (args.hosts * cost["install"] + playbooks(runs, args.hosts))
         if args.large_hosts > 0:  # built, bound and kept once; every round its ping, no-op and echo
             parts_cost["fleet500"] = (args.large_hosts * cost["install"] + playbooks(1.25 + 2.1, args.large_hosts)
                                       + rounds * playbooks(1 + 1.15 + 1.05, args.large_hosts))
@@ -1038,9 +1038,9 @@ def main(argv=None):
     if args.hosts <= 0:
         parts -= {"fleet", "role"}
     seconds, each = estimate(args, parts, copy_holds)
+    shown = ", ".join("%s %d" % (part, round(spent / 60.0)) for part, spent in each.items())
     sys.stderr.write("bench: %d rounds, expected to take about %d minutes on a shared 2-core machine (%s)\n"
-                     % (args.runs, round(seconds / 60.0), ", ".join("%s %d" % (part, round(spent / 60.0))
-                                                                     for part, spent in each.items())))
+                     % (args.runs, round(seconds / 60.0), shown))
     scratch = tempfile.mkdtemp(prefix="bcd-bench.")
     parent = tmpfs_parent()
     run_parent = tempfile.mkdtemp(prefix="bcd-bench-run.", dir=parent) if parent else None
@@ -1058,8 +1058,8 @@ def main(argv=None):
         quarter = max(1, args.holds // 4)
         for round_number in range(args.runs):
             bench.round = round_number
-            sys.stderr.write("bench: round %d of %d (%d minutes in)\n" % (round_number + 1, args.runs,
-                                                                         (time.monotonic() - started) // 60))
+            minutes = (time.monotonic() - started) // 60
+            sys.stderr.write("bench: round %d of %d (%d minutes in)\n" % (round_number + 1, args.runs, minutes))
             if "node" in parts:
                 bench.ping()
                 bench.module_pass(args.small)
