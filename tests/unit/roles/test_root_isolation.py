@@ -287,11 +287,14 @@ def test_the_role_s_tasks_run_bcd_holds_through_the_launcher_or_python_I():
                            "ansible.builtin.script", "command", "shell", "raw", "script"):
                 if module in task and "__bcd_holds_bin" in yaml.safe_dump(task[module]):
                     runs.append((path.name, task["name"], task[module]))
-    assert runs, "the metrics task runs bcd-holds"
+    assert runs, "the record task runs bcd-holds"
     for file_name, name, arguments in runs:
         argv = arguments["argv"] if isinstance(arguments, dict) else arguments
-        assert isinstance(argv, str), (file_name, name)
-        words = [word.strip(" '\"") for word in argv.strip(" {}[]\n").split(",")]
+        if isinstance(argv, list):  # a YAML list of words, each a literal or one variable
+            words = [word.strip(" {}") for word in argv]
+        else:
+            assert isinstance(argv, str), (file_name, name)
+            words = [word.strip(" '\"") for word in argv.strip(" {}[]\n").split(",")]
         if words[0] == "bcd_holds_python":
             assert words[1] == "-I", (file_name, name, argv)
         else:
