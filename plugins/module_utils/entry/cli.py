@@ -28,11 +28,11 @@ import threading
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Refuse
+from ansible_collections.bcd.devices.plugins.module_utils.entry import installed
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import BusyError, busy_check, busy_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.deliver import DEFAULT_CONFIG, run_delivery
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import doctor_lines, run_checks
-from ansible_collections.bcd.devices.plugins.module_utils.entry import installed
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.installed import DEFAULT_MANIFEST
 from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile

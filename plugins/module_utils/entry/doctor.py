@@ -42,6 +42,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.systemd_units i
     timer_target,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import node_holds
+from ansible_collections.bcd.devices.plugins.module_utils.node import library
 from ansible_collections.bcd.devices.plugins.module_utils.node.cdi_files import read_spec_dirs
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import run_tool
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
@@ -649,6 +650,31 @@ def check_state(host, state_dir):
     return _check("state", level, "last pass %s; %d events not yet acknowledged" % (last, pending))
 
 
+def installed_manifest():
+    """The record of the role's install beside the library this code runs from (``<lib>/installed.json``: this
+    file is ``<lib>/ansible_collections/bcd/devices/plugins/module_utils/entry/doctor.py``), a real path."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for _level in range(6):
+        here = os.path.dirname(here)
+    return os.path.join(here, "installed.json")
+
+
+def check_install(manifest):
+    """Whether the node is still as the role's last full install recorded it (``node/library.install_refusal``,
+    any digest): what the role's re-run checks before it skips its install tasks. A drift here is put right by the
+    role's next run; until then the timers run what is there."""
+    if not os.path.lexists(manifest):
+        return _check("install", OK, "no record of the role's install beside this library (%s): the role's next run "
+                      "installs everything and records it" % manifest)
+    if not os.access(manifest, os.R_OK):
+        return _check("install", OK, "the record of the role's install is root's to read (%s)" % manifest)
+    why = library.install_refusal(manifest, None)
+    if why is None:
+        return _check("install", OK, "as the role's last install recorded it")
+    return _check("install", WARN, "not as the role's last install recorded it: %s; %s (its next run installs "
+                  "again wherever the record no longer stands)" % (why, RERUN))
+
+
 def run_checks(host, state_dir=DEFAULT_STATE_DIR, helper_socket=None, runtimes=None):
     """Every check, in order. ``runtimes``: ``(runtimes, warnings)`` as a pass sees them (found when None)."""
     inventory = host.inventory()
@@ -665,7 +691,7 @@ def run_checks(host, state_dir=DEFAULT_STATE_DIR, helper_socket=None, runtimes=N
         timers = check_timers(role, states)
         if systemd_problem:
             timers = _check("timers", _worse(timers["level"], WARN), "%s; %s" % (timers["message"], systemd_problem))
-        checks += [timers, check_passes(host, role, state_dir)]
+        checks += [timers, check_passes(host, role, state_dir), check_install(installed_manifest())]
     return checks + [
         check_inventory(inventory),
         check_vendor_spec(vendor, inventory),

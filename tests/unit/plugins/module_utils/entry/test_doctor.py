@@ -391,3 +391,29 @@ def test_doctor_json_has_the_new_checks(capsys, installed):
     checks = json.loads(capsys.readouterr().out)
     names = [check["name"] for check in checks]
     assert names[:5] == ["gpu-binding", "helper", "units", "timers", "passes"]
+
+
+# -- install: the node as the role's last install recorded it -------------------------------------------------------
+
+def test_doctor_says_whether_the_node_is_as_the_role_s_install_recorded_it(tmp_path):
+    from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import check_install, installed_manifest
+    from ansible_collections.bcd.devices.plugins.module_utils.node import library as node_library
+
+    # beside the library this code runs from: <lib>/installed.json, <lib> six directories above entry/doctor.py
+    assert installed_manifest().endswith(os.sep + "installed.json")
+    assert os.path.isdir(os.path.join(os.path.dirname(installed_manifest()), "ansible_collections"))
+    manifest = str(tmp_path / "installed.json")
+    missing = check_install(manifest)
+    assert (missing["level"], missing["name"]) == ("OK", "install") and "no record" in missing["message"]
+    unit = tmp_path / "bcd-holds-drift.timer"
+    unit.write_text("[Timer]\n")
+    with open(manifest, "w") as handle:
+        json.dump(node_library.install_manifest({"digest": "d" * 64, "files": [str(unit)]}), handle)
+    os.chmod(manifest, 0o600)
+    if os.geteuid() != 0:  # the record is root's: only root's reads it
+        return
+    assert check_install(manifest)["level"] == "OK"
+    unit.unlink()
+    drifted = check_install(manifest)
+    assert drifted["level"] == "WARN"
+    assert "%s is missing" % unit in drifted["message"] and "rerun the role bcd.devices.bcd_holds" in drifted["message"]
