@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import importlib.util
 import json
 import os
@@ -589,6 +590,17 @@ def run_delivery_examples(run, text):
     assert run.read("node-a", "/var/lib/bcd/events.jsonl").strip() == ""  # acknowledged through 2
 
 
+def run_install_digest_examples(run, text):
+    """The filter over the role's own directory (``role_path`` in the role): one SHA-256, another for another input."""
+    role = str(Path(__file__).resolve().parents[3] / "roles" / "bcd_holds")
+    tasks = tasks_of(text, {"role_path": "'%s'" % role})
+    other = copy.deepcopy(tasks[0])
+    other["ansible.builtin.debug"]["msg"] = other["ansible.builtin.debug"]["msg"].replace("'bcd'", "'gpu'")
+    run.playbook([run.play(tasks + [other], defaults=None)])
+    digests = re.findall(r'"msg": "([0-9a-f]{64})"', run.out)
+    assert len(digests) == 2 and digests[0] != digests[1], run.out
+
+
 def run_user_guide_real(run, text):
     run.node("node-a", "--node-number", "0")
     plays = yaml.safe_load(text)
@@ -666,6 +678,7 @@ SPECS = {
     ("plugins/modules/node_library.py", "EXAMPLES"): run_node_library_examples,
     ("plugins/filter/verify_report.py", "EXAMPLES"): run_verify_report_examples,
     ("plugins/filter/delivery.py", "EXAMPLES"): run_delivery_examples,
+    ("plugins/filter/install_digest.py", "EXAMPLES"): run_install_digest_examples,
     ("README.md", "- name: Hold what the control plane booked on each GPU node"): run_readme_playbook,
     ("README.md", "- allocation_id: alloc_01jz8k2v"): run_readme_assignment,
     ("docs/events.md", "# events.yml"): run_events_md_playbook,
