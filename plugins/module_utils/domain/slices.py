@@ -233,6 +233,11 @@ def _cpuset(value):
         return None
 
 
+# Why a running slice's cpus and mems never narrow (what follows a narrowing's numbers in every message).
+RUNNING_CPUSET = ("a running workload's cpus and mems only widen or stay (it would lose CPUs, or the memory nodes "
+                  "its pages are on)")
+
+
 def cpuset_problem(current, properties, host=None, name="the slice"):
     """Why a slice's new ``cpus``/``mems`` are refused, or None (docs/security.md, "Limits on a running slice"):
 
@@ -259,6 +264,16 @@ def cpuset_problem(current, properties, host=None, name="the slice"):
                     format_cpulist(getattr(host, have)) or "none"))
         if problems:
             return "%s: %s" % (label, "; ".join(problems)), False
+    found = narrowing(current, properties)
+    if found is None:
+        return None
+    return "%s; %s: set once the slice is empty" % (found, RUNNING_CPUSET), True
+
+
+def narrowing(current, properties):
+    """What new ``cpus``/``mems`` (``properties``) take from the populated slice ``current`` whose properties are
+    known (``<slice>: limits.cpus 0-1 narrows AllowedCPUs=0-3: it leaves out CPUs 2-3``), or None: nothing, an
+    empty slice, or one whose properties are not known."""
     if current is None or not current.populated or current.properties is None:
         return None
     problems = []
@@ -273,10 +288,7 @@ def cpuset_problem(current, properties, host=None, name="the slice"):
         elif not present <= wanted:
             problems.append("limits.%s %s narrows %s=%s: it leaves out %s" % (
                 limit, properties[key], key, format_cpulist(present), _counted(noun, present - wanted)))
-    if not problems:
-        return None
-    return ("%s: %s; a running workload's cpus and mems only widen or stay (it would lose CPUs, or the memory "
-            "nodes its pages are on): set once the slice is empty" % (label, "; ".join(problems))), True
+    return "%s: %s" % (current.name, "; ".join(problems)) if problems else None
 
 
 def _counted(noun, numbers):

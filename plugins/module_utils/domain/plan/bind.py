@@ -47,7 +47,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.keep impor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import aside_of, kubernetes_released, release_damaged, stale_env_files
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import bound_event, hold_summary
-from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import cgroup_parent_of, limits_problem
+from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
+    RUNNING_CPUSET,
+    cgroup_parent_of,
+    limits_problem,
+    narrowing,
+    wanted_slice,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import replace
 
 NODE_UNPRIVILEGED = (
@@ -219,6 +225,9 @@ def _check_new(ctx: Pass, claims: Claims, assignment: Assignment) -> Tuple[Outco
     problem = cpus_problem(assignment.limits, observed.cpus)
     if problem is not None:  # CPUs not online, NUMA nodes without memory: hardware this node does not have
         raise AtomRefused(Reason.INVALID_ASSIGNMENT, problem)
+    problem = _narrows_its_running_slice(observed, assignment)
+    if problem is not None:  # cpus or mems taken from the workload its earlier hold left running in its slice
+        raise AtomRefused(Reason.RESOURCES_EXHAUSTED, problem)
     if needs_admission(assignment.limits):
         if cgroup_parent_of(assignment, assignment.kubernetes) is not None:
             # its own slice may still run its old hold's workload: the new limits replace the slice's, admitted
@@ -228,3 +237,21 @@ def _check_new(ctx: Pass, claims: Claims, assignment: Assignment) -> Tuple[Outco
             admitted = claims.admit(assignment.allocation_id, assignment.limits)
         return unreadable_memory(claims), atoms, admitted
     return Outcome(), atoms, claims
+
+
+def _narrows_its_running_slice(observed: Observed, assignment: Assignment) -> Optional[str]:
+    """Why a new hold bound again into its own slice (moved to other devices, or back after its release) is
+    refused while that slice still runs its earlier hold's workload, or None: its ``cpus`` or ``mems`` would take
+    CPUs or memory nodes from that workload (``slices.narrowing``; a list where the slice has none narrows it
+    from every one). The slice step would refuse them (``check_slice_change``) and the bind be retried for as
+    long as the workload runs, the section ``PROGRESSING`` with nothing said to the control plane; refused here
+    (``resources-exhausted``, final at its generation, as for a kept hold), check mode plans the same, and a
+    hold moved to other devices has its earlier hold released, as any refused move does. Widening, the same
+    lists, or an empty slice bind as usual."""
+    name = cgroup_parent_of(assignment, assignment.kubernetes)
+    wanted = wanted_slice(assignment.limits) if name is not None else None
+    found = narrowing(observed.slices.get(name), wanted[0]) if wanted is not None else None
+    if found is None:
+        return None
+    return "%s; %s, and the slice still runs the workload of %s's earlier hold" % (
+        found, RUNNING_CPUSET, assignment.allocation_id)
