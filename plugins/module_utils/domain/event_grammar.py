@@ -62,6 +62,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     GPU_RECOVERY_STALLED,
     GPU_RESET_INEFFECTIVE,
     GPU_UNHEALTHY,
+    HOLD_CHANGE_REFUSED,
     HOLD_SPEC_DAMAGED,
     KUBERNETES_RELEASE_STUCK,
     KUBERNETES_RELEASES_UNREADABLE,
@@ -103,6 +104,7 @@ CONDITION_REASONS = {
     HOLD_SPEC_DAMAGED: "SpecUnreadable",
     GPU_RESET_INEFFECTIVE: "ResetIneffective",
     GPU_RECOVERY_STALLED: "RecoveryStalled",
+    HOLD_CHANGE_REFUSED: "KeptAsBound",
 }  # type: Dict[str, str]
 
 # A message lists what a refusal or a condition names (every missing device of a hold, every damaged spec):

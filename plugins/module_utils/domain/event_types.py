@@ -30,13 +30,18 @@ HOLD_SPEC_DAMAGED = "HoldSpecDamaged"
 # GPU whose recovery stopped without finishing (its lease ended), raised with a fresh GPUUnhealthy (domain/health.py).
 GPU_RESET_INEFFECTIVE = "GPUResetIneffective"
 GPU_RECOVERY_STALLED = "GPURecoveryStalled"
+# A live hold whose assignment the pass refused, kept as it was bound: the node still has it, so the refusal is
+# said this way, never as an AllocationFailed (on which the control plane would let the hold's devices go).
+HOLD_CHANGE_REFUSED = "HoldChangeRefused"
 CONDITION_TYPES = (GPU_UNHEALTHY, VENDOR_SPEC_STALE, VENDOR_SPEC_UNSUPPORTED, KUBERNETES_RELEASE_STUCK,
                    KUBERNETES_RELEASES_UNREADABLE, HOLD_SPEC_DAMAGED, GPU_RESET_INEFFECTIVE,
-                   GPU_RECOVERY_STALLED)  # type: Tuple[str, ...]
+                   GPU_RECOVERY_STALLED, HOLD_CHANGE_REFUSED)  # type: Tuple[str, ...]
 CLEARED = "Cleared"
 CONDITION_EVENT_TYPES = CONDITION_TYPES + tuple(kind + CLEARED for kind in CONDITION_TYPES)  # type: Tuple[str, ...]
 # The conditions keyed by GPU (one per GPU, ``condition_key``).
 GPU_CONDITION_TYPES = (GPU_UNHEALTHY, GPU_RESET_INEFFECTIVE, GPU_RECOVERY_STALLED)  # type: Tuple[str, ...]
+# The conditions keyed by allocation (one per allocation, ``condition_key``): their events name it.
+ALLOCATION_CONDITION_TYPES = (KUBERNETES_RELEASE_STUCK, HOLD_CHANGE_REFUSED)  # type: Tuple[str, ...]
 # The GPU conditions' reasons (their events' ``body.reason``; a clearing's is CONDITION_CLEARED).
 GPU_CONDITION_REASONS = {
     GPU_UNHEALTHY: "GPUFaulted",
@@ -73,10 +78,11 @@ EVENT_TYPES = (ALLOCATION_BOUND, ALLOCATION_RELEASED, ALLOCATION_FAILED) + TYPED
 
 def condition_key(condition_type: str, device_ids: Sequence[str] = (), allocation_id: Optional[str] = None) -> str:
     """The key the ledger keeps a raised condition under: one per GPU for the GPU conditions (``GPUUnhealthy/<UUID>``,
-    ``GPUResetIneffective/<UUID>``, ``GPURecoveryStalled/<UUID>``), one per stuck Kubernetes release
-    (``KubernetesReleaseStuck/<allocation>``), else its type alone."""
+    ``GPUResetIneffective/<UUID>``, ``GPURecoveryStalled/<UUID>``), one per allocation for the allocation
+    conditions (``KubernetesReleaseStuck/<allocation>``, ``HoldChangeRefused/<allocation>``), else its type
+    alone."""
     if condition_type in GPU_CONDITION_TYPES:
         return "%s/%s" % (condition_type, device_ids[0] if device_ids else "")
-    if condition_type == KUBERNETES_RELEASE_STUCK:
+    if condition_type in ALLOCATION_CONDITION_TYPES:
         return "%s/%s" % (condition_type, allocation_id or "")
     return condition_type

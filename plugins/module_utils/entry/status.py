@@ -16,14 +16,19 @@ from typing import Dict, List, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import read_hold
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition, stale_edits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_edits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of, resolve_atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import gpu_numa_nodes, locality
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner import limits_from_record
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import damaged_condition, summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import (
+    damaged_condition,
+    kept_as_bound_conditions,
+    summary_of,
+    vendor_conditions,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import capabilities, node_runtimes
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
@@ -143,9 +148,8 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
                                     now, state_dir)
     if damaged:
         conditions.append(damaged_condition(damaged))
-    stale = stale_condition(vendor)
-    if stale is not None:
-        conditions.append(stale)
+    conditions.extend(vendor_conditions(vendor, runtimes))
+    conditions.extend(kept_as_bound_conditions(state.ledger))
     holders = {}  # type: Dict[str, List[str]]
     for hold in holds:
         for atom in hold.atoms:

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     ALLOCATION_BOUND,
+    ALLOCATION_CONDITION_TYPES,
     ALLOCATION_FAILED,
     ALLOCATION_RELEASED,
     CLEARED,
     CONDITION_EVENT_TYPES,
     CONDITION_TYPES,
     GPU_UNHEALTHY,
-    KUBERNETES_RELEASE_STUCK,
     condition_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
@@ -180,15 +180,15 @@ def settles(event):
 
 
 def _condition_settles(event, body):
-    """A condition's event: its body names its type, its devices are text, its allocation (a stuck release's) an
-    allocation id, and the GPU or allocation its key needs is there."""
+    """A condition's event: its body names its type, its devices are text, its allocation (a stuck release's, a
+    hold kept as bound's) an allocation id, and the GPU or allocation its key needs is there."""
     kind, device_ids, allocation_id = event["type"], body.get("device_ids"), body.get("allocation_id")
     base = kind[:-len(CLEARED)] if kind.endswith(CLEARED) else kind
     return (body.get("type") == kind
             and isinstance(device_ids, list) and all(isinstance(d, str) for d in device_ids)
             and (allocation_id is None or (isinstance(allocation_id, str) and _ALLOCATION_ID_RE.fullmatch(allocation_id) is not None))
             and (base != GPU_UNHEALTHY or len(device_ids) == 1)
-            and (base != KUBERNETES_RELEASE_STUCK or allocation_id is not None)
+            and (base not in ALLOCATION_CONDITION_TYPES or allocation_id is not None)
             and (event.get("seq") is None or _int_or_none(event.get("seq")) is not None))
 
 

@@ -244,21 +244,30 @@ def render_spec(hold, vendor=None, notes=None, runtimes=()):
     return spec
 
 
-def _within(hold, spec, required, wanted, runtimes):
-    """``wanted``, lowered to what every runtime on the node loads; refused when even ``required``
-    (what the content needs) is more than the oldest runtime loads."""
+def lowered(wanted, runtimes):
+    """``wanted`` (a CDI version), lowered to what every runtime on the node loads (``runtimes``: the
+    oldest library among them, ``runtimes.ceiling``); as it is when no runtime sets a limit."""
     oldest = ceiling(runtimes)
     if oldest is None or oldest.max_cdi_version is None:  # ceiling's runtime always has one
         return wanted
     limit = oldest.max_cdi_version
-    if version_key(required) > version_key(limit):
+    return limit if version_key(wanted) > version_key(limit) else wanted
+
+
+def _within(hold, spec, required, wanted, runtimes):
+    """``wanted``, lowered to what every runtime on the node loads (``lowered``); refused when even
+    ``required`` (what the content needs) is more than the oldest runtime loads."""
+    oldest = ceiling(runtimes)
+    if oldest is not None and oldest.max_cdi_version is not None \
+            and version_key(required) > version_key(oldest.max_cdi_version):
+        limit = oldest.max_cdi_version
         needs = requirements_above(spec, limit)
         fields = ", ".join(reason for _version, reason in needs[:4]) or "its content"
         raise RenderRefused(
             Reason.INVALID_ASSIGNMENT,
             "its CDI spec needs cdiVersion %s (%s), and %s %s on this node loads at most %s"
             % (required, fields, oldest.name, oldest.version, limit))
-    return limit if version_key(wanted) > version_key(limit) else wanted
+    return lowered(wanted, runtimes)
 
 
 def _refuse_unusable(atom, vendor):

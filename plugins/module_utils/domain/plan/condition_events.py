@@ -5,9 +5,9 @@
 
 A pass returns the conditions that need a person or a playbook (``GPUUnhealthy``, ``VendorSpecStale``,
 ``VendorSpecUnsupported``, ``KubernetesReleaseStuck``, ``KubernetesReleasesUnreadable``,
-``HoldSpecDamaged``, ``GPUResetIneffective``, ``GPURecoveryStalled``). The ledger keeps those whose appearing was
-journaled (``state/ledger.py``, ``conditions``), by key: one per GPU for the GPU conditions, one per stuck
-Kubernetes release, one for each other type. A key present now and not in the ledger is journaled as the
+``HoldSpecDamaged``, ``GPUResetIneffective``, ``GPURecoveryStalled``, ``HoldChangeRefused``). The ledger keeps
+those whose appearing was journaled (``state/ledger.py``, ``conditions``), by key: one per GPU for the GPU
+conditions, one per stuck Kubernetes release and per hold kept as bound, one for each other type. A key present now and not in the ledger is journaled as the
 condition's type; a key in the ledger and not present now, as the type with ``Cleared`` appended; an unhealthy GPU
 (or one whose recovery stalled) clears only when the inventory lists it (one fallen off the bus, or an inventory
 that could not be read, clears nothing). A pass that finds what the last one found journals nothing, with one
@@ -32,6 +32,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     GPU_RECOVERY_STALLED,
     GPU_RESET_INEFFECTIVE,
     GPU_UNHEALTHY,
+    HOLD_CHANGE_REFUSED,
     KUBERNETES_RELEASE_STUCK,
     condition_key,
 )
@@ -80,6 +81,10 @@ def raised_now(observed: Any, conditions: Sequence[dict], pending_releases: Sequ
                         kind, list(release.get("device_ids") or []), allocation_id, reason,
                         "%s was released over %d minutes ago and pods still hold its devices"
                         % (allocation_id, STUCK_AFTER // 60))
+        elif kind == HOLD_CHANGE_REFUSED:  # one per hold kept as bound, its devices those it holds
+            allocation_id = condition.get("allocation_id")
+            found[condition_key(kind, (), allocation_id)] = (kind, list(condition.get("device_ids") or []),
+                                                             allocation_id, reason, message)
         else:
             found[condition_key(kind)] = (kind, [], None, reason, message)
     return found

@@ -11,14 +11,13 @@ from __future__ import annotations
 from typing import Dict, FrozenSet, List, Mapping
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import KUBERNETES_RELEASES_UNREADABLE, condition_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import recovery_conditions, unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claiming import marker_stays
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Pass, Released
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import unknown_version_condition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import vendor_conditions
 
 
 def pass_conditions(ctx: Pass, live: Mapping[str, LiveHold], released: Released) -> List[dict]:
@@ -29,8 +28,7 @@ def pass_conditions(ctx: Pass, live: Mapping[str, LiveHold], released: Released)
     unreadable = marker_stays(ctx, released) or observed.releases.unreadable is not None
     conditions = list(release_conditions([pending.release for pending in released.pending.values()], unreadable,
                                          observed.now, observed.state_dir))
-    conditions.extend(condition for condition in (stale_condition(observed.vendor),
-                                                  unknown_version_condition(observed.vendor)) if condition is not None)
+    conditions.extend(vendor_conditions(observed.vendor, observed.runtimes))
     by_gpu = {}  # type: Dict[str, List[str]]
     for allocation_id in sorted(live):
         for atom in live[allocation_id].atoms:

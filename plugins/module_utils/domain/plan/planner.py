@@ -33,7 +33,8 @@ it decided as a named value (``decisions``: ``Released``, ``Outcome``):
    input that sends it with another assignment at that generation is refused
    before the pass: ``generations.pass_generation``);
 5. every refusal not yet reported for this generation becomes one
-   ``AllocationFailed``;
+   ``AllocationFailed``, but that of a hold the node keeps (its new limits,
+   binding or input refused), which raises ``HoldChangeRefused`` instead;
 6. every condition that appeared or cleared since the last pass becomes one
    signed event (``condition_events``).
 """
@@ -70,7 +71,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release im
     release_unwanted,
     remove_stale_env,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import damaged_condition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import damaged_condition, kept_as_bound_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of, settings_of, slice_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
@@ -215,12 +216,12 @@ def _plan_once(generation: int, parsed: ParsedInput, observed: Observed, instanc
     leftover = _leftover_slices(observed, _released_slices(released.actions + bound.actions) | kept.sliced | bound.sliced)
     decided = Outcome(warnings=released.warnings, errors=released.errors, holds=released.holds,
                       refusals=unsupported) + kept + bound + leftover
-    # 5. refusals
-    refusals, failures = _report_failures(ctx, decided.refusals)
+    # 5. refusals: an AllocationFailed for each, but for a hold the node keeps, which raises a condition instead
+    refusals, failures, kept_as_bound = _report_failures(ctx, decided.refusals, live)
     actions = list(released.actions + leftover.actions + kept.actions + bound.actions + refusals)
     asides = list(observed.damaged_specs) + [change.aside for action in actions for change in action.node_files()
                                              if isinstance(change, SpecAside)]
-    conditions = pass_conditions(ctx, live, released) + ([damaged_condition(asides)] if asides else [])
+    conditions = pass_conditions(ctx, live, released) + ([damaged_condition(asides)] if asides else []) + kept_as_bound
     pending = pending_releases(observed, released)
     # 6. the conditions that appeared or cleared since the last pass, each one signed event
     actions.extend(condition_reports(observed, conditions, pending, generation, passing_conditions(ctx, released)))
@@ -269,19 +270,31 @@ def _leftover_slices(observed: Observed, wanted: FrozenSet[str]) -> Outcome:
     return decided
 
 
-def _report_failures(ctx: Pass, refusals: Sequence[Refusal]) -> Tuple[Tuple[Action, ...], List[Failure]]:
-    """5. Failures, in spec order: one AllocationFailed per allocation and generation."""
+def _report_failures(ctx: Pass, refusals: Sequence[Refusal],
+                     live: Mapping[str, LiveHold]) -> Tuple[Tuple[Action, ...], List[Failure], List[dict]]:
+    """5. Failures, in spec order: one AllocationFailed per allocation and generation, but for an allocation
+    whose hold stays live after the plan (``live``: a kept hold whose new limits, binding or input were refused,
+    kept as it was bound). The control plane, told an allocation failed, lets its devices go and places it
+    again, while the node still holds them: such a refusal is returned in ``failures`` like any other, and said
+    to the control plane as the condition ``HoldChangeRefused`` of the allocation (its event names the devices
+    still held), journaled when it appears and cleared once the hold takes its assignment or goes. It is not
+    final at its generation: the next pass judges it again."""
     observed, generation = ctx.observed, ctx.generation
     actions, failures, reported = [], [], set()  # type: List[Action], List[Failure], Set[str]
+    kept = []  # type: List[dict]
     for refusal in sorted(refusals, key=lambda refusal: ctx.parsed.position(refusal.allocation_id)):
         allocation_id = refusal.allocation_id
         if allocation_id in reported:  # an allocation sent twice: its first refusal stands
             continue
         reported.add(allocation_id)
         failures.append(Failure(allocation_id, generation, refusal.reason, refusal.message))
+        hold = live.get(allocation_id)
+        if hold is not None:
+            kept.append(kept_as_bound_condition(hold, generation, refusal.reason, refusal.message))
+            continue
         if observed.ledger.refused_at(allocation_id) == generation:
             continue
         body = {"node_id": observed.node_id, "allocation_id": allocation_id, "generation": generation,
                 "reason": refusal.reason, "message": refusal.message}
         actions.append(Refuse(allocation_id, {"type": ALLOCATION_FAILED, "body": body}, generation))
-    return tuple(actions), failures
+    return tuple(actions), failures, kept

@@ -14,11 +14,18 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence, Set
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device, cdi_spec_path, env_file_path
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import KNOWN_VERSIONS, version_key
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device, cdi_spec_path, env_file_path, lowered
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import (
+    EARLIEST_VERSION,
+    KNOWN_VERSIONS,
+    CdiVersionError,
+    version_key,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     ALLOCATION_BOUND,
     ALLOCATION_RELEASED,
+    HOLD_CHANGE_REFUSED,
     HOLD_SPEC_DAMAGED,
     VENDOR_SPEC_UNSUPPORTED,
 )
@@ -81,21 +88,74 @@ def damaged_condition(paths):
     }
 
 
-def unknown_version_condition(vendor):
-    """The node condition a vendor spec of a ``cdiVersion`` later than any bcd knows raises: no hold can be
-    rendered from it (bcd would write a version no validator accepts), so every bind is retried until the
-    spec is regenerated or bcd upgraded; this says why. None for a known version, or no vendor spec."""
+def kept_as_bound_condition(hold, generation, reason, message):
+    """A live hold whose assignment at ``generation`` is refused (``reason``, ``message``) and that the node keeps
+    as it was bound: the condition ``HoldChangeRefused`` of its allocation, naming the devices it still holds."""
+    bound = " at generation %s" % hold.generation if hold.generation is not None else ""
+    return {
+        "type": HOLD_CHANGE_REFUSED,
+        "status": "True",
+        "reason": "KeptAsBound",
+        "message": "%s is held as bound%s (%s), not as generation %d asks: %s: %s" % (
+            hold.allocation_id, bound, ", ".join(hold.device_ids), generation, reason, message),
+        "allocation_id": hold.allocation_id,
+        "device_ids": list(hold.device_ids),
+    }
+
+
+def kept_as_bound_conditions(ledger):
+    """``HoldChangeRefused`` as ``holds_info`` and ``bcd-holds status`` show it, read from what the last pass raised
+    (the ledger's ``conditions``): they plan nothing, so they cannot judge an assignment again."""
+    found = []
+    for key in sorted(ledger.conditions):
+        record = ledger.conditions[key]
+        if key.split("/", 1)[0] != HOLD_CHANGE_REFUSED or not record.get("allocation_id"):
+            continue
+        device_ids = list(record.get("device_ids") or [])
+        found.append({"type": HOLD_CHANGE_REFUSED, "status": "True", "reason": "KeptAsBound",
+                      "message": "%s is held as bound (%s), not as the last pass's input asks (that pass's failures "
+                                 "say why)" % (record["allocation_id"], ", ".join(device_ids)),
+                      "allocation_id": record["allocation_id"], "device_ids": device_ids})
+    return found
+
+
+_KNOWN_KEYS = frozenset(version_key(known) for known in KNOWN_VERSIONS)
+
+
+def unknown_version_condition(vendor, runtimes=()):
+    """The node condition a vendor spec raises whose ``cdiVersion`` no CDI library knows (later than any, or one
+    no CDI release defines, such as 0.99.0), where a hold would take that version: a hold takes the vendor
+    spec's version when it is later than what its content needs, lowered to what the oldest of the node's
+    runtimes loads (``hold_spec.lowered``), and bcd writes no version a runtime refuses, so every bind and every
+    kept hold's rewrite is retried until the spec is regenerated; this says why. None for a known version, one
+    the runtimes lower to theirs (the holds are written at that), or no vendor spec."""
     version = getattr(vendor, "cdi_version", "") if vendor is not None and getattr(vendor, "path", None) else ""
-    if not version or version in KNOWN_VERSIONS or version_key(version) < version_key(KNOWN_VERSIONS[-1]):
+    try:
+        if not version or version_key(version) in _KNOWN_KEYS or lowered(version, runtimes) != version:
+            return None
+    except CdiVersionError:  # build_vendor_spec takes only X.Y.Z
         return None
+    if version_key(version) > version_key(KNOWN_VERSIONS[-1]):
+        what = ("later than any this bcd knows (%s at most): no hold can be written from it and every bind is "
+                "retried; regenerate it at a known version (nvidia-ctk cdi generate) or upgrade bcd.devices"
+                % KNOWN_VERSIONS[-1])
+    else:
+        what = ("which no CDI release defines (known: %s), so no runtime loads it: no hold can be written from "
+                "it and every bind is retried; regenerate it (nvidia-ctk cdi generate)"
+                % ", ".join(KNOWN_VERSIONS[KNOWN_VERSIONS.index(EARLIEST_VERSION):]))
     return {
         "type": VENDOR_SPEC_UNSUPPORTED,
         "status": "True",
         "reason": "UnknownCdiVersion",
-        "message": "the vendor spec %s has cdiVersion %s, later than any this bcd knows (%s at most): no hold "
-                   "can be written from it and every bind is retried; regenerate it at a known version "
-                   "(nvidia-ctk cdi generate) or upgrade bcd.devices" % (vendor.path, version, KNOWN_VERSIONS[-1]),
+        "message": "the vendor spec %s has cdiVersion %s, %s" % (vendor.path, version, what),
     }
+
+
+def vendor_conditions(vendor, runtimes=()):
+    """The conditions NVIDIA's spec raises on the node (a pass's and ``holds_info``'s alike): stale
+    (``VendorSpecStale``), of a ``cdiVersion`` no hold can take (``VendorSpecUnsupported``)."""
+    return [condition for condition in (stale_condition(vendor), unknown_version_condition(vendor, runtimes))
+            if condition is not None]
 
 
 def withdraw_files(observed, allocation_id):

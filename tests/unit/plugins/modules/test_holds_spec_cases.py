@@ -291,16 +291,16 @@ def test_a_kept_hold_grows_only_if_the_host_has_room_and_otherwise_keeps_its_lim
     assert record["properties"]["MemoryMax"] == str(4 * GIB)  # the old limits stay
     assert node.read("/etc/cdi/bcd-a1.json") == spec
     assert grown["section"]["state"] == "FAILED"
-    # final at that generation: the retry timer's pass keeps the old limits though the host has room meanwhile
+    # the node still holds a1: the control plane is told so (HoldChangeRefused), never that a1 failed (issue 46)
+    assert [c["allocation_id"] for c in grown["conditions"] if c["type"] == "HoldChangeRefused"] == ["a1"]
+    assert "AllocationFailed" not in [e["type"] for e in grown["events"]]
+    # not final, since nothing failed: the next pass with room gives it the new limits, and the condition clears
     with_memory(node, 20)
-    again = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"memory_bytes": 6 * GIB}),
-                                                     hold("a2", GPU_B, limits={"memory_bytes": 4 * GIB})])
-    assert fails(again) == fails(grown)
-    assert json.loads(node.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))["properties"]["MemoryMax"] == str(4 * GIB)
-    # the next generation is checked again, and fits
-    placed = run(capsys, node, generation=3, devices=[hold("a1", GPU_A, limits={"memory_bytes": 6 * GIB})])
+    placed = run(capsys, node, generation=2, devices=[hold("a1", GPU_A, limits={"memory_bytes": 6 * GIB}),
+                                                      hold("a2", GPU_B, limits={"memory_bytes": 4 * GIB})])
     assert fails(placed) == []
     assert json.loads(node.read("/run/bcd/slices/bcd-alloc-a1.slice.json"))["properties"]["MemoryMax"] == str(6 * GIB)
+    assert "HoldChangeRefusedCleared" in [e["type"] for e in placed["events"]]
 
 
 def test_growth_is_counted_against_the_new_holds_after_it(capsys, node):

@@ -167,8 +167,10 @@ def test_a_live_hold_resent_with_an_unsupported_binding_is_refused_and_kept(caps
     assert [(f["allocation_id"], f["reason"], f["message"]) for f in result["failures"]] == [
         ("a1", "unsupported-binding", "binding BINDING_INSTANCE is not supported")]
     assert result["section"]["state"] == "FAILED"
-    assert ("AllocationFailed", "a1") in journaled(node)
-    # the node never drops a hold on its own: it stays as it was, and nothing is released
+    # the node never drops a hold on its own: it stays as it was, nothing is released, and the control plane is
+    # told so (HoldChangeRefused), never that the allocation failed (issue 46, item 5)
+    assert ("AllocationFailed", "a1") not in journaled(node)
+    assert ("HoldChangeRefused", "a1") in journaled(node)
     assert node.read("/etc/cdi/bcd-a1.json") == spec
     assert ("AllocationReleased", "a1") not in journaled(node)
     again = run(capsys, node, generation=2, devices=[hold("a1", GPU_B, binding="BINDING_INSTANCE")])

@@ -6,7 +6,8 @@
 Hypothesis drives a fakehw node through random sequences of generations (holds added, moved to
 other atoms, re-bound, given other limits, dropped; every atom class and both bindings), write
 failures on one hold's file, a crash after a random write, an unreadable ``releasing.json``, VMs
-starting and stopping, pods taking and freeing devices, and a driver upgrade. Every pass is the
+starting and stopping, pods taking and freeing devices, workloads running in hold slices (so a slice outlives
+its hold's release, and limits that narrow its cpus are refused), and a driver upgrade. Every pass is the
 module's own (``entry.converge.run_pass``): check mode first, then the real pass. After each, a
 small reference model checks what a user of the node can see, the CDI specs under ``/etc/cdi`` and
 the signed journal:
@@ -20,6 +21,9 @@ the signed journal:
 * an ``overlap`` refusal names an atom something really claims when it is made (a refusal is final at
   its generation: later passes return it as it was);
 * check mode plans what the real pass then does;
+* no ``AllocationFailed`` is journaled for an allocation whose hold (its CDI spec) is on the node after the
+  pass: the control plane lets a failed allocation's devices go, so a hold the node keeps is said as the
+  condition ``HoldChangeRefused`` instead, raised only for a hold that is live (issue 46, item 5);
 * a pass with no fault injected converges: each wanted hold is live as asked or refused, each hold no
   longer wanted is released unless a pod holds one of its atoms, and a second pass plans nothing;
 * after a crash, with the faults cleared, at most two passes reach a plan of nothing.
@@ -205,6 +209,8 @@ class NodeMachine(RuleBasedStateMachine):
         self.events = []  # the node's journal after the last real pass (``journal``)
         self.seen_seq = 0  # the last event before this step's passes
         self.seen_bound = {}  # the holds the journal gave as bound then (``replay``)
+        self.checked_seq = 0  # the last event an earlier check() read: what a pass journaled comes after it
+        self.slices_before = {}  # what the running slices booked before this step's passes (``running_slices``)
         self.fail = None
         self.crash = None
         self.lost = set()  # pending releases whose releasing.json was made unreadable
@@ -266,6 +272,26 @@ class NodeMachine(RuleBasedStateMachine):
             specs[annotations["bcd.dev/allocation-id"]] = (atoms, annotations)
         return specs
 
+    def running_slices(self):
+        """``{allocation id: limits}`` of the slices a workload runs in (the record's ``populated``), as what they
+        book: a slice still running a workload "keeps what it booked until it is stopped", also after its hold's
+        release (docs/slices-and-admission.md, What admission does not count)."""
+        found = {}
+        directory = self._path("/run/bcd/slices")
+        for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+            with open(os.path.join(directory, name), "rb") as handle:
+                record = json.loads(handle.read())
+            if not record.get("populated"):
+                continue
+            properties, huge = record.get("properties") or {}, record.get("hugetlb_max") or {}
+            limits = {"memory_bytes": int(properties.get("MemoryMax") or 0),
+                      "hugepages_2mi": int(huge.get("2MB") or 0) // (2 * MIB),
+                      "hugepages_1gi": int(huge.get("1GB") or 0) // GIB}
+            if properties.get("AllowedMemoryNodes"):
+                limits["mems"] = properties["AllowedMemoryNodes"]
+            found[record["name"][len("bcd-alloc-"):-len(".slice")]] = limits
+        return found
+
     def journal(self):
         """The node's whole journal (nothing acknowledges it here): a pass's result shows at most 16 of the
         events older than it (``events_not_shown``), so the checks read the journal itself."""
@@ -296,6 +322,7 @@ class NodeMachine(RuleBasedStateMachine):
         followed by at most two passes without faults, the second of which plans nothing."""
         vm_gpus = self.vm_gpus()
         marker_before = self.marker()
+        self.slices_before = self.running_slices()
         checked = self._run(check_mode=True)
         crash, self.crash = self.crash, None
         try:
@@ -306,7 +333,7 @@ class NodeMachine(RuleBasedStateMachine):
             self.check(first, marker_before, vm_gpus)
             second = self._run()
             self.check(second, marker_before, vm_gpus)
-            assert plan_of(second) == [] and second.changed is False, (
+            assert changes_of(second) == [] and second.changed is False, (
                 "two passes after a crash did not converge: the second planned %s" % plan_of(second))
             self.check_converged(second)
             self.previous_vm_gpus = vm_gpus
@@ -321,7 +348,7 @@ class NodeMachine(RuleBasedStateMachine):
             self.check_converged(real)
             again = self._run()
             self.check(again, marker_before, vm_gpus)
-            assert plan_of(again) == [] and again.changed is False, (
+            assert changes_of(again) == [] and again.changed is False, (
                 "a second pass with the same input planned %s" % plan_of(again))
         self.previous_vm_gpus = vm_gpus
 
@@ -408,8 +435,30 @@ class NodeMachine(RuleBasedStateMachine):
             assert faulted or reported_parent.get(allocation_id) == parent, (
                 "%s's live spec names cgroup parent %r, its last AllocationBound %r" % (
                     allocation_id, parent, reported_parent.get(allocation_id)))
+        self.check_refusals_of_live_holds(result, specs)
         self.check_admission(result, specs, outstanding)
         self.check_overlaps(result, outstanding, marker_before or self.marker(), vm_gpus)
+
+    def check_refusals_of_live_holds(self, result, specs):
+        """No AllocationFailed for an allocation whose spec is on the node after the pass that journaled it: the
+        control plane, told an allocation failed, lets its devices go while the node still holds them. A hold
+        kept as bound is said as HoldChangeRefused, raised only for a hold that is live, on the devices it has."""
+        made = [e for e in self.events if e["seq"] > self.checked_seq]
+        self.checked_seq = max([e["seq"] for e in self.events] or [self.checked_seq])
+        for event in made:
+            if event["type"] == "AllocationFailed":
+                allocation_id = event["body"]["allocation_id"]
+                assert allocation_id not in specs, (
+                    "seq %d reports %s failed (%s: %s), but its hold is on the node after the pass, on %s" % (
+                        event["seq"], allocation_id, event["body"]["reason"], event["body"]["message"],
+                        specs[allocation_id][0]))
+        for condition in result.to_dict()["conditions"]:
+            if condition["type"] == "HoldChangeRefused":
+                allocation_id = condition["allocation_id"]
+                assert allocation_id in specs, "HoldChangeRefused names %s, which has no hold on the node" % allocation_id
+                assert sorted(condition["device_ids"]) == specs[allocation_id][0], (
+                    "HoldChangeRefused names %s for %s, its hold has %s" % (
+                        condition["device_ids"], allocation_id, specs[allocation_id][0]))
 
     def planned_before(self, result, allocation_id, outstanding):
         """The binds this pass planned, ahead of ``allocation_id`` in spec order, that the journal does not show:
@@ -435,12 +484,17 @@ class NodeMachine(RuleBasedStateMachine):
         lo = {"memory_bytes": 0, "2MB": 0, "1GB": 0, "node0": {"2MB": 0, "1GB": 0}}
         hi = {"memory_bytes": 0, "2MB": 0, "1GB": 0, "node0": {"2MB": 0, "1GB": 0}}
         hi_by = {}
+        # the slices a workload runs in, before the pass and after it (a bind into one sets it): what they may book
+        running = {}
+        for slices in (self.slices_before, self.running_slices()):
+            for allocation_id, limits in slices.items():
+                running.setdefault(allocation_id, []).append(limits)
         for allocation_id, (_atoms, generation) in outstanding.items():
             # a kept hold reported again in this step (its limits shrank out of its slice) books what it had when
             # the pass that refused read the host: "the host is read once per pass" and counts "every bound hold's
             # MemoryMax" and "what the bound holds may still take" (spec, Host admission), before it changes a slice
             generation = min(generation, self.seen_bound.get(allocation_id, (None, generation))[1])
-            ranges = self.limits_range(allocation_id, generation)
+            ranges = self.limits_range(allocation_id, generation) + running.get(allocation_id, [])
             mine = {}
             for key, bounds, pick in (("lo", lo, min), ("hi", hi, max)):
                 if key == "lo" and allocation_id not in specs:
@@ -456,6 +510,18 @@ class NodeMachine(RuleBasedStateMachine):
                     mine = {"memory_bytes": memory}
                     mine.update((size, pick(booked(lim, f) for lim in ranges)) for size, f in PAGE_FIELDS.items())
             hi_by[allocation_id] = mine
+        for allocation_id, slices in running.items():  # a slice whose hold is gone, its workload still running
+            if allocation_id in outstanding:
+                continue
+            mine = {"memory_bytes": max(booked(lim, "memory_bytes") for lim in slices)}
+            mine.update((size, max(booked(lim, f) for lim in slices)) for size, f in PAGE_FIELDS.items())
+            for bounds in (lo, hi):
+                bounds["memory_bytes"] += mine["memory_bytes"]
+                for size in PAGE_FIELDS:
+                    bounds[size] += mine[size]
+                    if any(lim.get("mems") in (None, "0") for lim in slices):
+                        bounds["node0"][size] += mine[size]
+            hi_by[allocation_id] = mine  # bound again into its slice, the new hold's limits replace the slice's
         new_binds = [e for e in self.events if e["type"] == "AllocationBound" and e["body"]["generation"] == self.generation
                      and e["seq"] > self.seen_seq]
         committed = self.vm_commitment()
@@ -472,6 +538,12 @@ class NodeMachine(RuleBasedStateMachine):
                 continue
             allocation_id = failure["allocation_id"]
             limits = (self.wanted.get(allocation_id) or {}).get("limits") or {}
+            if " narrows " in failure["message"]:
+                # not memory: cpus or mems its own slice's running workload would lose (the one limit the model
+                # narrows: cpus or mems where the slice had none)
+                assert allocation_id in self.slices_before and (limits.get("cpus") or limits.get("mems")), (
+                    "%s was refused %r, but no workload runs in its slice" % (allocation_id, failure["message"]))
+                continue
             others = copy.deepcopy(hi)
             for _atoms, planned in self.planned_before(result, allocation_id, outstanding).values():
                 others["memory_bytes"] += booked(planned, "memory_bytes")
@@ -524,8 +596,10 @@ class NodeMachine(RuleBasedStateMachine):
         specs = self.live_specs()
         refused = set(e["body"]["allocation_id"] for e in self.events
                       if e["type"] == "AllocationFailed" and e["body"]["generation"] == self.generation)
+        # a live hold whose assignment is refused is kept as it was bound, and says so (issue 46, item 5)
+        kept = set(c["allocation_id"] for c in result.to_dict()["conditions"] if c["type"] == "HoldChangeRefused")
         for allocation_id, wanted in self.wanted.items():
-            if allocation_id in refused:
+            if allocation_id in refused or allocation_id in kept:
                 continue
             assert allocation_id in specs, "%s is wanted, not refused, and has no live spec" % allocation_id
             atoms, annotations = specs[allocation_id]
@@ -666,6 +740,22 @@ class NodeMachine(RuleBasedStateMachine):
         self.pods.pop(which % len(self.pods))
         self._save_hardware()
 
+    @precondition(lambda self: self.generation > 0)
+    @rule(which=st.integers(0, 7), running=st.booleans())
+    def workload_in_slice(self, which, running):
+        """A workload starts in one hold slice, or its last process exits (the record's ``populated``): a slice
+        that runs one outlives its hold's release, and new cpus or mems never narrow it."""
+        directory = self._path("/run/bcd/slices")
+        names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+        if not names:
+            return
+        path = os.path.join(directory, names[which % len(names)])
+        with open(path, "rb") as handle:
+            record = json.loads(handle.read())
+        record["populated"] = running
+        with open(path, "w") as handle:
+            json.dump(record, handle)
+
     @rule()
     def kubelet_flips(self):
         self.reachable = not self.reachable
@@ -709,9 +799,47 @@ def plan_of(result):
     return list(result.to_dict()["plan"])
 
 
+def changes_of(result):
+    """The plan's steps but those it only shows: a slice a workload still runs in, kept (``keep-slice``)."""
+    return [entry for entry in plan_of(result) if entry["action"] != "keep-slice"]
+
+
 # Sequences the random search found (or that issue 23 names), replayed step by step on every run: the
 # random run of make units may miss them.
 KNOWN = {
+    # issue 46, item 4: a hold moved to another GPU while its workload runs in its slice, its new limits adding cpus
+    # to a slice that had none (a narrowing from every CPU): the release was journaled, the slice step refused the
+    # narrowing, and the pass stayed PROGRESSING with no AllocationFailed; check mode had planned a bind
+    "moved-into-its-running-slice-with-cpus-it-had-not": [
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 4 * GIB})]}),
+        ("workload_in_slice", {"which": 0, "running": True}),
+        ("generation_", {"edits": [("add", "a0", [GPU_B], "BINDING_HOLD", {"memory_bytes": 4 * GIB, "cpus": "0-3"})]}),
+        ("workload_in_slice", {"which": 0, "running": False}),
+        ("timer_pass", {})],
+    # the same for a hold bound again after its release, its old workload still running
+    "bound-again-into-its-running-slice-with-cpus-it-had-not": [
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 4 * GIB})]}),
+        ("workload_in_slice", {"which": 0, "running": True}),
+        ("generation_", {"edits": [("drop", "a0")]}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 4 * GIB, "cpus": "0-3"})]}),
+        ("workload_in_slice", {"which": 0, "running": False}),
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 4 * GIB, "cpus": "0-3"})]})],
+    # issue 46, item 5: the same narrowing on a kept hold is refused and the hold kept: it was reported
+    # AllocationFailed while its spec stayed; now HoldChangeRefused, set and cleared once the workload exits
+    "kept-hold-gaining-cpus-while-its-workload-runs-is-kept-as-bound": [
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 4 * GIB})]}),
+        ("workload_in_slice", {"which": 0, "running": True}),
+        ("generation_", {"edits": [("limits", "a0", {"memory_bytes": 4 * GIB, "cpus": "0-3"})]}),
+        ("workload_in_slice", {"which": 0, "running": False}),
+        ("timer_pass", {})],
+    # a kept hold's growth refused while a released hold's slice still runs its workload and books its memory
+    "kept-hold-growth-refused-beside-a-running-leftover-slice": [
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 12 * GIB}),
+                                   ("add", "a1", [GPU_B], "BINDING_HOLD", {"memory_bytes": 4 * GIB})]}),
+        ("workload_in_slice", {"which": 0, "running": True}),
+        ("generation_", {"edits": [("drop", "a0"), ("limits", "a1", {"memory_bytes": 16 * GIB})]}),
+        ("workload_in_slice", {"which": 0, "running": False}),
+        ("timer_pass", {})],
     # a bind runs though the release it needs failed: two live specs of one GPU
     "bind-after-failed-release": [
         ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", None)]}),

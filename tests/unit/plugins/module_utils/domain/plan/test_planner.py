@@ -211,8 +211,11 @@ def test_a_release_cut_short_is_finished_and_reported():
 
 
 def test_a_live_hold_whose_new_input_is_invalid_is_kept():
+    # kept as it was bound: no AllocationFailed (the control plane would let its GPU go), a condition instead
     result = plan(2, [assign("a1", [GPU_A], env=["BAD LINE"])], observe([live("a1", [GPU_A])]))
-    assert steps(result) == [("refuse", "a1")]
+    assert steps(result) == [("report-condition", "")]
+    assert result.actions[0].event["type"] == "HoldChangeRefused"
+    assert result.actions[0].event["body"]["allocation_id"] == "a1"
     assert fails(result) == [("a1", "invalid-assignment", "env[0]: 'BAD LINE' is not KEY=VALUE with KEY a letter or "
                                                           "underscore, then up to 127 letters, digits and underscores")]
     assert [h["allocation_id"] for h in result.holds] == ["a1"]
