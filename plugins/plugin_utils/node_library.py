@@ -38,6 +38,9 @@ VARIABLE = "bcd_devices_node_library"
 # The role's own tasks set it (a task variable): {"manifest": node path, "digest": ...}. The task then runs only
 # where the node's install is the one the role would make now, and is skipped, saying why, elsewhere.
 INSTALL_VARIABLE = "bcd_devices_node_install"
+# The fact such a task sets where the install stood and its module ran from the library: the later tasks of the
+# run take the library from it (read from ansible_facts, never as an injected top-level variable).
+INSTALLED_FACT = "bcd_devices_installed_library"
 FACT = "bcd_holds"
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 _DIGEST = []
@@ -76,11 +79,15 @@ def local_facts(task_vars):
 
 def library_wanted(task_vars, template=lambda value: value):
     """``(path, why)``: the library's node path to run from, or None for the module as shipped, and what said
-    so. Nothing here runs on the node: the variable when set, else the role's local fact, else no library.
+    so. Nothing here runs on the node: the variable when set, else the fact the role's run set (``INSTALLED_FACT``),
+    else the role's local fact, else no library.
     ``template`` renders a variable's value (a task's ``vars`` reach the action plugin as they were written)."""
     value = template(task_vars.get(VARIABLE))
     if value is not None:
         return wanted_library(value), "the variable %s" % VARIABLE
+    installed = (task_vars.get("ansible_facts") or {}).get(INSTALLED_FACT)
+    if isinstance(installed, str) and installed.startswith("/"):
+        return installed, "the fact %s (the role's run found its install)" % INSTALLED_FACT
     fact = local_facts(task_vars).get(FACT)
     if fact is not None:
         where = fact.get("node_library") if isinstance(fact, dict) else None
@@ -138,6 +145,8 @@ class NodeLibraryAction(ActionBase):
                 ran = None
             else:
                 ran["ran_from"] = "node-library"
+                if install:  # the role's own task: the rest of the run takes the library from the fact
+                    ran.setdefault("ansible_facts", {})[INSTALLED_FACT] = where
         if ran is None:
             ran = self._execute_module(module_name=name, module_args=args, task_vars=task_vars, wrap_async=wrap_async)
             ran["ran_from"] = "bundled"
