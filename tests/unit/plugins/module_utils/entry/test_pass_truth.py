@@ -170,8 +170,8 @@ def test_a_kept_hold_whose_narrowing_is_refused_is_kept_as_bound_and_says_so_nev
 def test_a_kept_hold_refused_is_a_condition_in_bcd_holds_status_and_the_metrics(capsys, node):
     cli(capsys, node, "converge", "--spec", write_spec(node, 1, [hold("a1", GPU_A), hold("a2", GPU_C)]))
     # a2 re-sent with a binding the node does not take: kept, and said as kept
-    cli(capsys, node, "converge", "--spec", write_spec(node, 2, [hold("a1", GPU_A),
-                                                               hold("a2", GPU_C, binding="BINDING_INSTANCE")], "g2.json"))
+    resent = [hold("a1", GPU_A), hold("a2", GPU_C, binding="BINDING_INSTANCE")]
+    cli(capsys, node, "converge", "--spec", write_spec(node, 2, resent, "g2.json"))
     assert ("AllocationFailed", "a2") not in journal(node)
     code, out, _err = cli(capsys, node, "status", "--json")
     assert code == EX_OK
