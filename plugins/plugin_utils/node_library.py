@@ -43,7 +43,7 @@ INSTALL_VARIABLE = "bcd_devices_node_install"
 INSTALLED_FACT = "bcd_devices_installed_library"
 FACT = "bcd_holds"
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-_DIGEST = []
+_DIGEST: list[str] = []
 
 
 def controller_digest():
