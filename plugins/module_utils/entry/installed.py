@@ -11,13 +11,13 @@ stands. ``installed`` alone says whether the node is still as recorded, and ``do
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.node import library
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 
 DEFAULT_MANIFEST = library.DEFAULT_LIBRARY + "/installed.json"
 MAX_RECORD_BYTES = 64 * 1024  # what the role sends: some fifty paths
@@ -37,8 +37,7 @@ def record(root: str, manifest: str, spec_text: bytes) -> int:
         raise ValueError("the install spec is longer than %d bytes" % MAX_RECORD_BYTES)
     spec = bounded_json.loads(spec_text, "the install spec")
     found = library.install_manifest(spec)
-    data = json.dumps(found, indent=1, sort_keys=True).encode("utf-8") + b"\n"
-    write_atomic(manifest_path(root, manifest), data, 0o600)
+    write_atomic(manifest_path(root, manifest), json_bytes(found, indent=1), 0o600)
     return len(found["entries"])
 
 
