@@ -240,18 +240,46 @@ def _check_new(ctx: Pass, claims: Claims, assignment: Assignment) -> Tuple[Outco
 
 
 def _narrows_its_running_slice(observed: Observed, assignment: Assignment) -> Optional[str]:
-    """Why a new hold bound again into its own slice (moved to other devices, or back after its release) is
-    refused while that slice still runs its earlier hold's workload, or None: its ``cpus`` or ``mems`` would take
-    CPUs or memory nodes from that workload (``slices.narrowing``; a list where the slice has none narrows it
-    from every one). The slice step would refuse them (``check_slice_change``) and the bind be retried for as
-    long as the workload runs, the section ``PROGRESSING`` with nothing said to the control plane; refused here
-    (``resources-exhausted``, final at its generation, as for a kept hold), check mode plans the same, and a
-    hold moved to other devices has its earlier hold released, as any refused move does. Widening, the same
+    """Why a new hold bound again into its own slice (back after its release) is refused while that slice still
+    runs its earlier hold's workload, or None: its ``cpus`` or ``mems`` would take CPUs or memory nodes from that
+    workload (``_narrowing``). The slice step would refuse them (``check_slice_change``) and the bind be retried
+    for as long as the workload runs, the section ``PROGRESSING`` with nothing said to the control plane; refused
+    here (``resources-exhausted``, final at its generation), check mode plans the same. A hold moved to other
+    devices whose old hold is live is refused before anything is released (``refused_move``). Widening, the same
     lists, or an empty slice bind as usual."""
-    name = cgroup_parent_of(assignment, assignment.kubernetes)
-    wanted = wanted_slice(assignment.limits) if name is not None else None
-    found = narrowing(observed.slices.get(name), wanted[0]) if wanted is not None else None
+    found = _narrowing(observed, assignment)
     if found is None:
         return None
     return "%s; %s, and the slice still runs the workload of %s's earlier hold" % (
         found, RUNNING_CPUSET, assignment.allocation_id)
+
+
+def _narrowing(observed: Observed, assignment: Assignment) -> Optional[str]:
+    """What the new hold's ``cpus`` or ``mems`` take from the workload running in its own slice
+    (``slices.narrowing``; a list where the slice has none narrows it from every one), or None."""
+    name = cgroup_parent_of(assignment, assignment.kubernetes)
+    wanted = wanted_slice(assignment.limits) if name is not None else None
+    return narrowing(observed.slices.get(name), wanted[0]) if wanted is not None else None
+
+
+def refused_move(observed: Observed, assignment: Assignment) -> Optional[Refusal]:
+    """The refusal of a plain hold moved to other devices (``assignment``) while its slice still runs the workload
+    of its live hold, whose new ``cpus`` or ``mems`` would narrow that slice (``_narrowing``), or None. Decided
+    when the pass is planned, before anything is released: the live hold is kept as it was bound (its devices
+    stay its own, claimed against every other hold of the pass) and the refusal is said as ``HoldChangeRefused``,
+    never as an ``AllocationFailed`` on which the control plane would let go devices the node still holds and
+    its workload still uses (``planner._report_failures``). Not final at its generation: every pass judges it
+    again, and the first whose slice is empty (or whose limits no longer narrow it) moves the hold. A damaged
+    spec (set aside and written again) and a Kubernetes hold (no slice of its own) are not kept this way."""
+    hold = observed.live.get(assignment.allocation_id)
+    if hold is None or hold.problem is not None or hold.kubernetes or assignment.kubernetes \
+            or assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES) \
+            or sorted(hold.device_ids) == sorted(ref.id for ref in assignment.devices):
+        return None
+    found = _narrowing(observed, assignment)
+    if found is None:
+        return None
+    return Refusal(assignment.allocation_id, Reason.RESOURCES_EXHAUSTED,
+                   "%s; %s, and the slice still runs the workload of %s's hold on %s: it is kept there as bound, "
+                   "and moves once the slice is empty" % (found, RUNNING_CPUSET, assignment.allocation_id,
+                                                          ", ".join(hold.device_ids)))

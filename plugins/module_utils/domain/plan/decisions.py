@@ -157,8 +157,10 @@ class Pass:
     parsed: ParsedInput
     observed: Observed
     instances: Optional[Sequence[dict]]  # the VM instance specs
-    wanted: Mapping[str, Assignment]  # the allocations wanted (but those re-sent with an unsupported binding)
-    unsupported: FrozenSet[str]  # live holds re-sent with a binding the node does not take: kept as they are
+    wanted: Mapping[str, Assignment]  # the allocations wanted (but those in ``unsupported``)
+    # live holds kept as they are, their new assignment refused before the pass: re-sent with a binding the node
+    # does not take, or moved to other devices with cpus or mems that narrow the slice their workload runs in
+    unsupported: FrozenSet[str]
     # the wanted allocations that are live once the pass is applied (kept, or bound anew): a Kubernetes
     # release of one of them is taken back unreported, its new AllocationBound standing for it
     superseded: FrozenSet[str]

@@ -34,7 +34,9 @@ it decided as a named value (``decisions``: ``Released``, ``Outcome``):
    before the pass: ``generations.pass_generation``);
 5. every refusal not yet reported for this generation becomes one
    ``AllocationFailed``, but that of a hold the node keeps (its new limits,
-   binding or input refused), which raises ``HoldChangeRefused`` instead;
+   binding or input refused, or its move to other devices, refused before
+   anything is released: ``_pass_of``), which raises ``HoldChangeRefused``
+   instead;
 6. every condition that appeared or cleared since the last pass becomes one
    signed event (``condition_events``).
 """
@@ -54,7 +56,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, Bind, KeepSlice, Refuse, Release, SliceStop, SpecAside, StopSlice
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import UNREADABLE
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.bind import bind_new
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.bind import bind_new, refused_move
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claiming import claims_of, vfio_claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.condition_events import condition_reports
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conditions import pass_conditions, passing_conditions, pending_releases
@@ -178,20 +180,29 @@ def _unreported_cycle(ctx: Pass, actions: Sequence[Action], unreported: FrozenSe
 
 def _pass_of(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[dict]],
              superseded: Optional[FrozenSet[str]], withheld: Mapping[str, Refusal]) -> Tuple[Pass, Tuple[Refusal, ...]]:
-    """The pass's inputs, and the refusal of each live hold re-sent with a binding the node does not take:
-    refused (unsupported-binding) and kept as it is, as for any refused input: the node never drops a hold
-    on its own."""
-    unsupported = frozenset(assignment.allocation_id for assignment in parsed.assignments
-                            if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES)
-                            and assignment.allocation_id in observed.live)
-    refusals = tuple(Refusal(assignment.allocation_id, Reason.UNSUPPORTED_BINDING, unsupported_binding(assignment.binding))
-                     for assignment in parsed.assignments if assignment.allocation_id in unsupported)
+    """The pass's inputs, and the refusal of each live hold kept as it is before anything is planned: one re-sent
+    with a binding the node does not take (unsupported-binding), as for any refused input (the node never drops
+    a hold on its own), and a plain hold moved to other devices whose new cpus or mems would narrow the slice its
+    workload still runs in (``bind.refused_move``): its old hold is not released, and the refusal is said as
+    ``HoldChangeRefused`` (``_report_failures``)."""
+    refusals = []  # type: List[Refusal]
+    for assignment in parsed.assignments:
+        if assignment.allocation_id not in observed.live:
+            continue
+        if assignment.binding not in (BINDING_HOLD, BINDING_KUBERNETES):
+            refusals.append(Refusal(assignment.allocation_id, Reason.UNSUPPORTED_BINDING,
+                                    unsupported_binding(assignment.binding)))
+            continue
+        moved = refused_move(observed, assignment)
+        if moved is not None:
+            refusals.append(moved)
+    unsupported = frozenset(refusal.allocation_id for refusal in refusals)
     wanted = dict((assignment.allocation_id, assignment) for assignment in parsed.assignments
                   if assignment.allocation_id not in unsupported)
     marker = bool(observed.releases.marker or observed.releases.unreadable is not None)
     ctx = Pass(generation, parsed, observed, instances, wanted, unsupported,
                frozenset(wanted) if superseded is None else superseded, marker, dict(withheld))
-    return ctx, refusals
+    return ctx, tuple(refusals)
 
 
 def _plan_once(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[dict]],

@@ -24,6 +24,9 @@ the signed journal:
 * no ``AllocationFailed`` is journaled for an allocation whose hold (its CDI spec) is on the node after the
   pass: the control plane lets a failed allocation's devices go, so a hold the node keeps is said as the
   condition ``HoldChangeRefused`` instead, raised only for a hold that is live (issue 46, item 5);
+* a move whose cpus or mems would narrow the slice its workload still runs in releases nothing: its hold is
+  kept on its devices as bound (``HoldChangeRefused``), never released then reported failed, and a hold is
+  kept on other devices than it is wanted on only for that (issue 46, item 4);
 * a pass with no fault injected converges: each wanted hold is live as asked or refused, each hold no
   longer wanted is released unless a pod holds one of its atoms, and a second pass plans nothing;
 * after a crash, with the faults cleared, at most two passes reach a plan of nothing.
@@ -445,13 +448,22 @@ class NodeMachine(RuleBasedStateMachine):
         kept as bound is said as HoldChangeRefused, raised only for a hold that is live, on the devices it has."""
         made = [e for e in self.events if e["seq"] > self.checked_seq]
         self.checked_seq = max([e["seq"] for e in self.events] or [self.checked_seq])
+        released = set()
         for event in made:
+            if event["type"] == "AllocationReleased":
+                released.add(event["body"]["allocation_id"])
             if event["type"] == "AllocationFailed":
                 allocation_id = event["body"]["allocation_id"]
+                # a move whose cpus or mems narrow the slice its workload runs in is refused before anything is
+                # released (issue 46, item 4): its GPUs stay held while that workload uses them
+                assert " narrows " not in event["body"]["message"] or allocation_id not in released, (
+                    "seq %d reports %s failed (%s) after this pass released its hold" % (
+                        event["seq"], allocation_id, event["body"]["message"]))
                 assert allocation_id not in specs, (
                     "seq %d reports %s failed (%s: %s), but its hold is on the node after the pass, on %s" % (
                         event["seq"], allocation_id, event["body"]["reason"], event["body"]["message"],
                         specs[allocation_id][0]))
+        refused = dict((f["allocation_id"], f["message"]) for f in result.to_dict()["failures"])
         for condition in result.to_dict()["conditions"]:
             if condition["type"] == "HoldChangeRefused":
                 allocation_id = condition["allocation_id"]
@@ -459,6 +471,14 @@ class NodeMachine(RuleBasedStateMachine):
                 assert sorted(condition["device_ids"]) == specs[allocation_id][0], (
                     "HoldChangeRefused names %s for %s, its hold has %s" % (
                         condition["device_ids"], allocation_id, specs[allocation_id][0]))
+                wanted = self.wanted.get(allocation_id)
+                devices = sorted(d["id"] for d in wanted["devices"]) if wanted else None
+                if wanted and wanted.get("binding") == "BINDING_HOLD" and devices != specs[allocation_id][0]:
+                    # a move kept as bound: only one whose new cpus or mems narrow the slice its workload runs in
+                    # (issue 46, item 4); any other refused move releases the old hold and says AllocationFailed
+                    assert allocation_id in self.slices_before and " narrows " in refused.get(allocation_id, ""), (
+                        "%s is kept on %s though it is wanted on %s: %r" % (
+                            allocation_id, specs[allocation_id][0], devices, refused.get(allocation_id)))
 
     def planned_before(self, result, allocation_id, outstanding):
         """The binds this pass planned, ahead of ``allocation_id`` in spec order, that the journal does not show:
@@ -809,13 +829,27 @@ def changes_of(result):
 KNOWN = {
     # issue 46, item 4: a hold moved to another GPU while its workload runs in its slice, its new limits adding cpus
     # to a slice that had none (a narrowing from every CPU): the release was journaled, the slice step refused the
-    # narrowing, and the pass stayed PROGRESSING with no AllocationFailed; check mode had planned a bind
+    # narrowing, and the pass stayed PROGRESSING with no AllocationFailed; check mode had planned a bind. Then
+    # refused when planned, but after the release (AllocationReleased, AllocationFailed) while the workload kept
+    # running on the GPU the node let go; now kept as bound before anything is released (HoldChangeRefused)
     "moved-into-its-running-slice-with-cpus-it-had-not": [
         ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 4 * GIB})]}),
         ("workload_in_slice", {"which": 0, "running": True}),
         ("generation_", {"edits": [("add", "a0", [GPU_B], "BINDING_HOLD", {"memory_bytes": 4 * GIB, "cpus": "0-3"})]}),
         ("workload_in_slice", {"which": 0, "running": False}),
         ("timer_pass", {})],
+    # the move refused before anything is released: a0 is kept on GPU A as bound (HoldChangeRefused), so a1,
+    # placed on the GPU a0 would leave, is refused (overlap) instead of bound beside a0's running workload; once
+    # the workload exits a0 moves, and a1, sent again, takes GPU A
+    "moved-into-its-running-slice-its-gpu-wanted-by-another": [
+        ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 4 * GIB})]}),
+        ("workload_in_slice", {"which": 0, "running": True}),
+        ("generation_", {"edits": [("add", "a0", [GPU_B], "BINDING_HOLD", {"memory_bytes": 4 * GIB, "cpus": "0-3"}),
+                                   ("add", "a1", [GPU_A], "BINDING_HOLD", None)]}),
+        ("timer_pass", {}),
+        ("workload_in_slice", {"which": 0, "running": False}),
+        ("timer_pass", {}),
+        ("generation_", {"edits": [("add", "a1", [GPU_A], "BINDING_HOLD", None)]})],
     # the same for a hold bound again after its release, its old workload still running
     "bound-again-into-its-running-slice-with-cpus-it-had-not": [
         ("generation_", {"edits": [("add", "a0", [GPU_A], "BINDING_HOLD", {"memory_bytes": 4 * GIB})]}),

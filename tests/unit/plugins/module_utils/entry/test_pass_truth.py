@@ -79,6 +79,17 @@ def check_then_run(node, generation, devices):
 # --- 4. a hold bound again into its own running slice, narrowing it -------------------------------------------
 
 
+def kept_move(words, device=GPU_A):
+    """The refusal of a1's move whose new cpus or mems narrow the slice its live hold's workload runs in."""
+    return "%s: %s; %s, and the slice still runs the workload of a1's hold on %s: it is kept there as bound, and " \
+           "moves once the slice is empty" % (SLICE, words, RUNNING_CPUSET, device)
+
+
+def held_as_bound(generation, message, device=GPU_A):
+    return "a1 is held as bound at generation 1 (%s), not as generation %d asks: resources-exhausted: %s" % (
+        device, generation, message)
+
+
 @pytest.mark.parametrize("bound, moved, words", [
     ({"cpus": "0-3"}, {"cpus": "0-1"}, "limits.cpus 0-1 narrows AllowedCPUs=0-3: it leaves out CPUs 2-3"),
     ({"cpus": "0-3", "mems": "0-1"}, {"cpus": "0-3", "mems": "1"},
@@ -86,23 +97,65 @@ def check_then_run(node, generation, devices):
     ({"memory_bytes": 4 * GIB}, {"memory_bytes": 4 * GIB, "cpus": "0-3"},
      "limits.cpus 0-3 narrows AllowedCPUs from every CPU to 0-3"),
 ], ids=["fewer-cpus", "fewer-mems", "cpus-where-it-had-none"])
-def test_a_hold_moved_into_its_running_slice_that_narrows_it_is_refused_when_planned(node, bound, moved, words):
+def test_a_hold_moved_that_would_narrow_its_running_slice_is_kept_as_bound_releasing_nothing(node, bound, moved, words):
     node.run(1, [hold("a1", GPU_A, limits=bound)])
+    spec, env = node.read("/etc/cdi/bcd-a1.json"), node.read("/run/bcd/allocations/a1.env")
+    assert ("NVIDIA_VISIBLE_DEVICES=%s" % GPU_A).encode() in env
     run_workload(node)
     before = slice_record(node)
     seq = last_seq(node)
-    result = check_then_run(node, 2, [hold("a1", GPU_B, limits=moved)])
-    message = "%s: %s; %s, and the slice still runs the workload of a1's earlier hold" % (SLICE, words, RUNNING_CPUSET)
+    wanted = [hold("a1", GPU_B, limits=moved)]
+    result = check_then_run(node, 2, wanted)
+    message = kept_move(words)
     assert failures(result) == [("a1", "resources-exhausted", message)]
     assert result.section["state"] == "FAILED" and result.section["observed_generation"] == 2
-    assert [entry["action"] for entry in result.to_dict()["plan"]] == ["release", "refuse"]
-    # the old hold is released, as any refused move's is, and the control plane is told the move failed
-    assert journal(node, seq) == [("AllocationReleased", "a1"), ("AllocationFailed", "a1")]
-    assert not node.exists("/etc/cdi/bcd-a1.json") and not node.exists("/run/bcd/allocations/a1.env")
-    assert slice_record(node) == before  # the workload keeps its slice as it was
-    # final at its generation: the timer's pass says nothing more, and changes nothing
-    again = node.run(2, [hold("a1", GPU_B, limits=moved)])
-    assert again.changed is False and journal(node, seq) == [("AllocationReleased", "a1"), ("AllocationFailed", "a1")]
+    # refused before anything is released: the old hold stays on its GPU, its files and slice as they were
+    assert not [entry for entry in result.to_dict()["plan"] if entry["action"] in ("release", "bind", "refuse")]
+    assert node.read("/etc/cdi/bcd-a1.json") == spec and node.read("/run/bcd/allocations/a1.env") == env
+    assert slice_record(node) == before
+    assert [(h["allocation_id"], h["device_ids"]) for h in result.to_dict()["holds"]] == [("a1", [GPU_A])]
+    # the control plane is told the hold is kept where it is, not that the allocation failed (and its GPU free)
+    assert journal(node, seq) == [("HoldChangeRefused", "a1")]
+    (event,) = [e for e in Journal(node.state()).unacked() if e["seq"] > seq]
+    assert event["body"]["device_ids"] == [GPU_A] and event["body"]["message"] == held_as_bound(2, message)
+    assert event["signature"]
+    (condition,) = [c for c in result.to_dict()["conditions"] if c["type"] == "HoldChangeRefused"]
+    assert condition["allocation_id"] == "a1" and condition["device_ids"] == [GPU_A]
+    # judged again by the timer's pass: the same, and nothing new said
+    again = check_then_run(node, 2, wanted)
+    assert again.changed is False and failures(again) == [("a1", "resources-exhausted", message)]
+    assert journal(node, seq) == [("HoldChangeRefused", "a1")]
+    # the workload exits: the next pass moves the hold, and the condition clears
+    run_workload(node, running=False)
+    done = check_then_run(node, 2, wanted)
+    assert failures(done) == [] and done.section["state"] == "CONVERGED"
+    assert ("NVIDIA_VISIBLE_DEVICES=%s" % GPU_B).encode() in node.read("/run/bcd/allocations/a1.env")
+    assert [(h["allocation_id"], h["device_ids"]) for h in done.to_dict()["holds"]] == [("a1", [GPU_B])]
+    assert journal(node, seq) == [("HoldChangeRefused", "a1"), ("AllocationReleased", "a1"),
+                                  ("AllocationBound", "a1"), ("HoldChangeRefusedCleared", "a1")]
+
+
+def test_the_gpus_of_a_move_kept_as_bound_are_not_handed_to_another_allocation(node):
+    node.run(1, [hold("a1", GPU_A, limits={"cpus": "0-3"})])
+    run_workload(node)
+    seq = last_seq(node)
+    # a2 is placed on the GPU a1 leaves: a1 stays on it, so a2 is refused (overlap), not bound beside a1's workload
+    result = check_then_run(node, 2, [hold("a1", GPU_B, limits={"cpus": "0-1"}), hold("a2", GPU_A)])
+    assert [(f[0], f[1]) for f in failures(result)] == [("a1", "resources-exhausted"), ("a2", "overlap")]
+    assert "a1" in failures(result)[1][2]
+    assert not node.exists("/etc/cdi/bcd-a2.json") and not node.exists("/run/bcd/allocations/a2.env")
+    assert sorted(journal(node, seq)) == [("AllocationFailed", "a2"), ("HoldChangeRefused", "a1")]
+    assert [(h["allocation_id"], h["device_ids"]) for h in result.to_dict()["holds"]] == [("a1", [GPU_A])]
+
+
+def test_a_moved_hold_that_widens_its_running_slice_moves(node):
+    node.run(1, [hold("a1", GPU_A, limits={"cpus": "0-3"})])
+    run_workload(node)
+    seq = last_seq(node)
+    result = check_then_run(node, 2, [hold("a1", GPU_B, limits={"cpus": "0-7"})])
+    assert failures(result) == [] and result.section["state"] == "CONVERGED"
+    assert journal(node, seq) == [("AllocationReleased", "a1"), ("AllocationBound", "a1")]
+    assert slice_record(node)["properties"] == {"AllowedCPUs": "0-7"}
 
 
 def test_a_hold_back_after_its_release_that_narrows_its_running_slice_is_refused_and_widening_binds(node):
