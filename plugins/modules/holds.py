@@ -564,6 +564,14 @@ conditions:
     - V(KubernetesReleaseStuck) (reason V(PodsHoldDevices)) while a Kubernetes release has waited over five
       minutes for pods; V(KubernetesReleasesUnreadable) (reason V(ReleasesFileUnreadable)) while every GPU is
       claimed because C(releasing.json) could not be read.
+    - V(HoldChangeRefused) (reason V(KeptAsBound)), one per allocation, while a live hold's new assignment is
+      refused and the node keeps the hold as it was bound, on the devices in C(device_ids) - new limits, binding
+      or input refused, or a move to other GPUs whose C(cpus)/C(mems) would narrow the slice its workload still
+      runs in (nothing is released). The refusal is also in RV(failures), and no C(AllocationFailed) is
+      journaled for it; every pass judges it again, and it clears once the hold takes its assignment or goes.
+    - V(VendorSpecUnsupported) (reason V(UnknownCdiVersion)) while NVIDIA's CDI spec has a C(cdiVersion) no hold
+      can be written at (later than any this bcd knows, or one no CDI release defines) and the runtimes do not
+      lower it; every bind is retried until it is regenerated.
   returned: always
   type: list
   elements: dict
@@ -571,7 +579,8 @@ conditions:
     type:
       description: >-
         V(KubernetesReleaseStuck), V(KubernetesReleasesUnreadable), V(HoldSpecDamaged) (damaged hold specs set
-        aside), V(VendorSpecStale) (NVIDIA's CDI spec does not match the node) or V(GPUUnhealthy).
+        aside), V(VendorSpecStale) (NVIDIA's CDI spec does not match the node), V(VendorSpecUnsupported),
+        V(HoldChangeRefused), V(GPUUnhealthy), V(GPUResetIneffective) or V(GPURecoveryStalled).
       type: str
     status:
       description: V(True) while the condition holds; a condition that no longer holds is not returned.
@@ -579,11 +588,21 @@ conditions:
     reason:
       description: >-
         One word for why - V(PodsHoldDevices), V(ReleasesFileUnreadable), V(SpecUnreadable),
-        V(NodeDiffersFromSpec) or V(GPUFaulted).
+        V(NodeDiffersFromSpec), V(UnknownCdiVersion), V(KeptAsBound), V(GPUFaulted), V(ResetIneffective) or
+        V(RecoveryStalled).
       type: str
     message:
       description: What is wrong and what to do, in one line.
       type: str
+    allocation_id:
+      description: The allocation whose hold is kept as bound.
+      type: str
+      returned: for V(HoldChangeRefused)
+    device_ids:
+      description: The devices the kept hold still holds (the control plane must not place another allocation on them).
+      type: list
+      elements: str
+      returned: for V(HoldChangeRefused)
 pending_releases:
   description:
     - Kubernetes releases still waiting for pods to let go of their devices, with their age and C(held_by)

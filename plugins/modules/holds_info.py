@@ -266,9 +266,16 @@ capabilities:
 conditions:
   description:
     - Node conditions about holds (V(KubernetesReleaseStuck), V(KubernetesReleasesUnreadable),
-      V(HoldSpecDamaged), V(VendorSpecStale)), each with C(type), C(status), C(reason) and C(message).
+      V(HoldSpecDamaged), V(VendorSpecStale), V(VendorSpecUnsupported), V(HoldChangeRefused), V(GPUUnhealthy)),
+      each with C(type), C(status), C(reason) and C(message).
     - V(VendorSpecStale) says what NVIDIA's spec names that the node does not have (device nodes, library
       mounts, the driver it was generated for); new holds get only its true edits until it is regenerated.
+    - V(VendorSpecUnsupported) says NVIDIA's spec has a C(cdiVersion) no hold can be written at (later than any
+      this bcd knows, or one no CDI release defines), and what to do.
+    - V(HoldChangeRefused) names each allocation whose hold the last C(bcd.devices.holds) pass kept as it was
+      bound (C(allocation_id), C(device_ids)) because its new assignment was refused - new limits, binding or
+      input, or a move to other GPUs that would narrow the slice its workload still runs in; read from what
+      that pass raised (this module plans nothing), and that pass's C(failures) say why.
   returned: always
   type: list
   elements: dict
@@ -276,7 +283,8 @@ conditions:
     type:
       description: >-
         V(KubernetesReleaseStuck), V(KubernetesReleasesUnreadable), V(HoldSpecDamaged) (damaged hold specs set
-        aside), V(VendorSpecStale) (NVIDIA's CDI spec does not match the node) or V(GPUUnhealthy).
+        aside), V(VendorSpecStale) (NVIDIA's CDI spec does not match the node), V(VendorSpecUnsupported),
+        V(HoldChangeRefused), V(GPUUnhealthy), V(GPUResetIneffective) or V(GPURecoveryStalled).
       type: str
     status:
       description: V(True) while the condition holds; a condition that no longer holds is not returned.
@@ -284,11 +292,21 @@ conditions:
     reason:
       description: >-
         One word for why - V(PodsHoldDevices), V(ReleasesFileUnreadable), V(SpecUnreadable),
-        V(NodeDiffersFromSpec) or V(GPUFaulted).
+        V(NodeDiffersFromSpec), V(UnknownCdiVersion), V(KeptAsBound), V(GPUFaulted), V(ResetIneffective) or
+        V(RecoveryStalled).
       type: str
     message:
       description: What is wrong and what to do, in one line.
       type: str
+    allocation_id:
+      description: The allocation whose hold is kept as bound.
+      type: str
+      returned: for V(HoldChangeRefused)
+    device_ids:
+      description: The devices the kept hold still holds (the control plane must not place another allocation on them).
+      type: list
+      elements: str
+      returned: for V(HoldChangeRefused)
 pending_releases:
   description:
     - Kubernetes releases still waiting for pods, each with C(allocation_id), C(device_ids), C(generation),
