@@ -196,8 +196,7 @@ def sent_by_the_action(raw):
     if set(options) - set(SPEC) or not set(options) >= {"module", "path", "digest"}:
         return None
     options.setdefault("module_args", {})
-    options.setdefault("install", None)
-    install = options["install"]
+    install = options.get("install")
     if options["module"] not in MODULES or not isinstance(options["module_args"], dict) \
             or not isinstance(options["path"], str) or not options["path"].startswith("/") \
             or not isinstance(options["digest"], str):

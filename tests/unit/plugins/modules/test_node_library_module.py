@@ -93,3 +93,17 @@ def test_the_collector_is_off_for_the_librarys_import_and_on_for_the_pass(monkey
     with pytest.raises(ImportError):
         node_library.run_from_library("holds_info", {}, {}, lambda params: None)
     assert gc.isenabled()
+
+
+def test_the_role_s_install_check_is_taken_only_as_the_action_plugin_sends_it():
+    """The ``install`` option (the role's own tasks): a manifest path and a digest, nothing else; anything else goes
+    to ``AnsibleModule``, which says what is wrong, and the options without it are passed on as they came."""
+    from ansible_collections.bcd.devices.plugins.modules.node_library import sent_by_the_action
+
+    base = {"module": "holds", "module_args": {}, "path": "/usr/local/lib/x", "digest": "0" * 64}
+    assert sent_by_the_action(dict(base)) == base  # no install key added
+    good = dict(base, install={"manifest": "/usr/local/lib/bcd-holds/installed.json", "digest": "d" * 64})
+    assert sent_by_the_action(good) == good
+    for install in ({"manifest": "relative.json", "digest": "d"}, {"manifest": "/m"}, "yes", [1],
+                    {"manifest": "/m", "digest": "d", "more": 1}, {"manifest": "/m", "digest": 7}):
+        assert sent_by_the_action(dict(base, install=install)) is None, install
