@@ -352,7 +352,8 @@ def _generation_under_lock(state, generation, devices, instances, writes):
 def _apply(host, state, plan, parsed, observed, errors, generation, previous, now, nodespec):
     """Apply ``plan`` and record the pass: ``(changed, section, holds)``. ``errors`` gets what failed, the section
     is said from them, the state records the pass (and the input ``nodespec`` for the node's timers, unless None),
-    and the holds are those on the node now, whatever failed on the way (read again only when the pass wrote)."""
+    and the holds are those on the node now: the plan's when every step was done (what check mode says), read
+    again when one failed."""
     done, apply_errors, changed = apply_plan(plan, host.writer, state)  # what was done, failed or not
     errors.extend(apply_errors)
     section = section_of(generation, plan, errors, previous)
@@ -361,7 +362,9 @@ def _apply(host, state, plan, parsed, observed, errors, generation, previous, no
     state.finish(generation, section["state"], plan.vfio,
                  set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals),
                  finished=not errors, renders=plan.renders, started=now, booked=plan.booked)
-    live = live_holds(host) if done or apply_errors else observed.live
+    if not apply_errors:  # every step done: the node holds what the plan said it would (check mode's answer)
+        return changed, section, list(plan.holds)
+    live = live_holds(host)  # something failed on the way: what the node holds now, read again
     return changed, section, _holds_in_order(live, parsed)
 
 

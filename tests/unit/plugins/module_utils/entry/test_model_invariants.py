@@ -51,7 +51,8 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import summary_of
+from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import live_holds, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import Journal
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A, GPU_B, GPU_C, vendor_text
@@ -438,6 +439,11 @@ class NodeMachine(RuleBasedStateMachine):
             assert faulted or reported_parent.get(allocation_id) == parent, (
                 "%s's live spec names cgroup parent %r, its last AllocationBound %r" % (
                     allocation_id, parent, reported_parent.get(allocation_id)))
+        # the holds a pass returns are the node's after it: the plan's when every step was done (not read again),
+        # read back when one failed
+        on_node = dict((allocation_id, summary_of(hold)) for allocation_id, hold in live_holds(self._host()).items())
+        returned = dict((hold["allocation_id"], hold) for hold in result.holds)
+        assert returned == on_node, "the pass returned the holds %s, the node holds %s" % (returned, on_node)
         self.check_refusals_of_live_holds(result, specs)
         self.check_admission(result, specs, outstanding)
         self.check_overlaps(result, outstanding, marker_before or self.marker(), vm_gpus)
