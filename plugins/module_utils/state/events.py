@@ -79,12 +79,13 @@ def journal_near(count: int, size: int) -> Optional[str]:
 
 
 def _crypto() -> Dict[str, Any]:
-    """``{"serialization", "private", "public"}``: cryptography's serialization module and its Ed25519
-    key classes, imported once, on first use; ``EventsError`` when they cannot be."""
+    """``{"private", "public"}``: cryptography's Ed25519 key classes, imported once, on first use; ``EventsError``
+    when they cannot be. Its ``serialization`` (``_serialization``) is imported only where a key is not in the one
+    form this module reads and writes itself (``_pkcs8_seed``): it pulls in SSH, RSA, DSA, EC and the ciphers,
+    17 ms of a bind's module run that signs with nothing but Ed25519 (docs/performance.md)."""
     if not _CRYPTO:
         _require_cryptography()
         try:
-            from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
             from cryptography.hazmat.primitives.asymmetric.ed25519 import (  # pylint: disable=import-outside-toplevel
                 Ed25519PrivateKey,
                 Ed25519PublicKey,
@@ -92,8 +93,50 @@ def _crypto() -> Dict[str, Any]:
         except ImportError as exc:
             raise EventsError("signing and checking node events needs the Python library 'cryptography' "
                               "(python3-cryptography), which cannot be imported here: %s" % exc)
-        _CRYPTO.update(serialization=serialization, private=Ed25519PrivateKey, public=Ed25519PublicKey)
+        _CRYPTO.update(private=Ed25519PrivateKey, public=Ed25519PublicKey)
     return _CRYPTO
+
+
+def _serialization() -> Any:
+    """cryptography's serialization module, imported on first use (``_crypto``)."""
+    _crypto()
+    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+    return serialization
+
+
+# RFC 8410, section 7: an unencrypted Ed25519 private key in PKCS #8 (version 1, no attributes, no public key) is
+# these 16 DER bytes and the 32-byte seed, 48 bytes, one 64-character line of PEM: the form cryptography writes.
+_PKCS8_ED25519 = bytes.fromhex("302e020100300506032b657004220420")
+_PEM_BEGIN = b"-----BEGIN PRIVATE KEY-----"
+_PEM_END = b"-----END PRIVATE KEY-----"
+
+
+def _pkcs8_seed(pem: bytes) -> Optional[bytes]:
+    """The seed of ``pem`` when it is exactly that form, else None (``serialization`` reads it, or says why not)."""
+    lines = pem.split(b"\n")
+    if len(lines) != 4 or lines[0] != _PEM_BEGIN or lines[2] != _PEM_END or lines[3] != b"":
+        return None
+    try:
+        der = _b64decode_strict(lines[1].decode("ascii"))
+    except UnicodeDecodeError:
+        return None
+    if der is None or len(der) != 48 or not der.startswith(_PKCS8_ED25519):
+        return None
+    return der[len(_PKCS8_ED25519):]
+
+
+def _pkcs8_pem(seed: bytes) -> bytes:
+    """``seed`` as an unencrypted PKCS #8 PEM: the bytes ``serialization`` writes for it (tests/unit check so)."""
+    return b"\n".join((_PEM_BEGIN, base64.b64encode(_PKCS8_ED25519 + seed), _PEM_END, b""))
+
+
+def _private_raw(key: Any) -> bytes:
+    """The 32-byte seed of an Ed25519 private key."""
+    if hasattr(key, "private_bytes_raw"):  # cryptography 40 and later
+        return key.private_bytes_raw()
+    serialization = _serialization()
+    return key.private_bytes(encoding=serialization.Encoding.Raw, format=serialization.PrivateFormat.Raw,
+                             encryption_algorithm=serialization.NoEncryption())
 
 
 def import_cryptography() -> None:
@@ -279,8 +322,12 @@ class NodeKey:
         data = read_file(path, FILE_CAPS[KEY_NAME])
         if data is None:
             raise NodeKeyMissing("the node key %s does not exist yet" % path)
+        seed = _pkcs8_seed(data)
         try:
-            key = _crypto()["serialization"].load_pem_private_key(data, password=None)
+            if seed is not None:
+                key = _crypto()["private"].from_private_bytes(seed)
+            else:  # another PEM form, or not a key at all: cryptography reads it, or says what is wrong
+                key = _serialization().load_pem_private_key(data, password=None)
         except (ValueError, TypeError) as exc:
             raise EventsError(
                 "the node key %s is not a readable unencrypted PEM private key (%s); it is the node's "
@@ -298,14 +345,8 @@ class NodeKey:
         """Load the key, creating it (atomically, 0600) on first use; a corrupt file is an error."""
         _require_cryptography()
         if not os.path.lexists(path):
-            crypto = _crypto()
-            serialization = crypto["serialization"]
-            key = crypto["private"].generate()
-            pem = key.private_bytes(
-                encoding=serialization.Encoding.PEM,
-                format=serialization.PrivateFormat.PKCS8,
-                encryption_algorithm=serialization.NoEncryption(),
-            )
+            key = _crypto()["private"].generate()
+            pem = _pkcs8_pem(_private_raw(key))
             try:
                 ensure_dir(os.path.dirname(os.path.abspath(path)), STATE_DIR_MODE)
                 created = create_exclusive(path, pem, FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
@@ -328,9 +369,11 @@ class NodeKey:
         return node_key
 
     def public_key_raw(self) -> bytes:
-        serialization = _crypto()["serialization"]
-        return self._key.public_key().public_bytes(
-            encoding=serialization.Encoding.Raw, format=serialization.PublicFormat.Raw)
+        public = self._key.public_key()
+        if hasattr(public, "public_bytes_raw"):  # cryptography 40 and later
+            return public.public_bytes_raw()
+        serialization = _serialization()
+        return public.public_bytes(encoding=serialization.Encoding.Raw, format=serialization.PublicFormat.Raw)
 
     def public_key_b64(self) -> str:
         """Base64 of the raw 32-byte public key (what ``holds_info`` returns)."""
