@@ -310,7 +310,8 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
         else:
             section, holds = section_of(generation, plan, errors, previous), plan.holds
         events, not_shown, older = _events_shown(state, backlog, journal_bytes,
-                                                 writes and not full and bool(plan.changes), full, warnings)
+                                                 writes and not full and bool(plan.changes), full, warnings,
+                                                 clean=not errors)
     return PassResult(plan=plan, section=section, changed=changed, events=events, warnings=warnings,
                       capabilities=capabilities(host, observed.inventory), errors=errors,
                       inventory=observed.inventory, events_not_shown=not_shown, holds=holds, events_older=older)
@@ -373,14 +374,20 @@ def _holds_in_order(live, parsed):
     return [summary_of(live[allocation_id]) for allocation_id in sorted(live, key=lambda a: (parsed.position(a), a))]
 
 
-def _events_shown(state, backlog, journal_bytes, journaled, full, warnings):
-    """``(events, not_shown, older)``: what a pass's result carries of the journal after it, read again only when
-    the pass may have journaled (a no-op reads the journal once): every event the pass journaled, after at most
-    ``OLDER_EVENTS_SHOWN`` of the older unacknowledged ones (the oldest, the next a gateway takes); how many older
+def _events_shown(state, backlog, journal_bytes, journaled, full, warnings, clean=False):
+    """``(events, not_shown, older)``: what a pass's result carries of the journal after it (``clean``: nothing
+    failed, so the backlog and what the pass appended; else read again where the pass may have journaled): every
+    event the pass journaled, after at most ``OLDER_EVENTS_SHOWN`` of the older unacknowledged ones (the oldest, the next a gateway takes); how many older
     ones it leaves out; and how many of ``events`` are older (a failed task shows none of them:
     ``PassResult.failed_events``). A result thus does not grow with the journal's age; ``bcd.devices.events``
     returns them all. The journal's and the state's warnings go to ``warnings``."""
-    after = state.unacked() if journaled else backlog
+    if not journaled:
+        after = backlog
+    elif clean:  # every write went through: the journal is the backlog and what this pass appended (under the lock)
+        before = set(event["seq"] for event in backlog)
+        after = backlog + [event for event in state.journaled if event["seq"] not in before]
+    else:  # something failed on the way, the journal's append maybe: as the journal reads now
+        after = state.unacked()
     known = set(event["seq"] for event in backlog)
     older = [event for event in after if event["seq"] in known]
     shown = older[:OLDER_EVENTS_SHOWN]

@@ -200,6 +200,7 @@ class NodeState:
         self._key = None  # type: Optional[NodeKey]
         self._dropped = False
         self._queued = []  # type: List[Tuple[Dict[str, Any], Optional[dict]]]  # reported, not yet journaled
+        self.journaled = []  # type: List[Dict[str, Any]]  # every event journaled through this state, in order
         self.maintenance = {}  # type: Dict[str, Any]  # GPU UUID -> {reason, since}: GPUs out of service
         self.maintenance_problem = None  # type: Optional[str]
         self.health_cleared = {}  # type: Dict[str, Any]  # GPU UUID -> when it last left maintenance (domain/health.gpu_health)
@@ -360,6 +361,7 @@ class NodeState:
         journaled = self.journal.append_many([(event["type"], event["body"],
                                                key if event["type"] in SIGNED_TYPES else None)
                                               for event, _limits in queued], seal_with=key)
+        self.journaled.extend(journaled)
         for event, (_queued_event, limits) in zip(journaled, queued):
             self._settle(event, limits)
         return journaled
