@@ -28,7 +28,9 @@ checkout may be edited meanwhile. It prints how long it expects to take before i
   bind above it, in disk floors;
 * ``floor``: two atomic, fsynced writes per hold (what a bind must do at least), through the collection's
   own ``write_atomic`` into a fresh directory on the same file system, each directory fsynced once at the
-  end as a pass does; measured in every round, next to that round's bind;
+  end as a pass does; measured in every round just before and just after that round's bind of N, the mean
+  of the two its floor (on a shared machine the disk's fsyncs cost three times as much from one minute to
+  the next: a floor measured a minute after the bind judged the bind by another disk);
 * ``direct``: ``bcd-holds converge`` in a new process, bind and no-op, at N;
 * ``fleet``: one playbook over ``--hosts`` fakehw hosts with ``--fleet-holds`` holds each (forks
   ``--forks``), bind then no-op with the role, then bind and no-op over as many hosts without it, next to
@@ -409,7 +411,11 @@ class Bench:
         number, root, fakehw = self.fresh(library=role)
         args = {"root": root, "fakehw": fakehw, "generation": GENERATION, "devices": holds(number, count)}
         suffix = "" if role else " bundled"
+        around = role and count == self.args.holds  # the round's disk floor, measured on either side of this bind
+        before = self.floor_seconds(count) if around else None
         seconds, out = self.adhoc("bcd.devices.holds", args, role)
+        if around:
+            self.record("floor %d" % count, (before + self.floor_seconds(count)) / 2)
         if b"CHANGED" not in out:
             raise SystemExit("bench: the bind of %d holds changed nothing:\n%s" % (count, out[-2000:].decode()))
         warned = self.ran(role, out)
@@ -523,6 +529,10 @@ class Bench:
     # -- what a bind cannot be faster than --------------------------------------------------
 
     def floor(self, count, name=None, sliced=False):
+        self.record(name or "floor %d" % count, self.floor_seconds(count, sliced))
+
+    def floor_seconds(self, count, sliced=False):
+        """The wall time of the disk floor of ``count`` holds on a fresh node (``floor``)."""
         sys.path.insert(0, self.collections)
         from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
             directory_syncs_into,
@@ -541,7 +551,7 @@ class Bench:
                 if sliced:  # a sliced hold's third file (a fakehw node keeps its slice as a record)
                     write_atomic(os.path.join(root, "run", "bcd", "slices", "a%d.json" % i), data[:300], 0o644)
         sync_directories(unsynced)
-        self.record(name or "floor %d" % count, time.monotonic() - started)
+        return time.monotonic() - started
 
     # -- the node command -------------------------------------------------------------------
 
@@ -1068,7 +1078,6 @@ def main(argv=None):
                     bench.module_pass(quarter)
                 bench.module_pass(args.holds)
                 bench.module_pass(args.holds, role=False)
-                bench.floor(args.holds)
                 bench.direct(args.holds)
             if "fleet" in parts:
                 bench.fleet()

@@ -297,6 +297,31 @@ def test_each_run_is_checked_for_the_code_it_ran(tmp_path):
         runs.ran(False, library)
 
 
+def test_the_floor_is_measured_on_either_side_of_the_bind_it_judges(tmp_path, monkeypatch):
+    # the disk's fsyncs cost three times as much from one minute to the next on a shared machine: the round's
+    # floor is the mean of one taken just before and one just after the bind of N, nothing in between
+    runs = bench.Bench(bench.options([]), str(tmp_path))
+    order = []
+    floors = iter([0.1, 0.3])
+    monkeypatch.setattr(runs, "fresh", lambda library=False: (1, str(tmp_path / "root"), str(tmp_path / "hw")))
+    monkeypatch.setattr(runs, "floor_seconds", lambda count: order.append("floor") or next(floors))
+
+    def adhoc(module, args, role=False):  # the bind, its no-op, the acknowledged no-op
+        order.append("run")
+        runs.last_cpu = 1.0
+        first = order.count("run") % 3 == 1
+        return 1.0, (b'localhost | CHANGED => {"ran_from": "node-library"}' if first
+                     else b'localhost | SUCCESS => {"ran_from": "node-library", "events": []}')
+    monkeypatch.setattr(runs, "adhoc", adhoc)
+    monkeypatch.setattr(runs, "echo", lambda *args, **kwargs: None)
+    monkeypatch.setattr(runs, "timed", lambda argv: (0.1, b""))
+    runs.module_pass(runs.args.holds)
+    assert order == ["floor", "run", "floor", "run", "run"]
+    assert runs.times["floor %d" % runs.args.holds] == [pytest.approx(0.2)]
+    runs.module_pass(runs.args.small)  # no floor around a bind it does not judge
+    assert order.count("floor") == 2
+
+
 def recap(*hosts):
     """ansible-playbook's closing lines for ``(name, changed, failed)`` hosts."""
     return ("PLAY [nodes] ***\n\nTASK [x] ***\nok: [node000]\n\nPLAY RECAP ***\n" + "".join(
