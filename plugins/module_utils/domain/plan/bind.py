@@ -45,7 +45,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, Refusal
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.keep import journaled_refusal, unreadable_memory, wanted_slice_op
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import aside_of, kubernetes_released, release_damaged, stale_env_files
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import aside_of, kubernetes_released, release_damaged
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import bound_event, hold_summary
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     RUNNING_CPUSET,
@@ -145,7 +145,7 @@ def _bind_step(ctx: Pass, assignment: Assignment, atoms: Sequence[Atom], rendere
     event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)  # type: Optional[dict]
     request = hold_request(assignment, generation, observed.runtimes)
     # the env file first: the spec makes the hold live, so a hold is never live without its env file
-    stale = allocation_id in stale_env_files(observed)  # removed before the binds (remove_stale_env)
+    stale = allocation_id in ctx.stale_env  # removed before the binds (remove_stale_env)
     files: Tuple[Union[FileChange, SpecAside], ...] = (
         FileChange("allocation-env", env_file_path(allocation_id), None if stale else observed.env_files.get(allocation_id),
                    env, request),

@@ -72,6 +72,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release im
     limits_from_record,
     release_unwanted,
     remove_stale_env,
+    stale_env_files,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import damaged_condition, kept_as_bound_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of, settings_of, slice_name
@@ -201,7 +202,8 @@ def _pass_of(generation: int, parsed: ParsedInput, observed: Observed, instances
                   if assignment.allocation_id not in unsupported)
     marker = bool(observed.releases.marker or observed.releases.unreadable is not None)
     ctx = Pass(generation, parsed, observed, instances, wanted, unsupported,
-               frozenset(wanted) if superseded is None else superseded, marker, dict(withheld))
+               frozenset(wanted) if superseded is None else superseded, marker, dict(withheld),
+               frozenset(stale_env_files(observed)))
     return ctx, tuple(refusals)
 
 
