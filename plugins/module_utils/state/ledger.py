@@ -31,6 +31,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     CONDITION_EVENT_TYPES,
     CONDITION_TYPES,
     GPU_UNHEALTHY,
+    HOLD_CHANGE_REFUSED,
     condition_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
@@ -113,10 +114,18 @@ def _renders(value):
     return records
 
 
-def _condition_record(device_ids, allocation_id):
+# What the record of a raised HoldChangeRefused keeps of its message (bcd-holds status and holds_info show it; they
+# plan nothing): a refusal's text is a few hundred characters; past this the record keeps none, and they say it
+# their own way.
+MAX_CONDITION_MESSAGE = 4096
+
+
+def _condition_record(device_ids, allocation_id, message=None):
     record = {"device_ids": list(device_ids)}
     if allocation_id is not None:
         record["allocation_id"] = allocation_id
+    if isinstance(message, str) and message and len(message) <= MAX_CONDITION_MESSAGE:
+        record["message"] = message
     return record
 
 
@@ -131,7 +140,7 @@ def _conditions(value):
             continue
         kind = key.split("/", 1)[0]
         if kind in CONDITION_TYPES and condition_key(kind, device_ids, allocation_id) == key:
-            records[key] = _condition_record(device_ids, allocation_id)
+            records[key] = _condition_record(device_ids, allocation_id, entry.get("message"))
     return records
 
 
@@ -205,7 +214,9 @@ def record_event(ledger, event, limits=None):
         base = kind[:-len(CLEARED)] if kind.endswith(CLEARED) else kind
         key = condition_key(base, body["device_ids"], allocation_id)
         if base == kind:
-            ledger.conditions[key] = _condition_record(body["device_ids"], allocation_id)
+            # a kept hold's refusal says why in its message, which status and holds_info cannot work out again
+            message = body.get("message") if base == HOLD_CHANGE_REFUSED else None
+            ledger.conditions[key] = _condition_record(body["device_ids"], allocation_id, message)
         else:
             ledger.conditions.pop(key, None)
     elif event.get("type") == ALLOCATION_BOUND:

@@ -105,7 +105,8 @@ def kept_as_bound_condition(hold, generation, reason, message):
 
 def kept_as_bound_conditions(ledger):
     """``HoldChangeRefused`` as ``holds_info`` and ``bcd-holds status`` show it, read from what the last pass raised
-    (the ledger's ``conditions``): they plan nothing, so they cannot judge an assignment again."""
+    (the ledger's ``conditions``, its message as raised): they plan nothing, so they cannot judge an assignment
+    again."""
     found = []
     for key in sorted(ledger.conditions):
         record = ledger.conditions[key]
@@ -113,8 +114,9 @@ def kept_as_bound_conditions(ledger):
             continue
         device_ids = list(record.get("device_ids") or [])
         found.append({"type": HOLD_CHANGE_REFUSED, "status": "True", "reason": "KeptAsBound",
-                      "message": "%s is held as bound (%s), not as the last pass's input asks (that pass's failures "
-                                 "say why)" % (record["allocation_id"], ", ".join(device_ids)),
+                      "message": record.get("message") or (
+                          "%s is held as bound (%s), not as the last pass's input asks (that pass's failures say why)"
+                          % (record["allocation_id"], ", ".join(device_ids))),
                       "allocation_id": record["allocation_id"], "device_ids": device_ids})
     return found
 

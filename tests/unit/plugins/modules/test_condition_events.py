@@ -133,11 +133,19 @@ def test_a_ledger_keeps_only_condition_records_a_pass_writes():
         "VendorSpecStale": {"device_ids": []},
         "NotACondition": {"device_ids": []},
         "HoldSpecDamaged": {"device_ids": "GPU-1"},
+        # the message a kept hold's refusal was raised with (bcd-holds status shows it); one too long or not text
+        # is dropped, the record kept
+        "HoldChangeRefused/a1": {"device_ids": ["GPU-1"], "allocation_id": "a1", "message": "a1 is held as bound"},
+        "HoldChangeRefused/a2": {"device_ids": ["GPU-2"], "allocation_id": "a2", "message": "x" * 4097},
+        "HoldChangeRefused/a3": {"device_ids": ["GPU-3"], "allocation_id": "a3", "message": ["a", "list"]},
     }}).encode()
     assert parse_ledger(content, "ledger.json").conditions == {
         "GPUUnhealthy/GPU-1": {"device_ids": ["GPU-1"]},
         "KubernetesReleaseStuck/k1": {"device_ids": ["GPU-1"], "allocation_id": "k1"},
-        "VendorSpecStale": {"device_ids": []}}
+        "VendorSpecStale": {"device_ids": []},
+        "HoldChangeRefused/a1": {"device_ids": ["GPU-1"], "allocation_id": "a1", "message": "a1 is held as bound"},
+        "HoldChangeRefused/a2": {"device_ids": ["GPU-2"], "allocation_id": "a2"},
+        "HoldChangeRefused/a3": {"device_ids": ["GPU-3"], "allocation_id": "a3"}}
 
 
 def test_the_events_module_and_the_delivery_carry_condition_events_unchanged(capsys, node):

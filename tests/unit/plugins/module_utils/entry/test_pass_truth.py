@@ -230,8 +230,13 @@ def test_a_kept_hold_refused_is_a_condition_in_bcd_holds_status_and_the_metrics(
     assert code == EX_OK
     (condition,) = [c for c in json.loads(out)["conditions"] if c["type"] == "HoldChangeRefused"]
     assert condition["allocation_id"] == "a2" and condition["device_ids"] == [GPU_C]
+    # the message the pass raised it with, which says why: status plans nothing and cannot judge it again
+    (raised,) = [e for e in Journal(node.state()).unacked() if e["type"] == "HoldChangeRefused"]
+    assert condition["message"] == raised["body"]["message"]
+    assert condition["message"].startswith("a2 is held as bound at generation 1 (%s), not as generation 2 asks: "
+                                           "unsupported-binding: " % GPU_C)
     code, out, _err = cli(capsys, node, "status")
-    assert "HoldChangeRefused (KeptAsBound): a2 is held as bound" in out
+    assert "HoldChangeRefused (KeptAsBound): a2 is held as bound at generation 1" in out
     code, out, _err = cli(capsys, node, "metrics")
     assert value(samples(out), "bcd_condition", type="HoldChangeRefused") == 1
 
