@@ -22,6 +22,8 @@ append and again by ``NodeState.load`` for every event after ``journal_seq``.
 
 from __future__ import annotations
 
+from typing import Any, Dict
+
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     ALLOCATION_BOUND,
     ALLOCATION_CONDITION_TYPES,
@@ -121,7 +123,7 @@ MAX_CONDITION_MESSAGE = 4096
 
 
 def _condition_record(device_ids, allocation_id, message=None):
-    record = {"device_ids": list(device_ids)}
+    record: Dict[str, Any] = {"device_ids": list(device_ids)}
     if allocation_id is not None:
         record["allocation_id"] = allocation_id
     if isinstance(message, str) and message and len(message) <= MAX_CONDITION_MESSAGE:
