@@ -377,18 +377,17 @@ def _holds_in_order(live, parsed):
 def _events_shown(state, backlog, journal_bytes, journaled, full, warnings, clean=False):
     """``(events, not_shown, older)``: what a pass's result carries of the journal after it (``clean``: nothing
     failed, so the backlog and what the pass appended; else read again where the pass may have journaled): every
-    event the pass journaled, after at most ``OLDER_EVENTS_SHOWN`` of the older unacknowledged ones (the oldest, the next a gateway takes); how many older
-    ones it leaves out; and how many of ``events`` are older (a failed task shows none of them:
-    ``PassResult.failed_events``). A result thus does not grow with the journal's age; ``bcd.devices.events``
-    returns them all. The journal's and the state's warnings go to ``warnings``."""
+    event the pass journaled, after at most ``OLDER_EVENTS_SHOWN`` of the older unacknowledged ones (the oldest,
+    the next a gateway takes); how many older ones it leaves out; and how many of ``events`` are older (a failed
+    task shows none of them: ``PassResult.failed_events``). A result thus does not grow with the journal's age;
+    ``bcd.devices.events`` returns them all. The journal's and the state's warnings go to ``warnings``."""
+    known = set(event["seq"] for event in backlog)
     if not journaled:
         after = backlog
     elif clean:  # every write went through: the journal is the backlog and what this pass appended (under the lock)
-        before = set(event["seq"] for event in backlog)
-        after = backlog + [event for event in state.journaled if event["seq"] not in before]
+        after = backlog + [event for event in state.journaled if event["seq"] not in known]
     else:  # something failed on the way, the journal's append maybe: as the journal reads now
         after = state.unacked()
-    known = set(event["seq"] for event in backlog)
     older = [event for event in after if event["seq"] in known]
     shown = older[:OLDER_EVENTS_SHOWN]
     near = journal_near(len(after), journal_bytes)

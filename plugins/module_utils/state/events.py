@@ -81,8 +81,8 @@ def journal_near(count: int, size: int) -> Optional[str]:
 def _crypto() -> Dict[str, Any]:
     """``{"private", "public"}``: cryptography's Ed25519 key classes, imported once, on first use; ``EventsError``
     when they cannot be. Its ``serialization`` (``_serialization``) is imported only where a key is not in the one
-    form this module reads and writes itself (``_pkcs8_seed``): it pulls in SSH, RSA, DSA, EC and the ciphers,
-    17 ms of a bind's module run that signs with nothing but Ed25519 (docs/performance.md)."""
+    form this module reads and writes itself (``_pkcs8_seed``): it pulls in SSH, RSA, DSA, EC and the ciphers for
+    a node that signs with nothing but Ed25519 (docs/performance.md, "A lighter bind")."""
     if not _CRYPTO:
         _require_cryptography()
         try:
