@@ -12,10 +12,12 @@ sees what is on disk, finishes the work. What the steps before it changed still 
 
 from __future__ import annotations
 
-from typing import Any, FrozenSet, List, Protocol, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, ReleaseKubernetes
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import StateSink, Writer
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import (
+    NodeFileKind, SliceSettings, StateSink, Writer)
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
 
 
@@ -26,33 +28,90 @@ class Steps(Protocol):
     def actions(self) -> Sequence[Action]: ...
 
 
-# What an action may call that changes the node (its files and slices, the journal, the releases it keeps):
-# ``apply_plan`` notes each call that returned, so a pass that changed the node says so even when an action
-# failed half-way (a release whose spec went and whose env file did not).
-WRITER_CHANGES = frozenset(("write_node_file", "remove_node_file", "set_aside_spec", "apply_slice", "stop_slice"))
-STATE_CHANGES = frozenset(("report", "set_hold_limits", "record_kube_release", "drop_kube_release",
-                           "quarantine_releases", "clear_releases_marker"))
+class Changed:
+    """Whether a pass changed the node: set by each call of a writer's or the state's that changes something
+    and returned, so a pass that changed the node says so even when an action failed half-way (a release whose
+    spec went and whose env file did not)."""
+
+    def __init__(self) -> None:
+        self.value = False
 
 
-class _Noted:
-    """``inner`` (the writer or the state) as the actions see it: each call of a method in ``changing`` that
-    returns sets ``done[0]``."""
+class NotingWriter:
+    """The host's writer as the actions see it: each call goes to ``inner``, and one that changes the node
+    and returns sets ``changed``. It implements ``seams.Writer`` method by method, so a method renamed or
+    retyped in the protocol or in a writer fails the type check here."""
 
-    def __init__(self, inner: Any, changing: FrozenSet[str], done: List[bool]) -> None:
+    def __init__(self, inner: Writer, changed: Changed) -> None:
         self._inner = inner
-        self._changing = changing
-        self._done = done
+        self._changed = changed
 
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._inner, name)
-        if name not in self._changing:
-            return value
+    def batch(self) -> None:
+        self._inner.batch()
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            result = value(*args, **kwargs)
-            self._done[0] = True
-            return result
-        return call
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def write_node_file(self, kind: NodeFileKind, allocation_id: str, content: bytes, hold: Optional[Dict[str, Any]] = None,
+                        path: Optional[str] = None) -> None:
+        self._inner.write_node_file(kind, allocation_id, content, hold, path=path)
+        self._changed.value = True
+
+    def remove_node_file(self, kind: NodeFileKind, allocation_id: str, path: Optional[str] = None) -> None:
+        self._inner.remove_node_file(kind, allocation_id, path=path)
+        self._changed.value = True
+
+    def set_aside_spec(self, allocation_id: str, now: float) -> object:
+        result = self._inner.set_aside_spec(allocation_id, now)
+        self._changed.value = True
+        return result
+
+    def apply_slice(self, op: SliceSettings) -> None:
+        self._inner.apply_slice(op)
+        self._changed.value = True
+
+    def stop_slice(self, name: str) -> None:
+        self._inner.stop_slice(name)
+        self._changed.value = True
+
+
+class NotingState:
+    """The node's state as the actions see it: as ``NotingWriter``, for ``seams.StateSink``. Queuing a report
+    counts as a change (the event is the node's news); flushing, by itself, does not."""
+
+    def __init__(self, inner: StateSink, changed: Changed) -> None:
+        self._inner = inner
+        self._changed = changed
+
+    def report(self, event: Dict[str, Any], limits: Optional[Dict[str, Any]] = None) -> None:
+        self._inner.report(event, limits)
+        self._changed.value = True
+
+    def flush(self, save: bool = True) -> object:
+        return self._inner.flush(save)
+
+    def begin_releases(self, releases: Sequence[Tuple[str, Optional[int], List[str]]]) -> None:
+        self._inner.begin_releases(releases)
+
+    def set_hold_limits(self, allocation_id: str, limits: Optional[Dict[str, Any]]) -> None:
+        self._inner.set_hold_limits(allocation_id, limits)
+        self._changed.value = True
+
+    def record_kube_release(self, release: PendingRelease) -> None:
+        self._inner.record_kube_release(release)
+        self._changed.value = True
+
+    def drop_kube_release(self, allocation_id: str) -> None:
+        self._inner.drop_kube_release(allocation_id)
+        self._changed.value = True
+
+    def quarantine_releases(self, now: float) -> None:
+        self._inner.quarantine_releases(now)
+        self._changed.value = True
+
+    def clear_releases_marker(self) -> None:
+        self._inner.clear_releases_marker()
+        self._changed.value = True
 
 
 def apply_plan(plan: Steps, writer: Writer, state: StateSink) -> Tuple[List[Action], List[str], bool]:
@@ -62,18 +121,18 @@ def apply_plan(plan: Steps, writer: Writer, state: StateSink) -> Tuple[List[Acti
     A failure holds up that allocation's later actions in this pass (a hold whose env file could not be
     written is not reported bound), and every bind that needs its release (``Bind.needs``); the other
     allocations' go on."""
-    done = []  # type: List[Action]
-    errors = []  # type: List[str]
-    failed = set()  # type: Set[str]
-    changed = [False]
+    done: List[Action] = []
+    errors: List[str] = []
+    failed: Set[str] = set()
+    changed = Changed()
     releases = [action.recorded_release() for action in plan.actions if action.changes]
     try:
         state.begin_releases([release for release in releases if release is not None])
     except (OSError, RetryableError) as exc:  # nothing may be removed unrecorded: nothing is done
         return done, ["cannot record this pass's releases: %s" % exc], False
-    noted_writer, noted_state = _Noted(writer, WRITER_CHANGES, changed), _Noted(state, STATE_CHANGES, changed)
+    noted_writer, noted_state = NotingWriter(writer, changed), NotingState(state, changed)
     writer.batch()  # each directory fsynced once, at writer.flush(), not once per file
-    settled = set()  # type: Set[str]  # Kubernetes releases reported in this pass, still pending on disk
+    settled: Set[str] = set()  # Kubernetes releases reported in this pass, still pending on disk
     for action in plan.actions:
         if not action.changes or (action.allocation_id and action.allocation_id in failed):
             continue
@@ -106,4 +165,4 @@ def apply_plan(plan: Steps, writer: Writer, state: StateSink) -> Tuple[List[Acti
         state.flush(save=False)  # the pass's reports, journaled before any is returned; the pass saves the ledger
     except (OSError, RetryableError) as exc:
         errors.append("cannot journal this pass's events: %s" % exc)
-    return done, errors, changed[0]
+    return done, errors, changed.value

@@ -12,7 +12,7 @@ kept holds' reports (``in_report_order``).
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device, cdi_spec_path, env_file_path, lowered
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition
@@ -32,6 +32,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import BINDING_HOLD, BINDING_KUBERNETES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, FileChange, ReportBound
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import NodeFileKind
 
 
 def base_body(observed, allocation_id, generation, device_ids):
@@ -163,7 +164,8 @@ def vendor_conditions(vendor, runtimes=()):
 def withdraw_files(observed, allocation_id):
     """The removals that withdraw a hold: its spec and env file, where present."""
     hold = observed.live.get(allocation_id)
-    present = (("cdi", cdi_spec_path(allocation_id), hold.content if hold is not None else None),
+    present: Tuple[Tuple[NodeFileKind, str, Optional[bytes]], ...] = (
+        ("cdi", cdi_spec_path(allocation_id), hold.content if hold is not None else None),
                ("allocation-env", env_file_path(allocation_id), observed.env_files.get(allocation_id)))
     return [FileChange(kind, path, before, None) for kind, path, before in present if before is not None]
 

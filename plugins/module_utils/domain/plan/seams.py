@@ -15,9 +15,14 @@ checks them where the converger hands them over.
 
 from __future__ import annotations
 
-from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, List, Literal, Mapping, Optional, Protocol, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease
+
+
+# The node files of a hold, by kind: its CDI spec and its env file. The root helper names the file from the
+# kind and the allocation id, so a writer is never handed a kind it does not know.
+NodeFileKind = Literal["cdi", "allocation-env"]
 
 
 class SliceSettings(Protocol):
@@ -34,7 +39,7 @@ class SliceSettings(Protocol):
     def hugetlb_max(self) -> Mapping[str, int]: ...
 
     @property
-    def limits(self) -> Optional[dict]: ...
+    def limits(self) -> Optional[Dict[str, Any]]: ...
 
 
 class Writer(Protocol):
@@ -46,12 +51,12 @@ class Writer(Protocol):
     def flush(self) -> None:
         """Make every rename and removal since ``batch`` durable (before any event reports them)."""
 
-    def write_node_file(self, kind: str, allocation_id: str, content: bytes, hold: Optional[dict] = None,
+    def write_node_file(self, kind: NodeFileKind, allocation_id: str, content: bytes, hold: Optional[Dict[str, Any]] = None,
                         path: Optional[str] = None) -> None:
         """Write a hold's file atomically: ``content`` at ``path`` (the planner's) here, or rendered again
         from ``hold`` by the root helper."""
 
-    def remove_node_file(self, kind: str, allocation_id: str, path: Optional[str] = None) -> None:
+    def remove_node_file(self, kind: NodeFileKind, allocation_id: str, path: Optional[str] = None) -> None:
         """Remove a hold's file."""
 
     def set_aside_spec(self, allocation_id: str, now: float) -> object:
@@ -68,7 +73,7 @@ class StateSink(Protocol):
     """What a pass records: the events it reports (journaled at ``flush``), the plain releases it begins, the
     limits of a kept hold's slice, the pending Kubernetes releases and their unreadable marker."""
 
-    def report(self, event: Dict[str, Any], limits: Optional[dict] = None) -> None:
+    def report(self, event: Dict[str, Any], limits: Optional[Dict[str, Any]] = None) -> None:
         """Queue ``event`` (and the limits the ledger records with a bound hold) for the next ``flush``."""
 
     def flush(self, save: bool = True) -> object:
@@ -77,7 +82,7 @@ class StateSink(Protocol):
     def begin_releases(self, releases: Sequence[Tuple[str, Optional[int], List[str]]]) -> None:
         """Record plain releases ``(allocation_id, generation, device_ids)`` before any file of theirs goes."""
 
-    def set_hold_limits(self, allocation_id: str, limits: Optional[dict]) -> None:
+    def set_hold_limits(self, allocation_id: str, limits: Optional[Dict[str, Any]]) -> None:
         """The limits a kept hold's slice now has."""
 
     def record_kube_release(self, release: PendingRelease) -> None:

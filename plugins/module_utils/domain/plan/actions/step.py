@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import StateSink, Writer
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import NodeFileKind, StateSink, Writer
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_text
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
@@ -25,7 +25,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.records import
 class FileChange:
     """One node file a step writes (``after``) or removes (``after`` is None)."""
 
-    kind: str  # "cdi" or "allocation-env": the root helper names the file from it and the allocation id
+    kind: NodeFileKind  # the root helper names the file from it and the allocation id
     path: str  # the node path: the file a writer in this process writes or removes (checked), what diffs say
     before: Optional[bytes]
     after: Optional[bytes]
