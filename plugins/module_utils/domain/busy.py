@@ -51,7 +51,7 @@ def claims_on(uuid, holds, releases, domains, vfio, maintenance):
     """Every claim on GPU ``uuid``: ``holds`` are ``LiveHold``s, ``releases`` a ``Releases``, ``domains``
     the running or paused VMs, ``vfio`` the GPUs VMs had at the last pass (``{gpu: instance}``),
     ``maintenance`` ``{gpu: {reason, since}}``."""
-    found = []  # type: List[dict]
+    found: List[dict] = []
     for hold in holds:
         if hold.problem and not hold.atoms:
             found.append(_claim("hold-unreadable", "hold spec %s cannot be read back (%s)" % (hold.path, hold.problem),
@@ -80,13 +80,11 @@ def claims_on(uuid, holds, releases, domains, vfio, maintenance):
     return found
 
 
-def busy_entry(uuid, claims):
-    # type: (str, List[dict]) -> Dict
+def busy_entry(uuid: str, claims: List[dict]) -> Dict:
     return {"uuid": uuid, "busy": any(claim["kind"] not in NOT_BUSY for claim in claims), "claimed_by": claims}
 
 
-def health_fields(seen, health, record):
-    # type: (bool, tuple, dict) -> Dict
+def health_fields(seen: bool, health: tuple, record: dict) -> Dict:
     """What a busy entry says of the GPU's health: ``healthy`` (null when the node does not list the GPU now),
     ``problems``, ``reset_ineffective`` (its last reset left it unhealthy: it waits for a person) and
     ``recoverable``: unhealthy, seen, not declared reset-ineffective, and not in an operator's maintenance (one

@@ -20,22 +20,19 @@ import json
 from typing import Any, Dict, List, Optional, Tuple
 
 
-def _seq(value):
-    # type: (Any) -> Optional[int]
+def _seq(value: Any) -> Optional[int]:
     """A JSON integer (never a boolean), else None."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return None
 
 
-def _status(post):
-    # type: (Dict[str, Any]) -> int
+def _status(post: Dict[str, Any]) -> int:
     status = post.get("status", -1)
     return status if _seq(status) is not None else -1
 
 
-def ack_through(posted, accepted):
-    # type: (List[int], List[int]) -> Optional[int]
+def ack_through(posted: List[int], accepted: List[int]) -> Optional[int]:
     """The highest seq of the prefix of ``posted`` (oldest first) that ``accepted`` holds in full;
     None when the first event was not accepted."""
     taken = set(accepted)
@@ -47,8 +44,7 @@ def ack_through(posted, accepted):
     return through
 
 
-def delivery(events, post, gateway_url):
-    # type: (Any, Any, str) -> Dict[str, Any]
+def delivery(events: Any, post: Any, gateway_url: str) -> Dict[str, Any]:
     """The outcome of posting ``events`` (the ``events`` of ``bcd.devices.events``) to ``gateway_url``,
     given the registered result of the post (``post``; skipped when there was nothing to post or in
     check mode).
@@ -64,8 +60,8 @@ def delivery(events, post, gateway_url):
                                        if s is not None)
     status = _status(post)
     answer = post.get("json") if status == 200 else None
-    accepted = []  # type: List[int]
-    rejected = []  # type: Any
+    accepted: List[int] = []
+    rejected: Any = []
     if isinstance(answer, dict):
         if isinstance(answer.get("accepted"), list):
             accepted = [s for s in (_seq(v) for v in answer["accepted"]) if s is not None]
@@ -88,8 +84,7 @@ def delivery(events, post, gateway_url):
             "error": error.strip(), "left": left, "message": message}
 
 
-def answer_problem(status, answer):
-    # type: (int, Any) -> str
+def answer_problem(status: int, answer: Any) -> str:
     """Why a 200 answer is not one a delivery can use ('' when it is ``{"accepted": [...]}``)."""
     if status == 200 and not (isinstance(answer, dict) and isinstance(answer.get("accepted"), list)):
         return 'it answered 200 with %s, not {"accepted": [seq, ...]}' % (
@@ -106,24 +101,24 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 _HEAD, _TAIL = b'{"events":[', b"]}"
 
 
-def event_bytes(event):
-    # type: (Any) -> bytes
+def event_bytes(event: Any) -> bytes:
     """One event as a request carries it: compact JSON, every non-ASCII character escaped (a journal line
     may hold any string JSON can, a lone surrogate included)."""
     return json.dumps(event, ensure_ascii=True, separators=(",", ":"), sort_keys=True).encode("ascii")
 
 
-def deliveries(events, max_events, max_bytes):
-    # type: (List[Dict[str, Any]], int, int) -> Tuple[List[Tuple[List[Dict[str, Any]], bytes]], Optional[Dict[str, Any]]]
+def deliveries(events: List[Dict[str, Any]], max_events: int,
+               max_bytes: int) -> Tuple[List[Tuple[List[Dict[str, Any]], bytes]], Optional[Dict[str, Any]]]:
     """``events`` (oldest first) as request bodies ``{"events": [...]}`` of at most ``max_events`` events and
     ``max_bytes`` bytes each, in order: ``([(events, body), ...], too_large)``. ``too_large`` is the first
     event that does not fit in a body alone (None when every one fits); the bodies stop before it, since
     nothing after an event may be acknowledged before it is."""
-    bodies = []  # type: List[Tuple[List[Dict[str, Any]], bytes]]
-    chunk, pieces, size = [], [], len(_HEAD) + len(_TAIL)  # type: List[Dict[str, Any]], List[bytes], int
+    bodies: List[Tuple[List[Dict[str, Any]], bytes]] = []
+    chunk: List[Dict[str, Any]] = []
+    pieces: List[bytes] = []
+    size = len(_HEAD) + len(_TAIL)
 
-    def flush():
-        # type: () -> None
+    def flush() -> None:
         if chunk:
             bodies.append((list(chunk), _HEAD + b",".join(pieces) + _TAIL))
 
@@ -150,21 +145,18 @@ BACKOFF_MAX = 900.0
 BACKOFF_SPREAD = 0.1
 
 
-def backs_off(status):
-    # type: (int) -> bool
+def backs_off(status: int) -> bool:
     """Whether an answer ``status`` (-1: no answer) means the gateway is down or overloaded: wait before the next try."""
     return status < 0 or status == 429 or 500 <= status <= 599
 
 
-def backoff_seconds(failures, spread):
-    # type: (int, float) -> float
+def backoff_seconds(failures: int, spread: float) -> float:
     """Seconds to wait after the ``failures``-th failure in a row; ``spread`` in [0, 1) picks the jitter."""
     base = min(BACKOFF_FIRST * 2 ** (min(max(failures, 1), 16) - 1), BACKOFF_MAX)
     return base * (1 - BACKOFF_SPREAD + 2 * BACKOFF_SPREAD * min(max(spread, 0.0), 1.0))
 
 
-def backoff_record(data):
-    # type: (Any) -> Optional[Dict[str, Any]]
+def backoff_record(data: Any) -> Optional[Dict[str, Any]]:
     """A stored backoff ``{"failures", "next_attempt", "error"}`` checked, else None (no backoff)."""
     if not isinstance(data, dict):
         return None
@@ -175,7 +167,6 @@ def backoff_record(data):
     return {"failures": min(failures, 1 << 20), "next_attempt": float(next_attempt), "error": error[:1000]}
 
 
-def _listed(rejected):
-    # type: (Any) -> str
+def _listed(rejected: Any) -> str:
     items = rejected if isinstance(rejected, list) else [rejected]
     return ", ".join(json.dumps(item) for item in items)

@@ -95,7 +95,7 @@ TOP_FIELDS = ("seq", "type", "body", "purpose", "signature", "format", "seal")
 # kube_release.py; docs/events.md, "Conditions"); a clearing's is CONDITION_CLEARED, a recovery step's one of
 # RECOVERY_REASONS. A condition type added to event_types.py without its reason here fails test_event_grammar,
 # and the events of a type with no reason known are refused.
-CONDITION_REASONS = {
+CONDITION_REASONS: Dict[str, str] = {
     GPU_UNHEALTHY: "GPUFaulted",
     VENDOR_SPEC_STALE: "NodeDiffersFromSpec",
     VENDOR_SPEC_UNSUPPORTED: "UnknownCdiVersion",
@@ -105,7 +105,7 @@ CONDITION_REASONS = {
     GPU_RESET_INEFFECTIVE: "ResetIneffective",
     GPU_RECOVERY_STALLED: "RecoveryStalled",
     HOLD_CHANGE_REFUSED: "KeptAsBound",
-}  # type: Dict[str, str]
+}
 
 # A message lists what a refusal or a condition names (every missing device of a hold, every damaged spec):
 # a pass's longest is a few hundred KB at the input's own bounds (1024 devices of 256 characters each).
@@ -127,15 +127,14 @@ _HOLD = ("node_id", "boot_id", "allocation_id", "generation", "device_ids")
 _TYPED = ("type", "node_id", "boot_id", "generation", "device_ids", "reason", "message")
 
 
-def _fields():
-    # type: () -> Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]]
+def _fields() -> Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]]:
     """For each type: the body fields it must carry, and those it may. Every type event_types.py lists but the
     three of a hold names its type in its body (a condition, its clearing, a step of a GPU's recovery)."""
-    fields = {
+    fields: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
         ALLOCATION_BOUND: (_HOLD + ("cdi_devices", "cdi_spec_path", "env_file"), ("cgroup_parent",)),
         ALLOCATION_RELEASED: (_HOLD, ()),
         ALLOCATION_FAILED: (("node_id", "allocation_id", "generation", "reason", "message"), ()),
-    }  # type: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]]
+    }
     for kind in EVENT_TYPES:
         if kind not in fields:
             fields[kind] = (_TYPED, ("allocation_id",) if kind in CONDITION_EVENT_TYPES else ())
@@ -145,8 +144,7 @@ def _fields():
 BODY_FIELDS = _fields()
 
 
-def shown(value):
-    # type: (Any) -> str
+def shown(value: Any) -> str:
     """A refused value as a reason quotes it: JSON, ASCII only, at most ``_SHOWN`` characters, curly brackets
     escaped (so the reason itself holds none)."""
     try:
@@ -158,41 +156,35 @@ def shown(value):
     return text.replace("{", "\\u007b").replace("}", "\\u007d")
 
 
-def _is_int(value, least):
-    # type: (Any, int) -> bool
+def _is_int(value: Any, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and least <= value <= MAX_INTEGER
 
 
-def node_id_error(value):
-    # type: (Any) -> Optional[str]
+def node_id_error(value: Any) -> Optional[str]:
     if isinstance(value, str) and len(value) <= MAX_NODE_ID and NODE_ID_RE.fullmatch(value):
         return None
     return ("%s is not a host name (RFC 1123: labels of letters, digits and hyphens joined by dots, at most %d "
             "characters)" % (shown(value), MAX_NODE_ID))
 
 
-def node_of(event):
-    # type: (Any) -> Optional[str]
+def node_of(event: Any) -> Optional[str]:
     """The node an event's body names, when that is a host name; else None."""
     body = event.get("body") if isinstance(event, dict) else None
     node = body.get("node_id") if isinstance(body, dict) else None
     return node if node_id_error(node) is None else None
 
 
-def _boot_id(value, _kind):
-    # type: (Any, str) -> Optional[str]
+def _boot_id(value: Any, _kind: str) -> Optional[str]:
     if isinstance(value, str) and (value == "" or (len(value) == 36 and BOOT_ID_RE.fullmatch(value))):
         return None
     return "%s is not a boot id (a UUID, or empty)" % shown(value)
 
 
-def _node_id(value, _kind):
-    # type: (Any, str) -> Optional[str]
+def _node_id(value: Any, _kind: str) -> Optional[str]:
     return node_id_error(value)
 
 
-def _allocation_id(value, kind):
-    # type: (Any, str) -> Optional[str]
+def _allocation_id(value: Any, kind: str) -> Optional[str]:
     if isinstance(value, str) and len(value) <= 80 and ALLOCATION_ID_RE.fullmatch(value):
         return None
     if kind == ALLOCATION_FAILED:
@@ -202,15 +194,13 @@ def _allocation_id(value, kind):
     return "%s is not an allocation id (%s)" % (shown(value), ALLOCATION_ID_SAID)
 
 
-def _generation(value, _kind):
-    # type: (Any, str) -> Optional[str]
+def _generation(value: Any, _kind: str) -> Optional[str]:
     if _is_int(value, 0):
         return None
     return "must be an integer from 0 to %d, got %s" % (MAX_INTEGER, shown(value))
 
 
-def device_id_error(value):
-    # type: (Any) -> Optional[str]
+def device_id_error(value: Any) -> Optional[str]:
     """None for an atom id a hold can name (``input/atoms.py``), else why not."""
     why = "%s is not a device id (a GPU, <gpu>/gi<n>/ci<m> or <gpu>/s<n>, that can name a CDI device)" % shown(value)
     if not isinstance(value, str) or not value or len(value) > TEXT_MAX:
@@ -224,8 +214,7 @@ def device_id_error(value):
     return None
 
 
-def _listed(value, each):
-    # type: (Any, Callable[[Any], Optional[str]]) -> Optional[Tuple[str, str]]
+def _listed(value: Any, each: Callable[[Any], Optional[str]]) -> Optional[Tuple[str, str]]:
     """``(where, why)`` of the first bad item of a list (where is ``""`` for the list itself)."""
     if not isinstance(value, list):
         return "", "must be a list, got %s" % shown(value)
@@ -238,8 +227,7 @@ def _listed(value, each):
     return None
 
 
-def cdi_device_error(value):
-    # type: (Any) -> Optional[str]
+def cdi_device_error(value: Any) -> Optional[str]:
     prefix = KIND + "="
     if (isinstance(value, str) and value.startswith(prefix) and len(value) <= len(prefix) + TEXT_MAX
             and CDI_NAME_RE.fullmatch(value[len(prefix):])):
@@ -247,25 +235,21 @@ def cdi_device_error(value):
     return "%s is not a CDI device of this collection (%s<device id with / as _>)" % (shown(value), prefix)
 
 
-def _path(pattern, what):
-    # type: (Any, str) -> Callable[[Any, str], Optional[str]]
-    def check(value, _kind):
-        # type: (Any, str) -> Optional[str]
+def _path(pattern: Any, what: str) -> Callable[[Any, str], Optional[str]]:
+    def check(value: Any, _kind: str) -> Optional[str]:
         if isinstance(value, str) and len(value) <= 200 and pattern.fullmatch(value):
             return None
         return "%s is not %s" % (shown(value), what)
     return check
 
 
-def _cgroup_parent(value, _kind):
-    # type: (Any, str) -> Optional[str]
+def _cgroup_parent(value: Any, _kind: str) -> Optional[str]:
     if isinstance(value, str) and len(value) <= 120 and SLICE_NAME_RE.fullmatch(value):
         return None
     return "%s is not a hold's slice (bcd-alloc-<allocation id>.slice)" % shown(value)
 
 
-def reasons_of(kind):
-    # type: (str) -> Tuple[str, ...]
+def reasons_of(kind: str) -> Tuple[str, ...]:
     """The reasons an event of type ``kind`` may carry."""
     if kind == ALLOCATION_FAILED:
         return REASONS
@@ -278,16 +262,14 @@ def reasons_of(kind):
     return ()
 
 
-def _reason(value, kind):
-    # type: (Any, str) -> Optional[str]
+def _reason(value: Any, kind: str) -> Optional[str]:
     known = reasons_of(kind)
     if isinstance(value, str) and value in known:
         return None
     return "%s is not a reason of %s (%s)" % (shown(value), kind, ", ".join(known) or "none known")
 
 
-def message_error(value):
-    # type: (Any) -> Optional[str]
+def message_error(value: Any) -> Optional[str]:
     """None for text a message may be, else why not (naming the first refused character and where it is)."""
     if not isinstance(value, str):
         return "must be text, got %s" % shown(value)
@@ -302,19 +284,17 @@ def message_error(value):
     return None  # not reached: one of the two tests above found a character
 
 
-def _message(value, _kind):
-    # type: (Any, str) -> Optional[str]
+def _message(value: Any, _kind: str) -> Optional[str]:
     return message_error(value)
 
 
-def _body_type(value, kind):
-    # type: (Any, str) -> Optional[str]
+def _body_type(value: Any, kind: str) -> Optional[str]:
     if value == kind:
         return None
     return "must name the event's own type, %s, got %s" % (kind, shown(value))
 
 
-_CHECKS = {
+_CHECKS: Dict[str, Callable[[Any, str], Optional[str]]] = {
     "node_id": _node_id,
     "boot_id": _boot_id,
     "allocation_id": _allocation_id,
@@ -325,12 +305,11 @@ _CHECKS = {
     "reason": _reason,
     "message": _message,
     "type": _body_type,
-}  # type: Dict[str, Callable[[Any, str], Optional[str]]]
-_LISTS = {"device_ids": device_id_error, "cdi_devices": cdi_device_error}  # type: Dict[str, Callable[[Any], Optional[str]]]
+}
+_LISTS: Dict[str, Callable[[Any], Optional[str]]] = {"device_ids": device_id_error, "cdi_devices": cdi_device_error}
 
 
-def _first_unknown(mapping, known):
-    # type: (Dict[Any, Any], Tuple[str, ...]) -> Optional[Any]
+def _first_unknown(mapping: Dict[Any, Any], known: Tuple[str, ...]) -> Optional[Any]:
     """A key of ``mapping`` not in ``known``. Of ``len(known) + 1`` distinct keys one is unknown, so no more
     are looked at, however long the mapping."""
     for key in itertools.islice(mapping, len(known) + 1):
@@ -339,8 +318,7 @@ def _first_unknown(mapping, known):
     return None
 
 
-def _top(event):
-    # type: (Dict[str, Any]) -> Optional[str]
+def _top(event: Dict[str, Any]) -> Optional[str]:
     unknown = _first_unknown(event, TOP_FIELDS)
     if unknown is not None:
         return "%s: unknown field (an event has %s)" % (shown(unknown), ", ".join(TOP_FIELDS))
@@ -368,8 +346,7 @@ def _top(event):
     return None
 
 
-def check_event(event):
-    # type: (Any) -> Optional[str]
+def check_event(event: Any) -> Optional[str]:
     """None when ``event`` fits the grammar of its type, else one line naming the first field that does not."""
     if not isinstance(event, dict):
         return "not an event: a mapping is expected, got %s" % shown(event)
@@ -399,7 +376,6 @@ def check_event(event):
     return None
 
 
-def is_sealed_form(event):
-    # type: (Dict[str, Any]) -> bool
+def is_sealed_form(event: Dict[str, Any]) -> bool:
     """Whether an event that passed ``check_event`` is of format 2 (sealed); else it is of format 1."""
     return "seal" in event

@@ -33,15 +33,15 @@ GPU_RECOVERY_STALLED = "GPURecoveryStalled"
 # A live hold whose assignment the pass refused, kept as it was bound: the node still has it, so the refusal is
 # said this way, never as an AllocationFailed (on which the control plane would let the hold's devices go).
 HOLD_CHANGE_REFUSED = "HoldChangeRefused"
-CONDITION_TYPES = (GPU_UNHEALTHY, VENDOR_SPEC_STALE, VENDOR_SPEC_UNSUPPORTED, KUBERNETES_RELEASE_STUCK,
+CONDITION_TYPES: Tuple[str, ...] = (GPU_UNHEALTHY, VENDOR_SPEC_STALE, VENDOR_SPEC_UNSUPPORTED, KUBERNETES_RELEASE_STUCK,
                    KUBERNETES_RELEASES_UNREADABLE, HOLD_SPEC_DAMAGED, GPU_RESET_INEFFECTIVE,
-                   GPU_RECOVERY_STALLED, HOLD_CHANGE_REFUSED)  # type: Tuple[str, ...]
+                   GPU_RECOVERY_STALLED, HOLD_CHANGE_REFUSED)
 CLEARED = "Cleared"
-CONDITION_EVENT_TYPES = CONDITION_TYPES + tuple(kind + CLEARED for kind in CONDITION_TYPES)  # type: Tuple[str, ...]
+CONDITION_EVENT_TYPES: Tuple[str, ...] = CONDITION_TYPES + tuple(kind + CLEARED for kind in CONDITION_TYPES)
 # The conditions keyed by GPU (one per GPU, ``condition_key``).
-GPU_CONDITION_TYPES = (GPU_UNHEALTHY, GPU_RESET_INEFFECTIVE, GPU_RECOVERY_STALLED)  # type: Tuple[str, ...]
+GPU_CONDITION_TYPES: Tuple[str, ...] = (GPU_UNHEALTHY, GPU_RESET_INEFFECTIVE, GPU_RECOVERY_STALLED)
 # The conditions keyed by allocation (one per allocation, ``condition_key``): their events name it.
-ALLOCATION_CONDITION_TYPES = (KUBERNETES_RELEASE_STUCK, HOLD_CHANGE_REFUSED)  # type: Tuple[str, ...]
+ALLOCATION_CONDITION_TYPES: Tuple[str, ...] = (KUBERNETES_RELEASE_STUCK, HOLD_CHANGE_REFUSED)
 # The GPU conditions' reasons (their events' ``body.reason``; a clearing's is CONDITION_CLEARED).
 GPU_CONDITION_REASONS = {
     GPU_UNHEALTHY: "GPUFaulted",
@@ -56,7 +56,7 @@ CONDITION_CLEARED = "ConditionCleared"
 GPU_MAINTENANCE_STARTED = "GPUMaintenanceStarted"
 GPU_MAINTENANCE_ENDED = "GPUMaintenanceEnded"
 GPU_RESET = "GPUReset"
-RECOVERY_EVENT_TYPES = (GPU_MAINTENANCE_STARTED, GPU_MAINTENANCE_ENDED, GPU_RESET)  # type: Tuple[str, ...]
+RECOVERY_EVENT_TYPES: Tuple[str, ...] = (GPU_MAINTENANCE_STARTED, GPU_MAINTENANCE_ENDED, GPU_RESET)
 MAINTENANCE_STARTED = "MaintenanceStarted"
 MAINTENANCE_ENDED = "MaintenanceEnded"
 RESET_HEALTHY = "ResetHealthy"  # the GPU was reset and reads healthy
@@ -68,12 +68,12 @@ RECOVERY_REASONS = {
     GPU_RESET: (RESET_HEALTHY, RESET_INEFFECTIVE, RESET_FAILED),
 }
 # The signed types whose body names its type (the signature covers the body, not the event's type).
-TYPED_BODY_TYPES = CONDITION_EVENT_TYPES + RECOVERY_EVENT_TYPES  # type: Tuple[str, ...]
+TYPED_BODY_TYPES: Tuple[str, ...] = CONDITION_EVENT_TYPES + RECOVERY_EVENT_TYPES
 
-ATTESTED_TYPES = (ALLOCATION_BOUND, ALLOCATION_RELEASED)  # type: Tuple[str, ...]
+ATTESTED_TYPES: Tuple[str, ...] = (ALLOCATION_BOUND, ALLOCATION_RELEASED)
 # Every type the node signs: a bind, a release, a condition's appearing or clearing, a step of a GPU's recovery.
-SIGNED_TYPES = ATTESTED_TYPES + TYPED_BODY_TYPES  # type: Tuple[str, ...]
-EVENT_TYPES = (ALLOCATION_BOUND, ALLOCATION_RELEASED, ALLOCATION_FAILED) + TYPED_BODY_TYPES  # type: Tuple[str, ...]
+SIGNED_TYPES: Tuple[str, ...] = ATTESTED_TYPES + TYPED_BODY_TYPES
+EVENT_TYPES: Tuple[str, ...] = (ALLOCATION_BOUND, ALLOCATION_RELEASED, ALLOCATION_FAILED) + TYPED_BODY_TYPES
 
 
 def condition_key(condition_type: str, device_ids: Sequence[str] = (), allocation_id: Optional[str] = None) -> str:

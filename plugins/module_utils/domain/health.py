@@ -75,7 +75,7 @@ def xids_from_log(text, boot_time=None):
     """``{"0000:3b:00": [(xid, when), ...]}`` (bus ids lower-case, without the function) of the reset
     and reboot classes, in the order logged, from kernel log text (dmesg lines, or /dev/kmsg records,
     whose time since boot ``boot_time`` turns into seconds since the epoch; else ``when`` is None)."""
-    found = {}  # type: Dict[str, List[tuple]]
+    found: Dict[str, List[tuple]] = {}
     for line in (text or "")[-MAX_LOG_BYTES:].splitlines():
         match = _XID_RE.search(line)
         if not match or int(match.group(2)) not in XID_CLASSES:

@@ -91,14 +91,12 @@ _PCI_RE = lazy_pattern(
 )
 
 
-def format_pci_address(domain, bus, slot, function):
-    # type: (int, int, int, int) -> str
+def format_pci_address(domain: int, bus: int, slot: int, function: int) -> str:
     """The canonical (sysfs) form: ``0000:3b:00.0``, lower case."""
     return "%04x:%02x:%02x.%x" % (domain, bus, slot, function)
 
 
-def normalize_pci_address(text):
-    # type: (Optional[str]) -> Optional[str]
+def normalize_pci_address(text: Optional[str]) -> Optional[str]:
     """``00000000:3B:00.0`` (nvidia-smi, NVML), ``0000:3b:00.0`` (sysfs) or
     ``3b:00.0`` -> ``0000:3b:00.0``; None when ``text`` is not a PCI address."""
     if not isinstance(text, str):

@@ -175,7 +175,7 @@ def change(records, gpus, present, reason, now):
     """``(new records, changed GPUs)``: ``gpus`` put in maintenance with ``reason`` (a GPU already in it
     keeps its ``since``, and takes the new reason), or taken out of it."""
     new = dict((uuid, dict(record)) for uuid, record in records.items())
-    changed = []  # type: List[str]
+    changed: List[str] = []
     for uuid in gpus:
         if present:
             if uuid not in new:
@@ -190,8 +190,7 @@ def change(records, gpus, present, reason, now):
     return new, changed
 
 
-def listing(records, now=None):
-    # type: (Dict[str, dict], Optional[float]) -> List[dict]
+def listing(records: Dict[str, dict], now: Optional[float] = None) -> List[dict]:
     """The records as a module returns them, by UUID, times in ISO 8601 UTC: ``lease`` (``{id, until, live}``, live
     as of ``now``) and ``reset`` (``{at, healthy, problems}``) null when the record has none."""
     out = []
@@ -235,7 +234,7 @@ def live_lease(record, now):
 def lease_holder(records, lease_id, now):
     """``{id, until, gpus}`` of a live lease on the node that is not ``lease_id`` (another recovery is in progress),
     or None. ``until`` in ISO 8601 UTC. The one that ends last, when forged records hold several."""
-    others = {}  # type: Dict[str, dict]
+    others: Dict[str, dict] = {}
     for uuid in sorted(records):
         lease = live_lease(records[uuid], now)
         if lease is not None and lease["id"] != lease_id:
@@ -291,8 +290,7 @@ def reset_ineffective(record):
     return reset is not None and reset["healthy"] is False
 
 
-def refusal(uuid, records):
-    # type: (str, Dict[str, dict]) -> Tuple[bool, str]
+def refusal(uuid: str, records: Dict[str, dict]) -> Tuple[bool, str]:
     """``(in maintenance, the overlap message)`` for GPU ``uuid``."""
     record = records.get(uuid)
     if record is None:

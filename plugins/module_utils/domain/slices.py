@@ -87,7 +87,7 @@ def cpu_quota(cpu_millis):
 
 def slice_properties(limits):
     """The ``systemctl set-property`` properties of a hold's limits, in a fixed order; absent limits set nothing."""
-    properties = {}  # type: Dict[str, str]
+    properties: Dict[str, str] = {}
     if limits is None:
         return properties
     if limits.cpus:
@@ -107,7 +107,7 @@ def hugetlb_max(limits):
     as 0. A size left at ``max`` would let the workload fault in pages admission promised to others, so
     a hold that books one size is held to none of the other (a backend skips a 0 for a size the node does
     not have). Limits that book no huge pages set none (``{}``)."""
-    result = {}  # type: Dict[str, int]
+    result: Dict[str, int] = {}
     if limits is None:
         return result
     for size, attribute, page in HUGE_SIZES:

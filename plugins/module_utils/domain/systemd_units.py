@@ -52,12 +52,12 @@ class Unit:
     and the lines that are not settings (``problems``)."""
 
     def __init__(self):
-        self.settings = {}  # type: Dict[str, List[Tuple[str, str]]]
-        self.problems = []  # type: List[str]
+        self.settings: Dict[str, List[Tuple[str, str]]] = {}
+        self.problems: List[str] = []
 
     def values(self, section, key):
         """Every value of ``key`` in ``section``, an empty assignment clearing those before it."""
-        found = []  # type: List[str]
+        found: List[str] = []
         for name, value in self.settings.get(section, []):
             if name == key:
                 found = [] if value == "" else found + [value]

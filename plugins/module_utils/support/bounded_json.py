@@ -49,13 +49,11 @@ class _OverBound(Exception):
     """Raised by the parser's hooks and the skeleton; ``loads`` turns it into a ``StateFileError``."""
 
 
-def _structure(text):
-    # type: (bytes) -> bytes
+def _structure(text: bytes) -> bytes:
     return text.translate(_ONE_KIND, _NOT_STRUCTURE)
 
 
-def _skeleton(content):
-    # type: (bytes) -> bytes
+def _skeleton(content: bytes) -> bytes:
     """The structure of the JSON text ``content``: its brackets (all as ``[]``) and commas, strings left out.
 
     One walk from quote to quote, each step a C-speed ``find``: linear in the size and in the number of
@@ -93,8 +91,7 @@ def _skeleton(content):
     return b"".join(parts)
 
 
-def _deeper(brackets, limit):
-    # type: (bytes, int) -> bool
+def _deeper(brackets: bytes, limit: int) -> bool:
     """Each round removes every empty pair: the rounds it takes to empty balanced brackets are their
     depth. ``limit`` rounds at most, each a C-speed ``replace``. Brackets that never pair up (torn or
     broken text: closers, then openers) count as deep only when more than ``limit`` stay open;
@@ -122,15 +119,13 @@ def _checked_skeleton(content, where):
     return skeleton
 
 
-def check_items(content, where):
-    # type: (bytes, str) -> None
+def check_items(content: bytes, where: str) -> None:
     """``StateFileError`` when the JSON text ``content`` (one document or many) holds more than
     ``MAX_ITEMS`` arrays, objects and values, or more than ``MAX_QUOTES`` quote characters."""
     _checked_skeleton(content, where)
 
 
-def structure_problem(content, limit=MAX_DEPTH):
-    # type: (bytes, int) -> Optional[str]
+def structure_problem(content: bytes, limit: int = MAX_DEPTH) -> Optional[str]:
     """What makes the JSON or YAML text ``content`` too costly to hand a parser (nesting deeper than
     ``limit`` levels, more than ``MAX_QUOTES`` double quotes), or None. Strings are ignored."""
     try:

@@ -45,13 +45,11 @@ QUOTED_MAX = 80  # characters of a quoted value a message shows, escapes include
 _PLAIN = frozenset(chr(code) for code in range(0x20, 0x7f)) - frozenset("{}\\")
 
 
-def _escaped(ch):
-    # type: (str) -> str
+def _escaped(ch: str) -> str:
     return ch if ch.isprintable() else ascii(ch)[1:-1]
 
 
-def printable(value, limit=None):
-    # type: (Any, Optional[int]) -> str
+def printable(value: Any, limit: Optional[int] = None) -> str:
     """``value`` (a string, or anything ``str`` turns into one) on one line, every character that is not
     printable escaped (``\\x1b``, ``\\n``, ``\\u202e``). With ``limit``, at most that many characters (at
     least 4): longer text is cut, never inside an escape, and ends in ``...``."""
@@ -63,8 +61,7 @@ def printable(value, limit=None):
     return _cut([_escaped(ch) for ch in text], limit)
 
 
-def _cut(pieces, limit):
-    # type: (List[str], Optional[int]) -> str
+def _cut(pieces: List[str], limit: Optional[int]) -> str:
     """``pieces`` (a character each, or its escape) joined, at most ``limit`` characters: longer, cut between
     two pieces and ended with ``...``."""
     shown = "".join(pieces)
@@ -79,8 +76,7 @@ def _cut(pieces, limit):
     return "".join(kept) + ELLIPSIS
 
 
-def _code(ch):
-    # type: (str) -> str
+def _code(ch: str) -> str:
     """A character ``quoted`` does not keep: as ``ascii()`` writes it (``\\x1b``, ``\\n``, ``\\u202e``,
     ``\\U000e0001``, as ``printable`` does), or as ``\\xNN`` when that is printable ASCII itself (a curly
     bracket, the backslash, the quote)."""
@@ -90,8 +86,7 @@ def _code(ch):
     return ascii(ch)[1:-1]
 
 
-def quoted(value, quote="'", limit=QUOTED_MAX):
-    # type: (Any, str, int) -> str
+def quoted(value: Any, quote: str = "'", limit: int = QUOTED_MAX) -> str:
     """``value`` as a message of the node quotes it, whatever it holds: a string between ``quote`` (``""`` for
     none: a word such as a binding), every character but printable ASCII escaped as ``printable`` escapes it
     (``\\x1b``, ``\\n``, ``\\u202e``, ``\\U0001f600``), and so are ``{``, ``}``, the backslash and ``quote``
@@ -109,8 +104,7 @@ def quoted(value, quote="'", limit=QUOTED_MAX):
     return quote + _cut(pieces, limit) + quote
 
 
-def _scalar(value):
-    # type: (Any) -> str
+def _scalar(value: Any) -> str:
     """How ``quoted`` writes a value that is not a string."""
     if value is None or isinstance(value, bool) or isinstance(value, float):
         return repr(value)
@@ -124,8 +118,7 @@ def _scalar(value):
     return quoted(type(value).__name__, quote="")
 
 
-def printable_lines(text):
-    # type: (Any) -> str
+def printable_lines(text: Any) -> str:
     """``text`` of several lines, each escaped with ``printable``: the newlines between them kept, every
     other character that is not printable (a carriage return among them) escaped."""
     text = text if isinstance(text, str) else str(text)

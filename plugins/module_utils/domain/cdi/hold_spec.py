@@ -210,7 +210,7 @@ def render_spec(hold, vendor=None, notes=None, runtimes=()):
         })
 
     env = common_env(hold)
-    common = {}  # type: Dict[str, Any]
+    common: Dict[str, Any] = {}
     if not hold.kubernetes:
         env.append("NVIDIA_VISIBLE_DEVICES=%s" % ",".join(visible_devices(hold.atoms)))
         if use_vendor is not None:

@@ -66,20 +66,17 @@ HIGH_PRIORITY_DIRS = ("/var/run/cdi", "/run/cdi")
 TEMP_FILE_RE = lazy_pattern(r"^\..+\.tmp-[0-9a-f]{12}$")
 
 
-def directory_priority(directory):
-    # type: (str) -> int
+def directory_priority(directory: str) -> int:
     """The CDI library's priority of a spec directory: 1 for ``/var/run/cdi`` (and ``/run/cdi``), else 0."""
     return 1 if directory.rstrip("/") in HIGH_PRIORITY_DIRS else 0
 
 
-def _printable(text):
-    # type: (Any) -> str
+def _printable(text: Any) -> str:
     """``text`` on one line: control characters, undecodable bytes of a file name and the like escaped."""
     return printable(text)
 
 
-def _short(text):
-    # type: (Any) -> str
+def _short(text: Any) -> str:
     text = _printable(text)
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 3] + "..."
 
@@ -98,13 +95,11 @@ class SpecFile:
     problem: str = ""
 
     @property
-    def path(self):
-        # type: () -> str
+    def path(self) -> str:
         return "%s/%s" % (self.directory.rstrip("/"), self.name)
 
     @property
-    def priority(self):
-        # type: () -> int
+    def priority(self) -> int:
         return directory_priority(self.directory)
 
 
@@ -116,8 +111,7 @@ class Finding:
     path: str
     message: str
 
-    def summary(self):
-        # type: () -> str
+    def summary(self) -> str:
         """One line: ``<path>: <message>``, bounded and printable."""
         return "%s: %s" % (_short(self.path), _short(self.message))
 
@@ -137,7 +131,7 @@ class _Unloadable(Exception):
 
 def _strict_pairs(pairs):
     """``json`` object hook: the runtimes' parser (``yaml.UnmarshalStrict``) refuses a key given twice."""
-    seen = {}  # type: Dict[str, Any]
+    seen: Dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
             raise _Unloadable("has the key %r twice in one object; the runtimes' strict parser refuses "
@@ -150,8 +144,7 @@ def _no_constant(name):
     raise _Unloadable("holds %s, which is not JSON; runtimes refuse the whole file" % name)
 
 
-def _parse(spec_file):
-    # type: (SpecFile) -> Any
+def _parse(spec_file: SpecFile) -> Any:
     """The parsed content, JSON first (strictly) and then YAML through ``cdi_vendor``; raises ``_Unloadable``."""
     if spec_file.content is None:
         raise _Unloadable("was not read")
@@ -183,11 +176,10 @@ def _parse(spec_file):
         raise _Unloadable("could not be parsed (%s: %s)" % (type(exc).__name__, exc))
 
 
-def _check_size(data):
-    # type: (Any) -> None
+def _check_size(data: Any) -> None:
     """Walk ``data`` without recursion, each use of a shared (aliased) value counted: raises
     ``_Unloadable`` past ``MAX_VALUES`` values or ``MAX_DEPTH`` levels (a YAML cycle is too deep)."""
-    stack = [(data, 0)]  # type: List[Tuple[Any, int]]
+    stack: List[Tuple[Any, int]] = [(data, 0)]
     count = 0
     while stack:
         value, depth = stack.pop()
@@ -203,8 +195,7 @@ def _check_size(data):
             stack.extend((item, depth + 1) for item in value)
 
 
-def _load(spec_file):
-    # type: (SpecFile) -> Dict[str, Any]
+def _load(spec_file: SpecFile) -> Dict[str, Any]:
     """The spec a runtime would load from ``spec_file``; raises ``_Unloadable``."""
     data = _parse(spec_file)
     if not isinstance(data, dict):
@@ -224,8 +215,7 @@ def _load(spec_file):
     return data
 
 
-def _kind_findings(spec_file, spec_kind, kind):
-    # type: (SpecFile, Any, str) -> List[Finding]
+def _kind_findings(spec_file: SpecFile, spec_kind: Any, kind: str) -> List[Finding]:
     """Check 3: our kind in a file the converger does not own, or a ``bcd-*.json`` of another kind."""
     name = spec_file.name
     hold_name = SPEC_FILE_RE.fullmatch(name) is not None and spec_file.directory.rstrip("/") == SPEC_DIR
@@ -245,15 +235,14 @@ def _kind_findings(spec_file, spec_kind, kind):
     return []
 
 
-def _device_findings(defined, kind):
-    # type: (Dict[str, List[SpecFile]], str) -> List[Finding]
+def _device_findings(defined: Dict[str, List[SpecFile]], kind: str) -> List[Finding]:
     """Check 2, as the CDI library resolves names: a conflict at one priority drops the device everywhere;
     otherwise the higher priority wins."""
     findings = []
     for device_name in sorted(defined):
         holders = defined[device_name]
         qualified = "%s=%s" % (kind, device_name)
-        by_priority = {}  # type: Dict[int, List[SpecFile]]
+        by_priority: Dict[int, List[SpecFile]] = {}
         for holder in holders:
             by_priority.setdefault(holder.priority, []).append(holder)
         conflicted = [group for _priority, group in sorted(by_priority.items()) if len(group) > 1]
@@ -270,18 +259,17 @@ def _device_findings(defined, kind):
     return findings
 
 
-def lint(files, kind=KIND):
-    # type: (Any, str) -> List[Finding]
+def lint(files: Any, kind: str = KIND) -> List[Finding]:
     """Findings about ``files`` (``SpecFile``, in the order the runtimes scan them): errors first, then
     warnings, each in the order found. No findings: every spec loads, each device of ``kind`` is defined
     once, nothing is left over."""
-    findings = []  # type: List[Finding]
+    findings: List[Finding] = []
     files = list(files)
     if len(files) > MAX_FILES:
         message = "more than %d files in the spec directories; only the first %d are checked" % (MAX_FILES, MAX_FILES)
         findings.append(_finding(WARN, files[MAX_FILES].directory, message))
         files = files[:MAX_FILES]
-    defined = {}  # type: Dict[str, List[SpecFile]]  # device name of ``kind`` -> the files that define it
+    defined: Dict[str, List[SpecFile]] = {}  # device name of ``kind`` -> the files that define it
     parsed_bytes = 0
     for spec_file in files:
         name = spec_file.name

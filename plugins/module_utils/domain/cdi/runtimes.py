@@ -67,7 +67,7 @@ MAX_OUTPUT = 4096  # of a --version output, looked at
 #
 # "checked" = read from the tags' go.mod/vendor.mod in the upstream repositories (every tag of the
 # range, not only the first), December 2026, by whoever wrote this table; ranges are inclusive.
-TABLE = {
+TABLE: Dict[str, Tuple[Tuple[Tuple[int, int, int], str], ...]] = {
     "containerd": (
         # v1.6.x: no CDI (checked: no CDI library in go.mod).
         ((1, 7, 0), "0.5.0"),   # v1.7.0-v1.7.11: c-o-d/container-device-interface v0.5.4 (checked)
@@ -110,7 +110,7 @@ TABLE = {
         ((1, 33, 0), "1.0.0"),  # v1.33.x-v1.34.x: v1.0.1 (checked)
         ((1, 35, 0), "1.1.0"),  # v1.35.0-v1.36.3: v1.1.0 (checked)
     ),
-}  # type: Dict[str, Tuple[Tuple[Tuple[int, int, int], str], ...]]
+}
 
 # Up to three dot-separated numbers, then anything not a digit (-ce, -rc.1, +dfsg, ~ds1, -1).
 _VERSION_RE = lazy_pattern(r"v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?")
@@ -132,13 +132,11 @@ class Runtime:
     path: str = ""
     source: str = ""
 
-    def to_dict(self):
-        # type: () -> Dict[str, Any]
+    def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "version": self.version, "max_cdi_version": self.max_cdi_version}
 
 
-def version_key(text):
-    # type: (Any) -> Tuple[int, ...]
+def version_key(text: Any) -> Tuple[int, ...]:
     """``(major, minor, patch)`` of a release version: ``v2.0.5``, ``27.3.1-ce``, ``2.0.0-rc.1``,
     ``1.6.20~ds1``, ``5.4.2+ds1-2``; missing parts are 0, parts after the third are ignored.
     ValueError for text without a version (or not a string or number)."""
@@ -157,8 +155,7 @@ def version_key(text):
     return tuple(int(part) for part in parts)
 
 
-def canonical_name(name):
-    # type: (Any) -> str
+def canonical_name(name: Any) -> str:
     """``name`` as one of ``RUNTIME_NAMES`` (case and ``ALIASES`` forgiven); ValueError otherwise."""
     if isinstance(name, str):
         folded = name.strip().lower()
@@ -169,8 +166,7 @@ def canonical_name(name):
     raise ValueError("must be one of %s, not %s" % (", ".join(RUNTIME_NAMES), type_name(name)))
 
 
-def max_cdi_version(name, version):
-    # type: (str, Any) -> Optional[str]
+def max_cdi_version(name: str, version: Any) -> Optional[str]:
     """The newest ``cdiVersion`` release ``version`` of runtime ``name`` loads; None before its CDI
     support. ValueError for an unknown runtime or a version that is not one."""
     rows = TABLE[canonical_name(name)]
@@ -182,16 +178,14 @@ def max_cdi_version(name, version):
     return best
 
 
-def runtime(name, version, path="", source=""):
-    # type: (str, Any, str, str) -> Runtime
+def runtime(name: str, version: Any, path: str = "", source: str = "") -> Runtime:
     """A ``Runtime`` with its CDI version looked up (``name`` as ``canonical_name`` takes it)."""
     canonical = canonical_name(name)
     return Runtime(name=canonical, version=str(version), max_cdi_version=max_cdi_version(canonical, version),
                    path=path, source=source)
 
 
-def ceiling(runtimes):
-    # type: (Any) -> Optional[Runtime]
+def ceiling(runtimes: Any) -> Optional[Runtime]:
     """The runtime whose library loads the oldest CDI version (the one that limits what is written),
     or None when no runtime loads CDI specs. Ties go to the first listed."""
     best = None
@@ -218,8 +212,7 @@ _OUTPUT_PATTERNS = {
 }
 
 
-def version_from_output(name, text):
-    # type: (str, Any) -> str
+def version_from_output(name: str, text: Any) -> str:
     """The release version in runtime ``name``'s ``--version`` output (its first 4 KiB), without a
     leading ``v`` (``2.0.5``, ``1.6.20~ds1``); ValueError when it is not there."""
     pattern = _OUTPUT_PATTERNS[canonical_name(name)]
@@ -241,8 +234,7 @@ def version_from_output(name, text):
 
 # --- the cdi_runtimes option -------------------------------------------------------------------
 
-def parse_runtimes_option(value, source="option", where="cdi_runtimes"):
-    # type: (Any, str, str) -> Any
+def parse_runtimes_option(value: Any, source: str = "option", where: str = "cdi_runtimes") -> Any:
     """``cdi_runtimes``: the string ``auto`` (or None), or a list of at most ``MAX_RUNTIMES`` mappings
     ``{name, version}``; ``crio``/``cri_o`` are taken for ``cri-o``, ``dockerd``/``moby`` for ``docker``,
     in any case. Returns ``"auto"`` or a list of ``Runtime`` (``source``); every error is a ValueError
@@ -255,7 +247,7 @@ def parse_runtimes_option(value, source="option", where="cdi_runtimes"):
         raise ValueError("%s: must be auto or a list of {name, version}, not %s" % (where, type_name(value)))
     if len(value) > MAX_RUNTIMES:
         raise ValueError("%s: lists %d runtimes; at most %d" % (where, len(value), MAX_RUNTIMES))
-    runtimes = []  # type: List[Runtime]
+    runtimes: List[Runtime] = []
     for index, item in enumerate(value):
         at = "%s[%d]" % (where, index)
         if not isinstance(item, dict):
@@ -272,8 +264,7 @@ def parse_runtimes_option(value, source="option", where="cdi_runtimes"):
     return runtimes
 
 
-def _option_version(at, version):
-    # type: (str, Any) -> str
+def _option_version(at: str, version: Any) -> str:
     """An option entry's version as text, without a leading ``v``; ValueError naming ``at``."""
     if isinstance(version, bool) or not isinstance(version, (str, int, float)):
         raise ValueError("%s.version: must be a version like 5.4.2, not %s" % (at, type_name(version)))

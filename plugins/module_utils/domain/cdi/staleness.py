@@ -53,7 +53,7 @@ def driver_version_from_proc(text):
 
 def _edits_of(spec):
     """``(where, edits)`` for the spec-level edits and each device's, skipping malformed parts."""
-    out = []  # type: List[Tuple[str, Optional[str], Dict[str, Any]]]
+    out: List[Tuple[str, Optional[str], Dict[str, Any]]] = []
     if not isinstance(spec, dict):
         return out
     if isinstance(spec.get("containerEdits"), dict):
@@ -67,7 +67,7 @@ def _edits_of(spec):
 
 def generated_for(spec):
     """The driver version a spec's driver-versioned library mounts carry (the most common one), or None."""
-    versions = Counter()  # type: Counter[str]
+    versions: Counter[str] = Counter()
     for _where, _name, edits in _edits_of(spec):
         mounts = edits.get("mounts")
         for mount in mounts if isinstance(mounts, list) else []:
@@ -165,7 +165,7 @@ def _driver_problem(spec, probe):
 def stale_edits(spec, probe):
     """What in ``spec`` (a parsed CDI spec) is not true on the node: a list of one-line differences,
     empty when everything it names is there."""
-    problems = []  # type: List[str]
+    problems: List[str] = []
     budget = _Budget()
     for _where, _name, edits in _edits_of(spec):
         _true_edits(edits, probe, budget, problems)
@@ -179,13 +179,13 @@ def check_vendor(vendor, spec, probe):
     """``vendor`` (a ``VendorSpec`` read from ``spec``, the parsed file) checked against the node: a
     copy whose device and common edits are only the true ones, ``stale`` listing what differs and
     ``unusable`` the devices (by name) left without a true device node of their own."""
-    problems = []  # type: List[str]
+    problems: List[str] = []
     budget = _Budget()
     checked = copy.copy(vendor)
     checked.devices = {}
     checked.unusable = {}
     for name, edits in vendor.devices.items():
-        own = []  # type: List[str]
+        own: List[str] = []
         kept, had, left = _true_edits(edits, probe, budget, own) if isinstance(edits, dict) else (edits, 0, 0)
         checked.devices[name] = kept
         if had and not left:

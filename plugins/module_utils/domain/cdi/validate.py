@@ -98,8 +98,7 @@ class CdiVersionError(BcdError, ValueError):
     ``v`` is allowed, as the reference library allows it)."""
 
 
-def version_key(version):
-    # type: (Any) -> Tuple[int, int, int]
+def version_key(version: Any) -> Tuple[int, int, int]:
     """Return ``(major, minor, patch)`` of a CDI version such as ``"0.6.0"``,
     for comparing versions. Raises ``CdiVersionError`` for anything else."""
     if not isinstance(version, str):
@@ -108,16 +107,14 @@ def version_key(version):
 
 
 @functools.lru_cache(maxsize=64)  # a pass compares the same few versions thousands of times
-def _parsed_version(version):
-    # type: (str) -> Tuple[int, int, int]
+def _parsed_version(version: str) -> Tuple[int, int, int]:
     match = _VERSION_RE.fullmatch(version)
     if match is None:
         raise CdiVersionError("%r is not a CDI version (X.Y.Z)" % (version,))
     return (int(match.group(1)), int(match.group(2)), int(match.group(3)))
 
 
-def _is_known_version(version):
-    # type: (Any) -> bool
+def _is_known_version(version: Any) -> bool:
     try:
         key = version_key(version)
     except CdiVersionError:
@@ -131,18 +128,15 @@ _KNOWN_KEYS = frozenset(version_key(v) for v in KNOWN_VERSIONS)
 # --- minimum version --------------------------------------------------------
 
 
-def _as_dict(value):
-    # type: (Any) -> Dict[str, Any]
+def _as_dict(value: Any) -> Dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _as_list(value):
-    # type: (Any) -> List[Any]
+def _as_list(value: Any) -> List[Any]:
     return value if isinstance(value, list) else []
 
 
-def _all_edits(spec):
-    # type: (Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]
+def _all_edits(spec: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
     """(path, containerEdits) for the spec and each device, skipping
     whatever is not a mapping."""
     out = [("containerEdits", _as_dict(spec.get("containerEdits")))]
@@ -154,12 +148,11 @@ def _all_edits(spec):
     return out
 
 
-def _requirements(spec):
-    # type: (Any) -> List[Tuple[str, str]]
+def _requirements(spec: Any) -> List[Tuple[str, str]]:
     """Every (version, reason) the content of ``spec`` requires, in the order
     found. Mirrors ``requiresV040`` ... ``requiresV110`` of the library."""
     spec = _as_dict(spec)
-    found = []  # type: List[Tuple[str, str]]
+    found: List[Tuple[str, str]] = []
     edits = _all_edits(spec)
 
     for path, edit in edits:
@@ -203,8 +196,7 @@ def _requirements(spec):
     return found
 
 
-def minimum_version(spec):
-    # type: (Any) -> str
+def minimum_version(spec: Any) -> str:
     """The lowest ``cdiVersion`` the content of ``spec`` allows under the CDI
     library's rules: 0.3.0 at least; 0.4.0 for ``mounts[].type``; 0.5.0 for a
     device name starting with a digit or any ``deviceNodes[].hostPath``; 0.6.0
@@ -215,8 +207,7 @@ def minimum_version(spec):
     return _highest(_requirements(spec))
 
 
-def _highest(requirements):
-    # type: (List[Tuple[str, str]]) -> str
+def _highest(requirements: List[Tuple[str, str]]) -> str:
     best = EARLIEST_VERSION
     for version, _reason in requirements:
         if version_key(version) > version_key(best):
@@ -224,8 +215,7 @@ def _highest(requirements):
     return best
 
 
-def requirements_above(spec, version):
-    # type: (Any, str) -> List[Tuple[str, str]]
+def requirements_above(spec: Any, version: str) -> List[Tuple[str, str]]:
     """The ``(version, reason)`` requirements of ``spec``'s content newer than ``version``,
     newest first: what a runtime whose library loads at most ``version`` would refuse."""
     limit = version_key(version)
@@ -239,19 +229,16 @@ def requirements_above(spec, version):
 class _Checker:
     """Collects problems; each check names the JSON path it looked at."""
 
-    def __init__(self, version_key_or_none):
-        # type: (Optional[Tuple[int, int, int]]) -> None
-        self.problems = []  # type: List[str]
+    def __init__(self, version_key_or_none: Optional[Tuple[int, int, int]]) -> None:
+        self.problems: List[str] = []
         self.version = version_key_or_none
 
-    def add(self, path, message):
-        # type: (str, str) -> None
+    def add(self, path: str, message: str) -> None:
         self.problems.append("%s: %s" % (path, message) if path else message)
 
     # types
 
-    def string(self, path, value, required=False):
-        # type: (str, Any, bool) -> bool
+    def string(self, path: str, value: Any, required: bool = False) -> bool:
         if isinstance(value, str):
             if required and value == "":
                 self.add(path, "must not be empty")
@@ -260,27 +247,23 @@ class _Checker:
         self.add(path, "must be a string, not %s" % type_name(value))
         return False
 
-    def boolean(self, path, value):
-        # type: (str, Any) -> None
+    def boolean(self, path: str, value: Any) -> None:
         if not isinstance(value, bool):
             self.add(path, "must be a boolean, not %s" % type_name(value))
 
-    def integer(self, path, value, low, high):
-        # type: (str, Any, int, int) -> None
+    def integer(self, path: str, value: Any, low: int, high: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             self.add(path, "must be an integer, not %s" % type_name(value))
         elif value < low or value > high:
             self.add(path, "%d is out of range (%d to %d)" % (value, low, high))
 
-    def array(self, path, value):
-        # type: (str, Any) -> bool
+    def array(self, path: str, value: Any) -> bool:
         if isinstance(value, list):
             return True
         self.add(path, "must be an array, not %s" % type_name(value))
         return False
 
-    def obj(self, path, value, fields):
-        # type: (str, Any, Tuple[str, ...]) -> bool
+    def obj(self, path: str, value: Any, fields: Tuple[str, ...]) -> bool:
         if not isinstance(value, dict):
             self.add(path, "must be an object, not %s" % type_name(value))
             return False
@@ -293,14 +276,12 @@ class _Checker:
                 )
         return True
 
-    def strings(self, path, value):
-        # type: (str, Any) -> None
+    def strings(self, path: str, value: Any) -> None:
         if self.array(path, value):
             for idx, item in enumerate(value):
                 self.string("%s[%d]" % (path, idx), item)
 
-    def env(self, path, value):
-        # type: (str, Any) -> None
+    def env(self, path: str, value: Any) -> None:
         if not self.array(path, value):
             return
         for idx, item in enumerate(value):
@@ -310,8 +291,7 @@ class _Checker:
 
     # CDI parts
 
-    def annotations(self, path, value):
-        # type: (str, Any) -> None
+    def annotations(self, path: str, value: Any) -> None:
         if not isinstance(value, dict):
             self.add(path, "must be an object, not %s" % type_name(value))
             return
@@ -329,8 +309,7 @@ class _Checker:
         if size > _ANNOTATIONS_MAX_BYTES:
             self.add(path, "annotations total %d bytes, more than %d" % (size, _ANNOTATIONS_MAX_BYTES))
 
-    def edits(self, path, value, device):
-        # type: (str, Any, bool) -> None
+    def edits(self, path: str, value: Any, device: bool) -> None:
         if not self.obj(path, value, _EDIT_FIELDS):
             return
         if "env" in value:
@@ -358,14 +337,12 @@ class _Checker:
                 "'empty device edits'",
             )
 
-    def items(self, path, value, check):
-        # type: (str, Any, Any) -> None
+    def items(self, path: str, value: Any, check: Any) -> None:
         if self.array(path, value):
             for idx, item in enumerate(value):
                 check("%s[%d]" % (path, idx), item)
 
-    def device_node(self, path, node):
-        # type: (str, Any) -> None
+    def device_node(self, path: str, node: Any) -> None:
         if not self.obj(path, node, _DEVICE_NODE_FIELDS):
             return
         if "path" not in node:
@@ -389,8 +366,7 @@ class _Checker:
             if key in node:
                 self.integer(_join(path, key), node[key], 0, _UINT32_MAX)
 
-    def mount(self, path, mount):
-        # type: (str, Any) -> None
+    def mount(self, path: str, mount: Any) -> None:
         if not self.obj(path, mount, _MOUNT_FIELDS):
             return
         for key in ("hostPath", "containerPath"):
@@ -403,8 +379,7 @@ class _Checker:
         if "type" in mount:
             self.string(_join(path, "type"), mount["type"])
 
-    def hook(self, path, hook):
-        # type: (str, Any) -> None
+    def hook(self, path: str, hook: Any) -> None:
         if not self.obj(path, hook, _HOOK_FIELDS):
             return
         if "hookName" not in hook:
@@ -426,8 +401,7 @@ class _Checker:
         if "timeout" in hook:
             self.integer(_join(path, "timeout"), hook["timeout"], 0, _UINT32_MAX)
 
-    def intel_rdt(self, path, rdt):
-        # type: (str, Any) -> None
+    def intel_rdt(self, path: str, rdt: Any) -> None:
         if not self.obj(path, rdt, _INTEL_RDT_FIELDS):
             return
         if "closID" in rdt and self.string(_join(path, "closID"), rdt["closID"]):
@@ -452,16 +426,15 @@ class _Checker:
             if rdt.get("enableMonitoring") is False and self.version < v110:
                 self.add(_join(path, "enableMonitoring"), "requires cdiVersion 1.1.0 or later")
 
-    def net_devices(self, path, value):
-        # type: (str, Any) -> None
+    def net_devices(self, path: str, value: Any) -> None:
         if not self.array(path, value):
             return
         if not value and self.version is not None and self.version < (1, 1, 0):
             # A non-empty list raises the minimum version (reported on
             # cdiVersion); even an empty one is refused before 1.1.0.
             self.add(path, "requires cdiVersion 1.1.0 or later, even when empty")
-        hosts = {}  # type: Dict[str, int]
-        names = {}  # type: Dict[str, int]
+        hosts: Dict[str, int] = {}
+        names: Dict[str, int] = {}
         for idx, dev in enumerate(value):
             dev_path = "%s[%d]" % (path, idx)
             if not self.obj(dev_path, dev, _NET_DEVICE_FIELDS):
@@ -479,28 +452,25 @@ class _Checker:
                         seen[dev[key]] = idx
 
 
-def _join(path, key):
-    # type: (str, str) -> str
+def _join(path: str, key: str) -> str:
     return "%s.%s" % (path, key) if path else key
 
 
-def _has_an_edit(edits):
-    # type: (Dict[str, Any]) -> bool
+def _has_an_edit(edits: Dict[str, Any]) -> bool:
     for key in ("env", "deviceNodes", "hooks", "mounts", "additionalGids", "netDevices"):
         if isinstance(edits.get(key), list) and edits[key]:
             return True
     return edits.get("intelRdt") is not None
 
 
-def _qualified_name_problems(key):
-    # type: (str) -> List[str]
+def _qualified_name_problems(key: str) -> List[str]:
     """Kubernetes' IsQualifiedName, applied (as the library does) to the
     lower-cased key."""
     key = key.lower()
     parts = key.split("/")
     if len(parts) == 1:
         name = parts[0]
-        problems = []  # type: List[str]
+        problems: List[str] = []
     elif len(parts) == 2:
         prefix, name = parts
         problems = []
@@ -524,8 +494,7 @@ def _qualified_name_problems(key):
     return problems
 
 
-def validate_spec(spec):
-    # type: (Any) -> List[str]
+def validate_spec(spec: Any) -> List[str]:
     """Every problem that would make a runtime (or the official CDI schema)
     refuse ``spec``, one message each, naming the JSON path; an empty list
     means the spec is valid."""
@@ -594,7 +563,7 @@ def validate_spec(spec):
         devices = spec["devices"]
         if not devices:
             checker.add("devices", "a spec needs at least one device")
-        seen = {}  # type: Dict[str, int]
+        seen: Dict[str, int] = {}
         for idx, device in enumerate(devices):
             path = "devices[%d]" % idx
             if not checker.obj(path, device, _DEVICE_FIELDS):

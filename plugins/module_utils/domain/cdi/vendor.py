@@ -45,7 +45,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.records import
 # PyYAML is imported when a spec is not JSON (_yaml_tools); whether it is there is known without
 # importing it.
 HAS_YAML = importlib.util.find_spec("yaml") is not None
-YAML_IMPORT_ERROR = None if HAS_YAML else "No module named 'yaml'"  # type: Optional[str]
+YAML_IMPORT_ERROR: Optional[str] = None if HAS_YAML else "No module named 'yaml'"
 
 __all__ = [
     "HAS_YAML",
@@ -93,13 +93,11 @@ class VendorSpec:
     shadowed: List[str] = field(default_factory=list)  # NVIDIA specs of a lower-priority directory, not used
 
     @property
-    def is_wsl(self):
-        # type: () -> bool
+    def is_wsl(self) -> bool:
         """A WSL2 spec: its only device is ``all``, which stands for every GPU."""
         return set(self.devices) == {WSL_DEVICE}
 
-    def edits_for_gpu(self, gpu_uuid):
-        # type: (str) -> Optional[Dict[str, Any]]
+    def edits_for_gpu(self, gpu_uuid: str) -> Optional[Dict[str, Any]]:
         """A copy of the edits of device ``GPU-<uuid>`` (``gpu_uuid`` as the
         inventory gives it, ``GPU-`` included); on WSL the ``all`` device's
         edits for any GPU; None when the spec does not name the GPU."""
@@ -107,16 +105,14 @@ class VendorSpec:
             return copy.deepcopy(self.devices[WSL_DEVICE])
         return self._lookup(gpu_uuid, "GPU-")
 
-    def edits_for_mig(self, mig_uuid):
-        # type: (str) -> Optional[Dict[str, Any]]
+    def edits_for_mig(self, mig_uuid: str) -> Optional[Dict[str, Any]]:
         """A copy of the edits of device ``MIG-<uuid>``; None when the spec
         does not name it (always on WSL, which has no MIG devices)."""
         if self.is_wsl:
             return None
         return self._lookup(mig_uuid, "MIG-")
 
-    def unusable_reason(self, uuid):
-        # type: (Any) -> Optional[str]
+    def unusable_reason(self, uuid: Any) -> Optional[str]:
         """Why device ``GPU-``/``MIG-<uuid>`` (or WSL's ``all``) has no true device node on the
         node, or None when it has one (or the spec does not name it)."""
         if not self.unusable or not isinstance(uuid, str):
@@ -129,8 +125,7 @@ class VendorSpec:
                 return why
         return None
 
-    def _lookup(self, uuid, prefix):
-        # type: (Any, str) -> Optional[Dict[str, Any]]
+    def _lookup(self, uuid: Any, prefix: str) -> Optional[Dict[str, Any]]:
         if not isinstance(uuid, str) or not uuid.startswith(prefix):
             return None
         edits = self.devices.get(uuid)
@@ -149,7 +144,7 @@ class VendorSpec:
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 _STR_TAG = "tag:yaml.org,2002:str"
-_YAML = {}  # type: Dict[str, Any]
+_YAML: Dict[str, Any] = {}
 
 
 def _yaml_tools():
@@ -196,8 +191,7 @@ def _yaml_tools():
     return _YAML["yaml"], _YAML["loader"]
 
 
-def _keep_names_as_text(yaml, node, seen=None):
-    # type: (Any, Any, Optional[set]) -> None
+def _keep_names_as_text(yaml: Any, node: Any, seen: Optional[set] = None) -> None:
     """Make every plain scalar under a ``name`` key a string, whatever it looks
     like (``0:1``, ``010``, ``1_0`` are device names, not numbers)."""
     if seen is None:
@@ -219,8 +213,7 @@ def _keep_names_as_text(yaml, node, seen=None):
             _keep_names_as_text(yaml, item, seen)
 
 
-def _load_yaml(text):
-    # type: (str) -> Any
+def _load_yaml(text: str) -> Any:
     yaml, loader_class = _yaml_tools()
     loader = loader_class(text)
     try:
@@ -240,8 +233,7 @@ class SpecFileError(BcdError):
     """A spec file could not be read or parsed (becomes a warning)."""
 
 
-def parse_spec_text(text, name):
-    # type: (str, str) -> Any
+def parse_spec_text(text: str, name: str) -> Any:
     """Parse a spec file as the runtimes do: JSON or YAML whatever the name
     (their YAML reader takes both); YAML only with PyYAML."""
     try:
@@ -266,8 +258,7 @@ def parse_spec_text(text, name):
         raise SpecFileError("not valid YAML (%s)" % exc)
 
 
-def build_vendor_spec(node_path, data, raw):
-    # type: (str, Dict[str, Any], bytes) -> VendorSpec
+def build_vendor_spec(node_path: str, data: Dict[str, Any], raw: bytes) -> VendorSpec:
     """A VendorSpec from a parsed NVIDIA spec; raises SpecFileError when the
     spec is too broken to use at all."""
     version = data.get("cdiVersion")

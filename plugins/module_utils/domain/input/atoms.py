@@ -164,7 +164,7 @@ def resolve_devices(refs, inventory):
 
 def visible_devices(atoms):
     """``NVIDIA_VISIBLE_DEVICES`` names for a hold: each GPU once, each MIG device's UUID, in order."""
-    names = []  # type: List[str]
+    names: List[str] = []
     for atom in atoms:
         name = atom.visible_name
         if name and name not in names:

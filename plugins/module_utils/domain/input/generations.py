@@ -67,7 +67,7 @@ def differing_sections(stored, devices, instances):
 def _by_allocation(devices):
     """``{allocation_id: [each entry of it, as the pass reads it]}`` of a devices section (an id sent twice
     has both entries, in order; an entry without a string id is left out)."""
-    found = {}  # type: dict
+    found: dict = {}
     for raw, meant in zip(devices if isinstance(devices, list) else [], _meaning(devices)):
         allocation_id = raw.get("allocation_id") if isinstance(raw, dict) else None
         if isinstance(allocation_id, str):
