@@ -26,7 +26,7 @@ at most 8 levels and holds integers of at most 19 digits (int64).
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Any, NoReturn, Optional, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError
 
@@ -103,11 +103,11 @@ def _deeper(brackets: bytes, limit: int) -> bool:
     return b"[]" in brackets or brackets.count(b"[") > limit
 
 
-def _items(skeleton):
+def _items(skeleton: bytes) -> int:
     return len(skeleton) - skeleton.count(b"]")
 
 
-def _checked_skeleton(content, where):
+def _checked_skeleton(content: bytes, where: str) -> bytes:
     try:
         skeleton = _skeleton(content)
     except _OverBound as exc:
@@ -137,13 +137,13 @@ def structure_problem(content: bytes, limit: int = MAX_DEPTH) -> Optional[str]:
     return None
 
 
-def _int(text):
+def _int(text: str) -> int:
     if len(text) - text.startswith("-") > MAX_INT_DIGITS:
         raise _OverBound("holds an integer of %d digits; at most %d are read" % (len(text.lstrip("-")), MAX_INT_DIGITS))
     return int(text)
 
 
-def _float(text):
+def _float(text: str) -> float:
     if len(text) > MAX_FLOAT_CHARS:
         raise _OverBound("holds a number of %d characters; at most %d are read" % (len(text), MAX_FLOAT_CHARS))
     value = float(text)
@@ -152,11 +152,11 @@ def _float(text):
     return value
 
 
-def _constant(name):
+def _constant(name: str) -> NoReturn:
     raise ValueError("%s is not a JSON number" % name)
 
 
-def loads(content, where, max_depth=MAX_DEPTH):
+def loads(content: Union[bytes, str], where: str, max_depth: int = MAX_DEPTH) -> Any:
     """The JSON value of ``content`` (bytes, UTF-8); ``StateFileError`` past a bound, ``ValueError``
     when it is not JSON."""
     if isinstance(content, str):

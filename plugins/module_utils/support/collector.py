@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from typing import Iterator
 
 
 @contextmanager
-def fewer_collections(young=20000, freeze=False):
+def fewer_collections(young: int = 20000, freeze: bool = False) -> Iterator[None]:
     """The young generation collected at ``young`` new objects (or the process's own threshold, if higher)
     inside the block. With ``freeze``, what exists before the block is frozen (no collection walks it) unless
     the heap is frozen already, and thawed after; a heap another caller froze is left frozen."""

@@ -26,13 +26,13 @@ class StateFileError(BcdError):
     file, not owned as expected, over its size cap, or content past the bounds of ``support/bounded_json``.
     ``where`` names the file (a node path), ``problem`` what is wrong; ``str()`` is both, on one line."""
 
-    def __init__(self, where, problem):
+    def __init__(self, where: str, problem: str) -> None:
         super().__init__("%s: %s" % (where, problem))
         self.where = where
         self.problem = problem
 
 
-def type_name(value):
+def type_name(value: object) -> str:
     """How a message names the type of a value from YAML or JSON input: ``null``, ``a list``, ..."""
     if value is None:
         return "null"

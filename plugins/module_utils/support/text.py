@@ -35,7 +35,7 @@ reads as the end of the quote; and it cuts a long value short.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import List, Optional
 
 ELLIPSIS = "..."
 QUOTED_MAX = 80  # characters of a quoted value a message shows, escapes included
@@ -49,7 +49,7 @@ def _escaped(ch: str) -> str:
     return ch if ch.isprintable() else ascii(ch)[1:-1]
 
 
-def printable(value: Any, limit: Optional[int] = None) -> str:
+def printable(value: object, limit: Optional[int] = None) -> str:
     """``value`` (a string, or anything ``str`` turns into one) on one line, every character that is not
     printable escaped (``\\x1b``, ``\\n``, ``\\u202e``). With ``limit``, at most that many characters (at
     least 4): longer text is cut, never inside an escape, and ends in ``...``."""
@@ -86,7 +86,7 @@ def _code(ch: str) -> str:
     return ascii(ch)[1:-1]
 
 
-def quoted(value: Any, quote: str = "'", limit: int = QUOTED_MAX) -> str:
+def quoted(value: object, quote: str = "'", limit: int = QUOTED_MAX) -> str:
     """``value`` as a message of the node quotes it, whatever it holds: a string between ``quote`` (``""`` for
     none: a word such as a binding), every character but printable ASCII escaped as ``printable`` escapes it
     (``\\x1b``, ``\\n``, ``\\u202e``, ``\\U0001f600``), and so are ``{``, ``}``, the backslash and ``quote``
@@ -104,7 +104,7 @@ def quoted(value: Any, quote: str = "'", limit: int = QUOTED_MAX) -> str:
     return quote + _cut(pieces, limit) + quote
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: object) -> str:
     """How ``quoted`` writes a value that is not a string."""
     if value is None or isinstance(value, bool) or isinstance(value, float):
         return repr(value)
@@ -118,10 +118,10 @@ def _scalar(value: Any) -> str:
     return quoted(type(value).__name__, quote="")
 
 
-def printable_lines(text: Any) -> str:
+def printable_lines(text: object) -> str:
     """``text`` of several lines, each escaped with ``printable``: the newlines between them kept, every
     other character that is not printable (a carriage return among them) escaped."""
-    text = text if isinstance(text, str) else str(text)
-    if text.isprintable():
-        return text
-    return "\n".join(printable(line) for line in text.split("\n"))
+    shown = text if isinstance(text, str) else str(text)
+    if shown.isprintable():
+        return shown
+    return "\n".join(printable(line) for line in shown.split("\n"))
