@@ -96,11 +96,13 @@ _value:
       type: str
 """
 
+from typing import Any, Callable, Dict
+
 from ansible_collections.bcd.devices.plugins.module_utils.domain.delivery import delivery
 
 
 class FilterModule:
     """bcd.devices delivery filter."""
 
-    def filters(self):
+    def filters(self) -> Dict[str, Callable[..., Any]]:
         return {"delivery": delivery}

@@ -49,6 +49,7 @@ _value:
 import hashlib
 import json
 import os
+from typing import Any, Callable, Dict
 
 from ansible.errors import AnsibleFilterError
 
@@ -57,7 +58,7 @@ from ansible_collections.bcd.devices.plugins.plugin_utils.node_library import co
 MAX_ROLE_FILES = 256
 
 
-def role_digest(role_path):
+def role_digest(role_path: str) -> str:
     """One SHA-256 over every file under ``role_path``: its path relative to it and its content, sorted."""
     lines = []
     for top, dirs, files in os.walk(role_path):
@@ -73,7 +74,7 @@ def role_digest(role_path):
     return hashlib.sha256("".join(sorted(lines)).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def install_digest(inputs, role_path):
+def install_digest(inputs: object, role_path: object) -> str:
     if not isinstance(inputs, dict):
         raise AnsibleFilterError("install_digest: the input must be a mapping, not %s" % type(inputs).__name__)
     try:
@@ -90,5 +91,5 @@ def install_digest(inputs, role_path):
 class FilterModule:
     """bcd.devices install_digest filter."""
 
-    def filters(self):
+    def filters(self) -> Dict[str, Callable[..., Any]]:
         return {"install_digest": install_digest}

@@ -67,6 +67,8 @@ _value:
   type: bool
 """
 
+from typing import Any, Callable, Dict
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
@@ -80,8 +82,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
 )
 
 
-def verify_report(event, public_key):
-    """True only for an untampered attested event signed by ``public_key``."""
+def verify_report(event: Any, public_key: Any) -> bool:
+    """True only for an untampered attested event signed by ``public_key``. Both are what the template passes
+    (an event is JSON, of any shape; a key that is not one is an error)."""
     if not HAS_CRYPTOGRAPHY:
         raise AnsibleFilterError(
             "bcd.devices.verify_report needs the Python library 'cryptography' on the controller: %s"
@@ -96,5 +99,5 @@ def verify_report(event, public_key):
 class FilterModule:
     """bcd.devices event filters."""
 
-    def filters(self):
+    def filters(self) -> Dict[str, Callable[..., Any]]:
         return {"verify_report": verify_report}

@@ -645,19 +645,17 @@ capabilities:
   elements: str
 """
 
-import gc
-
 from ansible.module_utils import basic
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry import zip_payload
+from ansible_collections.bcd.devices.plugins.module_utils.support import speed
 
-zip_payload.compile_once()  # first: the rest of the collection compiles once from Ansible's zip (docs/performance.md)
+speed.compile_once()  # first: the rest of the collection compiles once from Ansible's zip (docs/performance.md)
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import holds as module_code
 
 
-def main():
-    gc.freeze()  # what is imported lives as long as the run: no collection walks it (docs/performance.md)
+def main() -> None:
+    speed.freeze_imported()  # what is imported lives as long as the run: no collection walks it (docs/performance.md)
     module_code.main(basic)
 
 

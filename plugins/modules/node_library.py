@@ -108,6 +108,7 @@ node_install_stale:
 import gc
 import importlib
 import json
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ansible.module_utils import basic
 from ansible.module_utils.basic import AnsibleModule
@@ -118,7 +119,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node import library
 MODULES = ("holds", "holds_info", "events", "gpu_busy", "gpu_reset", "maintenance")
 
 
-def core_module_args():
+def core_module_args() -> Tuple[Dict[str, Any], Callable[[Dict[str, Any]], None]]:
     """``(raw, hand_over)``: the task's options as ansible-core handed them to this process (``_ansible_*``
     settings included), and ``hand_over(params)``, which makes ``params`` the options the next ``AnsibleModule``
     of this process reads, as if the controller had sent them.
@@ -146,14 +147,15 @@ def core_module_args():
     raw = basic._load_params()
     profile = str(basic._ANSIBLE_PROFILE)
 
-    def hand_over(params):
+    def hand_over(params: Dict[str, Any]) -> None:
         encoder = module_json.get_module_encoder(profile, module_json.Direction.CONTROLLER_TO_MODULE)
         basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": params}, cls=encoder).encode()
 
     return raw, hand_over
 
 
-def run_from_library(module_name, module_args, raw, hand_over):
+def run_from_library(module_name: str, module_args: Dict[str, Any], raw: Dict[str, Any],
+                     hand_over: Callable[[Dict[str, Any]], None]) -> None:
     """Run the module's ``main`` (from the library, now the collection's ``module_utils``) with the task's
     options and Ansible's own ``_ansible_*`` settings (``raw``'s), handed over by ``hand_over``
     (``core_module_args``): it exits the process with its own result."""
@@ -185,7 +187,7 @@ SPEC = dict(
 )
 
 
-def sent_by_the_action(raw):
+def sent_by_the_action(raw: object) -> Optional[Dict[str, Any]]:
     """The options when they are exactly what the action plugin sends (one of ``MODULES``, a dict of
     options, an absolute path, a digest), else None. The module run from the library validates its own
     options, so these need no ``AnsibleModule`` of their own: one would decode, copy, scan and log every
@@ -208,7 +210,7 @@ def sent_by_the_action(raw):
     return options
 
 
-def main():
+def main() -> None:
     # What Ansible has imported by now lives as long as the process: frozen, the cyclic collector no longer
     # walks it at every collection the converger's imports and pass trigger (11 ms of a 40 ms no-op).
     gc.freeze()

@@ -7,9 +7,11 @@ directory (``events``) does not import this."""
 
 from __future__ import annotations
 
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
+from typing import Any, Dict
+
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host, make_host
 
 
-def host_from_params(params):
+def host_from_params(params: Dict[str, Any]) -> Host:
     """The host the module's options name."""
     return make_host(params["root"], params.get("fakehw"), helper_socket=params.get("helper_socket"))

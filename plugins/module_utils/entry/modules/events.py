@@ -9,6 +9,7 @@ name runs it from the node's installed library when it is the controller's code 
 from __future__ import annotations
 
 import socket
+from typing import TYPE_CHECKING, Any, Dict
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, warn
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
@@ -18,8 +19,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.store import Nod
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
+if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never imported here at run time
+    from types import ModuleType
 
-def _node_id(params):
+    from ansible.module_utils.basic import AnsibleModule
+
+
+def _node_id(params: Dict[str, Any]) -> str:
     """The node's name for warnings, as its host would say it (``host.node_id()``): a fakehw node's own id,
     else the hostname. Not the journal's ``node_id``: the journal is the account's to write. The fakehw file
     is read only for a fakehw node; no other host code is loaded (docs/performance.md)."""
@@ -33,10 +39,10 @@ def _node_id(params):
     return socket.gethostname()
 
 
-def main(basic):
+def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, LOCK_OPTIONS, ack_through=dict(type="int")),
+    module: AnsibleModule = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, LOCK_OPTIONS, ack_through=dict(type="int")),
                                  supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:

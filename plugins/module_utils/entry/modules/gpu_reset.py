@@ -8,6 +8,8 @@ name runs it from the node's installed library when it is the controller's code 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Dict, Sequence
+
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import reset_gpus
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec
@@ -15,15 +17,20 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import 
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
+if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never imported here at run time
+    from types import ModuleType
 
-def _health_text(uuid, healthy, problems):
+    from ansible.module_utils.basic import AnsibleModule
+
+
+def _health_text(uuid: str, healthy: bool, problems: Sequence[str]) -> str:
     return "%s: %s\n" % (printable(uuid), "healthy" if healthy else "unhealthy: " + printable("; ".join(problems)))
 
 
-def main(basic):
+def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module = basic.AnsibleModule(argument_spec=argument_spec(
+    module: AnsibleModule = basic.AnsibleModule(argument_spec=argument_spec(
         NODE_OPTIONS, LOCK_OPTIONS,
         gpus=dict(type="list", elements="str", required=True),
     ), supports_check_mode=True)
@@ -34,7 +41,7 @@ def main(basic):
                           params["lock_timeout"])
     except (BcdError, OSError) as exc:
         module.fail_json(msg=printable(exc))
-    result = {"changed": done["changed"], "gpus": done["gpus"], "msg": done["msg"]}
+    result: Dict[str, Any] = {"changed": done["changed"], "gpus": done["gpus"], "msg": done["msg"]}
     if module._diff:
         before = "".join(_health_text(uuid, not problems, problems) for uuid, problems in done["before"].items())
         if done["after"] is None:

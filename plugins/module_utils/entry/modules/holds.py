@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
@@ -20,6 +21,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
     LOCK_OPTIONS,
     NODE_OPTIONS,
     RUNTIME_OPTIONS,
+    OptionSpec,
     argument_spec,
     warn,
 )
@@ -27,6 +29,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import 
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import HAS_CRYPTOGRAPHY
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines
+
+if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never imported here at run time
+    from types import ModuleType
+
+    from ansible.module_utils.basic import AnsibleModule
+
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner import Failure
+    from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host
 
 # What an Ansible user does about a refusal, after the spec's own message.
 BECOME = ("add become: true to the task or play, or set helper_socket to the root helper's socket (the role "
@@ -36,7 +46,7 @@ ANSIBLE_FIX = {
 }
 
 
-def refusal_message(failures, hints=None):
+def refusal_message(failures: Sequence[Failure], hints: Optional[Sequence[str]] = None) -> str:
     """The task's ``msg`` for a pass that did not reach the asked state: ``allocation: reason: message`` for each
     refusal, with what would help (``hints``, one per refusal: the node's GPUs for a device it lacks, ...);
     ``become: true`` first when the pass ran without root and without the helper."""
@@ -48,16 +58,17 @@ def refusal_message(failures, hints=None):
     return "assignments refused (the others of the pass are held): %s" % listed
 
 
-def on_refusal(params):
+def on_refusal(params: Dict[str, Any]) -> str:
     """``fail`` or ``report``: ``on_refusal``, else what the deprecated ``fail_on_refusal`` said, else ``fail``."""
     if params.get("on_refusal") is not None:
-        return params["on_refusal"]
+        chosen: str = params["on_refusal"]  # one of its choices: AnsibleModule refused any other
+        return chosen
     if params.get("fail_on_refusal") is False:
         return "report"
     return "fail"
 
 
-def module_argument_spec():
+def module_argument_spec() -> OptionSpec:
     return argument_spec(
         NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS,
         generation=dict(type="int"),  # left out: the node numbers its inputs
@@ -81,13 +92,13 @@ def module_argument_spec():
     )
 
 
-def shown_diff(entry):
+def shown_diff(entry: Dict[str, Any]) -> Dict[str, Any]:
     """A ``--diff`` entry as Ansible prints it to a terminal: each text escaped line by line (the bytes of a
     spec already in /etc/cdi, a pod's name in the plan), its newlines kept (``support/text.py``)."""
     return dict((key, printable_lines(value) if isinstance(value, str) else value) for key, value in entry.items())
 
 
-def echoed(params):
+def echoed(params: Dict[str, Any]) -> Dict[str, Any]:
     """What the result echoes of the task's options as Ansible's ``invocation`` (shown at ``-vvv``, kept when
     registered): every option as the module read it, the assignments by their count and digest. Echoed whole,
     the ``devices`` the task just sent made a third of a no-op's result (46 KB of 130 KB at 256 holds) on every
@@ -99,7 +110,7 @@ def echoed(params):
     return {"module_args": args}
 
 
-def written_metrics(host, textfile, state_dir):
+def written_metrics(host: Host, textfile: str, state_dir: str) -> List[str]:
     """Write the node's metrics after the pass to ``textfile`` (a node path ending in ``.prom``); the warnings when
     it could not be (the pass stands: the metrics are a report of it, and the timers' next pass writes them too)."""
     try:
@@ -109,10 +120,10 @@ def written_metrics(host, textfile, state_dir):
     return []
 
 
-def main(basic):
+def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module = basic.AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True,
+    module: AnsibleModule = basic.AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True,
                                  mutually_exclusive=[("on_refusal", "fail_on_refusal")])
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     params = module.params

@@ -8,6 +8,8 @@ name runs it from the node's installed library when it is the controller's code 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import (
     HELPER_OPTIONS,
@@ -22,11 +24,16 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import 
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
+if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never imported here at run time
+    from types import ModuleType
 
-def main(basic):
+    from ansible.module_utils.basic import AnsibleModule
+
+
+def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS),
+    module: AnsibleModule = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS),
                                  supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:

@@ -8,6 +8,8 @@ name runs it from the node's installed library when it is the controller's code 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Dict, Iterable
+
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import DEFAULT_LEASE_SECONDS, DEFAULT_RERAISE_AFTER
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import set_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
@@ -16,8 +18,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import 
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
+if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never imported here at run time
+    from types import ModuleType
 
-def _diff_text(records):
+    from ansible.module_utils.basic import AnsibleModule
+
+
+def _diff_text(records: Iterable[Dict[str, Any]]) -> str:
     # a reason may come from maintenance.json (the account's to write): escaped, one line per record; a live lease
     # is shown by its id (its end moves with every refresh, which changes nothing a person needs to see)
     return "".join("%s: %s%s\n" % (printable(record["uuid"]), printable(record["reason"]),
@@ -26,10 +33,10 @@ def _diff_text(records):
                    for record in records)
 
 
-def main(basic):
+def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module = basic.AnsibleModule(argument_spec=argument_spec(
+    module: AnsibleModule = basic.AnsibleModule(argument_spec=argument_spec(
         NODE_OPTIONS, LOCK_OPTIONS,
         gpus=dict(type="list", elements="str", required=True),
         state=dict(type="str", choices=["present", "absent"], default="present"),
@@ -47,7 +54,7 @@ def main(basic):
             params["reraise_after"])
     except (BcdError, OSError) as exc:
         module.fail_json(msg=printable(exc))
-    result = {"changed": done["changed"], "maintenance": done["after"], "lease_holder": done["lease_holder"],
+    result: Dict[str, Any] = {"changed": done["changed"], "maintenance": done["after"], "lease_holder": done["lease_holder"],
               "lease_until": done["lease_until"]}
     for key in ("gpus", "msg"):
         if key in done:
