@@ -67,12 +67,12 @@ import functools
 import os
 import stat
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import parse_cleared
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
-from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import Ledger
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER, Limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease, Releases
+from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import Ledger, UnfinishedRelease
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import parse_maintenance, render_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import (
@@ -96,7 +96,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     is_sealed,
     sealed,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import ledger_bytes, parse_ledger, record_event, settles
+from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import ledger_bytes, limits_from_record, parse_ledger, record_event, settles
 from ansible_collections.bcd.devices.plugins.module_utils.state.releases import (
     clear_marker,
     load_releases,
@@ -368,7 +368,7 @@ class NodeState:
 
     def finish(self, generation: int, state: str, vfio: Dict[str, str], kept_failures: Any, finished: Any,
                renders: Optional[Dict[str, dict]] = None, started: Optional[float] = None,
-               booked: Optional[Dict[str, Optional[dict]]] = None) -> None:
+               booked: Optional[Mapping[str, Optional[Limits]]] = None) -> None:
         """Record the end of a real pass: its section state, the VMs' GPUs, the refusals still relevant,
         the holds' render records, what kept holds without a slice book now (``booked``), and
         (``finished``: nothing left to retry) the generation it observed; with ``started`` (when it took
@@ -385,9 +385,8 @@ class NodeState:
             ledger.vfio = vfio
             if renders is not None:
                 ledger.renders = renders
-            for allocation_id, limits in sorted((booked or {}).items()):
-                if allocation_id in ledger.bound:
-                    ledger.bound[allocation_id]["limits"] = limits
+            for allocation_id in sorted(booked or {}):
+                ledger.book(allocation_id, (booked or {})[allocation_id])
             ledger.last_state = state
             ledger.failures = dict((k, v) for k, v in ledger.failures.items() if k in kept_failures)
 
@@ -422,16 +421,14 @@ class NodeState:
             return
         with self.change() as change:
             for allocation_id, generation, device_ids in new:
-                change.ledger.unfinished_releases[allocation_id] = {"generation": generation,
-                                                                    "device_ids": list(device_ids)}
+                change.ledger.unfinished_releases[allocation_id] = UnfinishedRelease(generation, tuple(device_ids))
 
     def set_hold_limits(self, allocation_id: str, limits: Optional[dict]) -> None:
         """The limits a kept hold's slice now has."""
         with self.change() as change:
-            if allocation_id in change.ledger.bound:
-                change.ledger.bound[allocation_id]["limits"] = limits
+            change.ledger.book(allocation_id, limits_from_record(limits))
 
-    def record_kube_release(self, release: Any) -> None:
+    def record_kube_release(self, release: PendingRelease) -> None:
         """A Kubernetes release, pending until no pod holds its devices (recorded before its files go)."""
         with self.change() as change:
             change.releases.pending[release.allocation_id] = release

@@ -157,8 +157,8 @@ def _bind_step(ctx: Pass, assignment: Assignment, atoms: Sequence[Atom], rendere
         return Bind(allocation_id, files, event, device_ids, generation, limits, slice_apply, needs, locality=note)
     # written again from its assignment: no AllocationBound when the node already reported it bound with these
     # devices and this cgroup parent
-    was = observed.ledger.bound.get(allocation_id) or {}
-    if sorted(was.get("device_ids") or []) == sorted(device_ids) and limits == was.get("limits"):
+    was = observed.ledger.bound.get(allocation_id)
+    if was is not None and was.reported_on(device_ids) and assignment.limits == was.limits:
         event = None
     return Rebind(allocation_id, (aside_of(observed, old),) + files, event, device_ids, generation, limits, slice_apply,
                   needs, locality=note)

@@ -17,7 +17,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Pass, Pending, Released
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import limits_from_record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of, limits_of_slice, slice_name
 
 
@@ -89,7 +88,7 @@ def _live_claims(ctx: Pass, live: Mapping[str, LiveHold], claims: Claims) -> Cla
         claims = claims.hold(allocation_id, live[allocation_id].atoms)
         assignment = ctx.wanted.get(allocation_id)
         if allocation_id in bound or assignment is None:
-            limits = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
+            limits = observed.ledger.limits_of(allocation_id)
         else:
             limits = assignment.limits
         current = observed.slices.get(slice_name(allocation_id))
@@ -99,12 +98,12 @@ def _live_claims(ctx: Pass, live: Mapping[str, LiveHold], claims: Claims) -> Cla
 
 def _pending_claims(ctx: Pass, live: Mapping[str, LiveHold], pending: Mapping[str, Pending], claims: Claims) -> Claims:
     """``claims`` with the Kubernetes releases pending after this pass: their devices, and what they booked."""
-    bound = ctx.observed.ledger.bound
+    ledger = ctx.observed.ledger
     for allocation_id in sorted(pending):
         release = pending[allocation_id].release
         claims = claims.hold(allocation_id, atoms_of(release.device_ids), PENDING)
         if allocation_id not in live:  # a pending Kubernetes release keeps what it booked until reported
-            booked = limits_from_record((bound.get(allocation_id) or {}).get("limits"))
+            booked = ledger.limits_of(allocation_id)
             if release.taken_back and allocation_id in ctx.superseded:
                 # taken back for the allocation's new hold, whose AllocationBound replaces the old booking:
                 # what it booked is freed by this pass, not counted against the new hold (or any other)

@@ -138,9 +138,9 @@ class Outcome(Joined):
     refusals: Tuple[Refusal, ...] = ()
     holds: Tuple[dict, ...] = ()  # the holds once the plan is applied (summaries)
     renders: Mapping[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
-    # allocation -> limits record: what a kept hold without a slice books now, for the ledger (one with a slice
-    # records it when its slice is set)
-    booked: Mapping[str, Optional[dict]] = field(default_factory=dict)
+    # allocation -> what a kept hold without a slice books now, for the ledger (one with a slice records it when
+    # its slice is set)
+    booked: Mapping[str, Optional[Limits]] = field(default_factory=dict)
     sliced: FrozenSet[str] = frozenset()  # slices wanted after this pass
 
 

@@ -38,7 +38,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import Claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, Refusal, needs_root
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import limits_from_record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import bound_event, hold_summary, in_report_order, summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     SliceState,
@@ -126,10 +125,10 @@ def _report_again(ctx: Pass, assignment: Assignment, hold: LiveHold, cgroup_pare
     reported = observed.ledger.bound.get(allocation_id)
     if reported is None:
         why = ReportBound.NEVER_JOURNALED
-    elif reported.get("device_ids") and sorted(reported["device_ids"]) != sorted(hold.device_ids):
+    elif reported.device_ids and not reported.reported_on(hold.device_ids):
         # moved unreported (a Kubernetes hold's new devices), and the pass died before its AllocationBound
         why = ReportBound.MOVED
-    elif cgroup_parent != reported.get("cgroup_parent", hold.cgroup_parent) and observed.privileged:
+    elif cgroup_parent != reported.reported_parent(hold.cgroup_parent) and observed.privileged:
         # the control plane learns where the hold's workload now runs (a slice added or gone), also when
         # the pass that wrote its spec could not report it (an older ledger kept no parent: its spec's)
         why = ReportBound.REPARENTED
@@ -138,18 +137,18 @@ def _report_again(ctx: Pass, assignment: Assignment, hold: LiveHold, cgroup_pare
     return Outcome(actions=(ReportBound(
         allocation_id, event=bound_event(observed, allocation_id, ctx.generation, hold.atoms, cgroup_parent),
         device_ids=tuple(hold.device_ids), generation=ctx.generation, limits=limits_record(assignment.limits), why=why,
-        reported_on=tuple((reported or {}).get("device_ids") or ())),))
+        reported_on=reported.device_ids if reported is not None else ()),))
 
 
 def _booked(observed: Observed, assignment: Assignment, hold: LiveHold) -> Outcome:
     """A kept hold without a slice (a Kubernetes hold) whose limits changed: what it books now goes to the ledger
     at the end of the pass, as a slice's limits do when it is set, so admission counts it from the next pass on
     (its growth, admitted once, was admitted again by every pass, and refused once others took the room)."""
-    record = observed.ledger.bound.get(assignment.allocation_id)
-    if record is None or cgroup_parent_of(assignment, hold.kubernetes) is not None:
+    reported = observed.ledger.bound.get(assignment.allocation_id)
+    if reported is None or cgroup_parent_of(assignment, hold.kubernetes) is not None:
         return Outcome()
-    limits = limits_record(assignment.limits)
-    return Outcome() if limits == record.get("limits") else Outcome(booked={assignment.allocation_id: limits})
+    limits = assignment.limits
+    return Outcome() if limits == reported.limits else Outcome(booked={assignment.allocation_id: limits})
 
 
 def grows(old: Any, new: Any) -> bool:
@@ -165,7 +164,7 @@ def placed(limits: Any) -> Tuple[Optional[str], Optional[str]]:
 
 def _bound_limits(observed: Observed, hold: LiveHold) -> Optional[Limits]:
     """The limits a kept hold was bound with: the ledger's, or (a ledger that kept none) its slice's."""
-    recorded = limits_from_record((observed.ledger.bound.get(hold.allocation_id) or {}).get("limits"))
+    recorded = observed.ledger.limits_of(hold.allocation_id)
     current = observed.slices.get(hold.cgroup_parent) if hold.cgroup_parent else None
     if recorded is None and current is not None:
         recorded = limits_of_slice(current)
@@ -261,10 +260,9 @@ def _growth(recorded: Optional[Limits], new: Limits) -> Limits:
 def journaled_refusal(ctx: Pass, allocation_id: str) -> Optional[Refusal]:
     """The refusal of the allocation the ledger has journaled at this generation, or None."""
     found = ctx.observed.ledger.refusal_at(allocation_id, ctx.generation)
-    if not found:
+    if found is None:
         return None
-    reason, message = found
-    return Refusal(allocation_id, reason, message)
+    return Refusal(allocation_id, found.reason, found.message)
 
 
 def _narrows_running_slice(observed: Observed, assignment: Assignment, hold: LiveHold) -> Optional[str]:
@@ -290,8 +288,7 @@ def _keep_slice(ctx: Pass, assignment: Assignment, hold: LiveHold) -> Outcome:
     if current is None:
         action = CreateSlice(assignment.allocation_id, op, tuple(hold.device_ids), ctx.generation, limits)
     else:
-        recorded = (observed.ledger.bound.get(assignment.allocation_id) or {}).get("limits")
-        why = _slice_differs(current, op, recorded, limits)
+        why = _slice_differs(current, op, observed.ledger.limits_of(assignment.allocation_id), assignment.limits)
         if why is None:
             return sliced
         action = ApplySlice(assignment.allocation_id, op, tuple(hold.device_ids), ctx.generation, limits, why)
@@ -300,7 +297,7 @@ def _keep_slice(ctx: Pass, assignment: Assignment, hold: LiveHold) -> Outcome:
     return sliced + Outcome(actions=(action,))
 
 
-def _slice_differs(current: SliceState, op: SliceApply, recorded: Optional[dict], limits: Optional[dict]) -> Optional[str]:
+def _slice_differs(current: SliceState, op: SliceApply, recorded: Optional[Limits], limits: Optional[Limits]) -> Optional[str]:
     """Why a kept hold's slice (``current``, as the host shows it) is set again to ``op``, or None."""
     if current.properties is not None and not same_properties(current.properties, op.properties):
         return "its properties differ"

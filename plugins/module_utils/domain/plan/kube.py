@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment, InvalidAssignment, parse_limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
     PendingRelease,
@@ -41,11 +41,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports im
 def _releasing(ctx: Pass, allocation_id: str, device_ids: Sequence[str]) -> Released:
     """A release this pass makes (reported, withdrawn or dropped): its devices and what it booked stay
     claimed until it is made, and a hold that takes them waits for it (``claims.Claims.needs``)."""
-    try:
-        booked = parse_limits((ctx.observed.ledger.bound.get(allocation_id) or {}).get("limits"))
-    except InvalidAssignment:
-        booked = None
-    return Released(freeing={allocation_id: Freed(tuple(atoms_of(device_ids)), booked)})
+    return Released(freeing={allocation_id: Freed(tuple(atoms_of(device_ids)), ctx.observed.ledger.limits_of(allocation_id))})
 
 
 def _pending(release: PendingRelease, holders: Optional[List[str]]) -> Released:
@@ -194,7 +190,7 @@ def _settle(ctx: Pass, release: PendingRelease) -> Released:
             return _hold_taken_back(ctx, release, release.device_ids)
         # taken back for a hold that never became live: the journal's last word on the allocation is
         # still its old AllocationBound, so it is reported released once free, with those devices
-        device_ids = list(bound.get("device_ids") or release.device_ids)
+        device_ids = list(bound.device_ids or release.device_ids)
     # its files, if a crash left them, are withdrawn
     files = withdraw_files(observed, allocation_id)
     gone = Released(gone=frozenset([allocation_id]))

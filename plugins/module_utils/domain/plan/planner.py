@@ -50,6 +50,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     BINDING_HOLD,
     BINDING_KUBERNETES,
+    Limits,
     ParsedInput,
     unsupported_binding,
 )
@@ -69,7 +70,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release im
     bound_again,
     finish_releases,
     kubernetes_released,
-    limits_from_record,
     release_unwanted,
     remove_stale_env,
     stale_env_files,
@@ -79,7 +79,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import a
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
 # What callers import from here: the planner's input and output, and what the converger reads of limits.
-__all__ = ["Failure", "Observed", "Plan", "grows", "limits_from_record", "placed", "plan_pass"]
+__all__ = ["Failure", "Observed", "Plan", "grows", "placed", "plan_pass"]
 
 
 @record
@@ -106,7 +106,7 @@ class Plan:
     pending_releases: List[dict] = field(default_factory=list)  # Kubernetes releases still waiting for pods
     vfio: Dict[str, str] = field(default_factory=dict)  # GPUs running domains have now
     renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
-    booked: Dict[str, Optional[dict]] = field(default_factory=dict)  # allocation -> limits a kept hold without a slice books
+    booked: Dict[str, Optional[Limits]] = field(default_factory=dict)  # allocation -> limits a kept hold without a slice books
     vendor_path: Optional[str] = None  # the vendor spec the holds' edits come from (node path), for --diff
 
     @property

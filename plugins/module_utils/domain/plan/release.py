@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Set, Type
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold, damaged_spec_path, env_file_path
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment, InvalidAssignment, Limits, parse_limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import (
     FileChange,
@@ -32,15 +32,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_of, slice_name
 
 
-def limits_from_record(record: Any) -> Optional[Limits]:
-    """The ``Limits`` a ledger record keeps (None when it keeps none, or none that pass the input's checks:
-    the ledger is data like any other)."""
-    try:
-        return parse_limits(record)
-    except InvalidAssignment:
-        return None
-
-
 def _release_action(kind: Type[Release], observed: Observed, allocation_id: str, generation: int,
                     device_ids: Sequence[str], why: str) -> Release:
     state = observed.slices.get(slice_name(allocation_id))
@@ -55,14 +46,15 @@ def finish_releases(ctx: Pass) -> Released:
     observed, generation = ctx.observed, ctx.generation
     decided: List[Released] = []
     for allocation_id in sorted(observed.ledger.unfinished_releases):
-        record = observed.ledger.unfinished_releases[allocation_id]
-        action = _release_action(FinishRelease, observed, allocation_id, record.get("generation", generation),
-                                 record.get("device_ids") or [], "cut short by an earlier pass")
+        unfinished = observed.ledger.unfinished_releases[allocation_id]
+        action = _release_action(FinishRelease, observed, allocation_id,
+                                 unfinished.generation if unfinished.generation is not None else generation,
+                                 unfinished.device_ids, "cut short by an earlier pass")
         if (action.files or action.slice) and not observed.privileged:
             decided.append(Released(errors=(needs_root("finishing the release of %s" % allocation_id),)))
             continue
         decided.append(Released(actions=(action,), gone=frozenset([allocation_id])))
-        decided.append(_releasing(observed, allocation_id, record.get("device_ids") or []))
+        decided.append(_releasing(observed, allocation_id, unfinished.device_ids))
     return Released.join(decided)
 
 
@@ -72,7 +64,7 @@ def _releasing(observed: Observed, allocation_id: str, device_ids: Sequence[str]
     current = observed.slices.get(slice_name(allocation_id))
     booked = None
     if current is None or not current.populated:  # a slice still running a workload keeps what it booked
-        booked = limits_from_record((observed.ledger.bound.get(allocation_id) or {}).get("limits"))
+        booked = observed.ledger.limits_of(allocation_id)
     return Released(freeing={allocation_id: Freed(tuple(atoms if atoms is not None else atoms_of(device_ids)), booked)})
 
 
@@ -132,7 +124,7 @@ def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: AbstractSet[str]) -
         if not observed.privileged:
             decided.append(Released(errors=(needs_root("releasing %s" % allocation_id),)))
             continue
-        device_ids = list(observed.ledger.bound[allocation_id].get("device_ids") or [])
+        device_ids = list(observed.ledger.bound[allocation_id].device_ids)
         decided.append(Released(actions=(_release_action(Release, observed, allocation_id, ctx.generation, device_ids,
                                                          "its spec is gone"),)))
         decided.append(_releasing(observed, allocation_id, device_ids))
@@ -182,7 +174,7 @@ def release_damaged(ctx: Pass, hold: LiveHold, why: str) -> Released:
     aside = aside_of(observed, hold)
     files = [aside] + [change for change in withdraw_files(observed, allocation_id) if change.kind != "cdi"]
     bound = observed.ledger.bound.get(allocation_id)
-    device_ids = list((bound or {}).get("device_ids") or [])
+    device_ids = list(bound.device_ids) if bound is not None else []
     event = released_event(observed, allocation_id, ctx.generation, device_ids) if bound else None
     current = observed.slices.get(slice_name(allocation_id))
     stop = SliceStop(current.name, settings_of(current)) if current is not None and not current.populated else None
@@ -201,12 +193,11 @@ def bound_again(ctx: Pass, releasing: AbstractSet[str]) -> Released:
         assignment = ctx.wanted.get(allocation_id)
         if assignment is None or allocation_id in releasing:
             continue
-        record = observed.ledger.bound[allocation_id]
+        reported = observed.ledger.bound[allocation_id]
         release = observed.releases.pending.get(allocation_id)  # taken back: the old devices pods held
-        old = [device_id for device_id in record.get("device_ids") or []
-               if release is None or device_id not in release.device_ids]
+        old = [device_id for device_id in reported.device_ids if release is None or device_id not in release.device_ids]
         taken = retained_atoms(old, assignment)
-        decided.append(Released(freeing={allocation_id: Freed(tuple(atoms_of(old)), limits_from_record(record.get("limits")))},
+        decided.append(Released(freeing={allocation_id: Freed(tuple(atoms_of(old)), reported.limits)},
                                 retained={allocation_id: taken} if taken else {}))
     return Released.join(decided)
 

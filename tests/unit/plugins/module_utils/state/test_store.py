@@ -13,6 +13,7 @@ import os
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease
+from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import UnfinishedRelease
 from ansible_collections.bcd.devices.plugins.module_utils.state import store as _store
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import EventsError, Journal
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
@@ -91,7 +92,7 @@ def test_a_change_journals_first_then_saves_the_releases_then_the_ledger(path, m
         assert change.journaled[0]["type"] == "AllocationReleased"
         assert "k1" not in change.releases.pending  # and settled in memory
         assert releases_file(path) == ["k1"]  # nothing saved yet
-        change.ledger.unfinished_releases["p1"] = {"generation": 2, "device_ids": [GPU]}
+        change.ledger.unfinished_releases["p1"] = UnfinishedRelease(2, (GPU,))
     assert calls == ["journal", "releases", "ledger"]
     assert releases_file(path) is None
     assert ledger_file(path)["unfinished_releases"] == {"p1": {"generation": 2, "device_ids": [GPU]}}
@@ -117,7 +118,7 @@ def test_a_block_that_raises_saves_nothing(path):
     with pytest.raises(ValueError):
         with state.change() as change:
             change.releases.pending.pop("k1")
-            change.ledger.unfinished_releases["p1"] = {"generation": 2, "device_ids": [GPU]}
+            change.ledger.unfinished_releases["p1"] = UnfinishedRelease(2, (GPU,))
             raise ValueError("the removal failed")
     assert releases_file(path) == ["k1"] and ledger_file(path) == before
 

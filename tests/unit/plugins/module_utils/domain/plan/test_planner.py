@@ -10,8 +10,10 @@ import copy
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import DeviceRef, parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import DeviceRef, Limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason, Refusal
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import resolve_devices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.section import parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     HoldRender,
     cdi_spec_path,
@@ -23,7 +25,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec i
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import VendorSpec
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain, Gpu, Inventory, MigInstance
-from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import Ledger
+from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import BoundHold, JournaledRefusal, Ledger, UnfinishedRelease
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner import Observed, plan_pass
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceState
 
@@ -79,7 +81,7 @@ def observe(holds=(), ledger=None, env_files=None, **kwargs):
     if env_files:
         values["env_files"].update(env_files)
     if ledger is None:  # every live hold was reported
-        values["ledger"] = Ledger(bound=dict((a, {"generation": 1}) for a in values["live"]))
+        values["ledger"] = Ledger(bound=dict((a, BoundHold(1, parent_recorded=False)) for a in values["live"]))
     values.update(kwargs)
     return Observed(**values)
 
@@ -199,7 +201,7 @@ def test_a_hold_written_but_never_reported_is_reported():
 
 
 def test_a_release_cut_short_is_finished_and_reported():
-    ledger = Ledger(unfinished_releases={"a1": {"generation": 4, "device_ids": [GPU_A]}})
+    ledger = Ledger(unfinished_releases={"a1": UnfinishedRelease(4, (GPU_A,))})
     hold = live("a1", [GPU_A])
     # the CDI spec is already gone, the env file is not
     result = plan(5, [], observe(ledger=ledger, env_files={"a1": hold[1]}))
@@ -378,20 +380,20 @@ def test_an_allocation_sent_twice_is_refused_once():
 
 def test_a_failure_already_reported_for_this_generation_is_not_reported_again():
     # a ledger of 0.1.0 kept the generation alone: not reported twice, checked again
-    result = plan(5, [assign("a1", [GPU_GONE])], observe(ledger=Ledger(failures={"a1": {"generation": 5}})))
+    result = plan(5, [assign("a1", [GPU_GONE])], observe(ledger=Ledger(failures={"a1": JournaledRefusal(5)})))
     assert fails(result) == [("a1", "device-missing", "%s not present" % GPU_GONE)]
     assert steps(result) == []
 
 
 def test_a_refusal_of_this_generation_is_final_even_when_the_device_is_there_now():
-    refused = {"generation": 5, "reason": "device-missing", "message": "%s has no MIG instance gi1/ci0" % GPU_A}
+    refused = JournaledRefusal(5, Refusal("a1", Reason.DEVICE_MISSING, "%s has no MIG instance gi1/ci0" % GPU_A))
     result = plan(5, [assign("a1", [MIG])], observe(ledger=Ledger(failures={"a1": refused})))
     assert fails(result) == [("a1", "device-missing", "%s has no MIG instance gi1/ci0" % GPU_A)]
     assert steps(result) == [] and result.holds == []
 
 
 def test_a_later_generation_reports_the_failure_again():
-    result = plan(6, [assign("a1", [GPU_GONE])], observe(ledger=Ledger(failures={"a1": {"generation": 5}})))
+    result = plan(6, [assign("a1", [GPU_GONE])], observe(ledger=Ledger(failures={"a1": JournaledRefusal(5)})))
     assert steps(result) == [("refuse", "a1")]
     assert result.actions[0].event["body"]["generation"] == 6
 
@@ -420,7 +422,8 @@ def test_an_unprivileged_pass_leaves_live_holds_and_says_it_needs_root():
 
 def test_planning_is_pure():
     holds = [live("a1", [GPU_A]), live("a2", [MIG2])]
-    observed = observe(holds, ledger=Ledger(bound={"a1": {}}, failures={"a9": 1}, vfio={GPU_C: "inst_1"}),
+    observed = observe(holds, ledger=Ledger(bound={"a1": BoundHold(parent_recorded=False)}, failures={"a9": JournaledRefusal(1)},
+                                           vfio={GPU_C: "inst_1"}),
                        domains=[Domain("inst_1", gpus=(GPU_C,))])
     snapshot = copy.deepcopy(observed)
     devices = [assign("a2", [MIG2]), assign("a3", [GPU_B]), assign("a4", [GPU_C])]
@@ -450,7 +453,8 @@ def test_changed_limits_are_set_again_where_the_slice_cannot_be_read_back():
     # systemd's runtime properties are not read back (SliceState.properties is None): the limits the hold was
     # bound with, kept in the ledger, tell whether they changed.
     hold, env = live("a1", [GPU_A])
-    observed = observe([(hold, env)], ledger=Ledger(bound={"a1": {"generation": 1, "limits": {"cpus": "0-3"}}}),
+    observed = observe([(hold, env)], ledger=Ledger(bound={"a1": BoundHold(1, limits=Limits(cpus="0-3"), parent_recorded=False,
+                                                                          limits_recorded=True)}),
                        slices={"bcd-alloc-a1.slice": SliceState("bcd-alloc-a1.slice", properties=None)})
     changed = plan(2, [assign("a1", [GPU_A], limits={"cpus": "0-7"})], observed)
     assert [(a.kind, a.slice.properties) for a in changed.actions if a.kind == "apply-slice"] == [
