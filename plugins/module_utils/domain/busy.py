@@ -25,33 +25,45 @@ with no application using them. The UUID is always given: a reset never reaches 
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, atom_from_id
-from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import reset_ineffective
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, Atom, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import MaintenanceRecord, Records, reset_ineffective
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
 
 NOT_BUSY = ("maintenance",)
 
+# One claim on a GPU: ``{kind, text}`` and the fields that name its owner (``allocation_id``, ``device_id``,
+# ``instance_id``, ``reason``).
+Claim = Dict[str, str]
 
-def _claim(kind, text, **fields):
+
+def _claim(kind: str, text: str, **fields: str) -> Claim:
     claim = {"kind": kind, "text": text}
     claim.update(fields)
     return claim
 
 
-def _hold_text(atom, owner):
+def _hold_text(atom: Atom, owner: str) -> str:
     if atom.device_class == CLASS_MIG:
+        assert atom.gi is not None and atom.ci is not None  # parse_atom sets both for a MIG instance
         return "MIG instance gi%d/ci%d held by %s" % (atom.gi, atom.ci, owner)
     if atom.device_class == CLASS_SLOT:
+        assert atom.slot is not None  # parse_atom sets it for a slot
         return "slot s%d held by %s" % (atom.slot, owner)
     return "held whole by %s" % owner
 
 
-def claims_on(uuid, holds, releases, domains, vfio, maintenance):
+def claims_on(uuid: str, holds: Iterable[LiveHold], releases: Releases, domains: Iterable[Domain],
+              vfio: Mapping[str, str], maintenance: Records) -> List[Claim]:
     """Every claim on GPU ``uuid``: ``holds`` are ``LiveHold``s, ``releases`` a ``Releases``, ``domains``
     the running or paused VMs, ``vfio`` the GPUs VMs had at the last pass (``{gpu: instance}``),
     ``maintenance`` ``{gpu: {reason, since}}``."""
-    found: List[dict] = []
+    found: List[Claim] = []
     for hold in holds:
         if hold.problem and not hold.atoms:
             found.append(_claim("hold-unreadable", "hold spec %s cannot be read back (%s)" % (hold.path, hold.problem),
@@ -80,11 +92,11 @@ def claims_on(uuid, holds, releases, domains, vfio, maintenance):
     return found
 
 
-def busy_entry(uuid: str, claims: List[dict]) -> Dict:
+def busy_entry(uuid: str, claims: List[Claim]) -> Dict[str, Any]:
     return {"uuid": uuid, "busy": any(claim["kind"] not in NOT_BUSY for claim in claims), "claimed_by": claims}
 
 
-def health_fields(seen: bool, health: tuple, record: dict) -> Dict:
+def health_fields(seen: bool, health: Sequence[str], record: Optional[MaintenanceRecord]) -> Dict[str, Any]:
     """What a busy entry says of the GPU's health: ``healthy`` (null when the node does not list the GPU now),
     ``problems``, ``reset_ineffective`` (its last reset left it unhealthy: it waits for a person) and
     ``recoverable``: unhealthy, seen, not declared reset-ineffective, and not in an operator's maintenance (one
@@ -95,6 +107,6 @@ def health_fields(seen: bool, health: tuple, record: dict) -> Dict:
             and (record is None or record.get("lease") is not None)}
 
 
-def reset_argv(uuid):
+def reset_argv(uuid: str) -> List[str]:
     """The command that resets GPU ``uuid`` on a real node (root only)."""
     return ["nvidia-smi", "--gpu-reset", "-i", uuid]

@@ -152,7 +152,7 @@ def backs_off(status: int) -> bool:
 
 def backoff_seconds(failures: int, spread: float) -> float:
     """Seconds to wait after the ``failures``-th failure in a row; ``spread`` in [0, 1) picks the jitter."""
-    base = min(BACKOFF_FIRST * 2 ** (min(max(failures, 1), 16) - 1), BACKOFF_MAX)
+    base: float = min(BACKOFF_FIRST * 2 ** (min(max(failures, 1), 16) - 1), BACKOFF_MAX)
     return base * (1 - BACKOFF_SPREAD + 2 * BACKOFF_SPREAD * min(max(spread, 0.0), 1.0))
 
 

@@ -40,7 +40,7 @@ A recovery (``bcd.devices.gpu_recover``) leaves two more conditions, from what `
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     GPU_CONDITION_REASONS,
@@ -48,9 +48,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     GPU_RESET_INEFFECTIVE,
     GPU_UNHEALTHY,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import iso_utc, live_lease, reset_ineffective
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import XidSeen
+from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import Records, iso_utc, live_lease, reset_ineffective
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory
 
 # xid -> what it means, for the ones only a GPU reset or a reboot clears.
 XID_CLASSES = {
@@ -71,11 +75,11 @@ _XID_RE = lazy_pattern(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa
 _KMSG_RE = lazy_pattern(r"^[0-9]+,[0-9]+,([0-9]+),[^;]*;")  # /dev/kmsg: priority,seq,usec since boot,flags;text
 
 
-def xids_from_log(text, boot_time=None):
+def xids_from_log(text: Optional[str], boot_time: Optional[float] = None) -> Dict[str, List[XidSeen]]:
     """``{"0000:3b:00": [(xid, when), ...]}`` (bus ids lower-case, without the function) of the reset
     and reboot classes, in the order logged, from kernel log text (dmesg lines, or /dev/kmsg records,
     whose time since boot ``boot_time`` turns into seconds since the epoch; else ``when`` is None)."""
-    found: Dict[str, List[tuple]] = {}
+    found: Dict[str, List[XidSeen]] = {}
     for line in (text or "")[-MAX_LOG_BYTES:].splitlines():
         match = _XID_RE.search(line)
         if not match or int(match.group(2)) not in XID_CLASSES:
@@ -86,16 +90,17 @@ def xids_from_log(text, boot_time=None):
     return found
 
 
-def bus_of(pci_bus_id):
+def bus_of(pci_bus_id: Optional[str]) -> Optional[str]:
     """``0000:3b:00`` of ``0000:3b:00.0`` (what the kernel log names), or None."""
     if not pci_bus_id:
         return None
     return pci_bus_id.lower().split(".", 1)[0]
 
 
-def problems(retired_pages_pending=False, row_remap_failure=False, xids=(), row_remap_pending=False):
+def problems(retired_pages_pending: bool = False, row_remap_failure: bool = False, xids: Iterable[int] = (),
+             row_remap_pending: bool = False) -> Tuple[str, ...]:
     """What makes a GPU unhealthy, as short texts; empty when nothing does."""
-    out = []
+    out: List[str] = []
     if retired_pages_pending:
         out.append("retired pages pending (reset the GPU)")
     if row_remap_failure:
@@ -108,18 +113,18 @@ def problems(retired_pages_pending=False, row_remap_failure=False, xids=(), row_
     return tuple(out)
 
 
-def gpu_health(gpu, cleared=None):
+def gpu_health(gpu: Gpu, cleared: Optional[Mapping[str, float]] = None) -> Tuple[str, ...]:
     """What makes ``gpu`` unhealthy now: the driver's own state (``gpu.health``), and its XIDs logged after
     ``cleared`` (``{uuid: when}``: when it last left maintenance; an XID of unknown time counts until then)."""
     since = (cleared or {}).get(gpu.uuid)
-    xids = []
-    for xid, when in getattr(gpu, "xids", ()):
+    xids: List[int] = []
+    for xid, when in gpu.xids:
         if (since is None or (when is not None and when > since)) and xid not in xids:
             xids.append(xid)
     return tuple(gpu.health) + problems(xids=xids)
 
 
-def parse_cleared(content, where):
+def parse_cleared(content: Optional[bytes], where: str) -> Dict[str, float]:
     """``{uuid: when}`` from ``health.json``'s bytes (``where``: its node path, as the bounded reader read it, at
     most its cap); anything else is no record. The pass account owns the state directory and could forge it;
     it decides which holds are bound anyway (docs/security.md). Content past the bounded parser's limits is
@@ -134,18 +139,19 @@ def parse_cleared(content, where):
                 if isinstance(uuid, str) and isinstance(when, (int, float)) and not isinstance(when, bool))
 
 
-def unhealthy_message(uuid, health):
+def unhealthy_message(uuid: str, health: Iterable[str]) -> str:
     return "%s is unhealthy: %s" % (uuid, "; ".join(health))
 
 
-def unhealthy_condition(inventory, holders, cleared=None):
+def unhealthy_condition(inventory: Inventory, holders: Mapping[str, Sequence[str]],
+                        cleared: Optional[Mapping[str, float]] = None) -> Optional[Dict[str, Any]]:
     """The condition ``GPUUnhealthy`` when any GPU is unhealthy: each with what, and the kept holds on it
     (``holders``: ``{gpu uuid: [allocation, ...]}``). None when every GPU is healthy."""
     sick = [(gpu, gpu_health(gpu, cleared)) for gpu in inventory.gpus]
     sick = [(gpu, health) for gpu, health in sick if health]
     if not sick:
         return None
-    parts = []
+    parts: List[str] = []
     for gpu, health in sick:
         held = holders.get(gpu.uuid) or []
         parts.append("%s%s" % (unhealthy_message(gpu.uuid, health),
@@ -163,11 +169,12 @@ def unhealthy_condition(inventory, holders, cleared=None):
 PUT_BACK = "put it back in service (bcd.devices.maintenance, state absent)"
 
 
-def ineffective_resets(inventory, maintenance, cleared=None):
+def ineffective_resets(inventory: Inventory, maintenance: Records,
+                       cleared: Optional[Mapping[str, float]] = None) -> List[Tuple[str, str]]:
     """``[(uuid, message)]``: the GPUs whose last reset left them unhealthy, in maintenance, and not seen healthy
     since (one the inventory no longer lists stays: it may have fallen off the bus)."""
     seen = dict((gpu.uuid, gpu) for gpu in inventory.gpus)
-    found = []
+    found: List[Tuple[str, str]] = []
     for uuid in sorted(maintenance):
         record = maintenance[uuid]
         if not reset_ineffective(record):
@@ -186,11 +193,12 @@ def ineffective_resets(inventory, maintenance, cleared=None):
     return found
 
 
-def stalled_recoveries(inventory, maintenance, cleared, now):
+def stalled_recoveries(inventory: Inventory, maintenance: Records, cleared: Optional[Mapping[str, float]],
+                       now: float) -> List[Tuple[str, str, str]]:
     """``[(uuid, message, raised again)]``: the GPUs still unhealthy, in maintenance under a lease that ended at least
     its ``reraise_after`` seconds before ``now``, and not declared ``GPUResetIneffective``: their recovery stopped
     without finishing. ``raised again`` is the message of the ``GPUUnhealthy`` the pass journals again for each."""
-    found = []
+    found: List[Tuple[str, str, str]] = []
     for gpu in inventory.gpus:
         record = maintenance.get(gpu.uuid)
         lease = (record or {}).get("lease")
@@ -211,10 +219,11 @@ def stalled_recoveries(inventory, maintenance, cleared, now):
     return found
 
 
-def recovery_conditions(inventory, maintenance, cleared, now):
+def recovery_conditions(inventory: Inventory, maintenance: Records, cleared: Optional[Mapping[str, float]],
+                        now: float) -> List[Dict[str, Any]]:
     """The conditions ``GPUResetIneffective`` and ``GPURecoveryStalled`` a pass returns, each naming every GPU it
     covers; none when no GPU is in either."""
-    conditions = []
+    conditions: List[Dict[str, Any]] = []
     ineffective = ineffective_resets(inventory, maintenance, cleared)
     if ineffective:
         conditions.append({"type": GPU_RESET_INEFFECTIVE, "status": "True",

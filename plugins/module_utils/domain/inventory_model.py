@@ -9,10 +9,10 @@ Every inventory source (NVML, ``nvidia-smi``, a fakehw file) produces an
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 
 
 @record(frozen=True)
@@ -22,6 +22,11 @@ class MigInstance:
     gi: int
     ci: int
     uuid: str
+
+
+# An XID the kernel logged for a GPU: ``(xid, when)``, ``when`` in seconds since the epoch, None when the log
+# does not say (``domain/health.xids_from_log``).
+XidSeen = Tuple[int, Optional[float]]
 
 
 @record(frozen=True)
@@ -34,11 +39,11 @@ class Gpu:
     numa_node: Optional[int] = None
     pci_bus_id: Optional[str] = None
     name: Optional[str] = None
-    mig: tuple = ()  # of MigInstance
-    health: tuple = ()  # what the driver's own state says is wrong (domain/health.py); empty when nothing
-    xids: tuple = ()  # (xid, when) of the reset and reboot classes logged for it (domain/health.gpu_health)
+    mig: Tuple[MigInstance, ...] = ()
+    health: Tuple[str, ...] = ()  # what the driver's own state says is wrong (domain/health.py); empty when nothing
+    xids: Tuple[XidSeen, ...] = ()  # (xid, when) of the reset and reboot classes logged for it (domain/health.gpu_health)
 
-    def mig_instance(self, gi, ci):
+    def mig_instance(self, gi: int, ci: int) -> Optional[MigInstance]:
         for inst in self.mig:
             if inst.gi == gi and inst.ci == ci:
                 return inst
@@ -55,7 +60,7 @@ class Inventory:
     source: str = "none"
     error: Optional[str] = None
 
-    def gpu(self, uuid):
+    def gpu(self, uuid: str) -> Optional[Gpu]:
         for gpu in self.gpus:
             if gpu.uuid == uuid:
                 return gpu
@@ -70,7 +75,7 @@ class Domain:
     state: str = "running"
     memory_bytes: int = 0
     hugepages: bool = False
-    gpus: tuple = ()
+    gpus: Tuple[str, ...] = ()
 
 
 @record(frozen=True)
@@ -80,7 +85,7 @@ class PodDevices:
     namespace: str
     name: str
     container: str
-    device_ids: tuple = ()
+    device_ids: Tuple[str, ...] = ()
 
 
 # PCI addresses, as the inventory readers and the fakehw file write them

@@ -32,12 +32,12 @@ from __future__ import annotations
 import calendar
 import math
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 
 MAX_GPUS = 256
 MAX_REASON = 256
@@ -54,18 +54,23 @@ _REASON_RE = lazy_pattern(r"^[^\x00-\x1f\x7f]{1,%d}$" % MAX_REASON)
 _PROBLEM_RE = lazy_pattern(r"^[^\x00-\x1f\x7f{}]{1,%d}$" % MAX_PROBLEM)
 ISO_UTC = "%Y-%m-%dT%H:%M:%SZ"
 
+# A GPU's record, the JSON object maintenance.json keeps for it: ``{reason, since}``, with ``lease`` and ``reset``
+# when a recovery left them (as ``parse_maintenance`` checked them); and the file, ``{uuid: record}``.
+MaintenanceRecord = Dict[str, Any]
+Records = Dict[str, MaintenanceRecord]
+
 
 class MaintenanceError(BcdError, ValueError):
     """A maintenance request that cannot be taken; the message names the field."""
 
 
-def check_gpus(gpus):
+def check_gpus(gpus: object) -> List[str]:
     """The GPU UUIDs of a request, checked: a list of 1 to ``MAX_GPUS`` GPU UUIDs, each once."""
     if not isinstance(gpus, list) or not gpus:
         raise MaintenanceError("gpus: must be a non-empty list of GPU UUIDs")
     if len(gpus) > MAX_GPUS:
         raise MaintenanceError("gpus: %d GPUs; at most %d" % (len(gpus), MAX_GPUS))
-    out = []
+    out: List[str] = []
     for index, uuid in enumerate(gpus):
         if not isinstance(uuid, str) or not GPU_UUID_RE.match(uuid):
             raise MaintenanceError("gpus[%d]: must be a GPU UUID (GPU-...), not %r" % (index, str(uuid)[:80]))
@@ -74,13 +79,13 @@ def check_gpus(gpus):
     return out
 
 
-def check_reason(reason):
+def check_reason(reason: object) -> str:
     if not isinstance(reason, str) or not _REASON_RE.match(reason.strip() or "x\x00"):
         raise MaintenanceError("reason: must be text of 1 to %d characters without control characters" % MAX_REASON)
     return reason.strip()
 
 
-def parse_maintenance(content, where):
+def parse_maintenance(content: Optional[bytes], where: str) -> Tuple[Records, Optional[str]]:
     """``(records, problem)`` from the file's bytes (None: no file; ``where``: its node path, as the bounded
     reader read it, at most its cap). A file that cannot be read gives no records and a problem to warn
     about: it is the unprivileged account's to write, so nothing in it is trusted beyond these checks.
@@ -94,7 +99,7 @@ def parse_maintenance(content, where):
         return {}, "%s is unreadable (%s); no GPU counts as in maintenance" % (where, exc)
     if not isinstance(data, dict):
         return {}, "%s is not a mapping; no GPU counts as in maintenance" % where
-    records = {}
+    records: Records = {}
     for uuid, record in list(data.items())[:MAX_GPUS]:
         reason = record.get("reason") if isinstance(record, dict) else None
         since = record.get("since") if isinstance(record, dict) else None
@@ -110,14 +115,14 @@ def parse_maintenance(content, where):
     return records, None
 
 
-def _number(value):
+def _number(value: object) -> Optional[float]:
     """A finite number of the file, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return value
 
 
-def _lease(value):
+def _lease(value: object) -> Optional[Dict[str, Any]]:
     """A record's ``lease`` as ``{id, until, reraise_after}``, or None for anything else (no lease)."""
     if not isinstance(value, dict):
         return None
@@ -129,7 +134,7 @@ def _lease(value):
     return {"id": lease_id, "until": until, "reraise_after": after}
 
 
-def _reset(value):
+def _reset(value: object) -> Optional[Dict[str, Any]]:
     """A record's ``reset`` as ``{at, healthy, problems}``, or None for anything else (no reset recorded)."""
     if not isinstance(value, dict):
         return None
@@ -140,7 +145,7 @@ def _reset(value):
     return {"at": at, "healthy": healthy, "problems": list(found)}
 
 
-def _epoch(since):
+def _epoch(since: object) -> Optional[float]:
     """A record's ``since`` as seconds since the epoch: the file keeps a number (as every release wrote it,
     so an older ``bcd-holds`` reads a newer file), and an ISO 8601 UTC time is read too. None for anything else."""
     if isinstance(since, bool):
@@ -155,7 +160,7 @@ def _epoch(since):
     return None
 
 
-def iso_utc(since):
+def iso_utc(since: Optional[float]) -> Optional[str]:
     """``since`` (seconds since the epoch) as the collection writes times for a person or a playbook: ISO 8601
     in UTC, ``2026-12-05T09:00:00Z`` (as a pending Kubernetes release's ``since``). None stays None."""
     if since is None:
@@ -166,12 +171,12 @@ def iso_utc(since):
         return None
 
 
-def render_maintenance(records):
+def render_maintenance(records: Records) -> bytes:
     """The records as the file keeps them."""
     return json_bytes(records)
 
 
-def change(records, gpus, present, reason, now):
+def change(records: Records, gpus: Iterable[str], present: bool, reason: Optional[str], now: float) -> Tuple[Records, List[str]]:
     """``(new records, changed GPUs)``: ``gpus`` put in maintenance with ``reason`` (a GPU already in it
     keeps its ``since``, and takes the new reason), or taken out of it."""
     new = dict((uuid, dict(record)) for uuid, record in records.items())
@@ -190,7 +195,7 @@ def change(records, gpus, present, reason, now):
     return new, changed
 
 
-def listing(records: Dict[str, dict], now: Optional[float] = None) -> List[dict]:
+def listing(records: Records, now: Optional[float] = None) -> List[Dict[str, Any]]:
     """The records as a module returns them, by UUID, times in ISO 8601 UTC: ``lease`` (``{id, until, live}``, live
     as of ``now``) and ``reset`` (``{at, healthy, problems}``) null when the record has none."""
     out = []
@@ -209,7 +214,7 @@ def listing(records: Dict[str, dict], now: Optional[float] = None) -> List[dict]
 
 # -- a recovery's lease ------------------------------------------------------------------------------
 
-def check_lease(lease):
+def check_lease(lease: object) -> str:
     """A lease id, checked: what a recovery names itself by (the playbook makes one per run)."""
     if not isinstance(lease, str) or not LEASE_ID_RE.match(lease):
         raise MaintenanceError("lease: must be 1 to %d letters, digits, '_', '.' or '-', starting with a letter or a "
@@ -217,7 +222,7 @@ def check_lease(lease):
     return lease
 
 
-def check_seconds(value, name, low, high):
+def check_seconds(value: object, name: str, low: int, high: int) -> float:
     """A number of seconds from ``low`` to ``high`` (an option of the module)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not low <= value <= high:
@@ -225,16 +230,16 @@ def check_seconds(value, name, low, high):
     return value
 
 
-def live_lease(record, now):
+def live_lease(record: Optional[MaintenanceRecord], now: float) -> Optional[Dict[str, Any]]:
     """The record's lease when it is live at ``now`` (a recovery is working on the GPU), else None."""
     lease = (record or {}).get("lease")
     return lease if lease is not None and lease["until"] > now else None
 
 
-def lease_holder(records, lease_id, now):
+def lease_holder(records: Records, lease_id: str, now: float) -> Optional[Dict[str, Any]]:
     """``{id, until, gpus}`` of a live lease on the node that is not ``lease_id`` (another recovery is in progress),
     or None. ``until`` in ISO 8601 UTC. The one that ends last, when forged records hold several."""
-    others: Dict[str, dict] = {}
+    others: Dict[str, Dict[str, Any]] = {}
     for uuid in sorted(records):
         lease = live_lease(records[uuid], now)
         if lease is not None and lease["id"] != lease_id:
@@ -247,7 +252,7 @@ def lease_holder(records, lease_id, now):
     return {"id": holder["id"], "until": iso_utc(holder["until"]), "gpus": holder["gpus"]}
 
 
-def with_lease(records, gpus, lease_id, until, reraise_after):
+def with_lease(records: Records, gpus: Iterable[str], lease_id: str, until: float, reraise_after: float) -> Records:
     """``records`` with ``gpus`` (in maintenance) under lease ``lease_id`` until ``until``."""
     new = dict(records)
     for uuid in gpus:
@@ -255,7 +260,7 @@ def with_lease(records, gpus, lease_id, until, reraise_after):
     return new
 
 
-def lease_ended(records, lease_id, now):
+def lease_ended(records: Records, lease_id: str, now: float) -> Records:
     """``records`` with lease ``lease_id`` ended at ``now`` on every GPU it covers: the records keep it, no longer
     live, so that a pass knows when the recovery ended (and raises the GPU's ``GPUUnhealthy`` again if it is still
     unhealthy later: ``domain/health.py``)."""
@@ -267,7 +272,7 @@ def lease_ended(records, lease_id, now):
     return new
 
 
-def with_reset(records, outcomes):
+def with_reset(records: Records, outcomes: Mapping[str, Tuple[float, bool, Sequence[str]]]) -> Records:
     """``records`` with each GPU's last reset: ``outcomes`` is ``{uuid: (at, healthy, problems)}``."""
     new = dict(records)
     for uuid, (at, healthy, found) in outcomes.items():
@@ -277,20 +282,20 @@ def with_reset(records, outcomes):
     return new
 
 
-def one_line(text, limit=MAX_PROBLEM):
+def one_line(text: object, limit: int = MAX_PROBLEM) -> str:
     """``text`` as a record or an event message keeps it: one line, no control characters, no braces (a message
     is never a template), at most ``limit`` characters."""
     text = "".join(" " if ch < " " or ch == "\x7f" else ch for ch in str(text)).replace("{", "(").replace("}", ")")
     return " ".join(text.split())[:limit] or "unknown"
 
 
-def reset_ineffective(record):
+def reset_ineffective(record: Optional[MaintenanceRecord]) -> bool:
     """Whether the record says the GPU's last reset left it unhealthy (it waits for a person)."""
     reset = (record or {}).get("reset")
     return reset is not None and reset["healthy"] is False
 
 
-def refusal(uuid: str, records: Dict[str, dict]) -> Tuple[bool, str]:
+def refusal(uuid: str, records: Records) -> Tuple[bool, str]:
     """``(in maintenance, the overlap message)`` for GPU ``uuid``."""
     record = records.get(uuid)
     if record is None:

@@ -19,7 +19,7 @@ in ``node/slices.py``.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Collection, Dict, FrozenSet, List, Mapping, Optional, Protocol, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import (
     ALLOCATION_ID,
@@ -32,8 +32,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import format_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment
 
 SLICE_NAME_RE = lazy_pattern(r"^bcd-alloc-%s\.slice$" % ALLOCATION_ID)
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -65,27 +68,27 @@ class TransientSliceError(SliceError, RetryableError):
     refuses (a workload still running, no headroom over its use): the next pass tries again."""
 
 
-def slice_name(allocation_id):
+def slice_name(allocation_id: str) -> str:
     return "bcd-alloc-%s.slice" % allocation_id
 
 
-def allocation_of(name):
+def allocation_of(name: str) -> str:
     """The allocation id a slice name stands for."""
     return name[len("bcd-alloc-"):-len(".slice")]
 
 
-def check_slice_name(name):
+def check_slice_name(name: object) -> str:
     if not isinstance(name, str) or not SLICE_NAME_RE.fullmatch(name):
         raise SliceError("slice name %r does not match %s" % (name, SLICE_NAME_RE.pattern))
     return name
 
 
-def cpu_quota(cpu_millis):
+def cpu_quota(cpu_millis: int) -> str:
     """``cpu_millis`` as whole percents of one CPU, rounded up: 1234 -> ``124%``."""
     return "%d%%" % ((cpu_millis + 9) // 10)
 
 
-def slice_properties(limits):
+def slice_properties(limits: Optional[Limits]) -> Dict[str, str]:
     """The ``systemctl set-property`` properties of a hold's limits, in a fixed order; absent limits set nothing."""
     properties: Dict[str, str] = {}
     if limits is None:
@@ -102,7 +105,7 @@ def slice_properties(limits):
     return properties
 
 
-def hugetlb_max(limits):
+def hugetlb_max(limits: Optional[Limits]) -> Dict[str, int]:
     """``{"2MB": bytes, "1GB": bytes}`` for limits that book huge pages: every size, the one not booked
     as 0. A size left at ``max`` would let the workload fault in pages admission promised to others, so
     a hold that books one size is held to none of the other (a backend skips a 0 for a size the node does
@@ -115,7 +118,7 @@ def hugetlb_max(limits):
     return result if any(result.values()) else {}
 
 
-def check_slice_request(name, properties, huge):
+def check_slice_request(name: object, properties: object, huge: object) -> None:
     """Everything a slice operation carries, checked before it reaches a command line or a file.
     The root helper runs the same check as root."""
     check_slice_name(name)
@@ -157,7 +160,7 @@ class SliceState:
     hugetlb_exact: bool = True  # False: hugetlb_max lists only the sizes the host lets us read
 
 
-def same_properties(current, wanted):
+def same_properties(current: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
     """Whether the slice has every wanted property (cpulists compared as sets; others as rendered)."""
     for key, value in wanted.items():
         have = current.get(key)
@@ -185,18 +188,18 @@ CPU_QUOTA_CEILING = (MAX_CPU + 1) * 100
 CPU_MILLIS_CEILING = CPU_QUOTA_CEILING * 10
 
 
-def memory_margin(used):
+def memory_margin(used: int) -> int:
     """What a running slice's MemoryMax must leave over its use: max(64 MiB, 5 % of it, rounded up)."""
     return max(MEMORY_MARGIN_MIN, (used * MEMORY_MARGIN_PERCENT + 99) // 100)
 
 
-def least_memory_bytes(used):
+def least_memory_bytes(used: int) -> int:
     """The least ``memory_bytes`` a slice whose workload uses ``used`` bytes may get: MemoryMax at least
     ``used + memory_margin(used)``, and MemoryHigh (90 % of it, rounded down) at least ``used``."""
     return max(used + memory_margin(used), (used * 10 + 8) // 9)
 
 
-def cpu_quota_problem(properties):
+def cpu_quota_problem(properties: Mapping[str, str]) -> Optional[str]:
     """Why a slice's CPUQuota is refused (below ``CPU_QUOTA_FLOOR`` % of one CPU, or above ``CPU_QUOTA_CEILING``),
     or None."""
     quota = properties.get("CPUQuota")
@@ -212,18 +215,36 @@ def cpu_quota_problem(properties):
             "for no quota)" % (percent, CPU_QUOTA_FLOOR, CPU_MILLIS_FLOOR))
 
 
-def limits_problem(limits):
+def limits_problem(limits: Optional[Limits]) -> Optional[str]:
     """Why a sliced hold's limits are refused before anything is made (``invalid-assignment``), or None."""
     wanted = wanted_slice(limits)
     problem = None if wanted is None else cpu_quota_problem(wanted[0])
-    return None if problem is None else "limits.cpu_millis: %d gives %s" % (limits.cpu_millis, problem)
+    if problem is None or limits is None or limits.cpu_millis is None:  # a CPUQuota comes of cpu_millis alone
+        return None
+    return "limits.cpu_millis: %d gives %s" % (limits.cpu_millis, problem)
 
 
 # cpus and mems as a slice's properties: (property, the limit it comes from, what it lists, the host's set of them)
 CPUSET_PROPERTIES = (("AllowedCPUs", "cpus", "CPU", "online"), ("AllowedMemoryNodes", "mems", "NUMA node", "memory_nodes"))
 
 
-def _cpuset(value):
+class HostCpuSets(Protocol):
+    """What ``cpuset_problem`` reads of the host (``admission.HostCpus``): its online CPUs and its NUMA nodes
+    with memory."""
+
+    @property
+    def online(self) -> FrozenSet[int]: ...
+
+    @property
+    def memory_nodes(self) -> FrozenSet[int]: ...
+
+
+def _host_set(host: HostCpuSets, have: str) -> FrozenSet[int]:
+    """The host's set ``have`` names in ``CPUSET_PROPERTIES``."""
+    return host.online if have == "online" else host.memory_nodes
+
+
+def _cpuset(value: object) -> Optional[FrozenSet[int]]:
     """A cpulist property as a set of numbers; None for none (every CPU or node) or one that does not parse."""
     if not isinstance(value, str) or not value.strip():
         return None
@@ -238,7 +259,8 @@ RUNNING_CPUSET = ("a running workload's cpus and mems only widen or stay (it wou
                   "its pages are on)")
 
 
-def cpuset_problem(current, properties, host=None, name="the slice"):
+def cpuset_problem(current: Optional[SliceState], properties: Mapping[str, str], host: Optional[HostCpuSets] = None,
+                   name: str = "the slice") -> Optional[Tuple[str, bool]]:
     """Why a slice's new ``cpus``/``mems`` are refused, or None (docs/security.md, "Limits on a running slice"):
 
     * numbers the host lacks (``host``, an ``admission.HostCpus``: CPUs not online, NUMA nodes without
@@ -252,16 +274,16 @@ def cpuset_problem(current, properties, host=None, name="the slice"):
     this one function."""
     label = current.name if current is not None else name
     if host is not None:
-        problems = []
+        problems: List[str] = []
         for key, limit, noun, have in CPUSET_PROPERTIES:
             wanted = _cpuset(properties.get(key))
-            lacking = wanted - getattr(host, have) if wanted is not None else None
+            lacking = wanted - _host_set(host, have) if wanted is not None else None
             if lacking:
                 problems.append("limits.%s %s: %s %s on this node (%s: %s)" % (
                     limit, properties[key], _counted(noun, lacking),
                     "not online" if have == "online" else "without memory",
                     "online" if have == "online" else "NUMA nodes with memory",
-                    format_cpulist(getattr(host, have)) or "none"))
+                    format_cpulist(_host_set(host, have)) or "none"))
         if problems:
             return "%s: %s" % (label, "; ".join(problems)), False
     found = narrowing(current, properties)
@@ -270,13 +292,13 @@ def cpuset_problem(current, properties, host=None, name="the slice"):
     return "%s; %s: set once the slice is empty" % (found, RUNNING_CPUSET), True
 
 
-def narrowing(current, properties):
+def narrowing(current: Optional[SliceState], properties: Mapping[str, str]) -> Optional[str]:
     """What new ``cpus``/``mems`` (``properties``) take from the populated slice ``current`` whose properties are
     known (``<slice>: limits.cpus 0-1 narrows AllowedCPUs=0-3: it leaves out CPUs 2-3``), or None: nothing, an
     empty slice, or one whose properties are not known."""
     if current is None or not current.populated or current.properties is None:
         return None
-    problems = []
+    problems: List[str] = []
     for key, limit, noun, _have in CPUSET_PROPERTIES:
         present = _cpuset(current.properties.get(key))
         wanted = _cpuset(properties.get(key))
@@ -291,12 +313,13 @@ def narrowing(current, properties):
     return "%s: %s" % (current.name, "; ".join(problems)) if problems else None
 
 
-def _counted(noun, numbers):
+def _counted(noun: str, numbers: Collection[int]) -> str:
     """``CPU 3``, ``NUMA nodes 0-1``."""
     return "%s%s %s" % (noun, "s" if len(numbers) > 1 else "", format_cpulist(numbers))
 
 
-def check_slice_change(current, properties, huge, name="the slice", host=None):
+def check_slice_change(current: Optional[SliceState], properties: Mapping[str, str], huge: Mapping[str, int],
+                       name: str = "the slice", host: Optional[HostCpuSets] = None) -> None:
     """Refuse slice settings that leave a running workload no headroom: a change never kills a workload,
     and never starves it. ``current`` is the slice ``name``'s ``SliceState`` (None: no slice yet). Every
     backend's ``apply`` runs it as the writer (root, or the helper as root); the helper runs it first too.
@@ -349,39 +372,39 @@ def check_slice_change(current, properties, huge, name="the slice", host=None):
                                               faulted // page, faulted // page + 1, faulted + page))
 
 
-def lowers(new, present):
+def lowers(new: Optional[int], present: Optional[int]) -> bool:
     """Whether a new limit takes something away: it is below ``present``, or there is no limit now (None)."""
     return new is not None and (present is None or new < present)
 
 
-def _percent(quota):
+def _percent(quota: object) -> Optional[int]:
     """``"124%"`` as 124; None for anything else."""
     return int(quota[:-1]) if isinstance(quota, str) and CPU_QUOTA_RE.fullmatch(quota) else None
 
 
-def current_settings(current):
+def current_settings(current: Optional[SliceState]) -> Dict[str, int]:
     """What a slice holds now, as numbers: ``CPUQuota`` (percent), ``MemoryMax``, ``MemoryHigh``; a setting
     that is unset, unlimited or unknown is left out. From its properties where the backend reads them back,
     else from its cgroup files (``SliceState.memory_max`` and the like)."""
     if current is None:
         return {}
     properties = current.properties or {}
-    found = {"CPUQuota": _percent(properties.get("CPUQuota"))}
+    found: Dict[str, Optional[int]] = {"CPUQuota": _percent(properties.get("CPUQuota"))}
     for key in ("MemoryMax", "MemoryHigh"):
         value = properties.get(key)
         found[key] = int(value) if isinstance(value, str) and value.isdigit() else None
     fallback = {"CPUQuota": current.cpu_quota, "MemoryMax": current.memory_max, "MemoryHigh": current.memory_high}
-    for key, value in fallback.items():
-        if found[key] is None and isinstance(value, int) and not isinstance(value, bool):
-            found[key] = value
+    for key, number in fallback.items():
+        if found[key] is None and isinstance(number, int) and not isinstance(number, bool):
+            found[key] = number
     return dict((key, value) for key, value in found.items() if value is not None)
 
 
-def _margin_text(margin):
+def _margin_text(margin: int) -> str:
     return "64 MiB" if margin == MEMORY_MARGIN_MIN else "5%% (%d)" % margin
 
 
-def cgroup_parent_of(assignment, kubernetes=None):
+def cgroup_parent_of(assignment: Assignment, kubernetes: Optional[bool] = None) -> Optional[str]:
     """The slice a hold's spec names: plain holds with limits only (a Kubernetes hold lives in kubepods.slice)."""
     kubernetes = assignment.kubernetes if kubernetes is None else kubernetes
     if kubernetes or assignment.limits is None or assignment.limits.is_empty():  # wanted_slice(limits) is None
@@ -389,14 +412,14 @@ def cgroup_parent_of(assignment, kubernetes=None):
     return slice_name(assignment.allocation_id)
 
 
-def wanted_slice(limits):
+def wanted_slice(limits: Optional[Limits]) -> Optional[Tuple[Dict[str, str], Dict[str, int]]]:
     """``(properties, hugetlb_max)`` for limits, or None when they book nothing a slice enforces."""
     if limits is None or limits.is_empty():
         return None
     return slice_properties(limits), hugetlb_max(limits)
 
 
-def limits_of_slice(state):
+def limits_of_slice(state: SliceState) -> Limits:
     """What a slice still holds of the host, as ``Limits``: its memory limit and huge page limits."""
     properties = state.properties or {}
     memory = properties.get("MemoryMax")
@@ -408,13 +431,13 @@ def limits_of_slice(state):
                   hugepages_2mi=pages["hugepages_2mi"] or None, hugepages_1gi=pages["hugepages_1gi"] or None)
 
 
-def settings_text(properties, hugetlb_max):
+def settings_text(properties: Optional[Mapping[str, str]], hugetlb_max: Optional[Mapping[str, int]]) -> str:
     """A slice's settings, one ``key=value`` a line, as ``--diff`` shows them."""
     lines = ["%s=%s" % item for item in (properties or {}).items()]
     lines.extend("hugetlb.%s.max=%d" % item for item in sorted((hugetlb_max or {}).items()))
     return "".join(line + "\n" for line in lines)
 
 
-def settings_of(state):
+def settings_of(state: SliceState) -> str:
     """The settings of a slice as the host shows them (what the backend can read back)."""
     return settings_text(state.properties, state.hugetlb_max)

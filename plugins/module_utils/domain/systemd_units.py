@@ -21,7 +21,7 @@ specifiers (``%i``) and variables (``$X``) are left as written. Everything here 
 from __future__ import annotations
 
 import shlex
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union, overload
 
 UNIT_DIR = "/etc/systemd/system"
 HELPER_UNIT = "bcd-holds-helper.service"
@@ -51,11 +51,11 @@ class Unit:
     """One unit's settings, its file and then its drop-ins: ``{section: [(key, value), ...]}`` in order,
     and the lines that are not settings (``problems``)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.settings: Dict[str, List[Tuple[str, str]]] = {}
         self.problems: List[str] = []
 
-    def values(self, section, key):
+    def values(self, section: str, key: str) -> List[str]:
         """Every value of ``key`` in ``section``, an empty assignment clearing those before it."""
         found: List[str] = []
         for name, value in self.settings.get(section, []):
@@ -63,19 +63,25 @@ class Unit:
                 found = [] if value == "" else found + [value]
         return found
 
-    def last(self, section, key, default=None):
+    @overload
+    def last(self, section: str, key: str) -> Optional[str]: ...
+
+    @overload
+    def last(self, section: str, key: str, default: str) -> str: ...
+
+    def last(self, section: str, key: str, default: Optional[str] = None) -> Optional[str]:
         """The value ``key`` has in ``section`` (the last assignment wins), or ``default``."""
         found = self.values(section, key)
         return found[-1] if found else default
 
 
-def parse_unit(texts, where=()):
+def parse_unit(texts: Sequence[str], where: Sequence[str] = ()) -> Unit:
     """A ``Unit`` from the unit file's text and its drop-ins' (``texts``, in the order systemd reads them;
     ``where``: their names, for the problems)."""
     unit = Unit()
     for index, text in enumerate(texts):
         name = where[index] if index < len(where) else "unit"
-        section = None
+        section: Optional[str] = None
         for number, line in _logical_lines(text):
             if line.startswith("[") and line.endswith("]"):
                 section = line[1:-1].strip()
@@ -88,9 +94,10 @@ def parse_unit(texts, where=()):
     return unit
 
 
-def _logical_lines(text):
+def _logical_lines(text: str) -> Iterator[Tuple[int, str]]:
     """``(first line number, line)`` of each non-empty, non-comment line, continuations joined."""
-    pending, start = None, 0
+    pending: Optional[str] = None
+    start = 0
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if pending is None:
@@ -109,7 +116,7 @@ def _logical_lines(text):
         yield start, pending.strip()
 
 
-def exec_words(value):
+def exec_words(value: str) -> List[str]:
     """The words of an ``ExecStart=`` value, its prefixes dropped; ``ValueError`` when they cannot be
     split (an unclosed quote)."""
     command = value.lstrip(EXEC_PREFIXES)
@@ -120,21 +127,27 @@ class Command:
     """A ``bcd-holds`` command line: the program as written (an absolute node path, or not), its
     subcommand, and its options (``{"--state-dir": [value, ...]}``; flags map to ``[""]``)."""
 
-    def __init__(self, program, subcommand, options, words):
+    def __init__(self, program: str, subcommand: Optional[str], options: Dict[str, List[str]], words: List[str]) -> None:
         self.program = program
         self.subcommand = subcommand
         self.options = options
         self.words = words
 
-    def last(self, option, default=None):
+    @overload
+    def last(self, option: str) -> Optional[str]: ...
+
+    @overload
+    def last(self, option: str, default: str) -> str: ...
+
+    def last(self, option: str, default: Optional[str] = None) -> Optional[str]:
         values = self.options.get(option)
         return values[-1] if values else default
 
-    def has(self, option):
+    def has(self, option: str) -> bool:
         return option in self.options
 
 
-def bcd_command(words):
+def bcd_command(words: List[str]) -> Optional[Command]:
     """The ``Command`` of ``words`` when one of them runs ``bcd-holds`` (the program itself, or the script
     an interpreter such as ``python3 -I`` is given), else None."""
     found = [index for index, word in enumerate(words) if word.rsplit("/", 1)[-1] == PROGRAM]
@@ -159,12 +172,12 @@ def bcd_command(words):
     return Command(words[index], subcommand, options, words)
 
 
-def pass_command(unit):
+def pass_command(unit: Unit) -> Union[Tuple[Command, None], Tuple[None, str]]:
     """``(Command, problem)`` of a pass unit: its one ``ExecStart`` that runs ``bcd-holds converge``."""
     lines = unit.values("Service", "ExecStart")
     if not lines:
         return None, "has no ExecStart"
-    commands = []
+    commands: List[Command] = []
     for line in lines:
         try:
             command = bcd_command(exec_words(line))
@@ -184,7 +197,7 @@ def pass_command(unit):
     return command, None
 
 
-def helper_command(unit):
+def helper_command(unit: Unit) -> Union[Tuple[Command, None], Tuple[None, str]]:
     """``(Command, problem)`` of the helper unit: its ``ExecStart`` that runs ``bcd-holds helper``."""
     for line in unit.values("Service", "ExecStart"):
         try:
@@ -196,11 +209,11 @@ def helper_command(unit):
     return None, "has no ExecStart that runs %s helper" % PROGRAM
 
 
-def timer_target(name, unit):
+def timer_target(name: str, unit: Unit) -> str:
     """The unit a timer starts: its ``Unit=``, else the service of its own name (systemd's default)."""
     return unit.last("Timer", "Unit", name.rsplit(".", 1)[0] + ".service")
 
 
-def pass_account(unit):
+def pass_account(unit: Unit) -> str:
     """The account a unit's ``ExecStart`` runs as: ``User=``, root when it has none."""
     return unit.last("Service", "User", "root") or "root"

@@ -28,9 +28,9 @@ import hashlib
 import json
 import re
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, AbstractSet, Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import ceiling
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import Runtime, ceiling
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import (
     minimum_version,
     requirements_above,
@@ -49,8 +49,12 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import cgroup_parent_of
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import VendorSpec
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment
 
 KIND = "bcd.dev/gpu"
 SPEC_DIR = "/etc/cdi"
@@ -84,25 +88,25 @@ class RenderError(BcdError):
 class RenderRefused(RenderError):
     """A hold this node cannot honour as asked: refused with ``reason`` (a failure reason of the spec page)."""
 
-    def __init__(self, reason, message):
+    def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
 
 
-def cdi_spec_path(allocation_id):
+def cdi_spec_path(allocation_id: str) -> str:
     return "%s/%s%s.json" % (SPEC_DIR, SPEC_PREFIX, allocation_id)
 
 
-def damaged_spec_path(allocation_id, now):
+def damaged_spec_path(allocation_id: str, now: float) -> str:
     """Where a damaged spec is set aside (``-2``, ``-3``… are added if that name is taken)."""
     return "%s.damaged-%s" % (cdi_spec_path(allocation_id), time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)))
 
 
-def env_file_path(allocation_id):
+def env_file_path(allocation_id: str) -> str:
     return "%s/%s.env" % (ENV_DIR, allocation_id)
 
 
-def cdi_device(atom_id):
+def cdi_device(atom_id: str) -> str:
     return "%s=%s" % (KIND, atom_id.replace("/", "_"))
 
 
@@ -113,25 +117,25 @@ class HoldRender:
     allocation_id: str
     reservation_id: str
     generation: int
-    atoms: Tuple = ()
+    atoms: Tuple[Atom, ...] = ()
     kubernetes: bool = False
     cgroup_parent: Optional[str] = None
     mps: bool = False
     env: Tuple[str, ...] = ()
 
     @property
-    def has_slot(self):
+    def has_slot(self) -> bool:
         return any(atom.device_class == "gpu.slot" for atom in self.atoms)
 
 
-def _fallback_edits(atom):
+def _fallback_edits(atom: Atom) -> Dict[str, Any]:
     """One env edit naming the atom, for a device that carries no vendor edits
     (a Kubernetes hold, or no vendor spec): CDI rejects a device without edits."""
     key = "BCD_DEVICE_" + re.sub(r"[^A-Za-z0-9]", "_", atom.cdi_name).upper()
     return {"env": ["%s=%s" % (key, atom.id)]}
 
 
-def _device_edits(atom, vendor, own):
+def _device_edits(atom: Atom, vendor: Optional[VendorSpec], own: AbstractSet[str]) -> Optional[Dict[str, Any]]:
     if vendor is None:
         return None
     edits = vendor.edits_for_mig(atom.mig_uuid) if atom.device_class == CLASS_MIG else vendor.edits_for_gpu(atom.gpu_uuid)
@@ -144,27 +148,27 @@ def _device_edits(atom, vendor, own):
     return kept
 
 
-def _env_key(line):
+def _env_key(line: object) -> Optional[str]:
     return line.split("=", 1)[0] if isinstance(line, str) else None
 
 
-def own_env_keys(hold):
+def own_env_keys(hold: HoldRender) -> Set[str]:
     """The env keys bcd's own lines of a hold set: ``NVIDIA_VISIBLE_DEVICES``, every ``BCD_*`` it writes, and
     the others of ``common_env`` (``CUDA_MPS_PIPE_DIRECTORY`` on a slot under MPS)."""
-    return set(_env_key(line) for line in common_env(hold)) | {"NVIDIA_VISIBLE_DEVICES"}
+    return set(line.split("=", 1)[0] for line in common_env(hold)) | {"NVIDIA_VISIBLE_DEVICES"}
 
 
-def vendor_env(lines, own):
+def vendor_env(lines: List[Any], own: AbstractSet[str]) -> List[Any]:
     """A vendor spec's env ``lines`` without those that would override bcd's: a key in ``own`` or any
     ``BCD_*`` (a later line of a key wins in the container)."""
     return [line for line in lines if _env_key(line) not in own and not str(_env_key(line)).startswith("BCD_")]
 
 
-def _has_edits(edits):
-    return bool(edits) and any(edits.get(key) for key in edits)
+def _has_edits(edits: Optional[Dict[str, Any]]) -> bool:
+    return edits is not None and any(edits.get(key) for key in edits)
 
 
-def common_env(hold):
+def common_env(hold: HoldRender) -> List[str]:
     """The env lines shared by the CDI spec and the env file, in order."""
     lines = ["BCD_ALLOCATION_ID=%s" % hold.allocation_id]
     if hold.cgroup_parent:
@@ -174,7 +178,8 @@ def common_env(hold):
     return lines
 
 
-def render_spec(hold, vendor=None, notes=None, runtimes=()):
+def render_spec(hold: HoldRender, vendor: Optional[VendorSpec] = None, notes: Optional[List[str]] = None,
+                runtimes: Sequence[Runtime] = ()) -> Dict[str, Any]:
     """The hold's CDI spec as a dict; raises ``RenderError`` when it would not be valid CDI, and
     ``RenderRefused`` when the node cannot honour it (see the module docstring).
 
@@ -193,7 +198,7 @@ def render_spec(hold, vendor=None, notes=None, runtimes=()):
     use_vendor = vendor if (vendor is not None and not hold.kubernetes and vendor.path) else None
 
     own = own_env_keys(hold)
-    devices = []
+    devices: List[Dict[str, Any]] = []
     for atom in hold.atoms:
         if use_vendor is not None:
             _refuse_unusable(atom, use_vendor)
@@ -221,10 +226,10 @@ def render_spec(hold, vendor=None, notes=None, runtimes=()):
                                   % (hold.allocation_id, use_vendor.path, type_name(their_env)))
             env.extend(line for line in vendor_env(their_env, own) if line not in env)
             common.update((key, value) for key, value in vendor_edits.items() if value)
-    container_edits = {"env": env}
+    container_edits: Dict[str, Any] = {"env": env}
     for key in sorted(common, key=_edit_rank):
         container_edits[key] = common[key]
-    spec = {
+    spec: Dict[str, Any] = {
         "cdiVersion": BASE_VERSION,
         "kind": KIND,
         "annotations": annotations,
@@ -244,7 +249,7 @@ def render_spec(hold, vendor=None, notes=None, runtimes=()):
     return spec
 
 
-def lowered(wanted, runtimes):
+def lowered(wanted: str, runtimes: Sequence[Runtime]) -> str:
     """``wanted`` (a CDI version), lowered to what every runtime on the node loads (``runtimes``: the
     oldest library among them, ``runtimes.ceiling``); as it is when no runtime sets a limit."""
     oldest = ceiling(runtimes)
@@ -254,7 +259,7 @@ def lowered(wanted, runtimes):
     return limit if version_key(wanted) > version_key(limit) else wanted
 
 
-def _within(hold, spec, required, wanted, runtimes):
+def _within(hold: HoldRender, spec: Dict[str, Any], required: str, wanted: str, runtimes: Sequence[Runtime]) -> str:
     """``wanted``, lowered to what every runtime on the node loads (``lowered``); refused when even
     ``required`` (what the content needs) is more than the oldest runtime loads."""
     oldest = ceiling(runtimes)
@@ -270,7 +275,7 @@ def _within(hold, spec, required, wanted, runtimes):
     return lowered(wanted, runtimes)
 
 
-def _refuse_unusable(atom, vendor):
+def _refuse_unusable(atom: Atom, vendor: VendorSpec) -> None:
     """A device whose vendor edits name only device nodes the node does not have is not handed out."""
     uuid = atom.mig_uuid if atom.device_class == CLASS_MIG else atom.gpu_uuid
     why = vendor.unusable_reason(uuid)
@@ -284,18 +289,18 @@ def _refuse_unusable(atom, vendor):
 _EDIT_ORDER = ("env", "deviceNodes", "mounts", "hooks", "netDevices", "intelRdt", "additionalGids")
 
 
-def _edit_rank(key):
+def _edit_rank(key: str) -> Tuple[int, str]:
     """Common edits in the order CDI documents them; unknown keys last, by name."""
     return (_EDIT_ORDER.index(key), key) if key in _EDIT_ORDER else (len(_EDIT_ORDER), key)
 
 
-def spec_bytes(spec):
+def spec_bytes(spec: Dict[str, Any]) -> bytes:
     """A CDI spec as ``/etc/cdi`` holds it, for people to read: indented by two, in the spec's order, text
     as it is (the bytes every release wrote, so no spec is rewritten on upgrade)."""
     return json_bytes(spec, indent=2, sort_keys=False, ensure_ascii=False)
 
 
-def _hold_render(assignment, atoms, generation, mps):
+def _hold_render(assignment: Assignment, atoms: Iterable[Atom], generation: int, mps: bool) -> HoldRender:
     return HoldRender(
         allocation_id=assignment.allocation_id,
         reservation_id=assignment.reservation_id,
@@ -308,7 +313,8 @@ def _hold_render(assignment, atoms, generation, mps):
     )
 
 
-def render_hold(assignment, atoms, generation, vendor, mps=False, notes=None, runtimes=()):
+def render_hold(assignment: Assignment, atoms: Iterable[Atom], generation: int, vendor: Optional[VendorSpec], mps: bool = False,
+                notes: Optional[List[str]] = None, runtimes: Sequence[Runtime] = ()) -> Tuple[bytes, bytes]:
     """``(spec bytes, env file bytes)`` of a hold: the one rendering both a pass and the root helper use,
     so root writes only what it built from the node's own vendor spec and atoms."""
     hold = _hold_render(assignment, atoms, generation, mps)
@@ -320,12 +326,13 @@ def render_hold(assignment, atoms, generation, vendor, mps=False, notes=None, ru
                           % (hold.allocation_id, exc.object[exc.start:exc.end][:8]))
 
 
-def digest_of(content):
+def digest_of(content: Optional[bytes]) -> Optional[str]:
     """sha256 (hex) of a file's bytes; None for no file."""
     return hashlib.sha256(content).hexdigest() if content is not None else None
 
 
-def render_key(assignment, atoms, generation, vendor, mps=False, runtimes=()):
+def render_key(assignment: Assignment, atoms: Iterable[Atom], generation: int, vendor: Optional[VendorSpec], mps: bool = False,
+               runtimes: Sequence[Runtime] = ()) -> str:
     """A digest of everything ``render_hold`` reads: the hold's fields and atoms, the vendor spec (its
     path and the digest of its bytes), the node's runtimes and the render revision. Equal keys render
     equal bytes, with one deliberate exception: which of the vendor's edits are stale on the node is
@@ -337,19 +344,19 @@ def render_key(assignment, atoms, generation, vendor, mps=False, runtimes=()):
     return hashlib.sha256(repr(inputs).encode("utf-8")).hexdigest()
 
 
-def render_record(key, spec, env, notes):
+def render_record(key: str, spec: Optional[bytes], env: Optional[bytes], notes: Iterable[str]) -> Dict[str, Any]:
     """What a pass keeps of a hold it rendered, so the next one can tell it is unchanged without rendering:
     the key, the digests of the two files, and the notes the render made (said again on every pass)."""
     return {"key": key, "spec": digest_of(spec), "env": digest_of(env), "notes": list(notes)}
 
 
-def unchanged(record, key, spec_content, env_content):
+def unchanged(record: object, key: str, spec_content: Optional[bytes], env_content: Optional[bytes]) -> bool:
     """Whether the files on disk are what ``key`` rendered when ``record`` was kept."""
     return (isinstance(record, dict) and record.get("key") == key and spec_content is not None
             and record.get("spec") == digest_of(spec_content) and record.get("env") == digest_of(env_content))
 
 
-def visible_atoms(atoms, content):
+def visible_atoms(atoms: Sequence[Atom], content: bytes) -> Optional[List[Atom]]:
     """The atoms of a hold whose devices the inventory lacks now (before ``mig-layout`` has made its MIG
     instances again after a reboot), with the MIG UUIDs its spec on disk names: a plain hold's
     ``NVIDIA_VISIBLE_DEVICES`` lists each atom's visible name in order. None when the spec does not
@@ -362,7 +369,9 @@ def visible_atoms(atoms, content):
         return None
     if len(names) != 1:
         return None
-    listed, seen, resolved = names[0].split(","), set(), []
+    listed = names[0].split(",")
+    seen: Set[Optional[str]] = set()
+    resolved: List[Atom] = []
     for atom in atoms:
         if atom.device_class != CLASS_MIG and atom.gpu_uuid in seen:
             resolved.append(atom)
@@ -382,7 +391,7 @@ def visible_atoms(atoms, content):
     return resolved if not listed else None
 
 
-def render_env(hold):
+def render_env(hold: HoldRender) -> bytes:
     """The env file: ``BCD_ALLOCATION_ID``, ``BCD_CGROUP_PARENT``, ``CUDA_MPS_PIPE_DIRECTORY``,
     ``BCD_RESERVATION_ID``, ``NVIDIA_VISIBLE_DEVICES`` (Kubernetes holds too), then the assignment's lines."""
     lines = common_env(hold)
@@ -400,7 +409,7 @@ class LiveHold:
     path: str
     content: bytes
     device_ids: List[str] = field(default_factory=list)
-    atoms: List = field(default_factory=list)
+    atoms: List[Atom] = field(default_factory=list)
     reservation_id: str = ""
     reservation_annotated: bool = False  # the spec has the annotation (a hold bound before revision 3: even empty)
     generation: Optional[int] = None
@@ -409,7 +418,7 @@ class LiveHold:
     problem: Optional[str] = None  # why the file could not be read back fully
 
 
-def read_hold(allocation_id, path, content):
+def read_hold(allocation_id: str, path: str, content: bytes) -> LiveHold:
     """Parse one ``bcd-*.json``. A file that cannot be parsed is still a hold
     (its allocation id comes from the file name) with ``problem`` set."""
     hold = LiveHold(allocation_id=allocation_id, path=path, content=content)
@@ -455,13 +464,13 @@ def read_hold(allocation_id, path, content):
     return hold
 
 
-def _scalar_text(value):
+def _scalar_text(value: object) -> str:
     """An annotation that is not text, as text: a number or boolean as written, anything else (a list,
     a mapping, nested as deep as JSON goes) as nothing."""
     return "" if isinstance(value, (list, dict)) else str(value)
 
 
-def env_atoms(hold, found):
+def env_atoms(hold: LiveHold, found: Sequence[Optional[Atom]]) -> Optional[List[Atom]]:
     """A kept hold's atoms (``LiveHold``) for its env file where some are missing from the inventory
     (``found`` has None for them): those present as found, the others as its spec names them (a whole
     GPU or slot names itself; a MIG instance needs the UUID in the spec's ``NVIDIA_VISIBLE_DEVICES``).

@@ -36,7 +36,7 @@ given twice are found in JSON only (PyYAML keeps the last one silently).
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Literal, NoReturn, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import vendor as cdi_vendor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
@@ -47,11 +47,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec i
     SPEC_PREFIX,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import validate_spec
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
-WARN, ERROR = "WARN", "ERROR"
+Level = Literal["WARN", "ERROR"]
+WARN: Level = "WARN"
+ERROR: Level = "ERROR"
 MAX_FILES = 4096
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # PyYAML reads about 0.4 MiB a second: this keeps a doctor run on hostile directories under a minute.
@@ -71,14 +73,14 @@ def directory_priority(directory: str) -> int:
     return 1 if directory.rstrip("/") in HIGH_PRIORITY_DIRS else 0
 
 
-def _printable(text: Any) -> str:
+def _printable(text: object) -> str:
     """``text`` on one line: control characters, undecodable bytes of a file name and the like escaped."""
     return printable(text)
 
 
-def _short(text: Any) -> str:
-    text = _printable(text)
-    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 3] + "..."
+def _short(text: object) -> str:
+    shown = _printable(text)
+    return shown if len(shown) <= MAX_MESSAGE else shown[:MAX_MESSAGE - 3] + "..."
 
 
 @record(frozen=True)
@@ -107,7 +109,7 @@ class SpecFile:
 class Finding:
     """``level`` (``WARN`` or ``ERROR``), ``path`` (a node path) and ``message`` (a phrase that follows it)."""
 
-    level: str
+    level: Level
     path: str
     message: str
 
@@ -116,20 +118,20 @@ class Finding:
         return "%s: %s" % (_short(self.path), _short(self.message))
 
 
-def _finding(level, path, message):
+def _finding(level: Level, path: object, message: object) -> Finding:
     return Finding(level, _short(path), _short(message))
 
 
 class _Unloadable(Exception):
     """Why no runtime loads a file (an ERROR), or ``level`` WARN when it could not be checked."""
 
-    def __init__(self, why, level=ERROR):
+    def __init__(self, why: str, level: Level = ERROR) -> None:
         super().__init__(why)
         self.why = why
         self.level = level
 
 
-def _strict_pairs(pairs):
+def _strict_pairs(pairs: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
     """``json`` object hook: the runtimes' parser (``yaml.UnmarshalStrict``) refuses a key given twice."""
     seen: Dict[str, Any] = {}
     for key, value in pairs:
@@ -140,7 +142,7 @@ def _strict_pairs(pairs):
     return seen
 
 
-def _no_constant(name):
+def _no_constant(name: str) -> NoReturn:
     raise _Unloadable("holds %s, which is not JSON; runtimes refuse the whole file" % name)
 
 
@@ -215,7 +217,7 @@ def _load(spec_file: SpecFile) -> Dict[str, Any]:
     return data
 
 
-def _kind_findings(spec_file: SpecFile, spec_kind: Any, kind: str) -> List[Finding]:
+def _kind_findings(spec_file: SpecFile, spec_kind: object, kind: str) -> List[Finding]:
     """Check 3: our kind in a file the converger does not own, or a ``bcd-*.json`` of another kind."""
     name = spec_file.name
     hold_name = SPEC_FILE_RE.fullmatch(name) is not None and spec_file.directory.rstrip("/") == SPEC_DIR
@@ -238,7 +240,7 @@ def _kind_findings(spec_file: SpecFile, spec_kind: Any, kind: str) -> List[Findi
 def _device_findings(defined: Dict[str, List[SpecFile]], kind: str) -> List[Finding]:
     """Check 2, as the CDI library resolves names: a conflict at one priority drops the device everywhere;
     otherwise the higher priority wins."""
-    findings = []
+    findings: List[Finding] = []
     for device_name in sorted(defined):
         holders = defined[device_name]
         qualified = "%s=%s" % (kind, device_name)
@@ -259,19 +261,19 @@ def _device_findings(defined: Dict[str, List[SpecFile]], kind: str) -> List[Find
     return findings
 
 
-def lint(files: Any, kind: str = KIND) -> List[Finding]:
+def lint(files: Iterable[SpecFile], kind: str = KIND) -> List[Finding]:
     """Findings about ``files`` (``SpecFile``, in the order the runtimes scan them): errors first, then
     warnings, each in the order found. No findings: every spec loads, each device of ``kind`` is defined
     once, nothing is left over."""
     findings: List[Finding] = []
-    files = list(files)
-    if len(files) > MAX_FILES:
+    listed = list(files)
+    if len(listed) > MAX_FILES:
         message = "more than %d files in the spec directories; only the first %d are checked" % (MAX_FILES, MAX_FILES)
-        findings.append(_finding(WARN, files[MAX_FILES].directory, message))
-        files = files[:MAX_FILES]
+        findings.append(_finding(WARN, listed[MAX_FILES].directory, message))
+        listed = listed[:MAX_FILES]
     defined: Dict[str, List[SpecFile]] = {}  # device name of ``kind`` -> the files that define it
     parsed_bytes = 0
-    for spec_file in files:
+    for spec_file in listed:
         name = spec_file.name
         if not name:  # the directory itself (node/cdi_files.py: a linked spec directory the library skips)
             level = ERROR if spec_file.directory.rstrip("/") == SPEC_DIR else WARN

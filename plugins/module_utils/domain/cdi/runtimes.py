@@ -23,12 +23,12 @@ that checks no ``cdiVersion``).
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import version_key as cdi_version_key
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import type_name
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 
 __all__ = [
     "ALIASES",
@@ -136,7 +136,7 @@ class Runtime:
         return {"name": self.name, "version": self.version, "max_cdi_version": self.max_cdi_version}
 
 
-def version_key(text: Any) -> Tuple[int, ...]:
+def version_key(text: object) -> Tuple[int, ...]:
     """``(major, minor, patch)`` of a release version: ``v2.0.5``, ``27.3.1-ce``, ``2.0.0-rc.1``,
     ``1.6.20~ds1``, ``5.4.2+ds1-2``; missing parts are 0, parts after the third are ignored.
     ValueError for text without a version (or not a string or number)."""
@@ -155,7 +155,7 @@ def version_key(text: Any) -> Tuple[int, ...]:
     return tuple(int(part) for part in parts)
 
 
-def canonical_name(name: Any) -> str:
+def canonical_name(name: object) -> str:
     """``name`` as one of ``RUNTIME_NAMES`` (case and ``ALIASES`` forgiven); ValueError otherwise."""
     if isinstance(name, str):
         folded = name.strip().lower()
@@ -166,7 +166,7 @@ def canonical_name(name: Any) -> str:
     raise ValueError("must be one of %s, not %s" % (", ".join(RUNTIME_NAMES), type_name(name)))
 
 
-def max_cdi_version(name: str, version: Any) -> Optional[str]:
+def max_cdi_version(name: str, version: object) -> Optional[str]:
     """The newest ``cdiVersion`` release ``version`` of runtime ``name`` loads; None before its CDI
     support. ValueError for an unknown runtime or a version that is not one."""
     rows = TABLE[canonical_name(name)]
@@ -178,14 +178,14 @@ def max_cdi_version(name: str, version: Any) -> Optional[str]:
     return best
 
 
-def runtime(name: str, version: Any, path: str = "", source: str = "") -> Runtime:
+def runtime(name: str, version: object, path: str = "", source: str = "") -> Runtime:
     """A ``Runtime`` with its CDI version looked up (``name`` as ``canonical_name`` takes it)."""
     canonical = canonical_name(name)
     return Runtime(name=canonical, version=str(version), max_cdi_version=max_cdi_version(canonical, version),
                    path=path, source=source)
 
 
-def ceiling(runtimes: Any) -> Optional[Runtime]:
+def ceiling(runtimes: Optional[Iterable[Runtime]]) -> Optional[Runtime]:
     """The runtime whose library loads the oldest CDI version (the one that limits what is written),
     or None when no runtime loads CDI specs. Ties go to the first listed."""
     best = None
@@ -212,7 +212,7 @@ _OUTPUT_PATTERNS = {
 }
 
 
-def version_from_output(name: str, text: Any) -> str:
+def version_from_output(name: str, text: object) -> str:
     """The release version in runtime ``name``'s ``--version`` output (its first 4 KiB), without a
     leading ``v`` (``2.0.5``, ``1.6.20~ds1``); ValueError when it is not there."""
     pattern = _OUTPUT_PATTERNS[canonical_name(name)]
@@ -223,7 +223,7 @@ def version_from_output(name: str, text: Any) -> str:
     if match is None:
         first = (head.strip().splitlines() or [""])[0][:80]
         raise ValueError("no version in its output (%r)" % first if first else "no version in its output (it is empty)")
-    version = match.group(1)
+    version: str = match.group(1)
     if version.startswith("v"):
         version = version[1:]
     if len(version) > MAX_VERSION_TEXT:
@@ -234,7 +234,8 @@ def version_from_output(name: str, text: Any) -> str:
 
 # --- the cdi_runtimes option -------------------------------------------------------------------
 
-def parse_runtimes_option(value: Any, source: str = "option", where: str = "cdi_runtimes") -> Any:
+def parse_runtimes_option(value: object, source: str = "option",
+                          where: str = "cdi_runtimes") -> Union[Literal["auto"], List[Runtime]]:
     """``cdi_runtimes``: the string ``auto`` (or None), or a list of at most ``MAX_RUNTIMES`` mappings
     ``{name, version}``; ``crio``/``cri_o`` are taken for ``cri-o``, ``dockerd``/``moby`` for ``docker``,
     in any case. Returns ``"auto"`` or a list of ``Runtime`` (``source``); every error is a ValueError
@@ -264,7 +265,7 @@ def parse_runtimes_option(value: Any, source: str = "option", where: str = "cdi_
     return runtimes
 
 
-def _option_version(at: str, version: Any) -> str:
+def _option_version(at: str, version: object) -> str:
     """An option entry's version as text, without a leading ``v``; ValueError naming ``at``."""
     if isinstance(version, bool) or not isinstance(version, (str, int, float)):
         raise ValueError("%s.version: must be a version like 5.4.2, not %s" % (at, type_name(version)))

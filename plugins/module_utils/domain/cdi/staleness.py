@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import VendorSpec
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import VENDOR_SPEC_STALE
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 
 MAX_PATHS = 4096  # paths looked at per spec; a spec naming more is judged on the first ones
 MAX_REPORTED = 8  # differences spelled out in one message; the rest are counted
@@ -44,14 +45,28 @@ _LIBRARY_VERSION_RE = lazy_pattern(r"\.so\.([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4
 _DRIVER_VERSION_RE = lazy_pattern(r"Kernel Module(?: for [A-Za-z0-9_]+)?\s+([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)\b")
 
 
-def driver_version_from_proc(text):
+class Probe(Protocol):
+    """What the checks ask of the node (the host: ``node/vendor_spec.DriverProbe``)."""
+
+    def device_number(self, node_path: str) -> Optional[Tuple[int, int]]:
+        """``(major, minor)`` of the device node at ``node_path`` (``NOT_A_DEVICE``, ``UNKNOWN_DEVICE``); None
+        when nothing is there."""
+
+    def file_exists(self, node_path: str) -> bool:
+        """Whether ``node_path`` exists on the node."""
+
+    def driver_version(self) -> Optional[str]:
+        """The running driver's version, None when it is not known."""
+
+
+def driver_version_from_proc(text: Optional[str]) -> Optional[str]:
     """The running driver's version from ``/proc/driver/nvidia/version`` (proprietary or open
     kernel module); None when the text does not say."""
     match = _DRIVER_VERSION_RE.search(text or "")
     return match.group(1) if match else None
 
 
-def _edits_of(spec):
+def _edits_of(spec: object) -> List[Tuple[str, Optional[str], Dict[str, Any]]]:
     """``(where, edits)`` for the spec-level edits and each device's, skipping malformed parts."""
     out: List[Tuple[str, Optional[str], Dict[str, Any]]] = []
     if not isinstance(spec, dict):
@@ -65,7 +80,7 @@ def _edits_of(spec):
     return out
 
 
-def generated_for(spec):
+def generated_for(spec: object) -> Optional[str]:
     """The driver version a spec's driver-versioned library mounts carry (the most common one), or None."""
     versions: Counter[str] = Counter()
     for _where, _name, edits in _edits_of(spec):
@@ -79,15 +94,15 @@ def generated_for(spec):
 
 
 class _Budget:
-    def __init__(self):
+    def __init__(self) -> None:
         self.left = MAX_PATHS
 
-    def take(self):
+    def take(self) -> bool:
         self.left -= 1
         return self.left >= 0
 
 
-def _node_problem(node, probe, budget):
+def _node_problem(node: object, probe: Probe, budget: _Budget) -> Optional[str]:
     """Why a ``deviceNodes`` entry is not true on the node, or None."""
     if not isinstance(node, dict):
         return None
@@ -97,18 +112,18 @@ def _node_problem(node, probe, budget):
     number = probe.device_number(path)
     if number is None:
         return "device node %s is missing" % path
-    number = tuple(number)
-    if number == UNKNOWN_DEVICE:
+    found = tuple(number)  # a probe may answer a list
+    if found == UNKNOWN_DEVICE:
         return None
-    if number == NOT_A_DEVICE:
+    if found == NOT_A_DEVICE:
         return "%s is not a device node" % path
     major, minor = node.get("major"), node.get("minor")
-    if isinstance(major, int) and isinstance(minor, int) and (major, minor) != tuple(number):
-        return "device node %s is %d:%d on the node, not %d:%d" % (path, number[0], number[1], major, minor)
+    if isinstance(major, int) and isinstance(minor, int) and (major, minor) != found:
+        return "device node %s is %d:%d on the node, not %d:%d" % (path, found[0], found[1], major, minor)
     return None
 
 
-def _mount_problem(mount, probe, budget):
+def _mount_problem(mount: object, probe: Probe, budget: _Budget) -> Optional[str]:
     """Why a ``mounts`` entry is not true on the node, or None."""
     if not isinstance(mount, dict):
         return None
@@ -120,7 +135,8 @@ def _mount_problem(mount, probe, budget):
     return None
 
 
-def _true_edits(edits, probe, budget, problems):
+def _true_edits(edits: Dict[str, Any], probe: Probe, budget: _Budget,
+                problems: List[str]) -> Tuple[Dict[str, Any], int, int]:
     """A copy of ``edits`` without its stale device nodes and mounts (each appended to ``problems``),
     and how many device nodes it had and kept."""
     kept = copy.deepcopy(edits)
@@ -154,7 +170,7 @@ def _true_edits(edits, probe, budget, problems):
     return kept, had, left
 
 
-def _driver_problem(spec, probe):
+def _driver_problem(spec: object, probe: Probe) -> Optional[str]:
     running = probe.driver_version()
     wanted = generated_for(spec)
     if running and wanted and running != wanted:
@@ -162,7 +178,7 @@ def _driver_problem(spec, probe):
     return None
 
 
-def stale_edits(spec, probe):
+def stale_edits(spec: object, probe: Probe) -> List[str]:
     """What in ``spec`` (a parsed CDI spec) is not true on the node: a list of one-line differences,
     empty when everything it names is there."""
     problems: List[str] = []
@@ -175,7 +191,7 @@ def stale_edits(spec, probe):
     return _unique(problems)
 
 
-def check_vendor(vendor, spec, probe):
+def check_vendor(vendor: VendorSpec, spec: object, probe: Probe) -> VendorSpec:
     """``vendor`` (a ``VendorSpec`` read from ``spec``, the parsed file) checked against the node: a
     copy whose device and common edits are only the true ones, ``stale`` listing what differs and
     ``unusable`` the devices (by name) left without a true device node of their own."""
@@ -200,18 +216,18 @@ def check_vendor(vendor, spec, probe):
     return checked
 
 
-def summary(problems):
+def summary(problems: Sequence[str]) -> str:
     """One line for a condition or a warning: the first differences, and how many more."""
     shown = problems[:MAX_REPORTED]
     more = len(problems) - len(shown)
     return "; ".join(shown) + (" (and %d more)" % more if more > 0 else "")
 
 
-def stale_condition(vendor):
+def stale_condition(vendor: Optional[VendorSpec]) -> Optional[Dict[str, Any]]:
     """The node condition a stale vendor spec raises; None when it is fresh."""
-    stale = getattr(vendor, "stale", None)
-    if not stale:
+    if vendor is None or not vendor.stale:
         return None
+    stale = vendor.stale
     return {
         "type": VENDOR_SPEC_STALE,
         "status": "True",
@@ -221,9 +237,9 @@ def stale_condition(vendor):
     }
 
 
-def _unique(items):
+def _unique(items: Sequence[str]) -> List[str]:
     seen = set()
-    out = []
+    out: List[str] = []
     for item in items:
         if item not in seen:
             seen.add(item)

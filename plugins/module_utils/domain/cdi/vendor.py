@@ -31,7 +31,7 @@ import hashlib
 import importlib.util
 import json
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import (
     CdiVersionError,
@@ -39,8 +39,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate im
     version_key,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 
 # PyYAML is imported when a spec is not JSON (_yaml_tools); whether it is there is known without
 # importing it.
@@ -105,14 +105,14 @@ class VendorSpec:
             return copy.deepcopy(self.devices[WSL_DEVICE])
         return self._lookup(gpu_uuid, "GPU-")
 
-    def edits_for_mig(self, mig_uuid: str) -> Optional[Dict[str, Any]]:
+    def edits_for_mig(self, mig_uuid: Optional[str]) -> Optional[Dict[str, Any]]:
         """A copy of the edits of device ``MIG-<uuid>``; None when the spec
         does not name it (always on WSL, which has no MIG devices)."""
         if self.is_wsl:
             return None
         return self._lookup(mig_uuid, "MIG-")
 
-    def unusable_reason(self, uuid: Any) -> Optional[str]:
+    def unusable_reason(self, uuid: Optional[str]) -> Optional[str]:
         """Why device ``GPU-``/``MIG-<uuid>`` (or WSL's ``all``) has no true device node on the
         node, or None when it has one (or the spec does not name it)."""
         if not self.unusable or not isinstance(uuid, str):
@@ -125,7 +125,7 @@ class VendorSpec:
                 return why
         return None
 
-    def _lookup(self, uuid: Any, prefix: str) -> Optional[Dict[str, Any]]:
+    def _lookup(self, uuid: Optional[str], prefix: str) -> Optional[Dict[str, Any]]:
         if not isinstance(uuid, str) or not uuid.startswith(prefix):
             return None
         edits = self.devices.get(uuid)
@@ -147,7 +147,7 @@ _STR_TAG = "tag:yaml.org,2002:str"
 _YAML: Dict[str, Any] = {}
 
 
-def _yaml_tools():
+def _yaml_tools() -> Tuple[Any, Any]:  # PyYAML has no annotations here: its module and classes are Any
     """``(yaml, loader)``: PyYAML and a SafeLoader without YAML 1.1's base-60 numbers (``1:0`` stays a
     string), made on first use."""
     if not _YAML:
@@ -191,7 +191,7 @@ def _yaml_tools():
     return _YAML["yaml"], _YAML["loader"]
 
 
-def _keep_names_as_text(yaml: Any, node: Any, seen: Optional[set] = None) -> None:
+def _keep_names_as_text(yaml: Any, node: Any, seen: Optional[Set[int]] = None) -> None:
     """Make every plain scalar under a ``name`` key a string, whatever it looks
     like (``0:1``, ``010``, ``1_0`` are device names, not numbers)."""
     if seen is None:

@@ -24,13 +24,17 @@ what they are (``Atom.key``), not by how they are spelled.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import TYPE_CHECKING, Iterable, List, Optional, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import quoted
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import DeviceRef
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 
 CLASS_GPU = "gpu"
 CLASS_MIG = "gpu.mig"
@@ -46,11 +50,14 @@ _SLOT_ID_READ_RE = lazy_pattern(r"^([^/]+)/s([0-9]{1,6})$")
 # A CDI device name (the atom id with "/" as "_") must match this.
 CDI_NAME_RE = lazy_pattern(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 
+# What an atom is, whatever its id's spelling (``Atom.key``): its class, its GPU, then gi and ci or the slot.
+AtomKey = Tuple[Union[str, int, None], ...]
+
 
 class AtomRefused(BcdError):
     """An atom that cannot be held: ``reason`` is the failure reason."""
 
-    def __init__(self, reason, message):
+    def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -69,7 +76,7 @@ class Atom:
     mig_uuid: Optional[str] = None
 
     @property
-    def key(self):
+    def key(self) -> AtomKey:
         """What the atom is, whatever the spelling of its id: conflicts compare these."""
         if self.device_class == CLASS_MIG:
             return (CLASS_MIG, self.gpu_uuid, self.gi, self.ci)
@@ -78,20 +85,20 @@ class Atom:
         return (CLASS_GPU, self.gpu_uuid)
 
     @property
-    def whole(self):
+    def whole(self) -> bool:
         return self.device_class == CLASS_GPU
 
     @property
-    def cdi_name(self):
+    def cdi_name(self) -> str:
         return self.id.replace("/", "_")
 
     @property
-    def visible_name(self):
+    def visible_name(self) -> Optional[str]:
         """The name ``NVIDIA_VISIBLE_DEVICES`` uses for what the driver sees."""
         return self.mig_uuid if self.device_class == CLASS_MIG else self.gpu_uuid
 
 
-def parse_atom(device_id, device_class="", read_back=False):
+def parse_atom(device_id: str, device_class: str = "", read_back: bool = False) -> Atom:
     """Parse an atom id of a given class; raise ``AtomRefused`` (unsupported-device). ``read_back``
     takes the spellings a hold on disk may carry (leading zeros)."""
     device_class = device_class or CLASS_GPU
@@ -115,7 +122,7 @@ def parse_atom(device_id, device_class="", read_back=False):
     return atom
 
 
-def atom_from_id(device_id):
+def atom_from_id(device_id: str) -> Atom:
     """An atom read back from a hold's ``bcd.dev/device-id`` annotation: the class follows from the form."""
     if _MIG_ID_READ_RE.fullmatch(device_id):
         return parse_atom(device_id, CLASS_MIG, read_back=True)
@@ -124,12 +131,13 @@ def atom_from_id(device_id):
     return parse_atom(device_id, CLASS_GPU)
 
 
-def resolve_atom(atom, inventory):
+def resolve_atom(atom: Atom, inventory: Inventory) -> Union[Tuple[Atom, None], Tuple[None, str]]:
     """Return the atom with its MIG UUID, or the ``device-missing`` message when it is not held now."""
     gpu = inventory.gpu(atom.gpu_uuid)
     if gpu is None:
         return None, "%s not present" % atom.gpu_uuid
     if atom.device_class == CLASS_MIG:
+        assert atom.gi is not None and atom.ci is not None  # parse_atom sets both for a MIG instance
         instance = gpu.mig_instance(atom.gi, atom.ci)
         if instance is None:
             return None, "%s has no MIG instance gi%d/ci%d" % (atom.gpu_uuid, atom.gi, atom.ci)
@@ -138,31 +146,31 @@ def resolve_atom(atom, inventory):
     return atom, None
 
 
-def resolve_devices(refs, inventory):
+def resolve_devices(refs: Iterable[DeviceRef], inventory: Inventory) -> List[Atom]:
     """Check a hold's devices in order (docs/troubleshooting.md): every class and form first
     (``unsupported-device``, the first bad one decides), then presence
     (``device-missing``, naming every missing device joined by ``; ``).
     """
-    parsed = []
+    parsed: List[Atom] = []
     for ref in refs:
         atom = parse_atom(ref.id, ref.device_class)
         if not CDI_NAME_RE.fullmatch(atom.cdi_name):
             raise AtomRefused(Reason.UNSUPPORTED_DEVICE, "%s cannot name a CDI device" % quoted(ref.id, quote='"'))
         parsed.append(atom)
-    resolved, missing = [], []
+    resolved: List[Atom] = []
+    missing: List[str] = []
     for atom in parsed:
         found, why = resolve_atom(atom, inventory)
-        if found is None:
-            if why not in missing:
-                missing.append(why)
-        else:
+        if found is not None:
             resolved.append(found)
+        elif why is not None and why not in missing:
+            missing.append(why)
     if missing:
         raise AtomRefused(Reason.DEVICE_MISSING, "; ".join(missing))
     return resolved
 
 
-def visible_devices(atoms):
+def visible_devices(atoms: Iterable[Atom]) -> List[str]:
     """``NVIDIA_VISIBLE_DEVICES`` names for a hold: each GPU once, each MIG device's UUID, in order."""
     names: List[str] = []
     for atom in atoms:
@@ -172,9 +180,9 @@ def visible_devices(atoms):
     return names
 
 
-def atoms_of(device_ids):
+def atoms_of(device_ids: Iterable[str]) -> List[Atom]:
     """Atoms of device ids read back from a file; ids that do not parse are skipped."""
-    atoms = []
+    atoms: List[Atom] = []
     for device_id in device_ids:
         try:
             atoms.append(atom_from_id(device_id))
