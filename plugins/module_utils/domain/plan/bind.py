@@ -30,7 +30,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
     unsupported_binding,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, AtomRefused, resolve_devices
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason, Refusal
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, Bind, FileChange, Rebind, SpecAside
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import (
     Exhausted,
@@ -42,8 +42,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission 
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import Claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import conflicts
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, Refusal
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.keep import journaled_refusal, unreadable_memory, wanted_slice_op
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.keep import unreadable_memory, wanted_slice_op
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import aside_of, kubernetes_released, release_damaged
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import bound_event, hold_summary
@@ -68,8 +68,7 @@ def bind_new(ctx: Pass, live: Mapping[str, LiveHold], damaged: Mapping[str, Live
     (the claims its checks would have taken are dropped with it). A bind that takes atoms or memory a
     release of this pass frees needs that release (``Bind.needs``)."""
     refused = set(refusal.allocation_id for refusal in ctx.parsed.refusals)
-    decided = [Outcome(refusals=tuple(Refusal(refusal.allocation_id, refusal.reason, refusal.message)
-                                      for refusal in ctx.parsed.refusals))]  # joined once, at the end
+    decided = [Outcome(refusals=tuple(ctx.parsed.refusals))]  # joined once, at the end
     for assignment in ctx.parsed.assignments:
         if assignment.allocation_id in live or assignment.allocation_id in refused:
             continue
@@ -120,7 +119,7 @@ def _bind_one(ctx: Pass, assignment: Assignment, damaged: Mapping[str, LiveHold]
 def _final_refusal(ctx: Pass, allocation_id: str, damaged: Mapping[str, LiveHold]) -> Optional[Refusal]:
     """The refusal a new hold had at this generation already (the ledger's), or in an earlier round of this pass
     (but for a hold whose damaged spec is written again): a refusal is final at its generation."""
-    found = journaled_refusal(ctx, allocation_id)
+    found = ctx.observed.ledger.refusal_at(allocation_id, ctx.generation)
     if found is not None:
         return found
     return None if allocation_id in damaged else ctx.withheld.get(allocation_id)

@@ -14,7 +14,8 @@ pass:
   a hold bound again that stay its own, the damaged specs set aside;
 - the claims phase the ``claims.Claims`` every later check asks;
 - the kept and the new holds an ``Outcome`` (and the claims with theirs
-  added): their steps, warnings, retryable errors, refusals (``Refusal``),
+  added): their steps, warnings, retryable errors, refusals (``refusals.Refusal``, the
+  one shape a refusal has from the input to the result),
   the holds once applied, what they render and book, the slices they want.
 
 A phase that loops over holds collects each hold's value and joins them once
@@ -31,19 +32,11 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment, Limits, ParsedInput
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Refusal
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, fields, record
-
-
-@record(frozen=True)
-class Refusal:
-    """A hold refused at this generation: one ``AllocationFailed`` (``planner._report_failures``)."""
-
-    allocation_id: str
-    reason: str  # refusals.Reason
-    message: str
 
 
 @record(frozen=True)

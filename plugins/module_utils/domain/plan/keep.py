@@ -23,7 +23,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec i
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment, Limits, hold_request, limits_record
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, resolve_atom
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason, Refusal
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import (
     ApplySlice,
     CreateSlice,
@@ -36,7 +36,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions im
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import UNREADABLE, Exhausted, cpus_problem
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import Claims
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, Refusal, needs_root
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, needs_root
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import bound_event, hold_summary, in_report_order, summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
@@ -227,7 +227,7 @@ def _limits_refused(ctx: Pass, assignment: Assignment, hold: LiveHold, recorded:
     """Why a kept hold's new limits are refused whatever room the host has (it keeps those it was bound with,
     ``recorded``), or None: a refusal journaled at this generation, a quota no slice takes, CPUs or NUMA nodes
     the host does not have, cpus or mems taken from a running workload."""
-    final = journaled_refusal(ctx, assignment.allocation_id)
+    final = ctx.observed.ledger.refusal_at(assignment.allocation_id, ctx.generation)
     if final is not None:
         return final
     problem = limits_problem(assignment.limits) if cgroup_parent_of(assignment, hold.kubernetes) else None
@@ -255,14 +255,6 @@ def _growth(recorded: Optional[Limits], new: Limits) -> Limits:
 
     return Limits(mems=new.mems, memory_bytes=grown("memory_bytes"), hugepages_2mi=grown("hugepages_2mi"),
                   hugepages_1gi=grown("hugepages_1gi"))
-
-
-def journaled_refusal(ctx: Pass, allocation_id: str) -> Optional[Refusal]:
-    """The refusal of the allocation the ledger has journaled at this generation, or None."""
-    found = ctx.observed.ledger.refusal_at(allocation_id, ctx.generation)
-    if found is None:
-        return None
-    return Refusal(allocation_id, found.reason, found.message)
 
 
 def _narrows_running_slice(observed: Observed, assignment: Assignment, hold: LiveHold) -> Optional[str]:

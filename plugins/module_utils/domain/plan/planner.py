@@ -54,14 +54,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
     ParsedInput,
     unsupported_binding,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason, Refusal
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, Bind, KeepSlice, Refuse, Release, SliceStop, SpecAside, StopSlice
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import UNREADABLE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.bind import bind_new, refused_move
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claiming import claims_of, vfio_claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.condition_events import condition_reports
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conditions import pass_conditions, passing_conditions, pending_releases
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, Refusal, Released, needs_root
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, Released, needs_root
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.diffs import plan_diffs
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.keep import grows, keep_wanted, placed
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.kube import plan_kubernetes_releases
@@ -79,26 +79,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import a
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
 # What callers import from here: the planner's input and output, and what the converger reads of limits.
-__all__ = ["Failure", "Observed", "Plan", "grows", "placed", "plan_pass"]
-
-
-@record
-class Failure:
-    allocation_id: str
-    generation: int
-    reason: str
-    message: str
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"allocation_id": self.allocation_id, "generation": self.generation,
-                "reason": self.reason, "message": self.message}
+__all__ = ["Observed", "Plan", "grows", "placed", "plan_pass"]
 
 
 @record
 class Plan:
     generation: int
     actions: List = field(default_factory=list)
-    failures: List[Failure] = field(default_factory=list)
+    failures: List[Refusal] = field(default_factory=list)  # at ``generation``, in spec order, one per allocation
     warnings: List[str] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)  # retryable: the pass cannot finish now
     holds: List[dict] = field(default_factory=list)  # the holds once the plan is applied
@@ -148,8 +136,7 @@ def plan_pass(generation: int, parsed: ParsedInput, observed: Observed, instance
         ctx, plan, live_after = _plan_once(generation, parsed, observed, instances, superseded, withheld)
         unreported = ctx.superseded & kubernetes_released(observed)
         unbound = (ctx.superseded - live_after) & unreported
-        refused = dict((failure.allocation_id, Refusal(failure.allocation_id, failure.reason, failure.message))
-                       for failure in plan.failures)
+        refused = dict((failure.allocation_id, failure) for failure in plan.failures)
         withheld.update((allocation_id, refused[allocation_id]) for allocation_id in unbound if allocation_id in refused)
         if not unbound:
             unbound = _unreported_cycle(ctx, plan.actions, unreported)
@@ -284,7 +271,7 @@ def _leftover_slices(observed: Observed, wanted: FrozenSet[str]) -> Outcome:
 
 
 def _report_failures(ctx: Pass, refusals: Sequence[Refusal],
-                     live: Mapping[str, LiveHold]) -> Tuple[Tuple[Action, ...], List[Failure], List[dict]]:
+                     live: Mapping[str, LiveHold]) -> Tuple[Tuple[Action, ...], List[Refusal], List[dict]]:
     """5. Failures, in spec order: one AllocationFailed per allocation and generation, but for an allocation
     whose hold stays live after the plan (``live``: a kept hold whose new limits, binding or input were refused,
     kept as it was bound). The control plane, told an allocation failed, lets its devices go and places it
@@ -293,17 +280,17 @@ def _report_failures(ctx: Pass, refusals: Sequence[Refusal],
     still held), journaled when it appears and cleared once the hold takes its assignment or goes. It is not
     final at its generation: the next pass judges it again."""
     observed, generation = ctx.observed, ctx.generation
-    actions, failures, reported = [], [], set()  # type: List[Action], List[Failure], Set[str]
+    actions, failures, reported = [], [], set()  # type: List[Action], List[Refusal], Set[str]
     kept = []  # type: List[dict]
     for refusal in sorted(refusals, key=lambda refusal: ctx.parsed.position(refusal.allocation_id)):
         allocation_id = refusal.allocation_id
         if allocation_id in reported:  # an allocation sent twice: its first refusal stands
             continue
         reported.add(allocation_id)
-        failures.append(Failure(allocation_id, generation, refusal.reason, refusal.message))
+        failures.append(refusal)
         hold = live.get(allocation_id)
         if hold is not None:
-            kept.append(kept_as_bound_condition(hold, generation, refusal.reason, refusal.message))
+            kept.append(kept_as_bound_condition(hold, generation, refusal))
             continue
         if observed.ledger.refused_at(allocation_id) == generation:
             continue

@@ -89,16 +89,16 @@ def damaged_condition(paths):
     }
 
 
-def kept_as_bound_condition(hold, generation, reason, message):
-    """A live hold whose assignment at ``generation`` is refused (``reason``, ``message``) and that the node keeps
-    as it was bound: the condition ``HoldChangeRefused`` of its allocation, naming the devices it still holds."""
+def kept_as_bound_condition(hold, generation, refusal):
+    """A live hold whose assignment at ``generation`` is refused (``refusal``) and that the node keeps as it was
+    bound: the condition ``HoldChangeRefused`` of its allocation, naming the devices it still holds."""
     bound = " at generation %s" % hold.generation if hold.generation is not None else ""
     return {
         "type": HOLD_CHANGE_REFUSED,
         "status": "True",
         "reason": "KeptAsBound",
         "message": "%s is held as bound%s (%s), not as generation %d asks: %s: %s" % (
-            hold.allocation_id, bound, ", ".join(hold.device_ids), generation, reason, message),
+            hold.allocation_id, bound, ", ".join(hold.device_ids), generation, refusal.reason, refusal.message),
         "allocation_id": hold.allocation_id,
         "device_ids": list(hold.device_ids),
     }

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never impo
 
     from ansible.module_utils.basic import AnsibleModule
 
-    from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner import Failure
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Refusal
     from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host
 
 # What an Ansible user does about a refusal, after the spec's own message.
@@ -46,7 +46,7 @@ ANSIBLE_FIX = {
 }
 
 
-def refusal_message(failures: Sequence[Failure], hints: Optional[Sequence[str]] = None) -> str:
+def refusal_message(failures: Sequence[Refusal], hints: Optional[Sequence[str]] = None) -> str:
     """The task's ``msg`` for a pass that did not reach the asked state: ``allocation: reason: message`` for each
     refusal, with what would help (``hints``, one per refusal: the node's GPUs for a device it lacks, ...);
     ``become: true`` first when the pass ran without root and without the helper."""
@@ -124,7 +124,7 @@ def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
     module: AnsibleModule = basic.AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True,
-                                 mutually_exclusive=[("on_refusal", "fail_on_refusal")])
+                                                mutually_exclusive=[("on_refusal", "fail_on_refusal")])
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     params = module.params
     if not HAS_CRYPTOGRAPHY:

@@ -365,7 +365,7 @@ def test_failures_are_in_spec_order_and_the_others_are_bound_anyway():
     assert [(f.allocation_id, f.reason) for f in result.failures] == [
         ("a1", "device-missing"), ("devices[1]", "invalid-assignment"), ("a4", "overlap")]  # bad/id: by its position
     assert steps(result) == [("bind", "a3"), ("refuse", "a1"), ("refuse", "devices[1]"), ("refuse", "a4")]
-    assert all(f.generation == 7 for f in result.failures)
+    assert all(f.to_dict(result.generation)["generation"] == 7 for f in result.failures)
 
 
 def test_an_allocation_sent_twice_is_refused_once():
