@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.lint import (
     LOADED,
@@ -34,7 +35,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsE
 SPEC_DIRECTORIES = ("/etc/cdi", "/var/run/cdi")
 
 
-def _read(path, size):
+def _read(path: str, size: int) -> Tuple[Optional[bytes], str]:
     """``(content, problem)``: at most one byte over ``MAX_FILE_BYTES`` (so the lint can say it is over)."""
     if size > MAX_FILE_BYTES:
         return None, "is %d bytes, over the %d checked; not checked, its devices not counted" % (size, MAX_FILE_BYTES)
@@ -46,7 +47,8 @@ def _read(path, size):
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the lstat
             return None, "is not a regular file; not checked"
-        chunks, total = [], 0
+        chunks: List[bytes] = []
+        total = 0
         while total <= MAX_FILE_BYTES:
             chunk = os.read(fd, MAX_FILE_BYTES + 1 - total)
             if not chunk:
@@ -60,10 +62,10 @@ def _read(path, size):
         os.close(fd)
 
 
-def _entries(local):
+def _entries(local: str) -> List[Tuple[str, os.stat_result]]:
     """Up to ``MAX_FILES + 1`` ``(name, lstat)`` of ``local`` that are not directories, sorted by name (of
     those seen: past the bound the listing stops, and the lint says there were more)."""
-    found = []
+    found: List[Tuple[str, os.stat_result]] = []
     with os.scandir(local) as listing:
         for entry in listing:
             try:
@@ -78,10 +80,10 @@ def _entries(local):
     return sorted(found, key=lambda item: item[0])
 
 
-def read_spec_dirs(root, directories=SPEC_DIRECTORIES):
+def read_spec_dirs(root: str, directories: Sequence[str] = SPEC_DIRECTORIES) -> List[SpecFile]:
     """``SpecFile`` for each entry of ``directories`` (node paths, lowest priority first, as the CDI library
     scans them) under ``root`` that is not a directory, at most ``MAX_FILES`` + 1 in all."""
-    found = []
+    found: List[SpecFile] = []
     budget = MAX_TOTAL_BYTES
     for directory in directories:
         try:

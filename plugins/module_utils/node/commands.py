@@ -20,6 +20,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.errors import 
 # An injected runner may return bytes (AnsibleModule.run_command with encoding=None): run_tool decodes them.
 RunCommand = Callable[[Sequence[str]], Tuple[int, Union[str, bytes], Union[str, bytes]]]
 Which = Callable[[str], Optional[str]]
+# A runner that gives text, as ``default_run_command`` does: what a host runs its tools with (its slices read the text).
+TextRunCommand = Callable[[Sequence[str]], Tuple[int, str, str]]
 
 COMMAND_TIMEOUT_S = 60
 # Output larger than this is not a GPU listing; refuse it rather than parse it.
@@ -31,8 +33,7 @@ class InventoryError(BcdError):
     says what and is fit to show to a user."""
 
 
-def default_run_command(argv):
-    # type: (Sequence[str]) -> Tuple[int, str, str]
+def default_run_command(argv: Sequence[str]) -> Tuple[int, str, str]:
     """Run ``argv`` without a shell; return ``(rc, stdout, stderr)``.
 
     Never raises: a missing program is rc 127, a timeout rc 124, any other
@@ -59,8 +60,7 @@ def default_run_command(argv):
     return proc.returncode, out, err
 
 
-def run_tool(run_command, argv):
-    # type: (RunCommand, Sequence[str]) -> Tuple[int, str, str]
+def run_tool(run_command: RunCommand, argv: Sequence[str]) -> Tuple[int, str, str]:
     """``run_command`` that cannot raise and always returns text."""
     try:
         rc, out, err = run_command(list(argv))
@@ -73,8 +73,7 @@ def run_tool(run_command, argv):
     return rc, out or "", err or ""
 
 
-def first_line(text, limit=300):
-    # type: (str, int) -> str
+def first_line(text: str, limit: int = 300) -> str:
     for line in (text or "").splitlines():
         line = line.strip()
         if line:
@@ -82,14 +81,12 @@ def first_line(text, limit=300):
     return ""
 
 
-def failure_text(argv, rc, out, err):
-    # type: (Sequence[str], int, str, str) -> str
+def failure_text(argv: Sequence[str], rc: int, out: str, err: str) -> str:
     reason = first_line(err) or first_line(out) or "no output"
     return "`%s` failed (rc %s): %s" % (" ".join(argv), rc, reason)
 
 
-def xml_int(element, path):
-    # type: (ET.Element, str) -> Optional[int]
+def xml_int(element: ET.Element, path: str) -> Optional[int]:
     found = element.find(path)
     if found is None or found.text is None:
         return None
@@ -99,16 +96,14 @@ def xml_int(element, path):
     return int(text)
 
 
-def xml_text(element, path):
-    # type: (ET.Element, str) -> Optional[str]
+def xml_text(element: ET.Element, path: str) -> Optional[str]:
     found = element.find(path)
     if found is None or found.text is None:
         return None
     return found.text.strip() or None
 
 
-def parse_xml(text, what):
-    # type: (str, str) -> ET.Element
+def parse_xml(text: str, what: str) -> ET.Element:
     if len(text or "") > MAX_OUTPUT_CHARS:
         raise InventoryError("%s: output too large" % what)
     # nvidia-smi names a DTD in a DOCTYPE; ElementTree never fetches it.

@@ -19,13 +19,16 @@ hardware file describes no CPUs (``node/fakehw.py``).
 from __future__ import annotations
 
 import errno
-from typing import Dict, FrozenSet, Set
+from typing import TYPE_CHECKING, Dict, FrozenSet, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_CPU, MAX_NODE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NodePaths
 
 CPU_ONLINE = "/sys/devices/system/cpu/online"
 NODE_ONLINE = "/sys/devices/system/node/online"
@@ -40,7 +43,7 @@ class Unreadable(BcdError):
     """A sysfs file that is there but cannot be used; the message names it (``read_host_cpus`` returns it)."""
 
 
-def _read(host, node_path):
+def _read(host: NodePaths, node_path: str) -> Optional[str]:
     """The text of a small sysfs file under the host's root; None when it is not there."""
     try:
         content = read_regular(host.path(node_path), MAX_BYTES)
@@ -55,13 +58,13 @@ def _read(host, node_path):
     return content.decode("ascii", "replace")
 
 
-def parse_host_cpulist(text, highest, where):
+def parse_host_cpulist(text: str, highest: int, where: str) -> FrozenSet[int]:
     """The numbers of a cpulist the kernel wrote (``0-3,8``; empty for none), none above ``highest``, its ranges
     ascending and disjoint."""
     text = text.strip()
     if not HOST_CPULIST_RE.fullmatch(text):
         raise Unreadable("%s: %r is not a cpulist" % (where, text[:80]))
-    numbers = set()  # type: Set[int]
+    numbers: Set[int] = set()
     last = -1
     for part in text.split(",") if text else ():
         low, _sep, high = part.partition("-")
@@ -75,7 +78,7 @@ def parse_host_cpulist(text, highest, where):
     return frozenset(numbers)
 
 
-def read_host_cpus(host):
+def read_host_cpus(host: NodePaths) -> Tuple[Optional[HostCpus], Optional[str]]:
     """``(HostCpus, None)`` from sysfs under the host's root; ``(None, why)`` when the CPUs cannot be read
     (``why`` is None when ``cpu/online`` is simply not there)."""
     try:
@@ -89,7 +92,7 @@ def read_host_cpus(host):
         nodes = parse_host_cpulist(text, MAX_NODE, NODE_ONLINE)
         text = _read(host, NODE_HAS_MEMORY)
         memory = parse_host_cpulist(text, MAX_NODE, NODE_HAS_MEMORY) if text is not None else nodes
-        node_cpus = {}  # type: Dict[int, FrozenSet[int]]
+        node_cpus: Dict[int, FrozenSet[int]] = {}
         for node in sorted(nodes):  # at most MAX_NODE + 1 small files
             text = _read(host, NODE_CPULIST % node)
             if text is not None:  # a node whose CPUs are not known: no locality is said for its GPUs

@@ -23,7 +23,7 @@ import os
 import stat
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Iterator, List, Optional, Protocol, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import LOCK_NAME, StateFiles
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
@@ -70,21 +70,38 @@ class RootJoin:
         return joined
 
 
+class NodePaths(Protocol):
+    """What a reader of a host's files asks of the host (``node/hosts.py``: ``Host``): where a node path lies
+    under its root, and a small file's bytes."""
+
+    def path(self, node_path: str) -> str:
+        """The real path of ``node_path`` under the host's root."""
+
+    def read(self, node_path: str) -> Optional[bytes]:
+        """The bytes of ``node_path`` under the host's root, None when it is not there."""
+
+
+def fsync_directory_fd(fd: int) -> None:
+    """fsync the directory open as ``fd``: what makes a rename or removal in it durable."""
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on a directory; the rename is done anyway
+
+
 def fsync_dir(dirpath: str) -> None:
     try:
         fd = os.open(dirpath, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on a directory; the rename is done anyway
+        fsync_directory_fd(fd)
     finally:
         os.close(fd)
 
 
 # The sets of directories whose fsync is deferred, innermost last (``directory_syncs_into``).
-_DEFERRED = []  # type: List[Set[str]]
+_DEFERRED: List[Set[str]] = []
 
 
 @contextmanager
@@ -145,7 +162,7 @@ def ensure_dir(path: str, mode: int = DEFAULT_DIR_MODE) -> None:
         _changed(os.path.dirname(d))
 
 
-def owner_for(path: str, owner_from_dir: bool):
+def owner_for(path: str, owner_from_dir: bool) -> Optional[Tuple[int, int]]:
     """The (uid, gid) a file written at ``path`` by root should get, or None.
 
     An existing file keeps its owner.  A new one takes its directory's owner
@@ -173,7 +190,7 @@ def _temp_name(path: str) -> str:
     return os.path.join(d, ".%s.tmp-%s" % (base, os.urandom(6).hex()))
 
 
-def _write_temp(path: str, data: bytes, mode: int, owner) -> str:
+def _write_temp(path: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -> str:
     tmp = _temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
@@ -327,7 +344,7 @@ class PassLock:
 
     def __init__(self, state_dir: str, timeout: float = 120.0, blocking: bool = True,
                  create: bool = True, dir_mode: int = 0o700, shared: bool = False,
-                 node_path: Optional[str] = None):
+                 node_path: Optional[str] = None) -> None:
         self.state_dir = os.path.abspath(state_dir)
         self.files = StateFiles(self.state_dir, node_path)
         self.mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
@@ -336,15 +353,18 @@ class PassLock:
         self.blocking = blocking
         self.create = create
         self.dir_mode = dir_mode
-        self._fds = []  # type: List[int]
+        self._fds: List[int] = []
 
-    def _open_targets(self):
+    def _open_targets(self) -> None:
         if self.create:
             ensure_dir(self.state_dir, self.dir_mode)
             directory = self.files.open_directory()
             if directory is not None:  # None only when removed this instant: the lock file's open says so
                 self._fds.append(directory)
-            self._fds.append(self.files.open(LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600))
+            lock = self.files.open(LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+            if lock is None:  # O_CREAT: the file is opened or created, else open raises
+                raise AssertionError("a created lock file is never None")
+            self._fds.append(lock)
             return
         fd = self.files.open(LOCK_NAME)
         if fd is None:
@@ -392,5 +412,5 @@ class PassLock:
     def __enter__(self) -> PassLock:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

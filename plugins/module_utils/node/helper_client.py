@@ -10,7 +10,7 @@ peer's rate spent, for a write, a release or a look alike), is a ``HelperError``
 which a pass retries like any failed write; any other refusal is
 a ``HelperRefused``: the request is at fault, and sending it again would fail
 again, so it is not retried. The protocol is described with the server,
-``entry/helper.py``.
+``entry/helper/request.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from typing import Any, Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
 
@@ -39,25 +40,26 @@ class Probe:
     """What ``HelperClient.probe`` found: the helper's ``answer`` (a JSON object), or why there is none
     (``why``), with the ``error`` of the socket call (its ``errno`` says which) or ``timed_out``."""
 
-    def __init__(self, answer=None, why=None, error=None, timed_out=False):
+    def __init__(self, answer: Optional[Dict[str, Any]] = None, why: Optional[str] = None, error: Optional[OSError] = None,
+                 timed_out: bool = False) -> None:
         self.answer = answer
         self.why = why
         self.error = error
         self.timed_out = timed_out
 
     @property
-    def errno(self):
-        return getattr(self.error, "errno", None)
+    def errno(self) -> Optional[int]:
+        return self.error.errno if self.error is not None else None
 
 
 class HelperClient:
     """The unprivileged end: one request per connection, a deadline on each."""
 
-    def __init__(self, socket_path, timeout=IO_TIMEOUT):
+    def __init__(self, socket_path: str, timeout: float = IO_TIMEOUT) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
 
-    def request(self, message):
+    def request(self, message: Dict[str, Any]) -> Dict[str, Any]:
         data = (json.dumps(message) + "\n").encode("utf-8")
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
@@ -73,7 +75,7 @@ class HelperClient:
         except (OSError, socket.timeout) as exc:
             raise HelperError("the root helper at %s cannot be reached: %s" % (self.socket_path, exc))
         try:
-            answer = json.loads(reply.split(b"\n", 1)[0].decode("utf-8"))
+            answer: object = json.loads(reply.split(b"\n", 1)[0].decode("utf-8"))
         except ValueError:
             raise HelperError("the root helper at %s gave no answer" % self.socket_path)
         if not isinstance(answer, dict):
@@ -83,7 +85,7 @@ class HelperClient:
             raise HelperError(text) if answer.get("retryable") is True else HelperRefused(text)
         return answer
 
-    def probe(self):
+    def probe(self) -> Probe:
         """Whether the helper answers, within ``timeout`` seconds in all and ``MAX_PROBE_REPLY`` bytes: it is
         sent ``PROBE``, which it answers without touching the node (``unknown op 'ping'``), and logs nothing.
         Never raises; ``Probe.answer`` is the reply when there is one."""
@@ -113,14 +115,14 @@ class HelperClient:
         except OSError as exc:
             return Probe(error=exc, why="the root helper at %s cannot be reached: %s" % (self.socket_path, exc))
         try:
-            answer = json.loads(reply.split(b"\n", 1)[0].decode("utf-8")) if b"\n" in reply else None
+            found: object = json.loads(reply.split(b"\n", 1)[0].decode("utf-8")) if b"\n" in reply else None
         except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
+            found = None
+        if not isinstance(found, dict):
             return Probe(why="the root helper at %s gave no answer" % self.socket_path)
-        return Probe(answer=answer)
+        return Probe(answer=found)
 
-    def reachable(self):
+    def reachable(self) -> Optional[str]:
         """Why this process cannot use the helper now, or None (bounded as ``probe``: an answer to ``PROBE``
         other than ``unknown op``, such as ``may not use this helper`` or ``busy``, is a reason)."""
         found = self.probe()
@@ -130,6 +132,6 @@ class HelperClient:
             return None
         return "the root helper refused %s: %s" % (PROBE["op"], found.answer.get("error") or "no reason given")
 
-    def kube_look(self):
+    def kube_look(self) -> Dict[str, Any]:
         """The kube side as the root helper sees it (``_kubelet.view_to_json`` data)."""
         return self.request({"op": "kube.look"}).get("view") or {}

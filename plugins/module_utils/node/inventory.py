@@ -128,8 +128,8 @@ __all__ = [
 ]
 
 
-def read_real_inventory(run_command=None, nvml=None, which=None, sysfs_root="/"):
-    # type: (Optional[RunCommand], object, Optional[Which], str) -> Inventory
+def read_real_inventory(run_command: Optional[RunCommand] = None, nvml: object = None, which: Optional[Which] = None,
+                        sysfs_root: str = "/") -> Inventory:
     """A real host's GPUs: NVML first, else ``nvidia-smi``. Never raises.
 
     ``nvml``: None uses ``pynvml`` when importable (``HAS_PYNVML``); False

@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Protocol, Sequence, Set
 
 # Variables that make the interpreter load or run something other than its own files.
 STEERING_VARIABLES = (
@@ -127,7 +127,7 @@ def isolation_problems(environ: Optional[Mapping[str, str]] = None, path: Option
     for name in STEERING_VARIABLES:
         if environ.get(name):
             problems.append("%s is set" % name)
-    seen = set()
+    seen: Set[str] = set()
     for entry in path:
         if entry in seen:
             continue
@@ -141,7 +141,14 @@ def isolation_problems(environ: Optional[Mapping[str, str]] = None, path: Option
     return problems
 
 
-def refuse_unless_isolated(module) -> None:
+class FailsJson(Protocol):
+    """What ``refuse_unless_isolated`` asks of a module: Ansible's ``AnsibleModule.fail_json``."""
+
+    def fail_json(self, msg: str, **kwargs: Any) -> Any:
+        """End the module run with ``msg`` as its failure."""
+
+
+def refuse_unless_isolated(module: FailsJson) -> None:
     """Fail ``module`` (``fail_json``) when it runs as root in a Python other accounts can steer."""
     if os.geteuid() != 0:
         return

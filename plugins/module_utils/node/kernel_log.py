@@ -13,16 +13,18 @@ from __future__ import annotations
 import errno
 import os
 import time
-from typing import Optional
+from typing import Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import MAX_LOG_BYTES, bus_of, xids_from_log
-from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory  # noqa: F401 (type comments)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory, XidSeen
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, join_root
 from ansible_collections.bcd.devices.plugins.module_utils.support import records
 
+# ``{bus id: [(xid, when), ...]}`` (``domain/health.xids_from_log``).
+Xids = Dict[str, List[XidSeen]]
 
-def boot_time(root="/"):
-    # type: (str) -> Optional[float]
+
+def boot_time(root: str = "/") -> Optional[float]:
     """When the node booted (seconds since the epoch), from /proc/uptime under ``root``; None unknown."""
     try:
         with open(join_root(root, "/proc/uptime"), "rb") as handle:
@@ -31,8 +33,7 @@ def boot_time(root="/"):
         return None
 
 
-def read_kernel_xids(root="/", max_bytes=MAX_LOG_BYTES):
-    # type: (str, int) -> dict
+def read_kernel_xids(root: str = "/", max_bytes: int = MAX_LOG_BYTES) -> Xids:
     """``{bus id: [(xid, when), ...]}`` of the reset and reboot classes from this boot's kernel log
     (``/dev/kmsg`` under ``root``, read without blocking, at most ``max_bytes``); empty when it cannot
     be read (only root may read it on most nodes)."""
@@ -60,8 +61,7 @@ def read_kernel_xids(root="/", max_bytes=MAX_LOG_BYTES):
     return xids_from_log(b"".join(chunks).decode("utf-8", "replace"), boot_time(root))
 
 
-def with_kernel_health(inventory, xids):
-    # type: (Inventory, dict) -> Inventory
+def with_kernel_health(inventory: Inventory, xids: Xids) -> Inventory:
     """``inventory`` with each GPU's XIDs (found by PCI bus id)."""
     if not xids:
         return inventory

@@ -25,21 +25,26 @@ import abc
 import errno
 import os
 import stat
-from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import PodDevices
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import device_names, dra_device_ids
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperError, HelperRefused
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
+    from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeHw
+    from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
 
 
-def import_grpc():
+def import_grpc() -> Tuple[Any, ...]:
     """``(grpc, ListPodResourcesRequest, PodResourcesListerStub)``, or ``(None, why)`` when they cannot be
     imported. Imported on first use, not with this file: a pass that asks no kubelet (most of them) never
     pays for gRPC. A protobuf runtime too old for the stubs fails with other errors than ImportError,
-    which mean the same to us."""
+    which mean the same to us. Neither gRPC nor the generated stubs are typed: what they give is ``Any``."""
     if "modules" not in _GRPC:
         try:
             import grpc  # pylint: disable=import-outside-toplevel
@@ -56,7 +61,7 @@ def import_grpc():
     return _GRPC["modules"]
 
 
-_GRPC = {}  # type: Dict[str, tuple]
+_GRPC: Dict[str, Tuple[Any, ...]] = {}
 
 
 # The kubelet's socket, as a node path (under ``root``).
@@ -81,16 +86,16 @@ class KubeletUnreachable(RetryableError):
     fit to show to a user."""
 
 
-def normalize_device_id(device_id):
-    # type: (str) -> str
+def normalize_device_id(device_id: str) -> str:
     """The device a kubelet device id names: ``GPU-…::2`` (a time-sliced
     replica) is ``GPU-…``; anything else (``GPU-…``, ``MIG-…``) is itself."""
     match = _REPLICA_RE.match(device_id)
     return match.group("id") if match else device_id
 
 
-def _claim_resources(container):
-    """``(device_name, cdi names)`` of each DRA claim resource of a pod-resources container."""
+def _claim_resources(container: Any) -> List[Tuple[str, List[str]]]:
+    """``(device_name, cdi names)`` of each DRA claim resource of a pod-resources container (a message of the
+    generated stubs)."""
     return [(resource.device_name, [cdi.name for cdi in resource.cdi_devices])
             for dynamic in container.dynamic_resources for resource in dynamic.claim_resources]
 
@@ -99,8 +104,7 @@ def _claim_resources(container):
 # The kubelet's pod-resources API
 
 
-def list_pod_devices(socket_path, timeout=DEFAULT_TIMEOUT):
-    # type: (str, float) -> List[PodDevices]
+def list_pod_devices(socket_path: str, timeout: float = DEFAULT_TIMEOUT) -> List[PodDevices]:
     """Ask the kubelet at ``socket_path`` (a host path) which pod containers
     have devices: one ``PodDevices`` per container with at least one device,
     in the kubelet's order, its device ids normalized and without repeats.
@@ -141,7 +145,7 @@ def list_pod_devices(socket_path, timeout=DEFAULT_TIMEOUT):
     result = []
     for pod in response.pod_resources:
         for container in pod.containers:
-            ids = []  # type: List[str]
+            ids: List[str] = []
             listed = [device_id for devices in container.devices for device_id in devices.device_ids]
             for device_id in listed + dra_device_ids(_claim_resources(container)):
                 device_id = normalize_device_id(device_id)
@@ -159,8 +163,7 @@ def list_pod_devices(socket_path, timeout=DEFAULT_TIMEOUT):
     return result
 
 
-def _check_socket(path):
-    # type: (str) -> None
+def _check_socket(path: str) -> None:
     if len(path.encode("utf-8", "surrogateescape")) > MAX_SOCKET_PATH_BYTES:
         raise KubeletUnreachable(
             "the kubelet socket path %s is longer than a unix socket path may be (%d bytes)"
@@ -178,7 +181,7 @@ def _check_socket(path):
         raise KubeletUnreachable("%s is not a socket, so no kubelet listens there" % path)
 
 
-def _rpc_error_message(grpc, path, err, timeout):
+def _rpc_error_message(grpc: Any, path: str, err: Any, timeout: float) -> str:
     code = err.code() if hasattr(err, "code") else None
     details = err.details() if hasattr(err, "details") else None
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -198,8 +201,7 @@ def _rpc_error_message(grpc, path, err, timeout):
 # The host's pod processes
 
 
-def pod_processes_holding(root, gpu_minors):
-    # type: (str, Iterable[int]) -> Dict[int, List[int]]
+def pod_processes_holding(root: str, gpu_minors: Iterable[int]) -> Dict[int, List[int]]:
     """Processes in pod cgroups that have a GPU's device node open, read from
     ``<root>/proc``: ``{minor: [pid, ...]}`` (pids ascending), only for the
     minors in ``gpu_minors`` that some such process holds.
@@ -208,7 +210,7 @@ def pod_processes_holding(root, gpu_minors):
     is skipped. A missing ``<root>/proc`` gives an empty answer.
     """
     wanted = set(int(m) for m in gpu_minors)
-    held = {}  # type: Dict[int, List[int]]
+    held: Dict[int, List[int]] = {}
     if not wanted:
         return held
     proc = os.path.join(os.path.abspath(root), "proc")
@@ -239,8 +241,7 @@ def pod_processes_holding(root, gpu_minors):
     return held
 
 
-def _in_pod_cgroup(pid_dir):
-    # type: (str) -> bool
+def _in_pod_cgroup(pid_dir: str) -> bool:
     try:
         with open(os.path.join(pid_dir, "cgroup"), "rb") as handle:
             content = handle.read(65536)
@@ -249,8 +250,7 @@ def _in_pod_cgroup(pid_dir):
     return b"kubepods" in content
 
 
-def _open_gpu_minor(fd_path):
-    # type: (str) -> Optional[int]
+def _open_gpu_minor(fd_path: str) -> Optional[int]:
     """The GPU minor an open file descriptor refers to, or None.
 
     The device itself decides when it can be looked at (major 195; minors
@@ -277,12 +277,12 @@ def _open_gpu_minor(fd_path):
 # What is held
 
 
-def held_devices(pods, processes, gpu_uuid_by_minor):
-    # type: (Iterable[PodDevices], Mapping[int, List[int]], Mapping[int, str]) -> Set[str]
+def held_devices(pods: Iterable[PodDevices], processes: Mapping[int, List[int]],
+                 gpu_uuid_by_minor: Mapping[int, str]) -> Set[str]:
     """The device ids some pod still holds: every (normalized) id the
     kubelet lists for a pod container, and the UUID of every GPU whose device
     node a pod process has open (a minor the map does not know adds nothing)."""
-    held = set()  # type: Set[str]
+    held: Set[str] = set()
     for pod in pods:
         for device_id in pod.device_ids:
             held.add(normalize_device_id(device_id))
@@ -293,14 +293,13 @@ def held_devices(pods, processes, gpu_uuid_by_minor):
     return held
 
 
-def _as_kube_names(pods, inventory):
-    # type: (Iterable[PodDevices], object) -> List[PodDevices]
+def _as_kube_names(pods: Iterable[PodDevices], inventory: Inventory) -> List[PodDevices]:
     """The pods with each device named as the kube side names it: a bcd atom
     id from a DRA claim (``GPU-…/gi1/ci0``, ``GPU-…/s3``) becomes the MIG
     device's or the GPU's UUID, as the holds' devices are looked up."""
     named = []
     for pod in pods:
-        ids = []  # type: List[str]
+        ids: List[str] = []
         for device_id in pod.device_ids:
             for name in sorted(device_names([device_id], inventory)) if "/" in device_id else [device_id]:
                 if name not in ids:
@@ -309,18 +308,16 @@ def _as_kube_names(pods, inventory):
     return named
 
 
-def _mig_parents(inventory):
-    # type: (object) -> Dict[str, str]
+def _mig_parents(inventory: Inventory) -> Dict[str, str]:
     """``{MIG UUID: parent GPU UUID}`` for the MIG devices the inventory lists."""
-    parents = {}  # type: Dict[str, str]
-    for gpu in getattr(inventory, "gpus", None) or ():
+    parents: Dict[str, str] = {}
+    for gpu in inventory.gpus:
         for inst in gpu.mig:
             parents[inst.uuid] = gpu.uuid
     return parents
 
 
-def _with_parent_gpus(held, mig_parent):
-    # type: (Set[str], Mapping[str, str]) -> Set[str]
+def _with_parent_gpus(held: Set[str], mig_parent: Mapping[str, str]) -> Set[str]:
     """``held`` plus the parent GPU of every held MIG device: a pod that uses
     part of a GPU uses the GPU."""
     return set(held) | set(mig_parent[d] for d in held if d in mig_parent)
@@ -339,8 +336,7 @@ class KubeView:
     mig_parent: Dict[str, str] = field(default_factory=dict)
     error: Optional[str] = None
 
-    def holders(self, device_id):
-        # type: (str) -> List[str]
+    def holders(self, device_id: str) -> List[str]:
         """Who holds ``device_id``, for messages: ``namespace/pod (container)``
         for each pod container the kubelet lists with it (or, for a GPU, with
         one of its MIG devices), ``pid N`` for each pod process that has its
@@ -362,12 +358,10 @@ class KubeSide(abc.ABC):
     can be trusted). With an error, callers count every device as held."""
 
     @abc.abstractmethod
-    def look(self, inventory):
-        # type: (object) -> KubeView
+    def look(self, inventory: Inventory) -> KubeView:
         """One look at the kube side."""
 
-    def held(self, inventory):
-        # type: (object) -> Tuple[Set[str], Optional[str]]
+    def held(self, inventory: Inventory) -> Tuple[Set[str], Optional[str]]:
         view = self.look(inventory)
         if view.error is not None:
             return set(), view.error
@@ -377,21 +371,20 @@ class KubeSide(abc.ABC):
 class RealKubeSide(KubeSide):
     """The kubelet's pod-resources API and ``<root>/proc`` of a real host."""
 
-    def __init__(self, root="/", socket_path=None, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, root: str = "/", socket_path: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.root = root
         if socket_path is None:
             socket_path = os.path.join(os.path.abspath(root), SOCKET_PATH.lstrip("/"))
         self.socket_path = socket_path
         self.timeout = timeout
 
-    def look(self, inventory):
-        # type: (object) -> KubeView
+    def look(self, inventory: Inventory) -> KubeView:
         try:
             pods = _as_kube_names(list_pod_devices(self.socket_path, self.timeout), inventory)
         except KubeletUnreachable as err:
             return KubeView(error=str(err))
-        by_minor = {}
-        for gpu in getattr(inventory, "gpus", None) or ():
+        by_minor: Dict[int, str] = {}
+        for gpu in inventory.gpus:
             if gpu.minor is not None:
                 by_minor[gpu.minor] = gpu.uuid
         processes = pod_processes_holding(self.root, by_minor.keys())
@@ -403,17 +396,16 @@ class RealKubeSide(KubeSide):
 class FakeKubeSide(KubeSide):
     """A fakehw host's kubelet: reachable or not, and the pods it lists."""
 
-    def __init__(self, reachable=True, pods=()):
+    def __init__(self, reachable: bool = True, pods: Iterable[PodDevices] = ()) -> None:
         self.reachable = bool(reachable)
         self.pods = list(pods)
 
     @classmethod
-    def from_fakehw(cls, fakehw):
-        """From a loaded ``_fakehw.FakeHw``."""
+    def from_fakehw(cls, fakehw: FakeHw) -> FakeKubeSide:
+        """From a loaded ``fakehw.FakeHw``."""
         return cls(reachable=fakehw.kubelet_reachable, pods=fakehw.pods)
 
-    def look(self, inventory):
-        # type: (object) -> KubeView
+    def look(self, inventory: Inventory) -> KubeView:
         if not self.reachable:
             return KubeView(error="the kubelet is unreachable (fakehw: kubelet.reachable is false)")
         pods = _as_kube_names(self.pods, inventory)
@@ -422,7 +414,7 @@ class FakeKubeSide(KubeSide):
         return KubeView(held=held, pods=pods, mig_parent=parents)
 
 
-def view_to_json(view):
+def view_to_json(view: KubeView) -> Dict[str, Any]:
     """A ``KubeView`` as JSON data, for the root helper to answer ``kube.look``."""
     return {
         "held": sorted(view.held),
@@ -435,7 +427,7 @@ def view_to_json(view):
     }
 
 
-def view_from_json(data):
+def view_from_json(data: Any) -> KubeView:
     """The other way; anything malformed is an error view (every device counts as held)."""
     try:
         return KubeView(
@@ -454,11 +446,10 @@ def view_from_json(data):
 class HelperKubeSide(KubeSide):
     """An unprivileged node's kube side: the root helper asks the kubelet (its socket is root's)."""
 
-    def __init__(self, client):
+    def __init__(self, client: HelperClient) -> None:
         self.client = client
 
-    def look(self, inventory):
-        # type: (object) -> KubeView
+    def look(self, inventory: Inventory) -> KubeView:
         try:
             return view_from_json(self.client.kube_look())
         except (HelperError, HelperRefused) as exc:  # either way nothing is known: every release counts as held

@@ -29,6 +29,7 @@ import pwd
 import stat
 import sys
 import types
+from typing import Any, Callable, Dict, List, Optional
 
 PACKAGE = "ansible_collections.bcd.devices.plugins.module_utils"
 # Where the role installs it, under <prefix>/lib/bcd-holds (roles/bcd_holds/vars/main.yml)
@@ -46,12 +47,12 @@ class _Refused(Exception):
     file imports nothing of the collection, so not even its ``BcdError``)."""
 
 
-def library_path(root, library):
+def library_path(root: str, library: str) -> str:
     """The module_utils directory of the library installed at ``library`` (a node path) under ``root``."""
     return os.path.join(root or "/", library.lstrip("/"), TREE)
 
 
-def _file_digest(path, size, follow=False):
+def _file_digest(path: str, size: int, follow: bool = False) -> str:
     """The SHA-256 of the regular file at ``path``, read in one call when it is ``size`` bytes (lstat's; a short
     read of a regular file is its end); more reads only if it grew meanwhile, bounded by ``MAX_FILE_BYTES``.
     A link is not followed unless ``follow`` (the controller's own tree)."""
@@ -74,7 +75,7 @@ def _file_digest(path, size, follow=False):
     return digest.hexdigest()
 
 
-def library_digest(directory, checked=None):
+def library_digest(directory: str, checked: Optional[Callable[[str, os.stat_result], None]] = None) -> str:
     """One SHA-256 over every ``*.py`` under ``directory``: its path relative to it and its content's digest,
     sorted by path. ``checked(path, lstat_result)`` is called for every entry of the tree first (the node's
     ownership checks); the controller calls it without.
@@ -82,7 +83,7 @@ def library_digest(directory, checked=None):
     Every module run through the node library computes it, so it walks once with ``scandir`` (each entry's
     lstat from its ``DirEntry``), names each file by slicing rather than ``os.path.relpath``, and reads each
     file in one call: the same value as a plain walk, in about two thirds of the time (docs/performance.md)."""
-    lines = []
+    lines: List[str] = []
     count = 0
     skip = len(directory.rstrip(os.sep)) + 1
     pending = [directory]
@@ -107,12 +108,12 @@ def library_digest(directory, checked=None):
     return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _owned_by(info, owner):
+def _owned_by(info: os.stat_result, owner: int) -> bool:
     return info.st_uid == owner
 
 
-def _entry_check(owner):
-    def check(path, info):
+def _entry_check(owner: int) -> Callable[[str, os.stat_result], None]:
+    def check(path: str, info: os.stat_result) -> None:
         if stat.S_ISLNK(info.st_mode):
             raise _Refused("%s is a link" % path)
         if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
@@ -128,7 +129,7 @@ def _entry_check(owner):
     return check
 
 
-def _check_ancestors(directory, owner):
+def _check_ancestors(directory: str, owner: int) -> None:
     """Every directory above ``directory`` (links resolved: only their owner could change them) is root's and
     not writable by others, unless sticky: no other account can move the tree away or put another in its place."""
     parent = os.path.dirname(directory)
@@ -143,7 +144,7 @@ def _check_ancestors(directory, owner):
         parent = os.path.dirname(parent)
 
 
-def refusal(directory, digest, owner=0):
+def refusal(directory: str, digest: str, owner: int = 0) -> Optional[str]:
     """Why the library at ``directory`` (its module_utils) may not run, or None when it is ``digest``'s code
     and only ``owner`` (root; the tests pass another) can change it."""
     try:
@@ -165,7 +166,7 @@ def refusal(directory, digest, owner=0):
     return None
 
 
-def use_library(directory):
+def use_library(directory: str) -> str:
     """Make ``directory`` the collection's ``module_utils`` for every import that follows, with no bytecode
     written (its root-owned ``__pycache__`` is read where it matches the source). Call after ``refusal``
     returned None."""
@@ -194,7 +195,7 @@ MAX_MANIFEST_ENTRIES = 512
 ENTRY_KINDS = ("file", "dir", "link", "absent")
 
 
-def _read_manifest(path, owner):
+def _read_manifest(path: str, owner: int) -> Dict[str, Any]:
     """The manifest at ``path`` as a dict: a regular file of ``owner``'s (root's) that no one else may write, read
     without following a link and at most ``MAX_MANIFEST_BYTES``."""
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -216,7 +217,7 @@ def _read_manifest(path, owner):
     if len(data) > MAX_MANIFEST_BYTES:
         raise _Refused("%s is larger than %d bytes" % (path, MAX_MANIFEST_BYTES))
     try:
-        manifest = json.loads(data.decode("utf-8"))
+        manifest: object = json.loads(data.decode("utf-8"))
     except ValueError:
         raise _Refused("%s is not the role's manifest (not JSON)" % path)
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT \
@@ -225,8 +226,9 @@ def _read_manifest(path, owner):
     return manifest
 
 
-def _account_refusal(account):
-    """Why the recorded account no longer stands as recorded, or None (``account`` None: none recorded)."""
+def _account_refusal(account: Any) -> Optional[str]:
+    """Why the recorded account no longer stands as recorded, or None (``account`` None: none recorded; any
+    JSON value the manifest holds, which must be ``{name, uid, gid}``)."""
     if account is None:
         return None
     try:
@@ -239,7 +241,7 @@ def _account_refusal(account):
     return None
 
 
-def _entry_refusal(entry):
+def _entry_refusal(entry: object) -> Optional[str]:
     """Why one recorded entry no longer stands as recorded, or None."""
     if not isinstance(entry, dict) or entry.get("kind") not in ENTRY_KINDS or not isinstance(entry.get("path"), str):
         return "the manifest has an entry that is not the role's: %.200r" % (entry,)
@@ -269,7 +271,7 @@ def _entry_refusal(entry):
     return None
 
 
-def install_refusal(manifest_path, digest, owner=0):
+def install_refusal(manifest_path: str, digest: Optional[str], owner: int = 0) -> Optional[str]:
     """Why the node's install is not the one the role would make now, or None when it is: the manifest at
     ``manifest_path`` records ``digest`` (the controller's digest of everything the role's install reads: its
     variables, its files, the library's code; None: any) and every file, directory, link and absence it recorded
@@ -290,7 +292,7 @@ def install_refusal(manifest_path, digest, owner=0):
     return None
 
 
-def recorded_entry(path, kind):
+def recorded_entry(path: str, kind: str) -> Dict[str, Any]:
     """The manifest's entry for ``path`` as it is on the node now: ``kind`` file, dir or absent as the role says,
     a link's target, a file's content digest, owner and mode."""
     if kind == "absent":
@@ -298,7 +300,7 @@ def recorded_entry(path, kind):
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         return {"path": path, "kind": "link", "target": os.readlink(path)}
-    entry = {"path": path, "kind": kind, "uid": info.st_uid, "gid": info.st_gid, "mode": stat.S_IMODE(info.st_mode)}
+    entry: Dict[str, Any] = {"path": path, "kind": kind, "uid": info.st_uid, "gid": info.st_gid, "mode": stat.S_IMODE(info.st_mode)}
     if kind == "file":
         if not stat.S_ISREG(info.st_mode):
             raise _Refused("%s is not a regular file" % path)
@@ -308,14 +310,14 @@ def recorded_entry(path, kind):
     return entry
 
 
-def install_manifest(spec):
+def install_manifest(spec: object) -> Dict[str, Any]:
     """The manifest of the install ``spec`` describes (``bcd-holds installed --record``): ``digest``, the
     ``account`` by name (or None), and node paths by what the role made of them: ``files``, ``dirs``, ``absent``,
     and ``link_globs`` (patterns of the links systemd's enabling made, each recorded with its target). Raises
     ValueError when the spec or a path is not what the role installs."""
     if not isinstance(spec, dict) or not isinstance(spec.get("digest"), str):
         raise ValueError("the install record needs a digest")
-    entries = []
+    entries: List[Dict[str, Any]] = []
     try:
         for kind, key in (("file", "files"), ("dir", "dirs"), ("absent", "absent")):
             for path in spec.get(key) or ():

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import re
 import shutil
-import xml.etree.ElementTree as ET  # noqa: F401 (type comments)
+import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
-    Inventory,  # noqa: F401 (type comments)
+    Inventory,
     format_pci_address,
     normalize_pci_address,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
     InventoryError,
-    RunCommand,  # noqa: F401 (type comments)
-    Which,  # noqa: F401 (type comments)
+    RunCommand,
+    Which,
     default_run_command,
     failure_text,
     parse_xml,
@@ -32,8 +32,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
 )
 
 
-def _libvirt_number(value):
-    # type: (Optional[str]) -> Optional[int]
+def _libvirt_number(value: Optional[str]) -> Optional[int]:
     """libvirt writes PCI address parts as ``0x3b``; decimal is accepted too."""
     if value is None:
         return None
@@ -46,8 +45,8 @@ def _libvirt_number(value):
         return None
 
 
-def pci_address_from_libvirt(domain, bus, slot, function):
-    # type: (Optional[str], Optional[str], Optional[str], Optional[str]) -> Optional[str]
+def pci_address_from_libvirt(domain: Optional[str], bus: Optional[str], slot: Optional[str],
+                             function: Optional[str]) -> Optional[str]:
     """A libvirt ``<address domain= bus= slot= function=>`` as ``0000:3b:00.0``;
     None when a part is missing or out of range (``domain`` defaults to 0)."""
     parts = [
@@ -75,8 +74,7 @@ _MEMORY_UNITS = {
 }
 
 
-def parse_libvirt_memory(element):
-    # type: (Optional[ET.Element]) -> Optional[int]
+def parse_libvirt_memory(element: Optional[ET.Element]) -> Optional[int]:
     """Bytes of a libvirt ``<memory unit='KiB'>N</memory>`` (KiB when no unit);
     None when absent or malformed."""
     if element is None or element.text is None:
@@ -88,8 +86,7 @@ def parse_libvirt_memory(element):
     return int(text) * _MEMORY_UNITS[unit]
 
 
-def parse_domain_xml(text, pci_to_gpu, state="running"):
-    # type: (str, Dict[str, str], str) -> Domain
+def parse_domain_xml(text: str, pci_to_gpu: Dict[str, str], state: str = "running") -> Domain:
     """A ``Domain`` from ``virsh dumpxml`` output.
 
     ``pci_to_gpu`` maps normalised PCI addresses to GPU UUIDs; a PCI host
@@ -122,8 +119,7 @@ def parse_domain_xml(text, pci_to_gpu, state="running"):
     return Domain(instance_id=name, state=state, memory_bytes=memory, hugepages=hugepages, gpus=tuple(gpus))
 
 
-def _pci_index(inventory):
-    # type: (Optional[Inventory]) -> Dict[str, str]
+def _pci_index(inventory: Optional[Inventory]) -> Dict[str, str]:
     index = {}
     for gpu in (inventory.gpus if inventory is not None else []):
         pci = normalize_pci_address(gpu.pci_bus_id)
@@ -135,8 +131,9 @@ def _pci_index(inventory):
 VIRSH = ["virsh", "--readonly", "--connect", "qemu:///system"]
 
 
-def read_libvirt_domains(run_command=None, inventory=None, which=None, virsh=None):
-    # type: (Optional[RunCommand], Optional[Inventory], Optional[Which], Optional[List[str]]) -> Tuple[List[Domain], Optional[str]]
+def read_libvirt_domains(run_command: Optional[RunCommand] = None, inventory: Optional[Inventory] = None,
+                         which: Optional[Which] = None, virsh: Optional[List[str]] = None
+                         ) -> Tuple[List[Domain], Optional[str]]:
     """Running and paused libvirt domains, as ``(domains, error)``. Never raises.
 
     Without ``virsh``: ``([], None)``. ``virsh`` (default: a read-only
@@ -153,7 +150,7 @@ def read_libvirt_domains(run_command=None, inventory=None, which=None, virsh=Non
         if not which(base[0]):
             return [], None
         pci_to_gpu = _pci_index(inventory)
-        names = []  # type: List[Tuple[str, str]]
+        names: List[Tuple[str, str]] = []
         for state, flag in (("running", "--state-running"), ("paused", "--state-paused")):
             argv = base + ["list", "--name", flag]
             rc, out, err = run_tool(run_command, argv)

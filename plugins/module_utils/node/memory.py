@@ -10,9 +10,13 @@ unreadable, and admission is skipped with a warning (``domain/plan/admission.py`
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Dict, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import PAGE_SIZES, HostMemory
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NodePaths
 
 MEMINFO = "/proc/meminfo"
 HUGEPAGES = "/sys/kernel/mm/hugepages/hugepages-%dkB/%s"
@@ -21,7 +25,7 @@ NODE_HUGEPAGES = NODE_ROOT + "/node%d/hugepages/hugepages-%dkB/free_hugepages"
 NODE_RE = lazy_pattern(r"^node([0-9]+)$")
 
 
-def _int_file(host, path):
+def _int_file(host: NodePaths, path: str) -> Optional[int]:
     content = host.read(path)
     if content is None:
         return None
@@ -29,12 +33,12 @@ def _int_file(host, path):
     return int(text) if text.isdigit() else None
 
 
-def read_host_memory(host):
+def read_host_memory(host: NodePaths) -> Optional[HostMemory]:
     """``HostMemory`` from ``/proc/meminfo`` and the huge page files under the host's root, or None."""
     content = host.read(MEMINFO)
     if content is None:
         return None
-    fields = {}
+    fields: Dict[str, int] = {}
     for line in content.decode("ascii", "replace").splitlines():
         key, _sep, rest = line.partition(":")
         parts = rest.split()
@@ -51,7 +55,7 @@ def read_host_memory(host):
         free = _int_file(host, HUGEPAGES % (kib, "free_hugepages"))
         reserved = _int_file(host, HUGEPAGES % (kib, "resv_hugepages")) or 0
         memory.free_pages[size] = max(0, (free or 0) - reserved)
-        per_node = {}
+        per_node: Dict[int, int] = {}
         for node in nodes:
             value = _int_file(host, NODE_HUGEPAGES % (node, kib))
             if value is not None:

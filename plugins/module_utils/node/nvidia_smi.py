@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import re
 import shutil
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+import xml.etree.ElementTree as ET
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import problems
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance, normalize_pci_address
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
     MAX_OUTPUT_CHARS,
     InventoryError,
-    RunCommand,  # noqa: F401 (type comments)
-    Which,  # noqa: F401 (type comments)
+    RunCommand,
+    Which,
     default_run_command,
     failure_text,
     first_line,
@@ -38,11 +39,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.commands import (
     xml_text,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.sysfs_pci import read_numa_node
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
-
-if TYPE_CHECKING:  # the type comments' names; parse_xml (node/commands.py) does the parsing
-    import xml.etree.ElementTree as ET  # noqa: F401
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 
 # --------------------------------------------------------------------------
 # nvidia-smi -L
@@ -71,7 +69,7 @@ class ListedGpu:
     index: int
     name: str
     uuid: str
-    mig: tuple = ()  # of ListedMig
+    mig: Tuple[ListedMig, ...] = ()
 
 
 _GPU_LINE_RE = lazy_pattern(r"^GPU\s+(\d+)\s*:\s*(.*?)\s*\(UUID:\s*(GPU-[^\s()]+)\s*\)\s*$")
@@ -81,8 +79,7 @@ _MIG_LINE_RE = lazy_pattern(
 _LEGACY_MIG_RE = lazy_pattern(r"^MIG-(GPU-[^/\s]+)/(\d+)/(\d+)$")
 
 
-def parse_nvidia_smi_list(text):
-    # type: (str) -> List[ListedGpu]
+def parse_nvidia_smi_list(text: str) -> List[ListedGpu]:
     """Parse ``nvidia-smi -L`` into GPUs and their MIG devices.
 
     Tolerates CRLF and varying spacing; ignores lines it does not know
@@ -90,12 +87,12 @@ def parse_nvidia_smi_list(text):
     repeated GPU or MIG UUID, or a legacy MIG UUID naming another GPU is
     dropped. Legacy UUIDs give ``gi``/``ci``; modern ones leave them None.
     """
-    gpus = []  # type: List[ListedGpu]
-    current = None  # type: Optional[Tuple[int, str, str]]
-    migs = []  # type: List[ListedMig]
-    seen = set()
+    gpus: List[ListedGpu] = []
+    current: Optional[Tuple[int, str, str]] = None
+    migs: List[ListedMig] = []
+    seen: Set[str] = set()
 
-    def flush():
+    def flush() -> None:
         if current is not None:
             gpus.append(ListedGpu(index=current[0], name=current[1], uuid=current[2], mig=tuple(migs)))
 
@@ -135,9 +132,9 @@ def parse_nvidia_smi_list(text):
     return gpus
 
 
-def _to_gpu(listed, mig, minor=None, pci_bus_id=None, numa_node=None, health=()):
-    # type: (ListedGpu, List[MigInstance], Optional[int], Optional[str], Optional[int], tuple) -> Gpu
-    unique = {}  # type: Dict[Tuple[int, int], MigInstance]
+def _to_gpu(listed: ListedGpu, mig: List[MigInstance], minor: Optional[int] = None, pci_bus_id: Optional[str] = None,
+            numa_node: Optional[int] = None, health: Tuple[str, ...] = ()) -> Gpu:
+    unique: Dict[Tuple[int, int], MigInstance] = {}
     for inst in mig:
         unique.setdefault((inst.gi, inst.ci), inst)
     return Gpu(
@@ -170,22 +167,19 @@ class QueriedGpu:
     minor: Optional[int] = None
     name: Optional[str] = None
     mig_devices: Tuple[Tuple[int, int, int], ...] = ()  # (index, gi, ci)
-    health: tuple = ()  # of str (domain/health.problems)
+    health: Tuple[str, ...] = ()  # domain/health.problems
 
-    def mig_map(self):
-        # type: () -> Dict[int, Tuple[int, int]]
+    def mig_map(self) -> Dict[int, Tuple[int, int]]:
         return {index: (gi, ci) for index, gi, ci in self.mig_devices}
 
 
-def _yes(gpu, *paths):
-    # type: (ET.Element, str) -> bool
+def _yes(gpu: ET.Element, *paths: str) -> bool:
     """Whether any of ``paths`` under ``gpu`` reads exactly ``Yes``. ``No``, ``N/A``, a missing element or
     any other text is not a fault: it is not known to be one."""
     return any(xml_text(gpu, path) == "Yes" for path in paths)
 
 
-def _query_health(gpu):
-    # type: (ET.Element) -> tuple
+def _query_health(gpu: ET.Element) -> Tuple[str, ...]:
     """The driver's own health state as ``nvidia-smi -q -x`` prints it, NVML's facts under their XML names:
     ``retired_pages/pending_retirement`` (``pending_blacklist`` on older drivers) is
     ``nvmlDeviceGetRetiredPagesPendingStatus``; ``remapped_rows/remapped_row_failure`` and
@@ -197,8 +191,7 @@ def _query_health(gpu):
     )
 
 
-def parse_nvidia_smi_query_xml(text):
-    # type: (str) -> List[QueriedGpu]
+def parse_nvidia_smi_query_xml(text: str) -> List[QueriedGpu]:
     """Parse ``nvidia-smi -q -x``: per GPU its UUID, PCI bus id (normalised,
     see ``normalize_pci_address``), minor number and MIG devices
     (``<mig_device><index>``, ``<gpu_instance_id>``, ``<compute_instance_id>``),
@@ -211,7 +204,7 @@ def parse_nvidia_smi_query_xml(text):
     root = parse_xml(text, "nvidia-smi -q -x")
     if root.tag != "nvidia_smi_log":
         raise InventoryError("nvidia-smi -q -x: unexpected root element <%s>" % root.tag)
-    result = []  # type: List[QueriedGpu]
+    result: List[QueriedGpu] = []
     for gpu in root.findall("gpu"):
         uuid = xml_text(gpu, "uuid")
         if not uuid or not uuid.startswith("GPU-") or any(c.isspace() for c in uuid):
@@ -262,12 +255,11 @@ _LCI_ROW_RE = lazy_pattern(
 )
 
 
-def parse_nvidia_smi_mig_lci(text):
-    # type: (str) -> List[ComputeInstanceRow]
+def parse_nvidia_smi_mig_lci(text: str) -> List[ComputeInstanceRow]:
     """Parse the ``nvidia-smi mig -lci`` table (columns GPU, GPU instance id,
     name, profile id, compute instance id, placement). Header, ruler and
     unknown lines are ignored; "No compute instances found" gives []."""
-    rows = []  # type: List[ComputeInstanceRow]
+    rows: List[ComputeInstanceRow] = []
     seen = set()
     for raw in (text or "").splitlines():
         match = _LCI_ROW_RE.match(raw.strip())
@@ -285,8 +277,7 @@ def parse_nvidia_smi_mig_lci(text):
 # Joining
 
 
-def mig_ids_from_query(listed, queried):
-    # type: (List[ListedGpu], List[QueriedGpu]) -> Dict[str, Tuple[int, int]]
+def mig_ids_from_query(listed: List[ListedGpu], queried: List[QueriedGpu]) -> Dict[str, Tuple[int, int]]:
     """MIG UUID -> (gi, ci) by joining ``-L`` and ``-q -x`` on (GPU UUID, MIG
     device index).
 
@@ -294,7 +285,7 @@ def mig_ids_from_query(listed, queried):
     was reconfigured between the two commands) contributes nothing.
     """
     by_uuid = {q.uuid: q for q in queried}
-    ids = {}  # type: Dict[str, Tuple[int, int]]
+    ids: Dict[str, Tuple[int, int]] = {}
     for gpu in listed:
         query = by_uuid.get(gpu.uuid)
         if query is None:
@@ -307,15 +298,14 @@ def mig_ids_from_query(listed, queried):
     return ids
 
 
-def mig_ids_from_lci(listed, rows):
-    # type: (List[ListedGpu], List[ComputeInstanceRow]) -> Dict[str, Tuple[int, int]]
+def mig_ids_from_lci(listed: List[ListedGpu], rows: List[ComputeInstanceRow]) -> Dict[str, Tuple[int, int]]:
     """MIG UUID -> (gi, ci) from ``-L`` and ``mig -lci``, only where certain.
 
     The table has no UUID, so a device is placed only when the GPU has as
     many compute instances in the table as MIG devices in ``-L`` and the
     device's profile occurs exactly once on that GPU in both.
     """
-    ids = {}  # type: Dict[str, Tuple[int, int]]
+    ids: Dict[str, Tuple[int, int]] = {}
     for gpu in listed:
         table = [r for r in rows if r.gpu == gpu.index]
         if not gpu.mig or len(table) != len(gpu.mig):
@@ -328,8 +318,8 @@ def mig_ids_from_lci(listed, rows):
     return ids
 
 
-def join_mig_ids(listed, mig_ids, queried=None, numa=None):
-    # type: (List[ListedGpu], Dict[str, Tuple[int, int]], Optional[List[QueriedGpu]], Optional[Callable[[Optional[str]], Optional[int]]]) -> List[Gpu]
+def join_mig_ids(listed: List[ListedGpu], mig_ids: Dict[str, Tuple[int, int]], queried: Optional[List[QueriedGpu]] = None,
+                 numa: Optional[Callable[[Optional[str]], Optional[int]]] = None) -> List[Gpu]:
     """Build ``Gpu`` objects from ``-L`` GPUs, a MIG UUID -> (gi, ci) map,
     and optionally ``-q -x`` data (minor number, PCI bus id, health).
 
@@ -340,9 +330,10 @@ def join_mig_ids(listed, mig_ids, queried=None, numa=None):
     by_uuid = {q.uuid: q for q in (queried or [])}
     gpus = []
     for gpu in listed:
-        mig = []
+        mig: List[MigInstance] = []
         for dev in gpu.mig:
-            ids = (dev.gi, dev.ci) if dev.gi is not None else mig_ids.get(dev.uuid)
+            # a legacy UUID gives both ids or neither
+            ids = (dev.gi, dev.ci) if dev.gi is not None and dev.ci is not None else mig_ids.get(dev.uuid)
             if ids is not None:
                 mig.append(MigInstance(gi=ids[0], ci=ids[1], uuid=dev.uuid))
         query = by_uuid.get(gpu.uuid)
@@ -367,8 +358,8 @@ def join_mig_ids(listed, mig_ids, queried=None, numa=None):
 _NO_DEVICES_RE = lazy_pattern(r"no devices were found", re.IGNORECASE)
 
 
-def read_nvidia_smi_inventory(run_command=None, which=None, sysfs_root="/"):
-    # type: (Optional[RunCommand], Optional[Which], str) -> Inventory
+def read_nvidia_smi_inventory(run_command: Optional[RunCommand] = None, which: Optional[Which] = None,
+                              sysfs_root: str = "/") -> Inventory:
     """The inventory from ``nvidia-smi`` (see the module docstring for the
     commands and how they are joined). Never raises; ``error`` says why the
     GPUs could not be listed. Missing extras (minor, PCI, some MIG ids) do not
@@ -393,7 +384,7 @@ def read_nvidia_smi_inventory(run_command=None, which=None, sysfs_root="/"):
                 gpus=[], source="none",
                 error="`nvidia-smi -L`: no GPU line understood in: %s" % first_line(out),
             )
-        queried = []  # type: List[QueriedGpu]
+        queried: List[QueriedGpu] = []
         rc, out, err = run_tool(run_command, ["nvidia-smi", "-q", "-x"])
         if rc == 0:
             try:

@@ -10,7 +10,7 @@ real ``pynvml`` or a test's fake); whether it is importable is decided in ``inve
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import problems
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory, MigInstance, normalize_pci_address
@@ -18,14 +18,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.commands import f
 from ansible_collections.bcd.devices.plugins.module_utils.node.sysfs_pci import read_numa_node
 
 
-def _nvml_text(value):
+def _nvml_text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
 
 
-def _nvml_optional(func, *args):
-    """Call an optional NVML getter; None when missing or unsupported."""
+def _nvml_optional(func: Optional[Callable[..., Any]], *args: object) -> Any:
+    """Call an optional NVML getter; None when missing or unsupported (else whatever the getter gives)."""
     if func is None:
         return None
     try:
@@ -34,12 +34,11 @@ def _nvml_optional(func, *args):
         return None
 
 
-def _nvml_error_text(exc):
+def _nvml_error_text(exc: BaseException) -> str:
     return "%s: %s" % (type(exc).__name__, first_line(str(exc)) or "no message")
 
 
-def read_nvml_inventory(nvml, sysfs_root="/"):
-    # type: (Any, str) -> Inventory
+def read_nvml_inventory(nvml: Any, sysfs_root: str = "/") -> Inventory:
     """The inventory from NVML. ``nvml`` is the ``pynvml`` module (or a fake
     with the same functions). Never raises.
 
@@ -54,7 +53,7 @@ def read_nvml_inventory(nvml, sysfs_root="/"):
     except Exception as exc:
         return Inventory(gpus=[], source="none", error="NVML could not start: %s" % _nvml_error_text(exc))
     try:
-        gpus = []
+        gpus: List[Gpu] = []
         count = int(nvml.nvmlDeviceGetCount())
         for i in range(count):
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
@@ -90,8 +89,7 @@ def read_nvml_inventory(nvml, sysfs_root="/"):
             pass
 
 
-def _nvml_health(nvml, handle):
-    # type: (Any, object) -> tuple
+def _nvml_health(nvml: Any, handle: object) -> Tuple[str, ...]:
     """Pending page retirement and row remapping state (``domain/health.py``); a GPU or driver that does not
     support a query contributes nothing."""
     pending = _nvml_optional(getattr(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", None), handle)
@@ -105,8 +103,7 @@ def _nvml_health(nvml, handle):
                     row_remap_pending=remap_pending)
 
 
-def _nvml_mig(nvml, handle):
-    # type: (Any, object) -> tuple
+def _nvml_mig(nvml: Any, handle: object) -> Tuple[MigInstance, ...]:
     mode = _nvml_optional(getattr(nvml, "nvmlDeviceGetMigMode", None), handle)
     enabled = getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
     try:
@@ -118,7 +115,7 @@ def _nvml_mig(nvml, handle):
     slots = _nvml_optional(getattr(nvml, "nvmlDeviceGetMaxMigDeviceCount", None), handle)
     if not isinstance(slots, int) or slots <= 0:
         return ()
-    found = {}  # type: Dict[Tuple[int, int], MigInstance]
+    found: Dict[Tuple[int, int], MigInstance] = {}
     for slot in range(min(slots, 64)):
         try:
             mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)

@@ -31,14 +31,15 @@ import signal
 import stat
 import subprocess
 import time
-from typing import List
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import (
+    Runtime,
     runtime,
     version_from_output,
     version_key,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 
 __all__ = ["BINARIES", "SEARCH_DIRS", "cdi_enabled", "detect_runtimes", "resolve_in_root", "run_version"]
 
@@ -47,16 +48,18 @@ BINARIES = (("containerd", "containerd"), ("docker", "dockerd"), ("podman", "pod
 MAX_OUTPUT = 64 * 1024
 MAX_CONFIG = 1024 * 1024
 MAX_LINKS = 40  # as Linux's path walk allows
+# A runner: ``(argv, timeout) -> (rc, output)`` (``run_version``'s).
+VersionRunner = Callable[[List[str], float], Tuple[int, str]]
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
 
-def resolve_in_root(root, node_path):
+def resolve_in_root(root: str, node_path: str) -> str:
     """The path on this machine that ``node_path`` (absolute, as the node sees it) leads to, every
     link followed as the node would follow it: an absolute target is taken under ``root`` and ``..``
     never climbs above it. Raises OSError (ENOENT, ELOOP, ...) like a path walk would."""
     base = os.path.abspath(root)
     parts = [p for p in node_path.split("/") if p]
-    resolved = []  # type: List[str]  # components under base, each an existing non-link (but the last may not exist)
+    resolved: List[str] = []  # components under base, each an existing non-link (but the last may not exist)
     links = 0
     while parts:
         part = parts.pop(0)
@@ -89,7 +92,7 @@ def resolve_in_root(root, node_path):
     return os.path.join(base, *resolved) if resolved else base
 
 
-def _kill_group(proc):
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
@@ -99,7 +102,7 @@ def _kill_group(proc):
             pass
 
 
-def run_version(argv, timeout):
+def run_version(argv: Sequence[str], timeout: float) -> Tuple[int, str]:
     """``(rc, output)`` of ``argv``, stdout and stderr together, read up to ``MAX_OUTPUT`` bytes; the
     process (and its session) is killed at ``timeout`` (``subprocess.TimeoutExpired``)."""
     # bcd-holds runs this code too, with no AnsibleModule and so no run_command (ansible-test 2.21's pylint).
@@ -108,7 +111,8 @@ def run_version(argv, timeout):
     stdout = proc.stdout
     if stdout is None:  # stdout=PIPE: for the type checker
         raise AssertionError("a piped stdout is never None")
-    chunks, size, deadline = [], 0, time.monotonic() + timeout
+    chunks: List[bytes] = []
+    size, deadline = 0, time.monotonic() + timeout
     try:
         while size < MAX_OUTPUT:
             left = deadline - time.monotonic()
@@ -131,7 +135,7 @@ def run_version(argv, timeout):
     return rc, b"".join(chunks).decode("utf-8", "replace")
 
 
-def _why_not_run(root, node_path):
+def _why_not_run(root: str, node_path: str) -> Tuple[Optional[str], Optional[str]]:
     """``(path to run, None)``, or ``(None, why the binary at node path must not be run)``."""
     try:
         path = resolve_in_root(root, node_path)
@@ -149,7 +153,7 @@ def _why_not_run(root, node_path):
     return path, None
 
 
-def find_binary(root, binary):
+def find_binary(root: str, binary: str) -> Optional[str]:
     """The node path of the first ``binary`` in ``SEARCH_DIRS`` under ``root`` (a link counts, even a
     broken one: the caller says why it is not run), or None."""
     for directory in SEARCH_DIRS:
@@ -162,19 +166,21 @@ def find_binary(root, binary):
     return None
 
 
-def detect_runtimes(root="/", runner=None, timeout=5.0):
+def detect_runtimes(root: str = "/", runner: Optional[VersionRunner] = None,
+                    timeout: float = 5.0) -> Tuple[List[Runtime], List[str]]:
     """``(runtimes, warnings)``: each runtime found under ``root`` with its version
     (``cdi_runtimes.Runtime``, source ``auto``, path the node path asked); a binary that is not run,
     fails, hangs past ``timeout`` or prints no version gives a warning naming it, never an exception.
     ``runner``: ``(argv, timeout) -> (rc, output)``, ``run_version`` by default."""
     runner = runner or run_version
-    found, warnings = [], []
+    found: List[Runtime] = []
+    warnings: List[str] = []
     for name, binary in BINARIES:
         node_path = find_binary(root, binary)
         if node_path is None:
             continue
         path, why = _why_not_run(root, node_path)
-        if why is not None:
+        if path is None:  # why says why
             warnings.append("container runtime %s is not asked its version: %s" % (node_path, why))
             continue
         try:
@@ -198,7 +204,7 @@ def detect_runtimes(root="/", runner=None, timeout=5.0):
 
 # --- whether CDI is switched on ----------------------------------------------------------------
 
-def _read_config(root, node_path):
+def _read_config(root: str, node_path: str) -> Tuple[Optional[str], Optional[str]]:
     """``(text, None)``, ``(None, None)`` when the file is not there, or ``(None, why)`` when it is
     there but cannot be read (not a regular file, over ``MAX_CONFIG``, unreadable)."""
     try:
@@ -230,11 +236,11 @@ _KEY_RE = lazy_pattern(r"^\s*([A-Za-z0-9_.\"' -]+?)\s*=\s*(true|false)\s*(?:#.*)
 _IMPORTS_RE = lazy_pattern(r"^\s*imports\s*=", re.M)
 
 
-def _toml_key(text):
+def _toml_key(text: str) -> str:
     return ".".join(part.strip().strip("\"'") for part in text.split("."))
 
 
-def _containerd_enable_cdi(text):
+def _containerd_enable_cdi(text: str) -> Optional[str]:
     """``"true"``/``"false"`` as the CRI plugin's ``enable_cdi`` reads in ``text``, or None. A line-based
     read: table headers and ``key = bool`` lines, dotted keys allowed; enough for what containerd's
     own ``config default`` and its documentation write."""
@@ -254,7 +260,7 @@ def _containerd_enable_cdi(text):
     return value
 
 
-def cdi_enabled(root, found):
+def cdi_enabled(root: str, found: Runtime) -> Tuple[Optional[bool], str]:
     """``(enabled, why)`` for ``found`` (a ``Runtime``): True or False when its configuration says (or
     its default does), None when it cannot tell; ``why`` names the setting, and what to do when off."""
     key = version_key(found.version)

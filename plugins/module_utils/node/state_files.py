@@ -56,7 +56,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError
@@ -80,7 +80,7 @@ KEY_NAME = "node.key"
 MAINTENANCE_NAME = "maintenance.json"
 HEALTH_NAME = "health.json"
 # ... and the most of each that is read (``NEVER_READ``: opened for ``flock``, or only looked up).
-FILE_CAPS = {
+FILE_CAPS: Dict[str, int] = {
     LOCK_NAME: NEVER_READ,
     LEDGER_NAME: 16 * MIB,  # the largest section's ledger is under 1 MB; a file costs about 3 times its size to read
     RELEASES_NAME: 16 * MIB,
@@ -92,7 +92,7 @@ FILE_CAPS = {
     KEY_NAME: 16 * KIB,
     MAINTENANCE_NAME: 256 * KIB,  # {GPU UUID: {reason, since}} of at most 256 GPUs
     HEALTH_NAME: 256 * KIB,  # {GPU UUID: when faults logged before stopped counting}
-}  # type: Dict[str, int]
+}
 OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_MODE = 0o600
@@ -101,7 +101,7 @@ _WRONG_KIND = (errno.ENXIO, errno.EISDIR, errno.ENODEV, errno.EOPNOTSUPP, errno.
 _CHUNK = 1024 * 1024
 
 
-def _kind(mode):
+def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
         if test(mode):
@@ -109,7 +109,7 @@ def _kind(mode):
     return "not a regular file"
 
 
-def _size(count):
+def _size(count: int) -> str:
     for unit, name in ((MIB, "MiB"), (KIB, "KiB")):
         if count >= unit and count % unit == 0:
             return "%d %s" % (count // unit, name)
@@ -119,16 +119,16 @@ def _size(count):
 class StateFiles:
     """The files of the state directory ``path`` (``node_path``: how messages name it)."""
 
-    def __init__(self, path, node_path=None):
+    def __init__(self, path: str, node_path: Optional[str] = None) -> None:
         self.path = os.path.abspath(path)
         self.node_path = (node_path or self.path).rstrip("/") or "/"
 
-    def where(self, name):
+    def where(self, name: str) -> str:
         """The node path of ``name``, as messages give it."""
         return "%s/%s" % (self.node_path.rstrip("/"), name)
 
     # -- the directory ----------------------------------------------------------------
-    def _directory(self):
+    def _directory(self) -> Optional[Tuple[int, os.stat_result]]:
         """``(fd, fstat)`` of the state directory, or None when it does not exist."""
         try:
             fd = os.open(self.path, DIR_FLAGS)
@@ -142,12 +142,12 @@ class StateFiles:
             raise OSError(exc.errno, exc.strerror, self.node_path)
         return fd, os.fstat(fd)
 
-    def open_directory(self):
+    def open_directory(self) -> Optional[int]:
         """A descriptor of the state directory (``O_NOFOLLOW``), or None when it does not exist."""
         opened = self._directory()
         return None if opened is None else opened[0]
 
-    def exists(self, name):
+    def exists(self, name: str) -> bool:
         """Whether ``name`` is there, whatever it is (``lstat``; nothing is opened or followed)."""
         try:
             os.lstat(os.path.join(self.path, name))
@@ -158,7 +158,7 @@ class StateFiles:
         return True
 
     # -- opening ----------------------------------------------------------------------
-    def open(self, name, flags=os.O_RDONLY, mode=FILE_MODE):
+    def open(self, name: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> Optional[int]:
         """A descriptor of ``name`` opened with ``flags`` (plus ``OPEN_FLAGS``), checked to be a regular file
         owned as expected; None when it (or the directory) does not exist and ``flags`` do not create it.
         A file it creates (``O_CREAT``) gets ``mode`` and, when root creates it, the directory's owner."""
@@ -204,14 +204,14 @@ class StateFiles:
             os.close(directory)
 
     @staticmethod
-    def _own(fd, directory_info, mode):
+    def _own(fd: int, directory_info: os.stat_result, mode: int) -> None:
         """A file root just created takes the directory's owner (the account's passes must replace it)."""
         if os.geteuid() == 0 and (directory_info.st_uid, directory_info.st_gid) != (0, 0):
             os.fchown(fd, directory_info.st_uid, directory_info.st_gid)
         os.fchmod(fd, mode)
 
     @staticmethod
-    def _check(fd, where, directory_info):
+    def _check(fd: int, where: str, directory_info: os.stat_result) -> os.stat_result:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise StateFileError(where, "is %s, not a regular file; refused" % _kind(info.st_mode))
@@ -225,7 +225,7 @@ class StateFiles:
         return info
 
     # -- reading ----------------------------------------------------------------------
-    def read(self, name, cap=None):
+    def read(self, name: str, cap: Optional[int] = None) -> Optional[bytes]:
         """The bytes of ``name`` (None when absent): at most its cap, else ``StateFileError``."""
         limit = FILE_CAPS.get(name, NEVER_READ) if cap is None else cap
         if limit == NEVER_READ:
@@ -239,11 +239,12 @@ class StateFiles:
             os.close(fd)
 
     @staticmethod
-    def _bounded(fd, where, limit):
+    def _bounded(fd: int, where: str, limit: int) -> bytes:
         size = os.fstat(fd).st_size
         if size > limit:
             raise StateFileError(where, "is %d bytes, over its cap of %s; refused" % (size, _size(limit)))
-        chunks, left = [], limit + 1
+        chunks: List[bytes] = []
+        left = limit + 1
         try:
             while left > 0:
                 chunk = os.read(fd, min(left, _CHUNK))
@@ -257,8 +258,7 @@ class StateFiles:
             raise StateFileError(where, "grew past its cap of %s while it was read; refused" % _size(limit))
         return b"".join(chunks)
 
-    def read_json(self, name, cap=None):
-        # type: (str, Optional[int]) -> Any
+    def read_json(self, name: str, cap: Optional[int] = None) -> Any:
         """The JSON value of ``name``, None when absent; ``ValueError`` when it is not JSON (each file
         has its own answer to that), ``StateFileError`` past a bound."""
         content = self.read(name, cap)
@@ -266,12 +266,12 @@ class StateFiles:
             return None
         return bounded_json.loads(content, self.where(name))
 
-    def loads(self, content, name):
+    def loads(self, content: Union[bytes, str], name: str) -> Any:
         """``content`` of ``name`` (or a line of it: ``name`` may say which) as bounded JSON."""
         return bounded_json.loads(content, self.where(name))
 
     # -- root's leftovers -------------------------------------------------------------
-    def adopt(self):
+    def adopt(self) -> None:
         """As root: hand each state file to the directory's owner, by descriptor, when the passes' account
         changed. Root's leftovers of a root-mode install (regular, one link) go to the account that now
         owns the directory; the account's files, once the directory is root's again (the helper turned
@@ -287,7 +287,7 @@ class StateFiles:
 
         private = not directory_info.st_mode & 0o022  # no one but its owner adds files there
 
-        def adoptable(info):
+        def adoptable(info: os.stat_result) -> bool:
             return stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid != owner and (
                 info.st_uid == 0 or (owner == 0 and private))
 
@@ -308,7 +308,7 @@ class StateFiles:
             os.close(directory)
 
 
-def read_file(path, cap, node_path=None):
+def read_file(path: str, cap: int, node_path: Optional[str] = None) -> Optional[bytes]:
     """``StateFiles(dirname).read(basename, cap)``: a state file given by its path (the node key's)."""
     directory, name = os.path.split(os.path.abspath(path))
     return StateFiles(directory, os.path.dirname(node_path) if node_path else None).read(name, cap)

@@ -15,8 +15,7 @@ from typing import Optional
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import normalize_pci_address
 
 
-def read_numa_node(pci_bus_id, sysfs_root="/"):
-    # type: (Optional[str], str) -> Optional[int]
+def read_numa_node(pci_bus_id: Optional[str], sysfs_root: str = "/") -> Optional[int]:
     """The NUMA node of a PCI device from ``/sys/bus/pci/devices/<addr>/numa_node``
     (under ``sysfs_root``); None when unknown (no file, or ``-1``)."""
     address = normalize_pci_address(pci_bus_id)

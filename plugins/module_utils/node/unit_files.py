@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import Iterable, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, join_root
 
@@ -33,7 +34,8 @@ class UnitFile:
     text and its drop-ins' (``texts``, ``names``: node paths) when it is a file, and what could not be
     read of its drop-ins (``problems``)."""
 
-    def __init__(self, name, node_path, state, texts=(), names=(), problem=None, problems=()):
+    def __init__(self, name: str, node_path: str, state: str, texts: Iterable[str] = (), names: Iterable[str] = (),
+                 problem: Optional[str] = None, problems: Iterable[str] = ()) -> None:
         self.name = name
         self.node_path = node_path
         self.state = state
@@ -43,7 +45,7 @@ class UnitFile:
         self.problems = list(problems)
 
 
-def local_path(root, node_path):
+def local_path(root: str, node_path: str) -> Tuple[Optional[str], Optional[str]]:
     """``(path, problem)``: where ``node_path`` lies under ``root``, its directory resolved; ``problem``
     (and no path) when it names ``..`` out of ``root`` or its directory leads out through a link."""
     try:
@@ -58,10 +60,10 @@ def local_path(root, node_path):
     return os.path.join(directory, os.path.basename(joined)), None
 
 
-def lstat_node(root, node_path):
+def lstat_node(root: str, node_path: str) -> Tuple[Optional[os.stat_result], Optional[str], Optional[str]]:
     """``(lstat or None when absent, path, problem)`` of ``node_path`` under ``root``, never followed."""
     path, problem = local_path(root, node_path)
-    if problem:
+    if path is None:  # local_path gives a path or a problem
         return None, None, problem
     try:
         return os.lstat(path), path, None
@@ -71,11 +73,11 @@ def lstat_node(root, node_path):
         return None, path, "%s cannot be looked at (%s)" % (node_path, exc.strerror or exc)
 
 
-def stat_node(root, node_path):
+def stat_node(root: str, node_path: str) -> Tuple[Optional[os.stat_result], Optional[str]]:
     """``(stat or None when absent, problem)`` of ``node_path`` under ``root``, links followed only while
     they stay under it."""
     path, problem = local_path(root, node_path)
-    if problem:
+    if path is None:
         return None, problem
     real, base = os.path.realpath(path), os.path.realpath(root)
     if real != base and not real.startswith(base.rstrip("/") + "/"):
@@ -88,7 +90,7 @@ def stat_node(root, node_path):
         return None, "%s cannot be looked at (%s)" % (node_path, exc.strerror or exc)
 
 
-def read_bounded(path, cap=MAX_UNIT_BYTES):
+def read_bounded(path: str, cap: int = MAX_UNIT_BYTES) -> Tuple[Optional[bytes], Optional[str]]:
     """``(bytes, problem)`` of the regular file ``path``: at most ``cap`` bytes, no link followed."""
     try:
         fd = os.open(path, READ_FLAGS)
@@ -102,7 +104,8 @@ def read_bounded(path, cap=MAX_UNIT_BYTES):
             return None, "is not a regular file"
         if info.st_size > cap:
             return None, "is %d bytes, more than the %d a unit may have here; not read" % (info.st_size, cap)
-        chunks, left = [], cap + 1
+        chunks: List[bytes] = []
+        left = cap + 1
         while left > 0:
             chunk = os.read(fd, left)
             if not chunk:
@@ -118,18 +121,18 @@ def read_bounded(path, cap=MAX_UNIT_BYTES):
         os.close(fd)
 
 
-def _text(content):
+def _text(content: bytes) -> Tuple[Optional[str], Optional[str]]:
     try:
         return content.decode("utf-8"), None
     except UnicodeDecodeError as exc:
         return None, "is not UTF-8 (%s)" % exc
 
 
-def read_unit(root, directory, name):
+def read_unit(root: str, directory: str, name: str) -> UnitFile:
     """The ``UnitFile`` of ``directory/name`` (node paths) under ``root``, with its drop-ins."""
     node_path = "%s/%s" % (directory.rstrip("/"), name)
     info, path, problem = lstat_node(root, node_path)
-    if problem:
+    if problem or path is None:  # no path: a problem says why
         return UnitFile(name, node_path, UNUSABLE, problem=problem)
     if info is None:
         return UnitFile(name, node_path, MISSING)
@@ -150,7 +153,7 @@ def read_unit(root, directory, name):
         return UnitFile(name, node_path, UNUSABLE, problem=problem)
     texts, names, problems = [text], [node_path], []
     for dropin, dropin_text, dropin_problem in _dropins(path, node_path):
-        if dropin_problem:
+        if dropin_text is None:  # not read: a problem says why
             problems.append("%s %s" % (dropin, dropin_problem))
         else:
             texts.append(dropin_text)
@@ -158,7 +161,7 @@ def read_unit(root, directory, name):
     return UnitFile(name, node_path, FILE, texts, names, problems=problems)
 
 
-def _dropins(path, node_path):
+def _dropins(path: str, node_path: str) -> List[Tuple[str, Optional[str], Optional[str]]]:
     """``(node path, text, problem)`` of each ``*.conf`` in ``<unit>.d``, by name, at most ``MAX_DROPINS``."""
     directory = path + ".d"
     try:
@@ -169,7 +172,8 @@ def _dropins(path, node_path):
         return [(node_path + ".d", None, "is a symbolic link; its drop-ins are not read")]
     if not stat.S_ISDIR(info.st_mode):
         return []
-    names, listed = [], 0
+    names: List[str] = []
+    listed = 0
     try:
         with os.scandir(directory) as listing:
             for entry in listing:
@@ -180,7 +184,7 @@ def _dropins(path, node_path):
                     names.append(entry.name)
     except OSError as exc:
         return [(node_path + ".d", None, "cannot be listed (%s)" % (exc.strerror or exc))]
-    found = []
+    found: List[Tuple[str, Optional[str], Optional[str]]] = []
     for name in sorted(names)[:MAX_DROPINS]:
         content, problem = read_bounded(os.path.join(directory, name))
         text = None

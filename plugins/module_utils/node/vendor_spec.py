@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import check_vendor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import (
@@ -52,6 +52,25 @@ MAX_SPEC_BYTES = 256 * 1024
 MAX_DEPTH = 64  # NVIDIA's spec nests 6 levels
 MAX_CACHED = 16  # files a ParsedSpecCache keeps; CDI directories hold a few
 
+# What a spec file's bytes parse to: ``(data, None)``, data any JSON or YAML value, or ``(None, why)``.
+ParsedSpec = Tuple[Any, Optional[str]]
+# A file's identity as opened (``fsutil.read_regular_identified``).
+Identity = Tuple[int, int, int, int, int]
+
+
+class DriverProbe(Protocol):
+    """What answers the stale-edit checks (``domain/cdi/staleness.py``): the host, when it can tell what
+    the node has (``Host.driver_probe``)."""
+
+    def device_number(self, node_path: str) -> Optional[Tuple[int, int]]:
+        """``(major, minor)`` of the device node at ``node_path``; None when there is none."""
+
+    def file_exists(self, node_path: str) -> bool:
+        """Whether ``node_path`` exists on the node."""
+
+    def driver_version(self) -> Optional[str]:
+        """The running driver's version, None without one."""
+
 
 class ParsedSpecCache:
     """What the spec files parsed to, for a long-lived reader (the root helper): by the file's path, with
@@ -60,13 +79,12 @@ class ParsedSpecCache:
     out is a copy, so nothing a caller does to it reaches the next. ``parses`` counts the parses done.
     At most ``MAX_CACHED`` files; past that the cache starts again empty."""
 
-    def __init__(self):
-        self._entries = {}  # type: Dict[str, Tuple[Any, bytes, Any]]
+    def __init__(self) -> None:
+        self._entries: Dict[str, Tuple[Identity, bytes, ParsedSpec]] = {}
         self._lock = threading.Lock()
         self.parses = 0
 
-    def parsed(self, path, identity, raw, parse):
-        # type: (str, Any, bytes, Any) -> Any
+    def parsed(self, path: str, identity: Identity, raw: bytes, parse: Callable[[], ParsedSpec]) -> ParsedSpec:
         """``parse()``'s outcome for the file at ``path`` as read (``identity``, ``raw``): the one kept when
         both are what it was parsed from, else parsed now and kept."""
         with self._lock:
@@ -82,8 +100,7 @@ class ParsedSpecCache:
         return outcome
 
 
-def _candidate_files(root, spec_dir, warnings):
-    # type: (str, str, List[str]) -> List[str]
+def _candidate_files(root: str, spec_dir: str, warnings: List[str]) -> List[str]:
     """Names of the spec files in ``<root><spec_dir>``, sorted."""
     local = os.path.join(root, spec_dir.lstrip("/"))
     try:
@@ -108,8 +125,7 @@ def _candidate_files(root, spec_dir, warnings):
     return out
 
 
-def _read_identified(path):
-    # type: (str) -> Tuple[bytes, Any]
+def _read_identified(path: str) -> Tuple[bytes, Identity]:
     """The bytes of the regular file at ``path``, at most ``MAX_SPEC_BYTES``; ``ValueError`` for a FIFO, a
     device or a socket in a spec's place (opened without waiting: a FIFO would block a pass forever) or a
     larger file (``/dev/zero``'s read would never end). With them, the file's identity
@@ -123,8 +139,7 @@ def _read_identified(path):
     return raw, identity
 
 
-def _parse_spec(raw, node_path):
-    # type: (bytes, str) -> Tuple[Any, Optional[str]]
+def _parse_spec(raw: bytes, node_path: str) -> ParsedSpec:
     """``(data, None)``: what the file's bytes parse to; ``(None, why)`` when they do not."""
     try:
         text = raw.decode("utf-8-sig")
@@ -139,8 +154,7 @@ def _parse_spec(raw, node_path):
         return None, str(exc)
 
 
-def _read_nvidia_spec(root, node_path, warnings, cache=None):
-    # type: (str, str, List[str], Optional[ParsedSpecCache]) -> Optional[Tuple[Dict[str, Any], bytes]]
+def _read_nvidia_spec(root: str, node_path: str, warnings: List[str], cache: Optional[ParsedSpecCache] = None) -> Optional[Tuple[Dict[str, Any], bytes]]:
     """The parsed spec and its bytes when ``node_path`` is an NVIDIA spec;
     None (with a warning when the file is bad) otherwise."""
     local = os.path.join(root, node_path.lstrip("/"))
@@ -169,18 +183,17 @@ def _read_nvidia_spec(root, node_path, warnings, cache=None):
     return data, raw
 
 
-def load_vendor_spec(root="/", probe=None, cache=None):
-    # type: (str, Any, Optional[ParsedSpecCache]) -> VendorSpec
+def load_vendor_spec(root: str = "/", probe: Optional[DriverProbe] = None, cache: Optional[ParsedSpecCache] = None) -> VendorSpec:
     """Read NVIDIA's CDI spec under ``root`` (see the module docstring for
     which file wins), checked against the node through ``probe`` when given;
     with ``cache``, a file parsed before and unchanged is not parsed again.
     Never raises for the files' content: problems are in the result's
     ``warnings``; without a usable spec ``path`` is None."""
-    warnings = []  # type: List[str]
-    chosen = None  # type: Optional[VendorSpec]
-    chosen_data = None  # type: Optional[Dict[str, Any]]
+    warnings: List[str] = []
+    chosen: Optional[VendorSpec] = None
+    chosen_data: Optional[Dict[str, Any]] = None
     for spec_dir in reversed(SPEC_DIRS):  # highest priority first
-        usable = []  # type: List[Tuple[VendorSpec, Dict[str, Any]]]
+        usable: List[Tuple[VendorSpec, Dict[str, Any]]] = []
         for name in _candidate_files(root, spec_dir, warnings):
             node_path = "%s/%s" % (spec_dir, name)
             found = _read_nvidia_spec(root, node_path, warnings, cache)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import stat
 from contextlib import nullcontext
-from typing import Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterable, List, Optional, Protocol, Set, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     DAMAGED_FILE_RE,
@@ -48,24 +48,33 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec i
     env_file_path,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID, ALLOCATION_ID_RE
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import Writer
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import (
+    NodePaths,
     directory_syncs_into,
+    fsync_directory_fd,
     remove_file,
     sync_directories,
     write_atomic,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import NodeFileKind, SliceSettings
+    from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
+    from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import KubeSide
+    from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
 
 # The node files a pass writes, by kind: the root helper accepts exactly these.
-NODE_FILE_KINDS = {
+NODE_FILE_KINDS: Dict[str, Callable[[str], str]] = {
     "cdi": cdi_spec_path,
     "allocation-env": env_file_path,
 }
 NODE_FILE_MODE = 0o644
 # Where each kind's files live and the names they have there (temporaries and damaged copies do not match).
-NODE_FILE_NAMES = {
+NODE_FILE_NAMES: Dict[str, Tuple[str, Any]] = {
     "cdi": (SPEC_DIR, SPEC_FILE_RE),
     "allocation-env": (ENV_DIR, lazy_pattern(r"^(%s)\.env$" % ALLOCATION_ID)),
 }
@@ -77,13 +86,15 @@ ASIDE_TOTAL = 64
 # is in the directory (a node's own holds and copies are far fewer).
 SCAN_LIMIT = 16384
 _ASIDE_MARK = ".json.damaged-"
+# A damaged copy's name as it sorts: ``(UTC time, number, allocation id, name)`` (``_aside_key``).
+AsideKey = Tuple[str, int, str, str]
 
 
 class TooManyEntries(RetryableError):
     """A directory with more entries than a bounded scan looks at."""
 
 
-def _open_directory(local):
+def _open_directory(local: str) -> Optional[int]:
     """A descriptor of the directory ``local`` (never through a link), or None when it is missing."""
     try:
         return os.open(local, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -92,9 +103,9 @@ def _open_directory(local):
         return None
 
 
-def _names(fd, scan_limit):
+def _names(fd: int, scan_limit: int) -> List[str]:
     """The first ``scan_limit`` entry names of the directory open as ``fd``, in the order it lists them."""
-    names = []  # type: List[str]
+    names: List[str] = []
     with os.scandir(fd) as listing:
         for entry in listing:
             if len(names) >= scan_limit:
@@ -103,7 +114,7 @@ def _names(fd, scan_limit):
     return names
 
 
-def count_node_files(local, pattern, enough, scan_limit=SCAN_LIMIT):
+def count_node_files(local: str, pattern: Any, enough: int, scan_limit: int = SCAN_LIMIT) -> int:
     """How many names in the directory ``local`` match ``pattern``, counted up to ``enough`` (a quota
     needs no more). Names only: nothing is opened or followed. ``TooManyEntries`` when ``scan_limit``
     entries are looked at before ``enough`` are found."""
@@ -126,7 +137,7 @@ def count_node_files(local, pattern, enough, scan_limit=SCAN_LIMIT):
     return count
 
 
-def _aside_key(name):
+def _aside_key(name: str) -> Optional[AsideKey]:
     """``(UTC time, number, allocation id, name)`` of a damaged copy's name (``-2``, ``-3``… after the
     first of one second), sorting oldest first; None for any other name."""
     match = DAMAGED_FILE_RE.fullmatch(name)
@@ -136,11 +147,11 @@ def _aside_key(name):
     return (rest[:16], int(rest[17:]) if len(rest) > 16 else 1, match.group(1), name)
 
 
-def _doomed(keys, per_hold, total):
+def _doomed(found: Iterable[AsideKey], per_hold: int, total: int) -> Set[str]:
     """The names past the newest ``per_hold`` of each allocation, then past the newest ``total`` of all."""
-    keys = sorted(keys)
-    doomed = set()  # type: Set[str]
-    by_hold = {}  # type: Dict[str, List[Tuple[str, int, str, str]]]
+    keys = sorted(found)
+    doomed: Set[str] = set()
+    by_hold: Dict[str, List[AsideKey]] = {}
     for key in keys:
         by_hold.setdefault(key[2], []).append(key)
     for mine in by_hold.values():
@@ -150,7 +161,8 @@ def _doomed(keys, per_hold, total):
     return doomed
 
 
-def set_aside(local_dir, allocation_id, now, per_hold=ASIDE_PER_HOLD, total=ASIDE_TOTAL, scan_limit=SCAN_LIMIT):
+def set_aside(local_dir: str, allocation_id: str, now: float, per_hold: int = ASIDE_PER_HOLD, total: int = ASIDE_TOTAL,
+              scan_limit: int = SCAN_LIMIT) -> Optional[str]:
     """Rename ``bcd-<id>.json`` in ``local_dir`` (the real /etc/cdi) aside as
     ``bcd-<id>.json.damaged-<UTC time>``, numbered past every copy of that second (``-2``, ``-3``…) so that
     names sort in the order they were made, then prune: only names of that exact pattern, each a regular
@@ -179,7 +191,9 @@ def set_aside(local_dir, allocation_id, now, per_hold=ASIDE_PER_HOLD, total=ASID
                 break
             number += 1
         os.rename(spec, target, src_dir_fd=fd, dst_dir_fd=fd)
-        keys.append(_aside_key(target))
+        made = _aside_key(target)
+        if made is not None:  # the name it was given is a damaged copy's
+            keys.append(made)
         uid = os.geteuid()
         for name in sorted(_doomed(keys, per_hold, total)):
             try:
@@ -188,16 +202,13 @@ def set_aside(local_dir, allocation_id, now, per_hold=ASIDE_PER_HOLD, total=ASID
                     os.unlink(name, dir_fd=fd)
             except FileNotFoundError:
                 continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass  # some filesystems refuse fsync on a directory; the renames are done anyway
+        fsync_directory_fd(fd)
     finally:
         os.close(fd)
     return target
 
 
-def node_file_path(kind, allocation_id):
+def node_file_path(kind: str, allocation_id: str) -> str:
     """The node path of a file of ``kind`` for a checked allocation id."""
     if kind not in NODE_FILE_KINDS:
         raise ValueError("unknown node file kind %r" % (kind,))
@@ -206,7 +217,7 @@ def node_file_path(kind, allocation_id):
     return NODE_FILE_KINDS[kind](allocation_id)
 
 
-def checked_node_path(kind, node_path):
+def checked_node_path(kind: str, node_path: str) -> str:
     """``node_path`` when it names a file of ``kind``: one of the kind's names, in the kind's directory (a
     planner's ``FileChange.path``); else ``ValueError``. The host joins it under its root."""
     if kind not in NODE_FILE_NAMES:
@@ -218,71 +229,96 @@ def checked_node_path(kind, node_path):
     return node_path
 
 
-def _node_path(kind, allocation_id, node_path):
+def _node_path(kind: str, allocation_id: str, node_path: Optional[str]) -> str:
     """The node path a ``DirectWriter`` writes or removes: the planner's, checked, where it gave one."""
     if node_path is None:
         return node_file_path(kind, allocation_id)
     return checked_node_path(kind, node_path)
 
 
+class HostSide(NodePaths, Protocol):
+    """What a writer asks of its host (``node/hosts.py``: ``Host``): the node's paths, its slice backend, and
+    the kube side as this process reaches it."""
+
+    @property
+    def slices(self) -> Union[SystemdSlices, RecordSlices]:
+        """The host's slice backend."""
+
+    def direct_kube_side(self) -> KubeSide:
+        """The kube side, asked by this process."""
+
+
+class NodeWriter(Writer, Protocol):
+    """A host's writer: the plan's ``Writer`` (``domain/plan/seams.py``), and what the host asks of it besides:
+    whether root's work can be done, and who asks the kubelet."""
+
+    @property
+    def privileged(self) -> bool:
+        """Whether root's work can be done: this process is root, or the root helper does it."""
+
+    def kube_side(self, host: HostSide) -> KubeSide:
+        """The kube side as whoever does root's work reaches it (the kubelet's socket is root's)."""
+
+
 class DirectWriter:
     """Root's work done by this process, on ``host``'s own files and slice backend."""
 
-    def __init__(self, host):
+    def __init__(self, host: HostSide) -> None:
         self.host = host
-        self._unsynced = None  # type: Optional[Set[str]]  # between batch() and flush(): directories to fsync
+        self._unsynced: Optional[Set[str]] = None  # between batch() and flush(): directories to fsync
 
     @property
-    def privileged(self):
+    def privileged(self) -> bool:
         return os.geteuid() == 0
 
-    def batch(self):
+    def batch(self) -> None:
         """From now until ``flush``, each directory this writer changes is fsynced once, at ``flush``."""
         if self._unsynced is None:
             self._unsynced = set()
 
-    def flush(self):
+    def flush(self) -> None:
         """Make every rename and removal since ``batch`` durable: fsync each directory they changed, once.
         Before anything reports them (the apply loop calls it before it journals the pass's events)."""
         if self._unsynced is not None:
             sync_directories(self._unsynced)
             self._unsynced = None
 
-    def _writing(self):
+    def _writing(self) -> ContextManager[object]:
         return directory_syncs_into(self._unsynced) if self._unsynced is not None else nullcontext()
 
-    def write_node_file(self, kind, allocation_id, content, hold=None, path=None):
+    def write_node_file(self, kind: NodeFileKind, allocation_id: str, content: bytes, hold: Optional[Dict[str, Any]] = None,
+                        path: Optional[str] = None) -> None:
         """Write a hold's file atomically (0644) at ``path``, the node path the planner made (checked:
         ``checked_node_path``), under the host's root; without one (the root helper's own call), at the path
         of ``kind`` for ``allocation_id``. ``hold`` (what it was rendered from) is the helper's."""
         with self._writing():
             write_atomic(self.host.path(_node_path(kind, allocation_id, path)), content, NODE_FILE_MODE)
 
-    def remove_node_file(self, kind, allocation_id, path=None):
+    def remove_node_file(self, kind: NodeFileKind, allocation_id: str, path: Optional[str] = None) -> None:
         """Remove a hold's file (a link in its place is removed, never followed): ``path`` as ``write_node_file``'s."""
         with self._writing():
             remove_file(self.host.path(_node_path(kind, allocation_id, path)))
 
-    def set_aside_spec(self, allocation_id, now):
+    def set_aside_spec(self, allocation_id: str, now: float) -> Optional[str]:
         """A damaged spec renamed aside in /etc/cdi; the oldest copies beyond the bounds are removed."""
         node_file_path("cdi", allocation_id)  # a checked id
         return set_aside(self.host.path(SPEC_DIR), allocation_id, now)
 
-    def count_node_files(self, kind, enough):
+    def count_node_files(self, kind: NodeFileKind, enough: int) -> int:
         """How many files of ``kind`` the node has, counted up to ``enough`` (``TooManyEntries``)."""
         directory, pattern = NODE_FILE_NAMES[kind]
         return count_node_files(self.host.path(directory), pattern, enough)
 
-    def apply_slice(self, op):
+    def apply_slice(self, op: SliceSettings) -> None:
         """Create a slice or set its limits (an ``actions.SliceApply``)."""
         with self._writing():  # a fakehw node's slices are files
             self.host.slices.apply(op.name, op.properties, op.hugetlb_max)
 
-    def stop_slice(self, name):
+    def stop_slice(self, name: str) -> None:
         with self._writing():
             self.host.slices.remove(name)
 
-    def kube_side(self, host):
+    def kube_side(self, host: HostSide) -> KubeSide:
         return host.direct_kube_side()
 
 
@@ -291,35 +327,36 @@ class HelperWriter:
 
     privileged = True
 
-    def __init__(self, client):
+    def __init__(self, client: HelperClient) -> None:
         self.client = client
 
-    def batch(self):
+    def batch(self) -> None:
         """The helper fsyncs each request's directory before it answers: nothing to batch here."""
 
-    def flush(self):
+    def flush(self) -> None:
         """Nothing is left to fsync: see ``batch``."""
 
-    def write_node_file(self, kind, allocation_id, content, hold=None, path=None):
+    def write_node_file(self, kind: NodeFileKind, allocation_id: str, content: bytes, hold: Optional[Dict[str, Any]] = None,
+                        path: Optional[str] = None) -> None:
         """The helper renders the file itself from ``hold`` and names it from ``kind`` and the hold's id:
         ``content`` and ``path`` never leave this process."""
         self.client.request({"op": "hold.write", "kind": kind, "hold": hold})
 
-    def remove_node_file(self, kind, allocation_id, path=None):
+    def remove_node_file(self, kind: NodeFileKind, allocation_id: str, path: Optional[str] = None) -> None:
         """Root names the file it removes from ``kind`` and ``allocation_id``; ``path`` is not sent."""
         self.client.request({"op": "hold.remove", "kind": kind, "allocation_id": allocation_id})
 
-    def set_aside_spec(self, allocation_id, now):
+    def set_aside_spec(self, allocation_id: str, now: float) -> None:
         """Root names the file it sets aside by its own clock."""
         self.client.request({"op": "hold.set_aside", "allocation_id": allocation_id})
 
-    def apply_slice(self, op):
+    def apply_slice(self, op: SliceSettings) -> None:
         self.client.request({"op": "slice.apply", "allocation_id": allocation_of(op.name), "limits": op.limits})
 
-    def stop_slice(self, name):
+    def stop_slice(self, name: str) -> None:
         self.client.request({"op": "slice.stop", "allocation_id": allocation_of(name)})
 
-    def kube_side(self, host):
+    def kube_side(self, host: HostSide) -> KubeSide:
         """Root asks the kubelet itself; anyone else asks through the helper."""
         if os.geteuid() == 0:
             return host.direct_kube_side()
