@@ -13,7 +13,7 @@
 Every file is read without following a FIFO's wait and to at most ``MAX_BYTES``, every list is bounded
 by the kernel's own ceilings (``assignment.MAX_CPU``, ``MAX_NODE``), so no host makes a pass read or
 count more than a few thousand numbers. A fakehw host reads the same files under its root when its
-hardware file describes no CPUs (``node/fakehw.py``).
+hardware file describes no CPUs (``node/fakehw_data.py``).
 """
 
 from __future__ import annotations
