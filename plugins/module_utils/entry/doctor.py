@@ -25,7 +25,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec i
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.lint import lint
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import ceiling
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import summary
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import version_key
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.versions import version_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import one_gpu_one_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.systemd_units import (

@@ -31,12 +31,8 @@ import time
 from typing import TYPE_CHECKING, AbstractSet, Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import Runtime, ceiling
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import (
-    minimum_version,
-    requirements_above,
-    validate_spec,
-    version_key,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import validate_spec
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.versions import minimum_version, requirements_above, version_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import (
     CLASS_MIG,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple, Union
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import version_key as cdi_version_key
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.versions import version_key as cdi_version_key
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import type_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
 from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern

@@ -33,11 +33,8 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import (
-    CdiVersionError,
-    validate_spec,
-    version_key,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import validate_spec
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.versions import CdiVersionError, version_key
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device, cdi_spec_path, env_file_path, lowered
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import (
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.versions import (
     EARLIEST_VERSION,
     KNOWN_VERSIONS,
     CdiVersionError,

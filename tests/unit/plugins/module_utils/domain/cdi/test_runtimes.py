@@ -21,7 +21,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness i
     generated_for,
     stale_edits,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import KNOWN_VERSIONS
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.versions import KNOWN_VERSIONS
 from ansible_collections.bcd.devices.plugins.module_utils.node import fsutil
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import RealHost
 from ansible_collections.bcd.devices.plugins.module_utils.node.runtimes import (

@@ -1,154 +1,40 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The CDI spec validator: the schema's test data, real NVIDIA specs, a good and
-a bad spec for every rule, the version rules, and a cross-check against the
-official JSON schema run by ``jsonschema``."""
+"""The CDI spec validator (``validate.py``, with the rules of ``rules.py``): the schema's test data, real
+NVIDIA specs, a good and a bad spec for every rule, the version rule, and a cross-check against the
+official JSON schema run by ``jsonschema``. The versions themselves are ``test_versions.py``'s."""
 
 from __future__ import annotations
 
 import copy
 import json
 import random
-from pathlib import Path
 
 import pytest
 import yaml
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import _load_yaml
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import (
-    CdiVersionError,
-    KNOWN_VERSIONS,
-    minimum_version,
-    validate_spec,
-    version_key,
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.validate import validate_spec
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.cdi.cdi_specs import (
+    DEV,
+    EDITS,
+    GOOD_SPECS,
+    GPU,
+    HOLD,
+    HOOK,
+    MINIMAL,
+    MOUNT,
+    NETDEV,
+    NODE,
+    NVIDIA_DIR,
+    SCHEMA_DIR,
+    deleting,
+    load_any,
+    on_minimal,
+    setting,
 )
 
-DATA = Path(__file__).resolve().parents[5] / "data"
-SCHEMA_DIR = DATA / "cdi-schema"
-NVIDIA_DIR = DATA / "nvidia-cdi"
-
-GPU = "GPU-5f1c2a90-0000-4000-8000-000000000001"
-
-
-def load_any(path):
-    text = path.read_text()
-    if path.suffix == ".json":
-        return json.loads(text) if text.strip() else None
-    return _load_yaml(text)  # device names such as 1:0 stay strings
-
-
-# --- specs that must pass ---------------------------------------------------
-
-# The hold of the spec page ("The CDI spec"), with env given as absent rather
-# than null (the schema wants an array).
-HOLD = {
-    "cdiVersion": "0.7.0",
-    "kind": "bcd.dev/gpu",
-    "annotations": {
-        "bcd.dev/allocation-id": "alloc_01jz8k2v",
-        "bcd.dev/reservation-id": "rsv_01jz8k1q",
-        "bcd.dev/generation": "42",
-        "bcd.dev/cgroup-parent": "bcd-alloc-alloc_01jz8k2v.slice",
-    },
-    "devices": [{
-        "name": GPU,
-        "annotations": {"bcd.dev/device-id": GPU},
-        "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]},
-    }],
-    "containerEdits": {
-        "env": [
-            "BCD_ALLOCATION_ID=alloc_01jz8k2v",
-            "BCD_CGROUP_PARENT=bcd-alloc-alloc_01jz8k2v.slice",
-            "NVIDIA_VISIBLE_DEVICES=" + GPU,
-        ],
-        "deviceNodes": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}],
-        "mounts": [{
-            "hostPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06",
-            "containerPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06",
-            "options": ["ro", "nosuid", "nodev", "bind"],
-        }],
-        "hooks": [{
-            "hookName": "createContainer",
-            "path": "/usr/bin/nvidia-cdi-hook",
-            "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"],
-            "env": ["NVIDIA_CTK_DEBUG=false"],
-        }],
-        "additionalGids": [44],
-    },
-}
-
-# A Kubernetes hold: devices carry no vendor edits, one env edit each instead.
-KUBE_HOLD = {
-    "cdiVersion": "0.6.0",
-    "kind": "bcd.dev/gpu",
-    "annotations": {"bcd.dev/allocation-id": "a1", "bcd.dev/binding": "kubernetes"},
-    "devices": [
-        {"name": GPU + "_gi1_ci0", "annotations": {"bcd.dev/device-id": GPU + "/gi1/ci0"},
-         "containerEdits": {"env": ["BCD_DEVICE_ID=" + GPU + "/gi1/ci0"]}},
-        {"name": GPU + "_s3", "annotations": {"bcd.dev/device-id": GPU + "/s3"},
-         "containerEdits": {"env": ["BCD_DEVICE_ID=" + GPU + "/s3"]}},
-    ],
-    "containerEdits": {"env": ["BCD_ALLOCATION_ID=a1"]},
-}
-
-# Every field the schema knows, at the version that allows them all.
-EVERYTHING = {
-    "cdiVersion": "1.1.0",
-    "kind": "vendor.example.com/class.sub_x-y",
-    "annotations": {"plain": "", "vendor.example.com/Key_1.x": "v"},
-    "devices": [
-        {"name": "0:1", "containerEdits": {"additionalGids": [0, 4294967295]}},
-        {"name": "a", "containerEdits": {"intelRdt": {}}},
-        {"name": "Z.9_x-y:z", "containerEdits": {
-            "netDevices": [{"hostInterfaceName": "eth0", "name": "net0"},
-                           {"hostInterfaceName": "eth1", "name": "net1"}],
-        }},
-        {"name": "hooks", "containerEdits": {"hooks": [
-            {"hookName": name, "path": "/bin/true", "args": [], "env": ["A=", "B==c"], "timeout": 0}
-            for name in ("prestart", "createRuntime", "createContainer", "startContainer",
-                         "poststart", "poststop")
-        ]}},
-    ],
-    "containerEdits": {
-        "env": ["X=1"],
-        "deviceNodes": [{
-            "path": "/dev/card1", "hostPath": "/vendorroot/dev/card1", "type": "c",
-            "major": 226, "minor": 0, "fileMode": 0o660, "permissions": "rwm",
-            "uid": 0, "gid": 4294967295,
-        }, {"path": "/dev/fifo", "type": "p", "permissions": ""}],
-        "mounts": [{"hostPath": "/a", "containerPath": "/b", "options": [], "type": "bind"}],
-        "intelRdt": {"closID": "clos1", "l3CacheSchema": "L3:0=f", "memBwSchema": "MB:0=50",
-                     "schemata": ["L3:0=f"], "enableMonitoring": True},
-        "additionalGids": [44],
-        "netDevices": [],
-    },
-}
-
-OLD_RDT = {
-    "cdiVersion": "0.7.0",
-    "kind": "vendor.com/device",
-    "devices": [{"name": "d", "containerEdits": {
-        "intelRdt": {"closID": "/", "enableCMT": True, "enableMBM": False}}}],
-}
-
-V_PREFIXED = {
-    "cdiVersion": "v0.3.0",
-    "kind": "vendor.com/device",
-    "devices": [{"name": "d", "containerEdits": {"env": ["A=1"]}}],
-}
-
-GOOD_SPECS = {
-    "hold": HOLD,
-    "kube-hold": KUBE_HOLD,
-    "everything": EVERYTHING,
-    "old-intel-rdt": OLD_RDT,
-    "v-prefixed-version": V_PREFIXED,
-}
-for _path in sorted((SCHEMA_DIR / "testdata" / "good").glob("*.json")):
-    GOOD_SPECS["schema-good/" + _path.name] = load_any(_path)
-for _path in sorted(NVIDIA_DIR.glob("*.*")):
-    GOOD_SPECS["nvidia/" + _path.name] = load_any(_path)
+# --- specs that must pass (cdi_specs.py) ------------------------------------
 
 
 @pytest.mark.parametrize("name", sorted(GOOD_SPECS))
@@ -168,51 +54,6 @@ def test_a_device_name_read_as_a_number_is_refused():
 
 # --- specs that must fail ---------------------------------------------------
 
-
-def setting(path, value):
-    def mutate(spec):
-        target = spec
-        for key in path[:-1]:
-            target = target[key]
-        target[path[-1]] = value
-    return mutate
-
-
-def deleting(path):
-    def mutate(spec):
-        target = spec
-        for key in path[:-1]:
-            target = target[key]
-        del target[path[-1]]
-    return mutate
-
-
-MINIMAL = {
-    "cdiVersion": "0.3.0",
-    "kind": "vendor.com/device",
-    "devices": [{"name": "dev", "containerEdits": {"deviceNodes": [{"path": "/dev/card1"}]}}],
-}
-DEV = ("devices", 0)
-EDITS = ("devices", 0, "containerEdits")
-NODE = ("devices", 0, "containerEdits", "deviceNodes", 0)
-
-
-def with_base(base, *mutations):
-    def build():
-        spec = copy.deepcopy(base)
-        for mutate in mutations:
-            mutate(spec)
-        return spec
-    return build
-
-
-def on_minimal(*mutations):
-    return with_base(MINIMAL, *mutations)
-
-
-MOUNT = {"hostPath": "/a", "containerPath": "/b"}
-HOOK = {"hookName": "createContainer", "path": "/bin/true"}
-NETDEV = {"hostInterfaceName": "eth0", "name": "net0"}
 
 BAD = [
     # the document
@@ -463,74 +304,6 @@ def test_minimum_message_names_what_raises_the_version():
         "cdiVersion: 0.6.0 is below 0.7.0, the minimum this content requires "
         "(containerEdits.additionalGids)",
     ]
-
-
-# --- minimum_version and version_key ----------------------------------------
-
-
-@pytest.mark.parametrize("build, expected", [
-    (on_minimal(), "0.3.0"),
-    (on_minimal(setting(EDITS + ("mounts",), [dict(MOUNT, type="bind")])), "0.4.0"),
-    (on_minimal(setting(EDITS + ("mounts",), [dict(MOUNT, type="")])), "0.3.0"),
-    (on_minimal(setting(("containerEdits",), {"mounts": [dict(MOUNT, type="bind")]})), "0.4.0"),
-    (on_minimal(setting(DEV + ("name",), "0")), "0.5.0"),
-    (on_minimal(setting(DEV + ("name",), "a0")), "0.3.0"),
-    (on_minimal(setting(NODE + ("hostPath",), "/h")), "0.5.0"),
-    (on_minimal(setting(("annotations",), {"a": "b"})), "0.6.0"),
-    (on_minimal(setting(("annotations",), {})), "0.3.0"),
-    (on_minimal(setting(DEV + ("annotations",), {"a": "b"})), "0.6.0"),
-    (on_minimal(setting(("kind",), "vendor.com/dev.ice")), "0.6.0"),
-    (on_minimal(setting(("kind",), "vendor.com/device")), "0.3.0"),
-    (on_minimal(setting(EDITS + ("additionalGids",), [1])), "0.7.0"),
-    (on_minimal(setting(EDITS + ("additionalGids",), [])), "0.3.0"),
-    (on_minimal(setting(("containerEdits",), {"intelRdt": {}})), "0.7.0"),
-    (on_minimal(setting(EDITS + ("netDevices",), [NETDEV])), "1.1.0"),
-    (on_minimal(setting(EDITS + ("intelRdt",), {"schemata": []})), "1.1.0"),
-    (on_minimal(setting(EDITS + ("intelRdt",), {"enableMonitoring": True})), "1.1.0"),
-    (with_base(HOLD), "0.7.0"),
-    (with_base(KUBE_HOLD), "0.6.0"),
-    (with_base(EVERYTHING), "1.1.0"),
-    (lambda: GOOD_SPECS["nvidia/salilkadam_nvidia.yaml"], "0.5.0"),
-    (lambda: GOOD_SPECS["nvidia/crazymax-buildx_wsl_nvidia-gpu.yaml"], "0.3.0"),
-    (lambda: "garbage", "0.3.0"),
-    (lambda: {"devices": "garbage", "containerEdits": 5}, "0.3.0"),
-])
-def test_minimum_version(build, expected):
-    assert minimum_version(build()) == expected
-
-
-def test_the_highest_requirement_wins():
-    spec = on_minimal(
-        setting(DEV + ("name",), "0"),
-        setting(("annotations",), {"a": "b"}),
-        setting(EDITS + ("mounts",), [dict(MOUNT, type="bind")]),
-    )()
-    assert minimum_version(spec) == "0.6.0"
-
-
-@pytest.mark.parametrize("text, key", [
-    ("0.3.0", (0, 3, 0)), ("0.10.0", (0, 10, 0)), ("1.1.0", (1, 1, 0)), ("v0.6.0", (0, 6, 0)),
-])
-def test_version_key(text, key):
-    assert version_key(text) == key
-
-
-def test_version_key_orders_numerically_not_as_text():
-    assert sorted(["0.10.0", "0.9.0", "1.0.0", "0.6.0"], key=version_key) == [
-        "0.6.0", "0.9.0", "0.10.0", "1.0.0",
-    ]
-    assert max(["0.6.0", "0.5.0", "0.7.0"], key=version_key) == "0.7.0"
-
-
-@pytest.mark.parametrize("bad", ["", "0.6", "0.6.0.1", "x.y.z", "0.6.0-rc1", " 0.6.0", "01.0.0", None, 6, "0.6.0\n"])
-def test_version_key_refuses_what_is_not_a_version(bad):
-    with pytest.raises(CdiVersionError):
-        version_key(bad)
-    assert issubclass(CdiVersionError, ValueError)
-
-
-def test_known_versions_are_ascending():
-    assert list(KNOWN_VERSIONS) == sorted(KNOWN_VERSIONS, key=version_key)
 
 
 # --- cross-check with the official schema -----------------------------------
