@@ -110,7 +110,7 @@ class Host(abc.ABC):
     def env_file_ids(self, limit: int = SCAN_LIMIT) -> List[str]:
         """The allocation ids of the env files in /run/bcd/allocations, sorted (at most ``limit`` entries of
         the directory looked at: a node's own env files are far fewer). A pass reads those of allocations it
-        knows nothing of: an env file a bind that never finished left (``release.stale_env_files``)."""
+        knows nothing of: an env file a bind that never finished left (``reading.stale_env_files``)."""
         directory, pattern = NODE_FILE_NAMES["allocation-env"]
         found: List[str] = []
         try:

@@ -43,9 +43,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import Claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import conflicts
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.keep import unreadable_memory, wanted_slice_op
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import aside_of, kubernetes_released, release_damaged
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reading import (
+    aside_of,
+    damaged_release,
+    kubernetes_released,
+    unreadable_memory,
+    wanted_slice_op,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import bound_event, hold_summary
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     RUNNING_CPUSET,
@@ -130,8 +135,7 @@ def _refused(ctx: Pass, refusal: Refusal, damaged: Mapping[str, LiveHold]) -> Ou
     bound is released."""
     if refusal.allocation_id not in damaged:
         return Outcome(refusals=(refusal,))
-    released = release_damaged(ctx, damaged[refusal.allocation_id], "refused")
-    return Outcome(refusals=(refusal,), actions=released.actions)
+    return Outcome(refusals=(refusal,), actions=(damaged_release(ctx, damaged[refusal.allocation_id], "refused"),))
 
 
 def _bind_step(ctx: Pass, assignment: Assignment, atoms: Sequence[Atom], rendered: Tuple[bytes, bytes], needs: Tuple[str, ...],

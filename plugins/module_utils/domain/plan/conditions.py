@@ -14,7 +14,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec i
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import KUBERNETES_RELEASES_UNREADABLE, condition_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import recovery_conditions, unhealthy_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claiming import marker_stays
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Pass, Released
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import vendor_conditions
@@ -25,7 +24,7 @@ def pass_conditions(ctx: Pass, live: Mapping[str, LiveHold], released: Released)
     spec, unhealthy GPUs (with the holds on them), GPUs a reset did not help, GPU recoveries that stopped."""
     observed = ctx.observed
     # the pass that sets an unreadable file aside raises the condition even when it clears the marker too
-    unreadable = marker_stays(ctx, released) or observed.releases.unreadable is not None
+    unreadable = ctx.marker_stays(released) or observed.releases.unreadable is not None
     conditions = list(release_conditions([pending.release for pending in released.pending.values()], unreadable,
                                          observed.now, observed.state_dir))
     conditions.extend(vendor_conditions(observed.vendor, observed.runtimes))
@@ -46,7 +45,7 @@ def passing_conditions(ctx: Pass, released: Released) -> FrozenSet[str]:
     """The keys of the conditions this pass raises and ends: an unreadable ``releasing.json`` set aside whose
     marker the same pass clears. The pass still returns the condition (the releases it held are lost), and
     journals it appearing and clearing, so the next pass has nothing to say."""
-    if ctx.observed.releases.unreadable is not None and not marker_stays(ctx, released):
+    if ctx.observed.releases.unreadable is not None and not ctx.marker_stays(released):
         return frozenset([condition_key(KUBERNETES_RELEASES_UNREADABLE)])
     return frozenset()
 

@@ -29,7 +29,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import PENDING, Claims
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import quoted
 
-UNREADABLE_RELEASES = "(pending Kubernetes releases that could not be read)"
 # The one conflict of the assignment with itself: nothing the node does later resolves it.
 LISTED_TWICE = "a device is listed twice"
 

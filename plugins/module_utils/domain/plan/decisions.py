@@ -161,5 +161,9 @@ class Pass:
     # allocations an earlier round of the pass found their new hold refused for, with that refusal: their old
     # hold is now released like any other, and they are not bound in this pass (``planner.plan_pass``)
     withheld: Mapping[str, Refusal] = field(default_factory=dict)
-    # the env files no hold stands behind (``release.stale_env_files``), removed before the binds: found once a pass
+    # the env files no hold stands behind (``reading.stale_env_files``), removed before the binds: found once a pass
     stale_env: FrozenSet[str] = frozenset()
+
+    def marker_stays(self, released: Released) -> bool:
+        """Whether releasing.unreadable is there once the releases are made: every GPU is claimed."""
+        return self.marker and not released.marker_cleared

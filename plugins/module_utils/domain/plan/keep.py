@@ -34,10 +34,11 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions im
     SliceApply,
     WriteEnv,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import UNREADABLE, Exhausted, cpus_problem
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import Exhausted, cpus_problem
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import Claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, needs_root
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reading import unreadable_memory, wanted_slice_op
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import bound_event, hold_summary, in_report_order, summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     SliceState,
@@ -46,7 +47,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import (
     limits_of_slice,
     limits_problem,
     same_properties,
-    settings_of,
     slice_name,
     wanted_slice,
 )
@@ -343,14 +343,3 @@ def _keep_files(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Sequen
     for change in changes:
         decided += Outcome(actions=(change,)) if observed.privileged else Outcome(errors=(needs_root(change.text),))
     return decided
-
-
-def unreadable_memory(claims: Claims) -> Outcome:
-    """Admission cannot be checked (the host's memory was not read): said (once a pass, ``_plan_once``)."""
-    return Outcome(warnings=(UNREADABLE,)) if claims.memory is None else Outcome()
-
-
-def wanted_slice_op(assignment: Assignment, current: Optional[SliceState] = None) -> SliceApply:
-    properties, huge = wanted_slice(assignment.limits)
-    return SliceApply(slice_name(assignment.allocation_id), properties, huge,
-                      settings_of(current) if current is not None else None, limits_record(assignment.limits))

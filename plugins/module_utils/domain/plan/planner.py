@@ -7,19 +7,20 @@ host to the ordered plan of a pass (a list of ``actions.Action``).
 Check mode is this plan without the apply; diff mode shows it; a real run
 executes exactly it. ``plan_pass`` runs the phases of a pass in this order
 (docs/architecture.md, "One pass"), each a module of its own that returns what
-it decided as a named value (``decisions``: ``Released``, ``Outcome``):
+it decided as a named value (``decisions``: ``Released``, ``Outcome``) and
+reads what phases share through ``reading``, never through another phase:
 
 1. Kubernetes releases pending from earlier passes are reported once no pod
    holds them, or dropped unreported when the spec wants the allocation
-   again (``kube``); plain releases cut short by an earlier pass are
+   again (``release_kubernetes``); plain releases cut short by an earlier pass are
    finished (``release``);
-2. holds no longer wanted are released (``release``, ``kube``) (before any bind, so a GPU can move
+2. holds no longer wanted are released (``release``, ``release_kubernetes``) (before any bind, so a GPU can move
    between allocations in one generation); a released hold's slice is
    stopped once empty; a Kubernetes hold is recorded and withdrawn, and
    reported once free; env files a bind that never finished left (no spec,
    report or release behind them) are removed, their GPUs claimed until
    then; then slices of holds gone earlier are stopped once empty. Who claims
-   what then is one value (``claiming``), and so are the pass's conditions
+   what then is one value (``claims``), and so are the pass's conditions
    (``conditions``);
 3. holds still wanted are kept (``keep``): a missing slice is created again (after a
    reboot), a changed rendering is written again, a missing env file
@@ -58,22 +59,16 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, Bind, KeepSlice, Refuse, Release, SliceStop, SpecAside, StopSlice
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import UNREADABLE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.bind import bind_new, refused_move
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claiming import claims_of, vfio_claims
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import claims_of, vfio_claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.condition_events import condition_reports
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conditions import pass_conditions, passing_conditions, pending_releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Outcome, Pass, Released, needs_root
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.diffs import plan_diffs
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.keep import grows, keep_wanted, placed
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.kube import plan_kubernetes_releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import (
-    bound_again,
-    finish_releases,
-    kubernetes_released,
-    release_unwanted,
-    remove_stale_env,
-    stale_env_files,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reading import kubernetes_released, stale_env_files
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release import bound_again, finish_releases, release_unwanted, remove_stale_env
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.release_kubernetes import plan_kubernetes_releases, release_kubernetes
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import damaged_condition, kept_as_bound_condition
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of, settings_of, slice_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
@@ -202,7 +197,7 @@ def _plan_once(generation: int, parsed: ParsedInput, observed: Observed, instanc
     # 1. Kubernetes releases pending from earlier passes; plain releases cut short
     released = plan_kubernetes_releases(ctx) + finish_releases(ctx)
     # 2. holds no longer wanted (those the phases above settled are no longer live)
-    released += release_unwanted(ctx, _live(observed, released), released.freeing.keys())
+    released += release_unwanted(ctx, _live(observed, released), released.freeing.keys(), release_kubernetes)
     released += bound_again(ctx, released.freeing.keys())
     released += remove_stale_env(ctx)
     live = _live(observed, released)

@@ -1,33 +1,39 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Phases 1 and 2 of a pass (``planner.plan_pass``) but for the Kubernetes steps (``kube``): releases an
-earlier pass cut short are finished; holds no longer wanted are released (before any bind, so a GPU can move
-between allocations in one generation), a damaged spec set aside, a hold whose spec is gone released or held
-for its new bind; env files a bind that never finished left are removed. Each returns a
-``decisions.Released``: its steps, and what each release frees once made (claimed until then).
+"""Phases 1 and 2 of a pass (``planner.plan_pass``) but for the Kubernetes steps (``release_kubernetes``):
+releases an earlier pass cut short are finished; holds no longer wanted are released (before any bind, so a GPU
+can move between allocations in one generation), a damaged spec set aside, a hold whose spec is gone released or
+held for its new bind; env files a bind that never finished left are removed. Each returns a
+``decisions.Released``: its steps, and what each release frees once made (claimed until then). A Kubernetes hold
+no longer wanted is released by the function the planner hands ``release_unwanted``
+(``release_kubernetes.release_kubernetes``): no phase imports another.
 """
 
 from __future__ import annotations
 
-from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Set, Type
+from typing import AbstractSet, Callable, List, Mapping, Optional, Sequence, Set, Type
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold, damaged_spec_path, env_file_path
+from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold, env_file_path
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import (
     FileChange,
     FinishRelease,
     Release,
-    ReleaseDamaged,
     RemoveEnv,
     SliceStop,
-    SpecAside,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import env_file_atoms, env_file_claim
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Freed, Pass, Released, needs_root
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.kube import release_kubernetes, retained_atoms
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reading import (
+    aside_of,
+    damaged_release,
+    reported_without_spec,
+    retained_atoms,
+    stale_env_files,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import released_event, summary_of, withdraw_files
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import settings_of, slice_name
 
@@ -68,8 +74,15 @@ def _releasing(observed: Observed, allocation_id: str, device_ids: Sequence[str]
     return Released(freeing={allocation_id: Freed(tuple(atoms if atoms is not None else atoms_of(device_ids)), booked)})
 
 
-def release_unwanted(ctx: Pass, live: Mapping[str, LiveHold], releasing: AbstractSet[str]) -> Released:
-    """2. Holds no longer wanted, or wanted with other devices or another binding."""
+# How a Kubernetes hold that goes is released (``release_kubernetes.release_kubernetes``): ``(ctx, hold, why,
+# wanted)``, ``wanted`` when the allocation stays (on other devices, or as a plain hold).
+KubernetesRelease = Callable[[Pass, LiveHold, str, bool], Released]
+
+
+def release_unwanted(ctx: Pass, live: Mapping[str, LiveHold], releasing: AbstractSet[str],
+                     release_kubernetes: KubernetesRelease) -> Released:
+    """2. Holds no longer wanted, or wanted with other devices or another binding; a Kubernetes hold through
+    ``release_kubernetes``."""
     keep = set(ctx.wanted) | set(ctx.parsed.refused_ids) | ctx.unsupported
     decided = [_release_spec_gone(ctx, keep, releasing)]  # joined once, at the end
     for allocation_id in sorted(live):
@@ -88,7 +101,7 @@ def release_unwanted(ctx: Pass, live: Mapping[str, LiveHold], releasing: Abstrac
             continue
         why = "wanted with other devices" if rebind else "no longer wanted"
         if hold.kubernetes:
-            decided.append(release_kubernetes(ctx, hold, why, wanted=allocation_id in ctx.superseded))
+            decided.append(release_kubernetes(ctx, hold, why, allocation_id in ctx.superseded))
         else:
             decided.append(Released(actions=(_release_action(Release, ctx.observed, allocation_id, ctx.generation,
                                                              hold.device_ids, why),), gone=frozenset([allocation_id])))
@@ -104,7 +117,7 @@ def _set_aside(ctx: Pass, hold: LiveHold, assignment: Optional[Assignment]) -> R
         return Released(errors=(needs_root("setting the damaged %s aside" % hold.path),))
     aside = Released(warnings=("%s; it is set aside as %s" % (hold.problem, aside_of(observed, hold).aside),),
                      damaged={hold.allocation_id: hold}, gone=frozenset([hold.allocation_id]))
-    return aside + release_damaged(ctx, hold, "no longer wanted") if assignment is None else aside
+    return aside + _release_damaged(ctx, hold, "no longer wanted") if assignment is None else aside
 
 
 def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: AbstractSet[str]) -> Released:
@@ -131,18 +144,6 @@ def _release_spec_gone(ctx: Pass, keep: Set[str], releasing: AbstractSet[str]) -
     return Released.join(decided)
 
 
-def stale_env_files(observed: Observed) -> Dict[str, bytes]:
-    """Env files no hold stands behind: of an allocation without a spec in /etc/cdi (a damaged one counts as
-    a spec), never reported bound, with no release unfinished or pending. Only a bind that never finished
-    leaves one: its env file was written, and the pass died before its spec (on a fresh node, before there
-    was an /etc/cdi). A hold the node reported is never among them, whether /etc/cdi is there or not; one
-    written and not yet reported whose spec comes back gets its env file again (``_keep_files``)."""
-    ledger, pending = observed.ledger, observed.releases.pending
-    return dict((allocation_id, content) for allocation_id, content in observed.env_files.items()
-                if content is not None and allocation_id not in observed.live and allocation_id not in ledger.bound
-                and allocation_id not in ledger.unfinished_releases and allocation_id not in pending)
-
-
 def remove_stale_env(ctx: Pass) -> Released:
     """2. Env files a bind that never finished left (``stale_env_files``), removed before anything is bound,
     also where the allocation is bound again in this pass (its bind writes its env file anew): the GPUs such
@@ -151,7 +152,7 @@ def remove_stale_env(ctx: Pass) -> Released:
     files ever name one GPU for two allocations."""
     observed = ctx.observed
     decided: List[Released] = []
-    stale = stale_env_files(observed)
+    stale = stale_env_files(observed)  # the pass's (``Pass.stale_env``), with their content
     for number, allocation_id in enumerate(sorted(stale)):
         action = RemoveEnv(allocation_id, (FileChange("allocation-env", env_file_path(allocation_id),
                                                       stale[allocation_id], None),))
@@ -163,23 +164,10 @@ def remove_stale_env(ctx: Pass) -> Released:
     return Released.join(decided)
 
 
-def aside_of(observed: Observed, hold: LiveHold) -> SpecAside:
-    return SpecAside(hold.path, hold.content, damaged_spec_path(hold.allocation_id, observed.now), observed.now)
-
-
-def release_damaged(ctx: Pass, hold: LiveHold, why: str) -> Released:
-    """A hold whose spec is damaged that goes: the spec set aside, the env file removed, and
-    ``AllocationReleased`` with the devices the node last reported bound (nothing if it never did)."""
-    observed, allocation_id = ctx.observed, hold.allocation_id
-    aside = aside_of(observed, hold)
-    files = [aside] + [change for change in withdraw_files(observed, allocation_id) if change.kind != "cdi"]
-    bound = observed.ledger.bound.get(allocation_id)
-    device_ids = list(bound.device_ids) if bound is not None else []
-    event = released_event(observed, allocation_id, ctx.generation, device_ids) if bound else None
-    current = observed.slices.get(slice_name(allocation_id))
-    stop = SliceStop(current.name, settings_of(current)) if current is not None and not current.populated else None
-    return _releasing(observed, allocation_id, device_ids) + Released(actions=(
-        ReleaseDamaged(allocation_id, tuple(files), event, tuple(device_ids), ctx.generation, why, slice=stop),))
+def _release_damaged(ctx: Pass, hold: LiveHold, why: str) -> Released:
+    """A hold whose spec is damaged that goes (``reading.damaged_release``): what it frees is claimed until then."""
+    action = damaged_release(ctx, hold, why)
+    return _releasing(ctx.observed, hold.allocation_id, action.device_ids) + Released(actions=(action,))
 
 
 def bound_again(ctx: Pass, releasing: AbstractSet[str]) -> Released:
@@ -189,7 +177,7 @@ def bound_again(ctx: Pass, releasing: AbstractSet[str]) -> Released:
     reported released (``_release_spec_gone``, in the next round of ``plan_pass``)."""
     observed = ctx.observed
     decided: List[Released] = []
-    for allocation_id in sorted(_reported_without_spec(observed) & ctx.superseded):
+    for allocation_id in sorted(reported_without_spec(observed) & ctx.superseded):
         assignment = ctx.wanted.get(allocation_id)
         if assignment is None or allocation_id in releasing:
             continue
@@ -200,23 +188,3 @@ def bound_again(ctx: Pass, releasing: AbstractSet[str]) -> Released:
         decided.append(Released(freeing={allocation_id: Freed(tuple(atoms_of(old)), reported.limits)},
                                 retained={allocation_id: taken} if taken else {}))
     return Released.join(decided)
-
-
-def kubernetes_released(observed: Observed) -> Set[str]:
-    """Allocations whose Kubernetes hold or pending release a pass may take back unreported, and those whose
-    old hold a pass withdrew unreported before it died (``_reported_without_spec``)."""
-    return set(observed.releases.pending) | set(
-        allocation_id for allocation_id, hold in observed.live.items() if hold.kubernetes) | _reported_without_spec(observed)
-
-
-def _reported_without_spec(observed: Observed) -> Set[str]:
-    """Allocations the node last reported bound whose spec is gone and that no record releases (none, or a
-    Kubernetes release taken back, which keeps only the old devices pods held): a Kubernetes hold wanted
-    again, withdrawn unreported by a pass that died before its new bind (or a spec deleted by hand). The
-    journal still gives them their old devices."""
-    if not observed.spec_dir:
-        return set()
-    pending = observed.releases.pending
-    return set(allocation_id for allocation_id in observed.ledger.bound
-               if allocation_id not in observed.live and allocation_id not in observed.ledger.unfinished_releases
-               and (allocation_id not in pending or pending[allocation_id].taken_back))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import parse_atom
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import Claims
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import UNREADABLE_RELEASES, conflicts
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import UNREADABLE_RELEASES, Claims
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import conflicts
 
 GPU_A = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 GPU_B = "GPU-5f1c2a90-0000-4000-8000-000000000002"

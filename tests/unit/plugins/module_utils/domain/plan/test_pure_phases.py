@@ -19,8 +19,8 @@ import pytest
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan import planner
 
 DOMAIN = Path(planner.__file__).resolve().parent
-PURE = ("planner.py", "release.py", "kube.py", "claiming.py", "conditions.py", "keep.py", "bind.py", "claims.py",
-        "conflicts.py", "decisions.py", "observed.py")
+PURE = ("planner.py", "release.py", "release_kubernetes.py", "conditions.py", "keep.py", "bind.py", "claims.py",
+        "reading.py", "conflicts.py", "decisions.py", "observed.py")
 MUTATORS = {"append", "extend", "update", "pop", "popitem", "setdefault", "add", "insert", "remove", "discard",
             "clear", "sort", "reverse", "__setitem__", "__delitem__", "__setattr__", "__delattr__"}
 FRESH = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp, ast.Constant,

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The Kubernetes steps of a pass: releases pending on pods, and a Kubernetes hold that goes.
+"""The Kubernetes phase of a pass: releases pending on pods, and a Kubernetes hold that goes.
 
 A Kubernetes hold is released in four steps (``kube_release``): recorded,
 withdrawn at once, reported only once no pod holds its devices, and claimed
@@ -9,17 +9,18 @@ meanwhile. Each pass first settles what earlier passes left pending: an
 unreadable releases file is set aside, the marker cleared once the kube side
 allows, a release the spec takes back dropped unreported, and a release no
 pod holds any more reported. Called by ``planner.plan_pass`` with its
-``decisions.Pass``; each function returns what it decided (``decisions.Released``)
-and changes nothing.
+``decisions.Pass`` (``release_kubernetes`` through ``release.release_unwanted``,
+which the planner hands it); each function returns what it decided
+(``decisions.Released``) and changes nothing.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import (
     PendingRelease,
     device_names,
@@ -35,6 +36,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions im
     Withdraw,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Freed, Pass, Pending, Released
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reading import retained_atoms
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import released_event, withdraw_files
 
 
@@ -47,20 +49,6 @@ def _releasing(ctx: Pass, allocation_id: str, device_ids: Sequence[str]) -> Rele
 def _pending(release: PendingRelease, holders: Optional[List[str]]) -> Released:
     """A Kubernetes release still pending after this pass: its devices claimed while ``holders`` hold them."""
     return Released(pending={release.allocation_id: Pending(release, holders)})
-
-
-def retained_atoms(device_ids: Sequence[str], assignment: Assignment) -> Tuple[Atom, ...]:
-    """What of the old devices ``device_ids`` the allocation's new hold (``assignment``) takes again, on the
-    hardware: an old atom it names again, an old part of a GPU it takes whole, the part it takes of an old whole
-    GPU. Claimed as the allocation's own until its new hold is bound."""
-    new = atoms_of(ref.id for ref in assignment.devices)
-    kept = {}  # type: Dict[tuple, Any]
-    for old in atoms_of(device_ids):
-        for atom in new:
-            if old.gpu_uuid == atom.gpu_uuid and (old.key == atom.key or old.whole or atom.whole):
-                narrower = atom if old.whole else old
-                kept.setdefault(narrower.key, narrower)
-    return tuple(kept.values())
 
 
 def _not_taken(device_ids: Sequence[str], assignment: Assignment) -> List[str]:
