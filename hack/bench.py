@@ -593,6 +593,7 @@ class Bench:
         """The largest section within every bound (``domain/input/assignment.py``): all of it honoured."""
         sys.path.insert(0, self.collections)
         from ansible_collections.bcd.devices.plugins.module_utils.domain.input import assignment
+        from ansible_collections.bcd.devices.plugins.module_utils.domain.input.section import parse_assignments, section_size
         count = assignment.MAX_ASSIGNMENTS
         per = assignment.MAX_ATOMS // count
         section = []
@@ -603,7 +604,7 @@ class Bench:
                             "binding": "BINDING_HOLD", "devices": atoms,
                             "limits": {"cpus": "0-%d" % (i % 64), "cpu_millis": 1000 + i},
                             "env": ["RUN_NOTE="]})
-        room = assignment.MAX_SECTION_BYTES - assignment.section_size(section)
+        room = assignment.MAX_SECTION_BYTES - section_size(section)
         fill = room // count  # env characters a hold, in lines of at most 4096 (the env bound): the section's 4 MiB
         while True:
             for entry in section:
@@ -614,11 +615,11 @@ class Bench:
                     left -= 4096 - len(name) + 24  # a line also costs its JSON framing in section_size
                 entry["env"] = lines
             try:
-                assignment.section_size(section)
+                section_size(section)
                 break
             except assignment.InvalidAssignment:
                 fill -= 64
-        parsed = assignment.parse_assignments(section)
+        parsed = parse_assignments(section)
         if parsed.refusals or sum(len(a.devices) for a in parsed.assignments) != assignment.MAX_ATOMS:
             raise SystemExit("bench: the worst section is not accepted whole: %s" % parsed.refusals[:1])
         return section

@@ -15,11 +15,12 @@ from typing import List
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER, InvalidAssignment, check_instances, parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER, InvalidAssignment
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.env_policy import parse_env_allow
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.generations import GenerationConflict, pass_generation
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.hints import refusal_hint
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import reason_shown
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.section import check_instances, parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import needs_admission

@@ -1,13 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The input: ``DeviceAssignment``s as they arrive over the network, checked.
+"""The input: one ``DeviceAssignment`` as it arrives over the network, checked field by field.
 
-Every field is hostile until proven otherwise. ``parse_assignments`` turns the
-raw list into ``Assignment`` objects and, for each entry it cannot honour as
-given, an ``invalid-assignment`` refusal whose message names the field. Nothing
-here touches the host; an allocation id that passes can safely name a file or
-a slice.
+Every field is hostile until proven otherwise. ``parse_assignment`` turns one raw
+entry into an ``Assignment`` or raises ``InvalidAssignment`` (an ``invalid-assignment``
+refusal) with a message that names the field; the hold request the root helper is
+sent is read back by the same checks (``parse_hold_request``). The devices section
+as a whole (its size, its count of entries and atoms, the split into assignments
+and refusals) is ``section.py``'s; every bound on the input is here, together.
+Nothing here touches the host; an allocation id that passes can safely name a
+file or a slice.
 
 A refusal is journaled as an ``AllocationFailed`` event, which a gateway hands on
 only if it fits the events' grammar (``domain/event_grammar.py``: no curly
@@ -20,9 +23,7 @@ under its position in the section, ``devices[N]``.
 
 from __future__ import annotations
 
-import json
-import math
-from typing import List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.env_policy import (
     ENV_KEY_RE,
@@ -31,11 +32,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.env_polic
     check_env_key,
     check_env_value,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
-from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import MAX_INT_DIGITS
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason, Refusal
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import quoted
 
 # An allocation id names files and a slice: the one pattern every such name is built from.
@@ -70,7 +70,7 @@ MAX_DEVICES = 1024  # atoms of one assignment
 #   4096 is 256 atoms for each of 16 GPUs. An assignment whose devices would take the section past
 #   it is refused (invalid-assignment, saying so), and the ones after it are still read.
 # - Bytes: at most 4 MiB, counted by a walk of the raw section before anything else reads it, as an
-#   upper bound of its JSON written indented (see section_size), so above the compact JSON the stored input
+#   upper bound of its JSON written indented (section.py's section_size), so above the compact JSON the stored input
 #   is (node/state_files.py). A real node's
 #   section is a few KiB; 512 assignments of 8 atoms and a long env line each are 4 MiB. A larger
 #   section fails the pass, and is read no further. Both stay far under what the state files' reader
@@ -110,7 +110,7 @@ class UnsupportedBinding(InvalidAssignment):
     reason = Reason.UNSUPPORTED_BINDING
 
 
-def unsupported_binding(binding):
+def unsupported_binding(binding: str) -> str:
     """The spec's ``unsupported-binding`` message; proto3's zero value (what a missing or empty binding
     reads as) is said to be missing, not named by a word the user never wrote."""
     if binding == BINDING_UNSPECIFIED:
@@ -118,7 +118,7 @@ def unsupported_binding(binding):
     return "binding %s is not supported" % quoted(binding, quote="")
 
 
-def check_binding(raw):
+def check_binding(raw: Dict[Any, Any]) -> str:
     """The binding of a raw assignment, checked before anything else of it (the spec page's order:
     binding, then the rest): proto3 leaves out the zero value, so a missing or empty binding is
     BINDING_UNSPECIFIED, refused with the other bindings bcd does not take, never guessed to be a plain hold."""
@@ -147,7 +147,8 @@ class Limits:
     hugepages_2mi: Optional[int] = None
     hugepages_1gi: Optional[int] = None
 
-    def is_empty(self):
+    def is_empty(self) -> bool:
+        """Whether nothing is booked: every limit unset."""
         return all(getattr(self, name) is None for name in LIMIT_LISTS + LIMIT_NUMBERS)
 
 
@@ -163,21 +164,16 @@ class Assignment:
     env: Tuple[str, ...] = ()
 
     @property
-    def kubernetes(self):
+    def kubernetes(self) -> bool:
+        """Whether Kubernetes holds it (``BINDING_KUBERNETES``), not a plain hold."""
         return self.binding == BINDING_KUBERNETES
 
 
 @record
-class Refusal:
-    """An assignment refused before any check against the host."""
-
-    allocation_id: str
-    reason: str
-    message: str
-
-
-@record
 class ParsedInput:
+    """The devices section as a pass reads it (``section.parse_assignments``): the assignments it honours and
+    the entries it refuses, in the section's order."""
+
     assignments: List[Assignment] = field(default_factory=list)
     refusals: List[Refusal] = field(default_factory=list)
     # Allocation ids of refused entries that are still valid names: a live hold
@@ -188,11 +184,14 @@ class ParsedInput:
     # What the pass read otherwise than written: a limit given as its zero value, which is unset.
     warnings: List[str] = field(default_factory=list)
 
-    def position(self, key):
+    def position(self, key: str) -> int:
+        """Where ``key`` stands in the section (after every entry when it is not one)."""
         return self.order.index(key) if key in self.order else len(self.order)
 
 
-def _text(value, where, required=False, maximum=TEXT_MAX):
+def _text(value: object, where: str, required: bool = False, maximum: int = TEXT_MAX) -> str:
+    """A text field: a string of at most ``maximum`` characters and no control character; ``""`` when it is
+    absent or empty (``InvalidAssignment`` then when it is ``required``)."""
     if value is None or value == "":
         if required:
             raise InvalidAssignment("%s: required" % where)
@@ -206,7 +205,7 @@ def _text(value, where, required=False, maximum=TEXT_MAX):
     return value
 
 
-def _number(value, where, strings=False):
+def _number(value: object, where: str, strings: bool = False) -> Optional[int]:
     """A non-negative int64. With ``strings``, also its decimal string: proto3's JSON mapping writes
     int64 fields as strings (``"memory_bytes": "4294967296"``)."""
     if value is None:
@@ -223,7 +222,7 @@ def _number(value, where, strings=False):
     return value
 
 
-def check_cpulist(value, where, highest=MAX_CPU, what="CPU"):
+def check_cpulist(value: object, where: str, highest: int = MAX_CPU, what: str = "CPU") -> Optional[str]:
     """A cpulist such as ``0-3,8,10-11`` of at most 1024 characters, ranges ascending, no number above
     ``highest`` (a CPU id by default; ``check_nodelist`` for NUMA nodes)."""
     if value is None:
@@ -246,24 +245,12 @@ def check_cpulist(value, where, highest=MAX_CPU, what="CPU"):
     return value
 
 
-def check_nodelist(value, where):
+def check_nodelist(value: object, where: str) -> Optional[str]:
     """A cpulist of NUMA nodes (``mems``)."""
     return check_cpulist(value, where, MAX_NODE, "NUMA node")
 
 
-def parse_cpulist(value):
-    """The set of numbers a checked cpulist names."""
-    numbers = set()  # type: Set[int]
-    for part in value.split(","):
-        if "-" in part:
-            low, high = part.split("-")
-            numbers.update(range(int(low), int(high) + 1))
-        else:
-            numbers.add(int(part))
-    return numbers
-
-
-def check_fields(raw, known, where):
+def check_fields(raw: Dict[Any, Any], known: Sequence[str], where: str) -> None:
     """Refuse a key of the mapping ``raw`` that is not in ``known``: ``<where>.<key>: unknown field``,
     with the nearest known field when one is close (a typo), else the known ones."""
     unknown = sorted((key for key in raw if key not in known), key=str)
@@ -279,24 +266,29 @@ def check_fields(raw, known, where):
     raise InvalidAssignment("%s: unknown field (known: %s)" % (prefix, ", ".join(known)))
 
 
-def parse_limits(raw):
+def parse_limits(raw: object) -> Optional[Limits]:
     """Checked ``Limits`` from raw input (None when they book nothing); ``InvalidAssignment`` names the field."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise InvalidAssignment("limits: must be a mapping")
     check_fields(raw, LIMIT_LISTS + LIMIT_NUMBERS, "limits")
-    values = {"cpus": check_cpulist(_cpulist_text(raw.get("cpus")), "limits.cpus"),
-              "mems": check_nodelist(_cpulist_text(raw.get("mems")), "limits.mems")}
-    for name in LIMIT_NUMBERS:
-        # proto3 sends a field left unset as 0, as it sends an unset cpulist as "": both mean no limit
-        # (a MemoryMax=0 or a CPUQuota of 0 % would kill or starve the workload the hold is for)
-        values[name] = _number(raw.get(name), "limits.%s" % name, strings=True) or None
-    limits = Limits(**values)
+    # checked in the order of LIMIT_LISTS + LIMIT_NUMBERS (keyword arguments are evaluated in order)
+    limits = Limits(cpus=check_cpulist(_cpulist_text(raw.get("cpus")), "limits.cpus"),
+                    mems=check_nodelist(_cpulist_text(raw.get("mems")), "limits.mems"),
+                    cpu_millis=_limit_number(raw, "cpu_millis"), memory_bytes=_limit_number(raw, "memory_bytes"),
+                    hugepages_2mi=_limit_number(raw, "hugepages_2mi"), hugepages_1gi=_limit_number(raw, "hugepages_1gi"))
     return None if limits.is_empty() else limits
 
 
-def _cpulist_text(value):
+def _limit_number(raw: Dict[Any, Any], name: str) -> Optional[int]:
+    """The number limit ``name`` of raw ``limits``: proto3 sends a field left unset as 0, as it sends an unset
+    cpulist as "": both mean no limit (a MemoryMax=0 or a CPUQuota of 0 % would kill or starve the workload
+    the hold is for), so None."""
+    return _number(raw.get(name), "limits.%s" % name, strings=True) or None
+
+
+def _cpulist_text(value: object) -> object:
     """A cpulist as text: an integer is the one CPU or node it names (YAML reads ``cpus: 3`` as a number,
     and ``0`` is CPU 0, not unset); an empty string is unset (proto3's zero value), so None."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -304,7 +296,7 @@ def _cpulist_text(value):
     return None if value == "" else value
 
 
-def unset_limits(raw):
+def unset_limits(raw: object) -> List[str]:
     """The fields of raw ``limits`` given as proto3's zero value, which reads as unset: ``0`` (or ``"0"``) for a
     number, ``""`` for a cpulist. Each is dropped, and the pass warns about it (``ParsedInput.warnings``)."""
     if not isinstance(raw, dict):
@@ -313,7 +305,7 @@ def unset_limits(raw):
         name for name in LIMIT_NUMBERS if not isinstance(raw.get(name), bool) and raw.get(name) in (0, "0")]
 
 
-def _env_pairs(raw):
+def _env_pairs(raw: Union[List[Any], Dict[Any, Any]]) -> Iterator[Tuple[str, str, str]]:
     """``(where, key, value)`` of each env entry: a list of ``KEY=VALUE`` strings, or a mapping."""
     if isinstance(raw, dict):
         for index, (key, value) in enumerate(raw.items()):
@@ -335,7 +327,7 @@ def _env_pairs(raw):
         yield where, key, value
 
 
-def _env(raw, env_allow=None):
+def _env(raw: object, env_allow: Optional[Tuple[str, ...]] = None) -> Tuple[str, ...]:
     """The env lines, each checked by the env policy (``domain/input/env_policy.py``): a key it allows (and,
     with the operator's ``env_allow``, one that lists), a value that is one line of text."""
     if raw is None:
@@ -344,7 +336,7 @@ def _env(raw, env_allow=None):
         raise InvalidAssignment("env: must be a list of KEY=VALUE strings")
     if len(raw) > MAX_ENV_LINES:
         raise InvalidAssignment("env: more than %d lines" % MAX_ENV_LINES)
-    lines = []
+    lines: List[str] = []
     for where, key, value in _env_pairs(raw):
         if len(key) + 1 + len(value) > 4096:
             raise InvalidAssignment("%s: longer than 4096 characters" % where)
@@ -355,14 +347,16 @@ def _env(raw, env_allow=None):
     return tuple(lines)
 
 
-def _devices(raw):
+def _devices(raw: object) -> Tuple[DeviceRef, ...]:
+    """The devices of an assignment: a list of at least one and at most ``MAX_DEVICES`` mappings of an id and a
+    device class (``gpu`` when absent)."""
     if not isinstance(raw, list):
         raise InvalidAssignment("devices: must be a list of devices, each a mapping with id and device_class")
     if not raw:
         raise InvalidAssignment("devices: at least one device is required")
     if len(raw) > MAX_DEVICES:
         raise InvalidAssignment("devices: more than %d devices" % MAX_DEVICES)
-    refs = []
+    refs: List[DeviceRef] = []
     for index, item in enumerate(raw):
         where = "devices[%d]" % index
         if not isinstance(item, dict):
@@ -374,7 +368,7 @@ def _devices(raw):
     return tuple(refs)
 
 
-def parse_assignment(raw, index=0, env_allow=None):
+def parse_assignment(raw: object, index: int = 0, env_allow: Optional[Tuple[str, ...]] = None) -> Assignment:
     """Check one raw assignment; raise ``InvalidAssignment`` naming the field. ``env_allow``: the
     operator's allowlist of env keys (``env_policy.parse_env_allow``), None for none."""
     if not isinstance(raw, dict):
@@ -394,7 +388,7 @@ def parse_assignment(raw, index=0, env_allow=None):
     )
 
 
-def limits_record(limits):
+def limits_record(limits: Optional[Limits]) -> Optional[Dict[str, Union[str, int]]]:
     """Limits as plain data (what the ledger records with a hold, and the helper is sent)."""
     if limits is None:
         return None
@@ -404,7 +398,18 @@ def limits_record(limits):
 HOLD_FIELDS = ("allocation_id", "reservation_id", "generation", "binding", "devices", "limits", "env", "runtimes")
 
 
-def hold_request(assignment, generation, runtimes=()):
+class NamedRuntime(Protocol):
+    """What a hold request says of a container runtime (``domain/cdi/runtimes.Runtime``): its name and
+    version; the root helper maps them to CDI versions by its own table."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+
+def hold_request(assignment: Assignment, generation: int, runtimes: Sequence[NamedRuntime] = ()) -> Dict[str, Any]:
     """A hold as the unprivileged side sends it to the root helper: data only (the checked assignment, the
     generation its files carry and the node's runtimes by name and version), from which root renders the
     files itself (and maps the runtimes to CDI versions by its own table)."""
@@ -415,7 +420,7 @@ def hold_request(assignment, generation, runtimes=()):
             "runtimes": [{"name": r.name, "version": r.version} for r in runtimes]}
 
 
-def parse_hold_request(data):
+def parse_hold_request(data: object) -> Tuple[Assignment, int]:
     """``(assignment, generation)`` from a ``hold_request``, checked by the rules network input is;
     ``InvalidAssignment`` names the field (an unknown one included)."""
     if not isinstance(data, dict):
@@ -430,145 +435,7 @@ def parse_hold_request(data):
             generation)
 
 
-def is_allocation_id(value):
+def is_allocation_id(value: object) -> bool:
     """Whether ``value`` is an allocation id (``ALLOCATION_ID``): its length bounded before the pattern reads it."""
     return isinstance(value, str) and len(value) <= 80 and ALLOCATION_ID_RE.fullmatch(value) is not None
 
-
-def _text_size(text):
-    """An upper bound of ``text``'s length in JSON: ``json.dumps`` escapes a quote or backslash in two
-    characters, anything else outside printable ASCII in at most 12 (a surrogate pair of ``\\uXXXX``)."""
-    if text.isascii() and text.isprintable():
-        return len(text) + text.count('"') + text.count("\\")
-    return 12 * len(text)
-
-
-_TOO_MANY_DIGITS = 10 ** MAX_INT_DIGITS  # the least integer root's reader refuses
-
-
-def section_size(raw, limit=MAX_SECTION_BYTES, depth_limit=MAX_SECTION_DEPTH, name="devices"):
-    """An upper bound of the bytes of ``raw`` as JSON indented by 2 (the stored input is compact: less),
-    walked without recursion and stopped as soon as it passes ``limit``; ``InvalidAssignment`` then,
-    or when ``raw`` nests deeper than ``depth_limit``. Every value, key and bracket counts 10 bytes
-    and its indentation besides, so a section within ``limit`` has fewer than ``limit / 10`` values."""
-    total = 0
-    stack = [(raw, 0)]
-    while stack:
-        value, depth = stack.pop()
-        total += 10 + 2 * depth
-        if isinstance(value, str):
-            total += len(value) if len(value) > limit else _text_size(value)
-        elif isinstance(value, bool) or value is None:
-            total += 5
-        elif isinstance(value, int):
-            # what root's reader takes back of the stored input (support/bounded_json.py): a number it would
-            # refuse there, stored, would stop every timer pass, so the section is refused here instead
-            if abs(value) >= _TOO_MANY_DIGITS:
-                raise InvalidAssignment("%s: holds an integer of more than %d digits; the section is not "
-                                        "read" % (name, MAX_INT_DIGITS))
-            total += value.bit_length() // 3 + 2
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise InvalidAssignment("%s: holds %r, which is no JSON number; the section is not read" % (name, value))
-        elif isinstance(value, (list, tuple, dict)):
-            if depth >= depth_limit:
-                raise InvalidAssignment("%s: nested deeper than %d levels; the section is not read"
-                                        % (name, depth_limit))
-            if total + len(value) * (10 + 2 * depth) > limit:  # what its items cost at least: refused unwalked
-                total = limit + 1
-            elif isinstance(value, dict):
-                for key, item in value.items():
-                    total += 10 + 2 * depth + (_text_size(key) if isinstance(key, str) else 24)
-                    stack.append((item, depth + 1))
-            else:
-                stack.extend((item, depth + 1) for item in value)
-        else:  # a float, or what YAML may make of a scalar
-            total += 32
-        if total > limit:
-            raise InvalidAssignment("%s: the section is larger than %d bytes (%s as JSON), the most a "
-                                    "pass reads; it is not read (docs/security.md, \"Hostile numbers are cheap\")"
-                                    % (name, limit, "%d MiB" % (limit >> 20) if limit >= 1 << 20 else "%d KiB" % (limit >> 10)))
-    return total
-
-
-# The instances section (GPUs passed through to VMs): each instance takes whole GPUs, and a node has about
-# 16, so these bounds are far above any node while keeping what a pass reads, and the stored input, small.
-MAX_INSTANCES = 256
-MAX_INSTANCE_GPUS = 64
-MAX_INSTANCES_BYTES = 256 * 1024
-
-
-def check_instances(raw):
-    """``InvalidAssignment`` when the instances section is past its bounds (how many instances, GPUs an
-    instance, bytes as JSON): like a devices section past its own, it is not read, and the pass stops
-    before anything is written. Its shape is checked where it is read (the module's options, the stored
-    input's reader); this bounds what that costs."""
-    if not isinstance(raw, list):
-        return
-    if len(raw) > MAX_INSTANCES:
-        raise InvalidAssignment("instances: %d instances, more than the %d a pass reads; the section is not read"
-                                % (len(raw), MAX_INSTANCES))
-    for index, instance in enumerate(raw):
-        gpus = instance.get("gpus") if isinstance(instance, dict) else None
-        if isinstance(gpus, list) and len(gpus) > MAX_INSTANCE_GPUS:
-            raise InvalidAssignment("instances[%d]: %d GPUs, more than the %d a pass reads; the section is not read"
-                                    % (index, len(gpus), MAX_INSTANCE_GPUS))
-    section_size(raw, MAX_INSTANCES_BYTES, name="instances")
-
-
-def _atoms_listed(raw):
-    """How many atoms a raw entry lists (0 when it lists none in a list: it is refused for that)."""
-    devices = raw.get("devices") if isinstance(raw, dict) else None
-    return len(devices) if isinstance(devices, list) else 0
-
-
-def parse_assignments(raw_list, env_allow=None):
-    """Split the raw ``devices`` section into assignments and refusals.
-
-    The first ``MAX_ASSIGNMENTS`` entries are honoured; each one after them is
-    refused. An allocation id may appear once. One sent more than once is ambiguous, so
-    every entry of it is refused (one refusal for the allocation) and a hold it
-    already has is kept as it is. A refusal for an entry without a usable
-    allocation id (none, or one that is not valid: ``../x``) is keyed by its
-    position (``devices[3]``) so it can still be reported; its message says
-    which id was sent.
-    """
-    if raw_list is not None and not isinstance(raw_list, list):
-        raise InvalidAssignment("devices: must be a list of assignments")
-    if len(raw_list or []) > MAX_LISTED:
-        raise InvalidAssignment("devices: %d assignments; at most %d are read (%d honoured)"
-                                % (len(raw_list or []), MAX_LISTED, MAX_ASSIGNMENTS))
-    section_size(raw_list or [])
-    parsed = ParsedInput()
-    atoms = 0
-    keys = []  # type: List[str]
-    for index, raw in enumerate(raw_list or []):
-        raw_id = raw.get("allocation_id") if isinstance(raw, dict) else None
-        # A refusal is reported under the id the control plane sent when it is one; else under the entry's
-        # position, which the events' grammar takes in its stead (never the raw text: it may be anything).
-        keys.append(raw_id if isinstance(raw_id, str) and is_allocation_id(raw_id) else "devices[%d]" % index)
-    counts = dict((key, keys.count(key)) for key in keys)
-    for index, (key, raw) in enumerate(zip(keys, raw_list or [])):
-        if key in parsed.order:
-            continue
-        parsed.order.append(key)
-        try:
-            if counts[key] > 1:
-                raise InvalidAssignment("allocation_id: %s appears %d times" % (key, counts[key]))
-            if index >= MAX_ASSIGNMENTS:
-                raise InvalidAssignment("devices[%d]: beyond the %d assignments a pass honours"
-                                        % (index, MAX_ASSIGNMENTS))
-            listed = _atoms_listed(raw)
-            if atoms + listed > MAX_ATOMS and listed <= MAX_DEVICES:
-                raise InvalidAssignment("devices: %d atoms would take the section to %d, past the %d atoms a pass "
-                                        "honours (%d taken by the assignments before it)"
-                                        % (listed, atoms + listed, MAX_ATOMS, atoms))
-            parsed.assignments.append(parse_assignment(raw, index, env_allow))
-            atoms += listed
-            parsed.warnings.extend("%s: limits.%s: %s reads as unset (proto3's zero value), so no %s limit is set"
-                                   % (key, name, json.dumps(raw["limits"][name]), name)
-                                   for name in unset_limits(raw.get("limits")))
-        except InvalidAssignment as exc:
-            parsed.refusals.append(Refusal(key, exc.reason, str(exc)))
-            if is_allocation_id(key):
-                parsed.refused_ids.append(key)
-    return parsed

@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from ansible_collections.bcd.devices.plugins.module_utils.support import records
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import DeviceRef, parse_assignments
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import DeviceRef
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import resolve_devices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.section import parse_assignments
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     RENDER_REVISION,
     HoldRender,
