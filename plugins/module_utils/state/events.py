@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Node-signed events: the node key, the event journal and the signature check.
+"""Node-signed events: the event journal, and the checks of a signature and a seal.
 
 Every bind and release is reported as an attested event, signed with the
 node's Ed25519 key over ``b"attested-report\\n" + canonical(body)`` so that no
@@ -17,25 +17,26 @@ Files (all 0600, the state directory 0700):
 - ``events.seq``: the highest seq ever issued, written before acknowledged
   events are dropped from the journal (so the journal and this file together
   always know the last seq);
-- ``node.key``: the node's private key, PEM (PKCS8, unencrypted).
+- ``node.key``: the node's private key, PEM (PKCS8, unencrypted): ``node_key.py``, which also holds
+  the payloads the key signs, and the errors of both modules.
 
 The journal does not lock: ``state.store.NodeState`` holds the pass lock around it. Every one of
 these files is opened by the bounded reader (``node/state_files.py``): the journal whole, at
 most 16 MiB and ``bounded_json.MAX_ITEMS`` values in all, each line bounded JSON (a line past
 the bounds refuses the journal, a line that is merely not an event is kept and skipped);
 ``events.seq`` at most 64 bytes; the key 16 KiB.
+
+This module is the events' one door: what callers sign and check with, and the event types, are
+exported here beside the journal (``__all__``), wherever they are defined.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import importlib.util
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (  # noqa: F401 (the journal's names)  pylint: disable=unused-import
+from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import (
     ALLOCATION_BOUND,
     ALLOCATION_FAILED,
     ALLOCATION_RELEASED,
@@ -45,17 +46,44 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     SIGNED_TYPES,
     TYPED_BODY_TYPES,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import create_exclusive, ensure_dir, fsync_dir, write_atomic
-from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, JOURNAL_NAME, KEY_NAME, SEQ_NAME, StateFiles, read_file
+from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import ensure_dir, fsync_dir, write_atomic
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import JOURNAL_NAME, SEQ_NAME, StateFiles
+from ansible_collections.bcd.devices.plugins.module_utils.state.node_key import (
+    CRYPTOGRAPHY_IMPORT_ERROR,
+    FILE_MODE,
+    HAS_CRYPTOGRAPHY,
+    PURPOSE,
+    SEAL_FORMAT,
+    STATE_DIR_MODE,
+    EventsError,
+    JournalUnwritable,
+    NodeKey,
+    NodeKeyMissing,
+    b64decode_strict,
+    decode_public_key,
+    import_cryptography,
+    public_key,
+    seal_payload,
+    signed_payload,
+)
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError, StateFileError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError, type_name
 
-# Whether 'cryptography' is there, known without importing it: a pass that signs nothing (a no-op)
-# never pays for the import; _crypto() imports it on first use.
-HAS_CRYPTOGRAPHY = importlib.util.find_spec("cryptography") is not None
-CRYPTOGRAPHY_IMPORT_ERROR = None if HAS_CRYPTOGRAPHY else "No module named 'cryptography'"  # type: Optional[str]
-_CRYPTO = {}  # type: Dict[str, Any]
+if TYPE_CHECKING:  # pragma: no cover - type checkers only (typing has TypeGuard from Python 3.10)
+    from typing_extensions import TypeGuard
 
+__all__ = [
+    # the journal and its bounds
+    "MAX_JOURNAL_BYTES", "MAX_SEQ", "MAX_UNACKED", "NEAR_FULL", "Journal", "journal_full", "journal_near",
+    # the checks of a signature and a seal, and the seal a journaled event gets
+    "is_sealed", "sealed", "verify_report", "verify_seal",
+    # the node key (node_key.py)
+    "CRYPTOGRAPHY_IMPORT_ERROR", "HAS_CRYPTOGRAPHY", "PURPOSE", "SEAL_FORMAT", "EventsError", "JournalUnwritable",
+    "NodeKey", "NodeKeyMissing", "decode_public_key", "import_cryptography",
+    # the event types (domain/event_types.py)
+    "ALLOCATION_BOUND", "ALLOCATION_FAILED", "ALLOCATION_RELEASED", "ATTESTED_TYPES", "CONDITION_EVENT_TYPES",
+    "EVENT_TYPES", "SIGNED_TYPES", "TYPED_BODY_TYPES",
+]
 
 _DELIVER = "deliver and acknowledge them (bcd.devices.events with ack_through, or the role's bcd_holds_gateway_url)"
 
@@ -78,77 +106,6 @@ def journal_near(count: int, size: int) -> Optional[str]:
     return None
 
 
-def _crypto() -> Dict[str, Any]:
-    """``{"private", "public"}``: cryptography's Ed25519 key classes, imported once, on first use; ``EventsError``
-    when they cannot be. Its ``serialization`` (``_serialization``) is imported only where a key is not in the one
-    form this module reads and writes itself (``_pkcs8_seed``): it pulls in SSH, RSA, DSA, EC and the ciphers for
-    a node that signs with nothing but Ed25519 (docs/performance.md, "A lighter bind")."""
-    if not _CRYPTO:
-        _require_cryptography()
-        try:
-            from cryptography.hazmat.primitives.asymmetric.ed25519 import (  # pylint: disable=import-outside-toplevel
-                Ed25519PrivateKey,
-                Ed25519PublicKey,
-            )
-        except ImportError as exc:
-            raise EventsError("signing and checking node events needs the Python library 'cryptography' "
-                              "(python3-cryptography), which cannot be imported here: %s" % exc)
-        _CRYPTO.update(private=Ed25519PrivateKey, public=Ed25519PublicKey)
-    return _CRYPTO
-
-
-def _serialization() -> Any:
-    """cryptography's serialization module, imported on first use (``_crypto``)."""
-    _crypto()
-    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
-    return serialization
-
-
-# RFC 8410, section 7: an unencrypted Ed25519 private key in PKCS #8 (version 1, no attributes, no public key) is
-# these 16 DER bytes and the 32-byte seed, 48 bytes, one 64-character line of PEM: the form cryptography writes.
-_PKCS8_ED25519 = bytes.fromhex("302e020100300506032b657004220420")
-_PEM_BEGIN = b"-----BEGIN PRIVATE KEY-----"
-_PEM_END = b"-----END PRIVATE KEY-----"
-
-
-def _pkcs8_seed(pem: bytes) -> Optional[bytes]:
-    """The seed of ``pem`` when it is exactly that form, else None (``serialization`` reads it, or says why not)."""
-    lines = pem.split(b"\n")
-    if len(lines) != 4 or lines[0] != _PEM_BEGIN or lines[2] != _PEM_END or lines[3] != b"":
-        return None
-    try:
-        der = _b64decode_strict(lines[1].decode("ascii"))
-    except UnicodeDecodeError:
-        return None
-    if der is None or len(der) != 48 or not der.startswith(_PKCS8_ED25519):
-        return None
-    return der[len(_PKCS8_ED25519):]
-
-
-def _pkcs8_pem(seed: bytes) -> bytes:
-    """``seed`` as an unencrypted PKCS #8 PEM: the bytes ``serialization`` writes for it (tests/unit check so)."""
-    return b"\n".join((_PEM_BEGIN, base64.b64encode(_PKCS8_ED25519 + seed), _PEM_END, b""))
-
-
-def _private_raw(key: Any) -> bytes:
-    """The 32-byte seed of an Ed25519 private key."""
-    if hasattr(key, "private_bytes_raw"):  # cryptography 40 and later
-        return key.private_bytes_raw()
-    serialization = _serialization()
-    return key.private_bytes(encoding=serialization.Encoding.Raw, format=serialization.PrivateFormat.Raw,
-                             encryption_algorithm=serialization.NoEncryption())
-
-
-def import_cryptography() -> None:
-    """Import what signing needs now (``EventsError`` when it cannot be): a root pass does so before it acts
-    as the state directory's owner (state/store.py)."""
-    _crypto()
-
-
-PURPOSE = "attested-report"
-
-FILE_MODE = 0o600
-STATE_DIR_MODE = 0o700
 MAX_SEQ = (1 << 63) - 1  # int64, as the control plane carries it
 # The journal's bound (docs/events.md, "The journal's bound"): a pass journals nothing, and so binds and
 # releases nothing, that would take the journal past this many unacknowledged events or bytes; it waits,
@@ -166,57 +123,13 @@ NEAR_FULL = 0.8
 _BIND_ONLY_FIELDS = ("cdi_spec_path", "cdi_devices", "env_file", "cgroup_parent")
 
 
-class EventsError(BcdError):
-    """The journal or the node key cannot be used as it is (a damaged key or sequence file, no
-    ``cryptography``, a malformed event or acknowledgement): permanent, an operator acts on the message."""
-
-
-class JournalUnwritable(EventsError, RetryableError):
-    """A write to the journal, its state directory or the node key that failed now (a full disk, a
-    permission): retryable, the reports are made again next pass."""
-
-
-class NodeKeyMissing(EventsError):
-    """``NodeKey.load`` found no key file (the node has not signed anything yet)."""
-
-
-def _require_cryptography() -> None:
-    if not HAS_CRYPTOGRAPHY:
-        raise EventsError(
-            "signing and checking node events needs the Python library 'cryptography' "
-            "(python3-cryptography), which cannot be imported here: %s" % CRYPTOGRAPHY_IMPORT_ERROR)
-
-
-def canonical(body: Dict[str, Any]) -> bytes:
-    """The bytes a body is signed as (the contract's canonical JSON)."""
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def signed_payload(body: Dict[str, Any]) -> bytes:
-    """``b"attested-report\\n" + canonical(body)``: exactly what the signature covers."""
-    return PURPOSE.encode() + b"\n" + canonical(body)
-
-
-# The seal (event format 2, docs/events.md "Seals"): every event the journal writes is sealed by the node key over
-# its seq, type and body together, so that a gateway knows which node sent it and at which seq, and the same event
-# cannot be posted again under another seq. The attested signature above stays what the contract asks of binds,
-# releases and conditions; the seal is the delivery's proof, for every event, AllocationFailed included.
-SEAL_FORMAT = 2
-SEAL_PURPOSE = b"bcd-event/2\n"
-
-
-def seal_payload(seq: int, event_type: str, body: Dict[str, Any]) -> bytes:
-    """``b"bcd-event/2\\n" + canonical({"seq", "type", "body"})``: exactly what the seal covers."""
-    return SEAL_PURPOSE + canonical({"seq": seq, "type": event_type, "body": body})
-
-
-def is_sealed(event: Any) -> bool:
+def is_sealed(event: object) -> TypeGuard[Dict[str, Any]]:
     """Whether ``event`` is of format 2 and carries a seal (not whether the seal is valid: ``verify_seal``)."""
     return (isinstance(event, dict) and event.get("format") == SEAL_FORMAT and not isinstance(event.get("format"), bool)
             and isinstance(event.get("seal"), str))
 
 
-def verify_seal(event: Any, public_key_b64: Any) -> bool:
+def verify_seal(event: object, public_key_b64: object) -> bool:
     """True only for a format-2 event whose seal is a valid Ed25519 signature by ``public_key_b64`` over its
     ``seq``, ``type`` and ``body``. Anything else (malformed input, no ``cryptography``) is False; never raises."""
     try:
@@ -226,14 +139,14 @@ def verify_seal(event: Any, public_key_b64: Any) -> bool:
         if (not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq <= MAX_SEQ
                 or not isinstance(event_type, str) or not isinstance(body, dict)):
             return False
-        seal = _b64decode_strict(event.get("seal"))
+        seal = b64decode_strict(event.get("seal"))
         if seal is None or len(seal) != 64:
             return False
         try:
             raw_key = decode_public_key(public_key_b64)
         except EventsError:
             return False
-        _crypto()["public"].from_public_bytes(raw_key).verify(seal, seal_payload(seq, event_type, body))
+        public_key(raw_key).verify(seal, seal_payload(seq, event_type, body))
         return True
     except Exception:  # InvalidSignature, or malformed input of any kind: not a valid seal
         return False
@@ -248,25 +161,6 @@ def sealed(event: Dict[str, Any], key: NodeKey) -> Dict[str, Any]:
     return copy
 
 
-def _b64decode_strict(value: Any) -> Optional[bytes]:
-    if not isinstance(value, str):
-        return None
-    try:
-        return base64.b64decode(value.encode("ascii"), validate=True)
-    except (binascii.Error, ValueError, UnicodeEncodeError):
-        return None
-
-
-def decode_public_key(public_key_b64: Any) -> bytes:
-    """The raw 32 bytes of a base64 node public key; ``EventsError`` when it is not one."""
-    raw = _b64decode_strict(public_key_b64.strip() if isinstance(public_key_b64, str) else None)
-    if raw is None or len(raw) != 32:
-        shown = repr(public_key_b64[:60]) if isinstance(public_key_b64, str) else type_name(public_key_b64)
-        raise EventsError("a node public key is the base64 of 32 raw Ed25519 bytes (44 characters), got %s"
-                          % shown)
-    return raw
-
-
 def _type_matches_body(event_type: str, body: Dict[str, Any]) -> bool:
     if event_type in TYPED_BODY_TYPES:
         return body.get("type") == event_type
@@ -277,7 +171,7 @@ def _type_matches_body(event_type: str, body: Dict[str, Any]) -> bool:
     return False
 
 
-def verify_report(event: Any, public_key_b64: Any) -> bool:
+def verify_report(event: object, public_key_b64: object) -> bool:
     """True only for an untampered signed event signed by ``public_key_b64``.
 
     The event must be an ``AllocationBound`` or ``AllocationReleased`` (or a
@@ -295,111 +189,32 @@ def verify_report(event: Any, public_key_b64: Any) -> bool:
             return False
         if not isinstance(body, dict) or not _type_matches_body(event_type, body):
             return False
-        signature = _b64decode_strict(event.get("signature"))
+        signature = b64decode_strict(event.get("signature"))
         if signature is None or len(signature) != 64:
             return False
         try:
             raw_key = decode_public_key(public_key_b64)
         except EventsError:
             return False
-        _crypto()["public"].from_public_bytes(raw_key).verify(signature, signed_payload(body))
+        public_key(raw_key).verify(signature, signed_payload(body))
         return True
     except Exception:  # InvalidSignature, or malformed input of any kind: not a valid report
         return False
 
 
-class NodeKey:
-    """The node's Ed25519 identity, stored PEM (PKCS8) at ``<state_dir>/node.key``."""
-
-    def __init__(self, private_key: Any, path: Optional[str] = None):
-        self._key = private_key
-        self.path = path
-
-    @classmethod
-    def load(cls, path: str) -> NodeKey:
-        """Read an existing key; ``NodeKeyMissing`` when absent, ``EventsError`` when unusable."""
-        _require_cryptography()
-        data = read_file(path, FILE_CAPS[KEY_NAME])
-        if data is None:
-            raise NodeKeyMissing("the node key %s does not exist yet" % path)
-        seed = _pkcs8_seed(data)
-        try:
-            if seed is not None:
-                key = _crypto()["private"].from_private_bytes(seed)
-            else:  # another PEM form, or not a key at all: cryptography reads it, or says what is wrong
-                key = _serialization().load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as exc:
-            raise EventsError(
-                "the node key %s is not a readable unencrypted PEM private key (%s); it is the node's "
-                "identity and is never replaced automatically: restore it, or remove it to give the "
-                "node a new identity that the control plane must learn" % (path, exc))
-        except Exception as exc:  # e.g. an unsupported algorithm
-            raise EventsError("the node key %s cannot be loaded: %s" % (path, exc))
-        if not isinstance(key, _crypto()["private"]):
-            raise EventsError("the node key %s is not an Ed25519 key; it is never replaced automatically"
-                              % path)
-        return cls(key, path)
-
-    @classmethod
-    def load_or_create(cls, path: str) -> NodeKey:
-        """Load the key, creating it (atomically, 0600) on first use; a corrupt file is an error."""
-        _require_cryptography()
-        if not os.path.lexists(path):
-            key = _crypto()["private"].generate()
-            pem = _pkcs8_pem(_private_raw(key))
-            try:
-                ensure_dir(os.path.dirname(os.path.abspath(path)), STATE_DIR_MODE)
-                created = create_exclusive(path, pem, FILE_MODE, STATE_DIR_MODE, owner_from_dir=True)
-            except OSError as exc:
-                raise JournalUnwritable("cannot create the node key %s: %s" % (path, exc.strerror or exc))
-            if created:
-                return cls(key, path)
-            # someone else created it in the meantime: theirs is the identity
-        node_key = cls.load(path)
-        directory, name = os.path.split(os.path.abspath(path))
-        fd = StateFiles(directory).open(name)
-        if fd is not None:
-            try:
-                if os.fstat(fd).st_mode & 0o777 != FILE_MODE:
-                    os.fchmod(fd, FILE_MODE)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-        return node_key
-
-    def public_key_raw(self) -> bytes:
-        public = self._key.public_key()
-        if hasattr(public, "public_bytes_raw"):  # cryptography 40 and later
-            return public.public_bytes_raw()
-        serialization = _serialization()
-        return public.public_bytes(encoding=serialization.Encoding.Raw, format=serialization.PublicFormat.Raw)
-
-    def public_key_b64(self) -> str:
-        """Base64 of the raw 32-byte public key (what ``holds_info`` returns)."""
-        return base64.b64encode(self.public_key_raw()).decode("ascii")
-
-    def sign(self, body: Dict[str, Any]) -> str:
-        """Base64 Ed25519 signature over ``b"attested-report\\n" + canonical(body)``."""
-        return base64.b64encode(self._key.sign(signed_payload(body))).decode("ascii")
-
-    def seal(self, seq: int, event_type: str, body: Dict[str, Any]) -> str:
-        """Base64 Ed25519 signature over ``seal_payload(seq, event_type, body)``."""
-        return base64.b64encode(self._key.sign(seal_payload(seq, event_type, body))).decode("ascii")
-
-
-def _normalise_body(body: Any) -> Dict[str, Any]:
+def _normalise_body(body: object) -> Dict[str, Any]:
     """``body`` as it will read back from the journal (so its signature stays valid)."""
     if not isinstance(body, dict):
         raise EventsError("an event body must be a mapping, got %s" % type_name(body))
     try:
         text = json.dumps(body, ensure_ascii=False, allow_nan=False)
-        return bounded_json.loads(text.encode("utf-8"), "an event body")
+        normalised: Dict[str, Any] = bounded_json.loads(text.encode("utf-8"), "an event body")  # a mapping's JSON
     except (TypeError, ValueError, StateFileError) as exc:
         raise EventsError("an event body must be plain JSON data: %s" % exc)
+    return normalised
 
 
-def _valid_event(obj: Any) -> bool:
+def _valid_event(obj: object) -> bool:
     return (isinstance(obj, dict)
             and isinstance(obj.get("seq"), int) and not isinstance(obj.get("seq"), bool)
             and obj["seq"] > 0
@@ -411,9 +226,9 @@ class _Parsed:
     """One read of the journal."""
 
     def __init__(self) -> None:
-        self.events = []  # type: List[Dict[str, Any]]
-        self.kept_lines = []  # type: List[bytes]  # complete lines, events and unreadable ones, in order
-        self.line_seqs = []  # type: List[Optional[int]]  # seq of each kept line, None if unreadable
+        self.events: List[Dict[str, Any]] = []
+        self.kept_lines: List[bytes] = []  # complete lines, events and unreadable ones, in order
+        self.line_seqs: List[Optional[int]] = []  # seq of each kept line, None if unreadable
         self.max_seq = 0
         self.size = 0
         self.tail_offset = 0  # where a torn tail starts (== size when there is none)
@@ -433,7 +248,7 @@ class Journal:
         self.path = os.path.join(self.state_dir, JOURNAL_NAME)
         self.seq_path = os.path.join(self.state_dir, SEQ_NAME)
         self.where, self.seq_where = self.files.where(JOURNAL_NAME), self.files.where(SEQ_NAME)
-        self.warnings = []  # type: List[str]
+        self.warnings: List[str] = []
 
     # -- reading ---------------------------------------------------------
 
@@ -551,7 +366,7 @@ class Journal:
         lines, events = [], []
         for event_type, body, key in prepared:
             seq += 1
-            event = {"seq": seq, "type": event_type, "body": body}  # type: Dict[str, Any]
+            event: Dict[str, Any] = {"seq": seq, "type": event_type, "body": body}
             if event_type in SIGNED_TYPES:
                 if key is None:  # _checked_body refused this already; kept for the type checker
                     raise NodeKeyMissing("%s needs the node key to be signed" % event_type)
@@ -586,6 +401,7 @@ class Journal:
         existed = self.files.exists(JOURNAL_NAME)
         try:
             fd = self.files.open(JOURNAL_NAME, os.O_WRONLY | os.O_CREAT, FILE_MODE)  # a new one: mode and owner set
+            assert fd is not None, "with O_CREAT, StateFiles.open opens the file or raises"
             try:
                 if parsed.tail_offset < parsed.size:
                     if parsed.tail_is_event:

@@ -12,7 +12,7 @@ file                      what it holds
 ``releasing.unreadable``  the marker while releases could not be read
 ``nodespec.json``         the last input, for the timers' passes
 ``events.jsonl``          the event journal, ``events.seq`` its high-water mark
-``node.key``              the node's Ed25519 key (``state/events.py``)
+``node.key``              the node's Ed25519 key (``state/node_key.py``)
 ========================  ====================================================
 
 (with ``maintenance.json``, ``health.json`` and ``last-pass.json``: every name, and the most of each
