@@ -28,9 +28,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
     Limits,
     check_cpulist,
     check_nodelist,
-    parse_cpulist,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import format_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern

@@ -21,8 +21,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
     MAX_NODE,
     InvalidAssignment,
     check_cpulist,
-    parse_cpulist,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import (
     Domain,
     Gpu,
@@ -32,7 +32,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
     normalize_pci_address,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import dra_device_ids
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus, format_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern

@@ -30,9 +30,9 @@ plane's), because host-to-GPU copies and NCCL traffic from such CPUs cross the s
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence
+from typing import Dict, FrozenSet, Optional, Sequence
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import parse_cpulist
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
@@ -160,17 +160,6 @@ class HostCpus:
     online: FrozenSet[int]  # the online CPUs
     memory_nodes: FrozenSet[int]  # the NUMA nodes with memory: the only ones cpuset.mems takes
     node_cpus: Dict[int, FrozenSet[int]] = field(default_factory=dict)  # NUMA node -> its CPUs; a node not listed: not known
-
-
-def format_cpulist(numbers: Iterable[int]) -> str:
-    """Numbers as the kernel writes a cpulist: ``0-3,8,10-11``; empty for none."""
-    ranges = []  # type: List[List[int]]
-    for number in sorted(set(numbers)):
-        if ranges and number == ranges[-1][1] + 1:
-            ranges[-1][1] = number
-        else:
-            ranges.append([number, number])
-    return ",".join("%d" % low if low == high else "%d-%d" % (low, high) for low, high in ranges)
 
 
 def _named(noun: str, numbers: FrozenSet[int], one: str, many: str) -> str:

@@ -12,12 +12,12 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission 
     LOCALITY_NAMED,
     HostCpus,
     cpus_problem,
-    format_cpulist,
     gpu_numa_nodes,
     locality,
     locality_warning,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_CPU, Limits, parse_limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.cpulist import format_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import atoms_of
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Gpu, Inventory
 
