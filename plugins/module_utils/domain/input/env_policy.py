@@ -18,9 +18,9 @@ calls, for the module's input and the root helper's ``hold.write`` alike.
 
 from __future__ import annotations
 
-from collections import namedtuple
+from typing import Collection, Final, Literal, NamedTuple, Optional, Set, Tuple, Union
 
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import quoted
 
 # A key: a C identifier of at most 128 characters. Everything that reads env files and every shell
@@ -47,12 +47,23 @@ BUS = "steers which bus or manager a program talks to"
 # (a regular expression that must match the whole key: ``.*_ASKPASS``). A family is named by what makes
 # its members dangerous, not by the members someone thought of: every key git reads is ``GIT_*``, every
 # program that asks for a password runs ``*ASKPASS``, every editor a program starts is ``*EDITOR``.
-EXACT, PREFIX, PATTERN = False, True, "pattern"
+EXACT: Final = False
+PREFIX: Final = True
+PATTERN: Final = "pattern"
+Matching = Union[bool, Literal["pattern"]]  # EXACT, PREFIX or PATTERN
 
-Rule = namedtuple("Rule", "key prefix says why")
+
+class Rule(NamedTuple):
+    """One entry of the policy: ``key`` (a name, a prefix or a pattern: ``prefix`` says which), what a refusal
+    says after the key (``says``), and ``why``."""
+
+    key: str
+    prefix: Matching
+    says: str
+    why: str
 
 
-def _rules(says, prefix, why, *keys):
+def _rules(says: str, prefix: Matching, why: str, *keys: str) -> Tuple[Rule, ...]:
     return tuple(Rule(key, prefix, says, why) for key in keys)
 
 
@@ -176,7 +187,7 @@ _PATTERNS = tuple((lazy_pattern("(?:%s)" % rule.key), rule) for rule in POLICY i
 DOC = 'docs/security.md, "The env policy"'
 
 
-def rule_for(key):
+def rule_for(key: str) -> Optional[Rule]:
     """The rule that refuses ``key``, or None when the policy allows it."""
     rule = _EXACT.get(key)
     if rule is not None:
@@ -190,7 +201,7 @@ def rule_for(key):
     return None
 
 
-def check_env_key(key):
+def check_env_key(key: str) -> Optional[str]:
     """None when a hold's env may set ``key`` (a string matching ``ENV_KEY_RE``), else why not: the
     key and what it does, for a message that starts ``env[N]: ``."""
     rule = rule_for(key)
@@ -206,7 +217,7 @@ def check_env_key(key):
 MAX_ALLOWED_KEYS = 256
 
 
-def parse_env_allow(value, where="env_allow"):
+def parse_env_allow(value: object, where: str = "env_allow") -> Optional[Tuple[str, ...]]:
     """``env_allow`` (the module's option, the role's ``bcd_holds_env_allow``, the timers' stored input):
     None (every key the policy allows) or a list of at most ``MAX_ALLOWED_KEYS`` keys, each matching
     ``ENV_KEY_RE`` and not one the policy refuses (an allowlist narrows the policy, never widens it), as a
@@ -217,7 +228,7 @@ def parse_env_allow(value, where="env_allow"):
         raise ValueError("%s: must be a list of env keys, not %s" % (where, type(value).__name__))
     if len(value) > MAX_ALLOWED_KEYS:
         raise ValueError("%s: more than %d keys" % (where, MAX_ALLOWED_KEYS))
-    keys = set()
+    keys: Set[str] = set()
     for index, key in enumerate(value):
         if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
             raise ValueError("%s[%d]: %s is not an env key (%s)" % (where, index, quoted(key), ENV_KEY_SAID))
@@ -228,7 +239,7 @@ def parse_env_allow(value, where="env_allow"):
     return tuple(sorted(keys))
 
 
-def check_env_allowed(key, allow):
+def check_env_allowed(key: str, allow: Optional[Collection[str]]) -> Optional[str]:
     """None when ``allow`` (``parse_env_allow``'s tuple, or None: no allowlist) takes ``key``, else why not,
     for a message that starts ``env[N]: ``."""
     if allow is None or key in allow:
@@ -244,7 +255,7 @@ _NAMES = {0x00: "NUL", 0x0a: "a newline", 0x0d: "a carriage return", 0x09: "a ta
           0x85: "a C1 newline", 0x2028: "a line separator", 0x2029: "a paragraph separator"}
 
 
-def check_env_value(key, value):
+def check_env_value(key: str, value: str) -> Optional[str]:
     """None when ``value`` is one line of text, else why not (for ``env[N]: ``)."""
     found = _CONTROL_RE.search(value)
     if found is None:

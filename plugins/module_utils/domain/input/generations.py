@@ -16,27 +16,32 @@ same reason."""
 from __future__ import annotations
 
 import json
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import InvalidAssignment, parse_assignment
 from ansible_collections.bcd.devices.plugins.module_utils.support import records
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+
+# The stored input as ``NodeState.load_nodespec`` reads it: ``(generation, devices, instances, cdi_runtimes,
+# env_allow)``, each section as written (JSON).
+StoredSpec = Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any, Any]
 
 
 class GenerationConflict(BcdError):
     """A generation given with an input other than the one the node applied at it."""
 
 
-def _instances(instances):
+def _instances(instances: Optional[Iterable[Any]]) -> List[Dict[str, Any]]:
     return [{"instance_id": instance.get("instance_id"), "gpus": list(instance.get("gpus") or [])}
             for instance in instances or [] if isinstance(instance, dict)]
 
 
-def _meaning(devices):
+def _meaning(devices: Any) -> Any:
     """The devices section as the pass reads it: each assignment checked (``"4294967296"`` and ``4294967296``
     are one limit, a key order is no change), an entry the pass refuses as written."""
     if not isinstance(devices, list):
         return devices
-    meant = []
+    meant: List[Any] = []
     for index, raw in enumerate(devices):
         try:
             meant.append(records.asdict(parse_assignment(raw, index)))
@@ -45,16 +50,16 @@ def _meaning(devices):
     return meant
 
 
-def _same(left, right):
+def _same(left: object, right: object) -> bool:
     return json.dumps(left, sort_keys=True, default=repr) == json.dumps(right, sort_keys=True, default=repr)
 
 
-def differing_sections(stored, devices, instances):
+def differing_sections(stored: Optional[StoredSpec], devices: Any, instances: Optional[Iterable[Any]]) -> List[str]:
     """The sections (``devices``, ``instances``) in which ``devices``/``instances`` differ from ``stored``
     ``(generation, devices, instances, ...)``; every section when nothing is stored."""
     if stored is None:
         return ["devices", "instances"]
-    differ = []
+    differ: List[str] = []
     # the same text is the same meaning: only a section that differs as written is read as the pass reads it
     # (a no-op of the worst accepted section would parse 4096 atoms twice more for nothing)
     if not _same(stored[1], devices) and not _same(_meaning(stored[1]), _meaning(devices)):
@@ -64,10 +69,10 @@ def differing_sections(stored, devices, instances):
     return differ
 
 
-def _by_allocation(devices):
+def _by_allocation(devices: Any) -> Dict[str, List[Any]]:
     """``{allocation_id: [each entry of it, as the pass reads it]}`` of a devices section (an id sent twice
     has both entries, in order; an entry without a string id is left out)."""
-    found: dict = {}
+    found: Dict[str, List[Any]] = {}
     for raw, meant in zip(devices if isinstance(devices, list) else [], _meaning(devices)):
         allocation_id = raw.get("allocation_id") if isinstance(raw, dict) else None
         if isinstance(allocation_id, str):
@@ -75,7 +80,7 @@ def _by_allocation(devices):
     return found
 
 
-def changed_refusals(stored_devices, devices, refused):
+def changed_refusals(stored_devices: Any, devices: Any, refused: Iterable[str]) -> List[str]:
     """The allocations of ``refused`` (refused at the stored input's generation) that ``devices`` sends with an
     assignment other than the one the stored input had, which is the one the refusal judged (or that the
     stored input no longer had), sorted; an allocation ``devices`` leaves out is no change to judge."""
@@ -86,7 +91,8 @@ def changed_refusals(stored_devices, devices, refused):
                   if allocation_id in now and not _same(before.get(allocation_id), now[allocation_id]))
 
 
-def pass_generation(given, stored, observed, devices, instances, refused=()):
+def pass_generation(given: Optional[int], stored: Optional[StoredSpec], observed: Optional[int], devices: List[Any],
+                    instances: Optional[Iterable[Any]], refused: Iterable[str] = ()) -> int:
     """The generation of a pass over ``devices``/``instances``: ``given`` when it is not None, else the
     node's numbering. ``stored`` is the stored input ``(generation, devices, instances, cdi_runtimes)`` or
     None, ``observed`` the ledger's observed generation or None, ``refused`` the allocations refused at
@@ -111,15 +117,16 @@ def pass_generation(given, stored, observed, devices, instances, refused=()):
                 "out to let the node number its inputs" % (
                     given, _listed(changed), "s" if len(changed) > 1 else "", _listed(changed)))
         return given
-    base = max(stored[0] if stored is not None else 0, observed or 0)
-    if not differ and stored is not None and stored[0] >= (observed or 0):
+    numbered = (stored[0] or 0) if stored is not None else 0  # a stored input always has its generation
+    base = max(numbered, observed or 0)
+    if not differ and stored is not None and numbered >= (observed or 0):
         return base
     return base + 1
 
 
-def _listed(names, shown=8):
+def _listed(names: Iterable[str], shown: int = 8) -> str:
     """``a1``, ``a1 and a2``, ``a1, a2 and a3``; past ``shown`` names, the count of the rest."""
-    names = list(names)
-    if len(names) > shown:
-        names = names[:shown] + ["%d more" % (len(names) - shown)]
-    return names[0] if len(names) == 1 else "%s and %s" % (", ".join(names[:-1]), names[-1])
+    listed = list(names)
+    if len(listed) > shown:
+        listed = listed[:shown] + ["%d more" % (len(listed) - shown)]
+    return listed[0] if len(listed) == 1 else "%s and %s" % (", ".join(listed[:-1]), listed[-1])

@@ -16,11 +16,15 @@ instances, the device classes a hold may name, the bindings it takes. The events
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import BINDING_HOLD, BINDING_KUBERNETES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, CLASSES, MIG_ID_RE, SLOT_ID_RE
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Reason
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 
 BINDINGS = (BINDING_HOLD, BINDING_KUBERNETES)
 # The words a person may write for a class: "GPU", "mig", "slot".
@@ -34,14 +38,14 @@ _INDEX_RE = lazy_pattern(r"^[0-9]{1,6}$")
 MAX_LISTED = 16
 
 
-def _listed(items):
+def _listed(items: Sequence[str]) -> str:
     shown = ", ".join(items[:MAX_LISTED])
     if len(items) > MAX_LISTED:
         shown += " and %d more" % (len(items) - MAX_LISTED)
     return shown
 
 
-def node_gpus(inventory):
+def node_gpus(inventory: Inventory) -> str:
     """``GPU <index> <uuid>`` for each GPU, or why there are none to name."""
     if not inventory.gpus:
         return "this node lists no GPU" + (" (%s)" % inventory.error if inventory.error else "")
@@ -49,7 +53,7 @@ def node_gpus(inventory):
     return "this node has " + _listed(["GPU %d %s" % (gpu.index, gpu.uuid) for gpu in gpus])
 
 
-def _gpu_spelled(uuid, inventory):
+def _gpu_spelled(uuid: str, inventory: Inventory) -> str:
     """The node's spelling of a GPU UUID written in another case, else the UUID as written."""
     for gpu in inventory.gpus:
         if gpu.uuid.lower() == uuid.lower():
@@ -57,7 +61,7 @@ def _gpu_spelled(uuid, inventory):
     return uuid
 
 
-def canonical_part(device_id, inventory):
+def canonical_part(device_id: str, inventory: Inventory) -> Optional[Tuple[str, str]]:
     """``(device_class, id)`` a loosely written MIG instance or slot id stands for (``GPU-a/GI01/CI0`` is
     ``gpu.mig``, ``GPU-a/gi1/ci0``), or None when it is neither."""
     match = _LOOSE_MIG_RE.fullmatch(device_id)
@@ -71,7 +75,7 @@ def canonical_part(device_id, inventory):
     return None
 
 
-def _missing_gpu_hint(device_id, inventory):
+def _missing_gpu_hint(device_id: str, inventory: Inventory) -> str:
     """What to write for an id read as a whole GPU that the node does not list, or "" when nothing fits."""
     part = canonical_part(device_id, inventory)
     if part is not None:
@@ -92,11 +96,12 @@ def _missing_gpu_hint(device_id, inventory):
     return ""
 
 
-def _missing_hint(message, inventory):
+def _missing_hint(message: str, inventory: Inventory) -> str:
     """The hints for a ``device-missing`` message: one per missing device that a hint fits, then the node's
     GPUs when a missing GPU got none (the devices are joined by ``; ``, which no id can hold: ids are
     CDI names, checked before presence)."""
-    hints, unexplained = [], False
+    hints: List[str] = []
+    unexplained = False
     for part in message.split("; "):
         if part.endswith(" not present"):
             hint = _missing_gpu_hint(part[:-len(" not present")], inventory)
@@ -122,7 +127,7 @@ def _missing_hint(message, inventory):
 _MALFORMED_RE = lazy_pattern(r'^"(.*)" is not a (MIG instance|slot) id \(')
 
 
-def _malformed_hint(message, inventory):
+def _malformed_hint(message: str, inventory: Inventory) -> str:
     """What to write for a malformed MIG instance or slot id: its canonical spelling, or its class."""
     match = _MALFORMED_RE.match(message)
     if not match:
@@ -140,7 +145,7 @@ def _malformed_hint(message, inventory):
     return "; write %s (no leading zeros, lower case)" % canonical
 
 
-def binding_hint(message):
+def binding_hint(message: str) -> str:
     """The bindings the node takes, after an ``unsupported-binding`` message; the one meant first when the
     binding was written another way (``HOLD``, ``binding_hold``)."""
     takes = "this node takes binding: %s" % " or ".join(BINDINGS)
@@ -159,7 +164,7 @@ _HUGE_PAGES_RE = lazy_pattern(r"^ResourcesExhausted: ([0-9]+) hugepages of ([0-9
 PAGE_SIZES = {2048: ("2 MiB", "hugepages_2mi"), 1048576: ("1 GiB", "hugepages_1gi")}
 
 
-def huge_pages_hint(message):
+def huge_pages_hint(message: str) -> str:
     """The spec's huge page message names the page size as the kernel's pool does (``8 hugepages of 1048576 KiB
     needed, 2 free``); said again as a person books it: ``; that is 8 × 1 GiB huge pages (hugepages_1gi),
     2 free``. "" for any other message."""
@@ -170,7 +175,7 @@ def huge_pages_hint(message):
     return "; that is %s × %s huge pages (%s), %s free" % (match.group(1), size, limit, match.group(3))
 
 
-def refusal_hint(reason, message, inventory):
+def refusal_hint(reason: str, message: str, inventory: Inventory) -> str:
     """The hint that follows ``message`` ("; ..."), or "" when there is nothing to add."""
     if reason == Reason.UNSUPPORTED_BINDING:
         return binding_hint(message)
