@@ -33,7 +33,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import Busy
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.deliver import DEFAULT_CONFIG, run_delivery
 from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import doctor_lines, run_checks
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import Policy, listen, serve
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.server import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.installed import DEFAULT_MANIFEST
 from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table

@@ -41,7 +41,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.systemd_units i
     pass_command,
     timer_target,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import node_holds
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.reading import node_holds
 from ansible_collections.bcd.devices.plugins.module_utils.node import library
 from ansible_collections.bcd.devices.plugins.module_utils.node.cdi_files import read_spec_dirs
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import run_tool
