@@ -166,7 +166,7 @@ def _guard_handle_request():
     """Wrap the helper's ``handle_request`` (once) so that an exception outside the allowlist is recorded with
     its traceback: ``_answer`` turns some of them into plain refusals (a ``ValueError`` reads as a malformed
     request), which would hide a bug."""
-    from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+    from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import server as helper  # pylint: disable=import-outside-toplevel
     with _GUARD:
         if getattr(helper.handle_request, "fuzz_guarded", False):
             return
@@ -201,7 +201,7 @@ def request_line(rng):
 def check_reply(raw, line):
     """A failure when ``raw`` (what the peer got) is not one JSON line ``{ok, error}``, or no reply to a line
     that is not blank."""
-    from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import MAX_REQUEST  # pylint: disable=import-outside-toplevel
+    from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.request import MAX_REQUEST  # pylint: disable=import-outside-toplevel
     if not line.strip() and len(line) <= MAX_REQUEST:
         return None if not raw else verdict.problem("reply", "to a blank line", "a blank line got %r" % raw[:200])
     if not raw.endswith(b"\n") or raw.count(b"\n") != 1:
@@ -289,11 +289,11 @@ class HelperTarget(base.Target):
         return {"pieces": _pieces(rng, data), "uid": 0 if rng.random() < 0.7 else 65534}
 
     def run(self, item):
-        from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import limits, server as helper  # pylint: disable=import-outside-toplevel
         del CAUGHT[:]
         connection = _Connection(item["pieces"], item["uid"])
         helper.serve_connection(self.node.host(), connection, helper.Policy(users=["65534"]), log=None,
-                                deadline=5.0, limiter=helper.RateLimit())
+                                deadline=5.0, limiter=limits.RateLimit())
         if CAUGHT:
             return CAUGHT[0]
         line = b"".join(item["pieces"]).split(b"\n", 1)[0]
@@ -316,7 +316,7 @@ class HelperSocketTarget(base.Target):
     doc = "the same request lines through a real unix socket to listen/serve (a few hundred a run)"
 
     def extend_node(self):
-        from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import server as helper  # pylint: disable=import-outside-toplevel
         _guard_handle_request()
         directory = os.path.join(self.workdir, "run")
         os.makedirs(directory, mode=0o755)
@@ -330,7 +330,7 @@ class HelperSocketTarget(base.Target):
         self.thread.start()
 
     def generate(self, rng):
-        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import MAX_REQUEST  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.request import MAX_REQUEST  # pylint: disable=import-outside-toplevel
         roll = rng.random()
         if roll < 0.03:
             data = b"x" * (MAX_REQUEST + 1 + rng.randrange(1 << 16))  # past the bound, by a little or more
@@ -341,7 +341,7 @@ class HelperSocketTarget(base.Target):
         return {"pieces": _pieces(rng, data)}
 
     def run(self, item):
-        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import MAX_REQUEST  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.request import MAX_REQUEST  # pylint: disable=import-outside-toplevel
         del CAUGHT[:]
         del self.log[:]
         data = b"".join(item["pieces"])
@@ -504,7 +504,7 @@ class HelperBoundsTarget(base.Target):
     def plant(self, item):
         """Specs in /var/run/cdi naming ``planted_atoms`` slots of GPU_D (written by root, as a bind of another
         allocation would), and env files no hold has taking ``planted_env`` bytes."""
-        from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import server as helper  # pylint: disable=import-outside-toplevel
         left, number = item["planted_atoms"], 0
         while left > 0:
             count = min(left, 512)
@@ -525,17 +525,22 @@ class HelperBoundsTarget(base.Target):
 
     def run(self, item):
         from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_ATOMS  # pylint: disable=import-outside-toplevel
-        from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import server as helper  # pylint: disable=import-outside-toplevel
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.limits import (  # pylint: disable=import-outside-toplevel
+            RATE_CLASSES, LogLimit, RateLimits)
+        from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.reading import (  # pylint: disable=import-outside-toplevel
+            MAX_ENV_BYTES, MAX_HOLD_FILES, NodeView)
+        from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import MAX_HOLD_SPEC_BYTES  # pylint: disable=import-outside-toplevel
         del CAUGHT[:]
         now = [1000.0]
 
         def clock():
             return now[0]
-        classes = [(ops, burst, rate) for (ops, _burst, _rate), (burst, rate) in zip(helper.RATE_CLASSES, item["classes"])]
-        limits = helper.RateLimits(classes=classes, exempt=(0,), clock=clock)
+        classes = [(ops, burst, rate) for (ops, _burst, _rate), (burst, rate) in zip(RATE_CLASSES, item["classes"])]
+        limits = RateLimits(classes=classes, exempt=(0,), clock=clock)
         lines = []
-        log = helper.LogLimit(lines.append, burst=item["log"][0], rate=item["log"][1], window=60, clock=clock)
-        view = helper.NodeView(self.node.host(), seconds=item["view_seconds"], clock=clock)
+        log = LogLimit(lines.append, burst=item["log"][0], rate=item["log"][1], window=60, clock=clock)
+        view = NodeView(self.node.host(), seconds=item["view_seconds"], clock=clock)
         policy = helper.Policy(users=["65534"])
         passed = dict((ops, 0) for ops, _burst, _rate in classes)
         before = bcd_holds_on(self.node.root)
@@ -561,9 +566,9 @@ class HelperBoundsTarget(base.Target):
                 continue  # nothing else adds to what root keeps: counted after each write it carried out
             after = bcd_holds_on(self.node.root)
             for index, (what, most) in enumerate((("atoms", MAX_ATOMS), ("spec bytes", None),
-                                                  ("env bytes", helper.MAX_ENV_BYTES),
-                                                  ("specs in /etc/cdi", helper.MAX_HOLD_FILES),
-                                                  ("bytes of one spec", helper.MAX_HOLD_SPEC_BYTES))):
+                                                  ("env bytes", MAX_ENV_BYTES),
+                                                  ("specs in /etc/cdi", MAX_HOLD_FILES),
+                                                  ("bytes of one spec", MAX_HOLD_SPEC_BYTES))):
                 if most is not None and after[index] > max(most, before[index]):
                     return verdict.problem("bound", what, "after %s the node's holds have %d %s, past the bound %d "
                                            "(%d before)" % (op, after[index], what, most, before[index]))

@@ -2,7 +2,7 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The root helper served in a thread of the test: the real ``listen`` and ``serve`` of
-``entry/helper.py`` on a real unix socket, without a second process. (A helper process played
+``entry/helper/server.py`` on a real unix socket, without a second process. (A helper process played
 against by another account is ``attackers.World``.)"""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import socket
 import threading
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import LogLimit, Policy, listen, serve
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.limits import LogLimit
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.server import Policy, listen, serve
 
 
 class ServedHelper(object):

@@ -68,7 +68,7 @@ def test_an_input_is_made_again_from_its_seed_alone(tmp_path, monkeypatch):
 def test_the_helper_bounds_target_finds_a_bound_root_does_not_keep(tmp_path, monkeypatch):
     """The target's checks can fail: with the helper's atom bound or its look bucket taken out, an input that
     passes them finds it, named ``bound``; with them in, the same input is clean."""
-    from ansible_collections.bcd.devices.plugins.module_utils.entry import helper  # pylint: disable=import-outside-toplevel
+    from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import handle, limits  # pylint: disable=import-outside-toplevel
     nodes.preload()
     worker = runner.Worker(str(tmp_path), SEED, 1.0, 100.0)
     target = worker.target("helper-bounds")
@@ -80,13 +80,13 @@ def test_the_helper_bounds_target_finds_a_bound_root_does_not_keep(tmp_path, mon
             "planted_atoms": 4000, "planted_env": 0, "requests": [(wide, 0.0)] + [({"op": "kube.look"}, 0.0)] * 5}
     target.prepare(item)
     assert target.run(item) is None
-    monkeypatch.setattr(helper, "_check_atoms", lambda *args: None)
+    monkeypatch.setattr(handle, "check_atoms", lambda *args: None)
     target.prepare(item)
     failure = target.run(item)
     assert failure["kind"] == "bound" and "4204 atoms, past the bound 4096" in failure["summary"], failure
     monkeypatch.undo()
-    checked = helper.RateLimit.check
-    monkeypatch.setattr(helper.RateLimit, "check", lambda limit, uid, request: None if request.get("op") == "kube.look"
+    checked = limits.RateLimit.check
+    monkeypatch.setattr(limits.RateLimit, "check", lambda limit, uid, request: None if request.get("op") == "kube.look"
                         else checked(limit, uid, request))  # kube.look taken out of its bucket
     target.prepare(item)
     failure = target.run(item)

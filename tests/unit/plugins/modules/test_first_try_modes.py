@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_module
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import server as helper_module
 from ansible_collections.bcd.devices.plugins.modules import maintenance
 from ansible_collections.bcd.devices.tests.unit.builders import hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, open_to_all

@@ -147,7 +147,7 @@ def _spec_with_runtimes(node):
 
 
 def test_the_helper_renders_at_the_version_the_pass_named_runtimes_allow(capsys, make_node):
-    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import Helper
+    from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.helper.conftest import Helper
     import shutil
     import tempfile
     base = tempfile.mkdtemp(prefix="bcd-helper-test-")

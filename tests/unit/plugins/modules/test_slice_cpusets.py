@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Issue 33, item 3, through the module on a fakehw node: a kept hold's slice that runs a workload (its record says
 populated) keeps its ``cpus`` and ``mems`` when new limits would narrow them, refused with the numbers; the same
-limits widened, or set again once the slice is empty, are set. (The helper: test_helper_slice_cpusets.py.)"""
+limits widened, or set again once the slice is empty, are set. (The helper: helper/test_slice_cpusets.py.)"""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A model-based test of what root keeps while a hostile account talks to the helper (issue 33, item 7).
 
-Hypothesis drives one fakehw node served by the real root helper (``entry/helper.py``'s ``listen`` and
+Hypothesis drives one fakehw node served by the real root helper (``entry/helper/server.py``'s ``listen`` and
 ``serve`` on a real unix socket, ``served_helper.ServedHelper``). The module's passes run as on an
 unprivileged node: ``entry.converge.run_pass`` as the ``bcd`` account (``os.geteuid`` is not 0), every write
 of ``/etc/cdi``, ``/run/bcd`` and every slice asked of the helper (``writers.HelperWriter``). Between them:
@@ -60,7 +60,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import MAX_DEPTH, MAX_REQUEST
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.request import MAX_DEPTH, MAX_REQUEST
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter

@@ -34,7 +34,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import Jo
 from ansible_collections.bcd.devices.tests.unit.builders import hold
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.domain.plan.test_admission import write_memory
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper_kube import (  # noqa: F401  # pylint: disable=unused-import
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.helper.test_kube import (  # noqa: F401  # pylint: disable=unused-import
     helper_for,
 )
 

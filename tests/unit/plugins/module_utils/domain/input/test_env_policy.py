@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input import assignment, env_policy
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.env_policy import POLICY, check_env_key
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.section import parse_assignments
-from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_entry
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import handle as helper_entry
 from ansible_collections.bcd.devices.tests.unit.builders import hold, request
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.helper.conftest import (  # noqa: F401 (fixtures)  pylint: disable=unused-import
     base,
     helper,
 )

@@ -11,26 +11,21 @@ import json
 import os
 from pathlib import Path
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_module
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import reading
 from ansible_collections.bcd.devices.tests.unit.builders import device, request
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import (  # noqa: F401  # pylint: disable=unused-import
-    GPU_A,
-    GPU_B,
-    base,
-    helper,
-)
+from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B
 
 
-def write(helper, allocation_id, device_id, kind="cdi", device_class="gpu"):  # noqa: F811  # pylint: disable=redefined-outer-name
+def write(helper, allocation_id, device_id, kind="cdi", device_class="gpu"):
     hold = request(allocation_id, devices=[device(device_id, device_class)])
     return helper.request({"op": "hold.write", "kind": kind, "hold": hold})
 
 
-def spec(helper, allocation_id):  # noqa: F811  # pylint: disable=redefined-outer-name
+def spec(helper, allocation_id):
     return helper.node("/etc/cdi/bcd-%s.json" % allocation_id)
 
 
-def test_two_holds_on_one_gpu_are_refused_whole_vs_part_and_part_vs_whole(helper):  # noqa: F811  # pylint: disable=redefined-outer-name
+def test_two_holds_on_one_gpu_are_refused_whole_vs_part_and_part_vs_whole(helper):
     assert write(helper, "a1", GPU_B) == {"ok": True}  # a1 = GPU 1 whole
     assert write(helper, "a2", GPU_B + "/s0", device_class="gpu.slot") == {
         "ok": False, "retryable": True, "error": "overlap: %s is assigned to a1" % GPU_B}
@@ -53,7 +48,7 @@ def test_two_holds_on_one_gpu_are_refused_whole_vs_part_and_part_vs_whole(helper
     assert write(helper, "a2", GPU_B + "/s0", device_class="gpu.slot") == {"ok": True}
 
 
-def test_an_env_file_without_its_spec_and_a_spec_in_var_run_cdi_claim_too(helper):  # noqa: F811  # pylint: disable=redefined-outer-name
+def test_an_env_file_without_its_spec_and_a_spec_in_var_run_cdi_claim_too(helper):
     assert write(helper, "a1", GPU_B, kind="allocation-env") == {"ok": True}  # a bind that wrote only its env file
     assert write(helper, "a2", GPU_B) == {"ok": False, "retryable": True,
                                           "error": "overlap: %s has %s (env file) assigned to a1" % (GPU_B, GPU_B)}
@@ -68,7 +63,7 @@ def test_an_env_file_without_its_spec_and_a_spec_in_var_run_cdi_claim_too(helper
                                           "error": "overlap: %s is assigned to c1" % GPU_A}
 
 
-def test_a_gpu_a_running_vm_has_and_a_pending_release_are_refused(helper):  # noqa: F811  # pylint: disable=redefined-outer-name
+def test_a_gpu_a_running_vm_has_and_a_pending_release_are_refused(helper):
     hardware = json.loads(Path(helper.fakehw).read_text())
     hardware["domains"] = [{"instance_id": "vm-1", "gpus": [GPU_A]}]
     Path(helper.fakehw).write_text(json.dumps(hardware))
@@ -83,13 +78,13 @@ def test_a_gpu_a_running_vm_has_and_a_pending_release_are_refused(helper):  # no
     assert write(helper, "k1", GPU_B) == {"ok": True}  # its own release taken back: no conflict
 
 
-def test_root_reads_each_hold_file_once_a_change_and_sees_every_change(helper, monkeypatch):  # noqa: F811  # pylint: disable=redefined-outer-name
+def test_root_reads_each_hold_file_once_a_change_and_sees_every_change(helper, monkeypatch):
     """hold.write checks every hold on disk; what an earlier request read is kept while the file is unchanged
-    (entry/helper.py, HoldFileCache), so 24 writes read 24 specs, not 300. A spec changed in place, renamed
+    (entry/helper/reading.py, HoldFileCache), so 24 writes read 24 specs, not 300. A spec changed in place, renamed
     away or replaced is read again."""
     read = []
-    real = helper_module.read_spec
-    monkeypatch.setattr(helper_module, "read_spec", lambda path: read.append(path) or real(path))
+    real = reading.read_spec
+    monkeypatch.setattr(reading, "read_spec", lambda path: read.append(path) or real(path))
     for number in range(24):
         assert write(helper, "s%d" % number, "%s/s%d" % (GPU_A, number), device_class="gpu.slot") == {"ok": True}
     assert len(read) == 23 and len(set(read)) == 23  # each earlier spec once
@@ -104,7 +99,7 @@ def test_root_reads_each_hold_file_once_a_change_and_sees_every_change(helper, m
     assert write(helper, "t1", GPU_B) == {"ok": True}
 
 
-def test_an_env_file_naming_gpus_its_spec_lacks_claims_them(helper):  # noqa: F811  # pylint: disable=redefined-outer-name
+def test_an_env_file_naming_gpus_its_spec_lacks_claims_them(helper):
     """The account has root write a1's env file for GPU_B while a1's spec is GPU_A's: the env file hands GPU_B to
     a1's workload, so root writes no other allocation's hold of GPU_B (found by test_model_helper.py)."""
     assert write(helper, "a1", GPU_A) == {"ok": True}

@@ -9,27 +9,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import base, helper  # noqa: F401  # pylint: disable=unused-import
-
 RECORD = "/run/bcd/slices/bcd-alloc-a1.slice.json"
 
 
-def populate(helper):  # noqa: F811  # pylint: disable=redefined-outer-name
+def populate(helper):
     path = Path(helper.node(RECORD))
     record = json.loads(path.read_text())
     record.update(populated=True, memory_current=1 << 20)  # a workload runs in it (root's record)
     path.write_text(json.dumps(record))
 
 
-def properties(helper):  # noqa: F811  # pylint: disable=redefined-outer-name
+def properties(helper):
     return json.loads(Path(helper.node(RECORD)).read_text())["properties"]
 
 
-def apply(helper, **limits):  # noqa: F811  # pylint: disable=redefined-outer-name
+def apply(helper, **limits):
     return helper.request({"op": "slice.apply", "allocation_id": "a1", "limits": dict(memory_bytes=4 << 30, **limits)})
 
 
-def test_a_running_slices_cpus_and_mems_never_narrow_and_may_widen(helper):  # noqa: F811  # pylint: disable=redefined-outer-name
+def test_a_running_slices_cpus_and_mems_never_narrow_and_may_widen(helper):
     assert apply(helper, cpus="0-3", mems="0-1") == {"ok": True}
     populate(helper)
     assert apply(helper, cpus="0-3", mems="1") == {
@@ -54,13 +52,13 @@ def test_a_running_slices_cpus_and_mems_never_narrow_and_may_widen(helper):  # n
                  "once the slice is empty"}
 
 
-def test_an_empty_slice_may_narrow(helper):  # noqa: F811  # pylint: disable=redefined-outer-name
+def test_an_empty_slice_may_narrow(helper):
     assert apply(helper, cpus="0-3", mems="0-1") == {"ok": True}
     assert apply(helper, cpus="2", mems="1") == {"ok": True}
     assert properties(helper)["AllowedCPUs"] == "2" and properties(helper)["AllowedMemoryNodes"] == "1"
 
 
-def test_cpus_and_nodes_the_host_lacks_are_refused_with_the_numbers(helper):  # noqa: F811  # pylint: disable=redefined-outer-name
+def test_cpus_and_nodes_the_host_lacks_are_refused_with_the_numbers(helper):
     hardware = json.loads(Path(helper.fakehw).read_text())  # the helper reads the node afresh on every request
     hardware.update(cpus="0-7", numa_nodes=[{"node": 0, "cpus": "0-3"}, {"node": 1, "cpus": "4-7"}])
     Path(helper.fakehw).write_text(json.dumps(hardware))

@@ -1,14 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What a request line may carry, and what root parses for it (issue 33, item 2, follow-ups).
+"""What a peer may send the root helper (``entry/helper/request.py``), spoken to over its real socket.
 
-* The request line was 64 KiB, about 760 slots: a hold the module accepts (1 024 slots, 256 env lines of
-  4 096 characters) could not be bound through the helper. Now ``MAX_REQUEST`` is a devices section's
-  bytes and a frame around them, and the largest hold the module accepts binds through the helper.
-* The vendor spec was parsed for every ``hold.write`` (PyYAML: milliseconds for NVIDIA's one-GPU spec, more
-  for eight GPUs): an account rewriting one hold 16 times a second kept root parsing. Now the helper keeps
-  it parsed while its file is the same (``vendor_spec.ParsedSpecCache``), and parses it again once it changes.
+Ids and kinds that try to leave the root, keys the protocol does not have, holds checked by the rules
+network input is, garbage: each gets ``"ok": false`` and a reason, nothing is written, and the helper
+keeps answering. And what a request line may carry (issue 33, item 2, follow-ups): the line was 64 KiB,
+about 760 slots, so a hold the module accepts (1 024 slots, 256 env lines of 4 096 characters) could not
+be bound through the helper. Now ``MAX_REQUEST`` is a devices section's bytes and a frame around them,
+the largest hold the module accepts binds through the helper, and long lines are parsed a few at a time.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 
 import pytest
 
@@ -27,11 +28,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
     TEXT_MAX,
     hold_request,
     parse_assignment,
-    section_size,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.section import section_size
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import MAX_REQUEST, NodeView
-from ansible_collections.bcd.devices.plugins.module_utils.node import vendor_spec as vendor_spec_module
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.request import MAX_REQUEST
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import MAX_HOLD_SPEC_BYTES, FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter
@@ -40,8 +40,129 @@ from ansible_collections.bcd.devices.tests.unit.attackers import (  # noqa: F401
     attacker,
     world,
 )
+from ansible_collections.bcd.devices.tests.unit.builders import request
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A
 from ansible_collections.bcd.devices.tests.unit.served_helper import ServedHelper
+
+# -- what a request may say --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("allocation_id", [
+    "../../outside/x", "../x", "a/b", "a1\n", "a1/", "", "x" * 81, ".", "..", "a b", "a-1", 7, None, ["a1"],
+])
+def test_an_allocation_id_that_is_not_an_id_is_refused_and_nothing_is_written(helper, allocation_id):
+    before = helper.files()
+    for message in ({"op": "hold.remove", "kind": "allocation-env", "allocation_id": allocation_id},
+                    {"op": "slice.apply", "allocation_id": allocation_id, "limits": {"cpus": "0"}},
+                    {"op": "slice.stop", "allocation_id": allocation_id},
+                    {"op": "hold.write", "kind": "allocation-env", "hold": request(allocation_id)}):
+        reply = helper.request(message)
+        assert reply["ok"] is False
+        # the helper's own check of an id, or hold.write's (the module's invalid-assignment message, in words)
+        assert "allocation_id" in reply["error"] and ("does not match" in reply["error"] or (
+            message["op"] == "hold.write" and "is not an allocation id" in reply["error"])), (message, reply)
+    assert helper.files() == before
+
+
+@pytest.mark.parametrize("kind", ["../cdi", "cdi/../../outside", "../../outside/x", "/etc/passwd", "env", "", None,
+                                  ["cdi"], {"cdi": 1}])
+def test_a_kind_that_is_not_one_of_the_two_is_refused(helper, kind):
+    before = helper.files()
+    for message in ({"op": "hold.write", "kind": kind, "hold": request()},
+                    {"op": "hold.remove", "kind": kind, "allocation_id": "a1"}):
+        reply = helper.request(message)
+        assert reply["ok"] is False
+        assert "unknown kind" in reply["error"] and "allocation-env, cdi" in reply["error"]
+    assert helper.files() == before
+
+
+@pytest.mark.parametrize("message, error", [
+    ({"op": "hold.write", "kind": "cdi", "hold": request(), "content": "{}"}, "hold.write takes no content"),
+    ({"op": "hold.remove", "kind": "cdi", "allocation_id": "a1", "path": "/etc/shadow"}, "hold.remove takes no path"),
+    ({"op": "slice.apply", "allocation_id": "a1", "limits": {"cpus": "0"}, "properties": {"ExecStart": "/bin/sh"}},
+     "slice.apply takes no properties"),
+    ({"op": "slice.stop", "allocation_id": "a1", "force": True}, "slice.stop takes no force"),
+    ({"op": "kube.look", "socket": "/tmp/x"}, "kube.look takes no socket"),
+])
+def test_a_key_the_operation_does_not_take_is_refused_by_name(helper, message, error):
+    assert helper.request(message) == {"ok": False, "error": error}
+    assert helper.files() == {}
+
+
+@pytest.mark.parametrize("fields, error", [
+    ({"env": ["NVIDIA_VISIBLE_DEVICES=all"]}, "env[0]: NVIDIA_VISIBLE_DEVICES is set by bcd and cannot be overridden"),
+    ({"devices": [{"id": "all"}]}, "all not present"),
+    ({"devices": [{"id": "GPU-5f1c2a90-0000-4000-8000-0000000000ff"}]},
+     "GPU-5f1c2a90-0000-4000-8000-0000000000ff not present"),
+    ({"generation": None}, "generation: required"),
+    ({"binding": None}, "binding is missing"),
+    ({"binding": "BINDING_INSTANCE"}, "binding BINDING_INSTANCE is not supported"),
+    ({"devices": [{"id": GPU_A + "/gi01/ci0", "device_class": "gpu.mig"}]},
+     '"%s/gi01/ci0" is not a MIG instance id (<gpu>/gi<n>/ci<n>)' % GPU_A),
+    ({"containerEdits": {"hooks": []}}, "hold.containerEdits: unknown field"),
+    ({"limits": {"cpus": "0-30000000"}}, "limits.cpus: CPU 30000000 is beyond 8191, the most any host has"),
+])
+def test_a_hold_is_checked_by_the_rules_network_input_is(helper, fields, error):
+    reply = {"ok": False, "error": error}
+    if error.endswith(" not present"):  # a device root does not see now may be there later; the rest never passes
+        reply["retryable"] = True
+    for kind in ("cdi", "allocation-env"):
+        assert helper.request({"op": "hold.write", "kind": kind, "hold": request(**fields)}) == reply
+    assert helper.files() == {}
+
+
+@pytest.mark.parametrize("data, error", [
+    (b"this is not json\n", "malformed request"),
+    (b"\xff\xfe\n", "malformed request"),
+    (b"[1, 2, 3]\n", "a request must be a JSON object, not a list"),
+    (b'{"op": "file.write", "kind": "cdi", "allocation_id": "a1", "content": "{}"}\n',
+     "unknown op 'file.write'; known: hold.remove, hold.set_aside, hold.write, kube.look, slice.apply, slice.stop"),
+    (b'{"op": ["hold.write"]}\n', "unknown op a list"),
+    (b"[" * 5000 + b"]" * 5000 + b"\n", "a request nests deeper than 16 levels"),
+    (b'{"op": "slice.stop", "allocation_id": "a1\\u0000"}\n', "a request must not contain NUL characters"),
+])
+def test_garbage_gets_a_clear_refusal_and_the_helper_goes_on(helper, data, error):
+    [reply] = helper.send(data)
+    assert reply["ok"] is False
+    assert reply["error"].startswith(error), reply
+    assert helper.request({"op": "slice.stop", "allocation_id": "a9"}) == {"ok": True}
+
+
+# -- how long a request line may be ------------------------------------------------------------------
+
+def test_a_line_past_max_request_is_refused_and_the_helper_still_answers_afterwards(helper):
+    replies = []
+
+    def flood():
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                connection.settimeout(10)
+                connection.connect(helper.socket)
+                try:
+                    connection.sendall(b'{"op": "hold.write", "hold": "' + b"x" * (MAX_REQUEST + 1) + b'"}\n')
+                except OSError:
+                    pass                                     # the helper hung up mid-line, as it should
+                data = b""
+                while True:
+                    try:
+                        chunk = connection.recv(65536)
+                    except OSError:
+                        break
+                    if not chunk:
+                        break
+                    data += chunk
+                replies.extend(json.loads(line) for line in data.decode().splitlines())
+        except OSError as exc:
+            replies.append({"client error": str(exc)})
+
+    worker = threading.Thread(target=flood)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive()
+    assert replies == [{"ok": False, "error": "request longer than %d bytes" % MAX_REQUEST}]
+    assert helper.files() == {}
+    # a fresh connection is served as before
+    assert helper.request({"op": "hold.write", "kind": "allocation-env", "hold": request()}) == {"ok": True}
+
 
 FIRST_SLOT = 1000  # every slot number of four digits: every id of one length
 LONG_GPU = "GPU-" + "7" * 128  # the longest GPU UUID a node may have (fakehw's bound; NVIDIA's are 40 characters)
@@ -193,76 +314,6 @@ def test_the_account_gets_the_bound_from_a_helper_process(world):
     assert world.alive()
 
 
-def count_parses(monkeypatch):
-    """How many times a vendor spec's bytes are parsed (PyYAML or json), by anyone."""
-    parses = []
-    real = vendor_spec_module.parse_spec_text
-
-    def counted(text, name):
-        parses.append(name)
-        return real(text, name)
-
-    monkeypatch.setattr(vendor_spec_module, "parse_spec_text", counted)
-    return parses
-
-
-def test_the_helper_parses_the_vendor_spec_once_until_its_file_changes(make_node, monkeypatch):
-    """Twenty writes of a hold parse NVIDIA's spec once; a changed spec (content and mtime) is parsed again,
-    and the next spec root writes has its edits. A pass parses it each time it reads it, as before."""
-    node = make_node(vendor="full")
-    parses = count_parses(monkeypatch)
-    helper = served(node)
-    hold = {"allocation_id": "a1", "reservation_id": "r1", "binding": "BINDING_HOLD",
-            "devices": [{"id": GPU_A, "device_class": "gpu"}]}
-    message = {"op": "hold.write", "kind": "cdi", "hold": hold_request(parse_assignment(hold), 1)}
-    vendor = node.path("/var/run/cdi/nvidia.yaml")
-    try:
-        for _write in range(20):
-            assert send(helper.socket, (json.dumps(message) + "\n").encode()) == {"ok": True}
-        assert parses == ["/var/run/cdi/nvidia.yaml"]
-        written = open(node.path("/etc/cdi/bcd-a1.json"), encoding="utf-8").read()
-        assert "/dev/nvidia-changed" not in written
-        # the vendor's spec changes: an edit of its own on every device node, and a later mtime
-        before = os.stat(vendor)
-        text = open(vendor, encoding="utf-8").read()
-        assert text.count("/dev/nvidiactl") >= 1
-        with open(vendor, "w", encoding="utf-8") as handle:
-            handle.write(text.replace("/dev/nvidiactl", "/dev/nvidia-changed"))
-        os.utime(vendor, ns=(before.st_atime_ns, before.st_mtime_ns + 10 ** 9))
-        for _write in range(5):
-            assert send(helper.socket, (json.dumps(message) + "\n").encode()) == {"ok": True}
-        assert parses == ["/var/run/cdi/nvidia.yaml"] * 2
-        assert "/dev/nvidia-changed" in open(node.path("/etc/cdi/bcd-a1.json"), encoding="utf-8").read()
-    finally:
-        helper.close()
-    # a pass (a host of its own, no cache) parses it for every read, as it did
-    node.host().vendor_spec()
-    node.host().vendor_spec()
-    assert len(parses) == 4
-
-
-def test_a_file_of_the_same_times_and_size_but_other_bytes_is_parsed_again(make_node, monkeypatch):
-    """The cache trusts nothing but the bytes it parsed: a spec rewritten in place to the same size, its file's
-    identity the same throughout (as device, inode, size, mtime and ctime may all be on a coarse clock), is
-    still parsed again."""
-    node = make_node(vendor="full")
-    parses = count_parses(monkeypatch)
-    real = vendor_spec_module.read_regular_identified
-    monkeypatch.setattr(vendor_spec_module, "read_regular_identified", lambda path, cap: (real(path, cap)[0], (1, 2, 3, 4, 5)))
-    view = NodeView(node.host(), seconds=0)
-    vendor = node.path("/var/run/cdi/nvidia.yaml")
-    first = view.fresh().vendor_spec()
-    assert view.fresh().vendor_spec().digest == first.digest and len(parses) == 1
-    before = os.stat(vendor)
-    text = open(vendor, encoding="utf-8").read()
-    with open(vendor, "r+", encoding="utf-8") as handle:  # in place: the same inode, the same size
-        handle.write(text.replace("/dev/nvidiactl", "/dev/nvidiaxtl"))
-    os.utime(vendor, ns=(before.st_atime_ns, before.st_mtime_ns))
-    again = view.fresh().vendor_spec()
-    assert len(parses) == 2 and again.digest != first.digest
-    assert "/dev/nvidiaxtl" in json.dumps(again.common_edits) + json.dumps(again.devices)
-
-
 def test_long_lines_are_parsed_at_most_big_parses_at_a_time(monkeypatch):
     """Sixteen peers each sending a line of 4 MiB of ``[{},{},...]`` would have root hold some 2 GB of objects at
     once, past the unit's MemoryMax: lines past the old 64 KiB are parsed BIG_PARSES at a time; short ones never
@@ -270,7 +321,7 @@ def test_long_lines_are_parsed_at_most_big_parses_at_a_time(monkeypatch):
     import threading
     import time as time_module
 
-    from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_module
+    from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import request as helper_module
 
     state = {"now": 0, "most": 0, "short_while_long": 0}
     guard = threading.Lock()

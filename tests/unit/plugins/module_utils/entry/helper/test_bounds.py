@@ -38,27 +38,24 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
     MAX_ATOMS,
     MAX_SECTION_BYTES,
     parse_assignment,
-    section_size,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import resolve_devices
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.section import section_size
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import SPEC_FILE_RE, read_hold, render_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
-from ansible_collections.bcd.devices.plugins.module_utils.entry import helper as helper_module
 from ansible_collections.bcd.devices.plugins.module_utils.entry.cli import EX_OK, main
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.limits import (
     LOG_BURST,
     LOOK_BURST,
     LOOK_PER_SECOND,
-    MAX_ENV_BYTES,
     RATE_CLASSES,
     RATED_OPS,
     RELEASE_OPS,
-    VIEW_SECONDS,
-    LogLimit,
-    NodeView,
     RateLimits,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.reading import MAX_ENV_BYTES, VIEW_SECONDS
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.request import MAX_REQUEST
 from ansible_collections.bcd.devices.plugins.module_utils.node import inventory as inventory_module
 from ansible_collections.bcd.devices.plugins.module_utils.node import kubelet as kubelet_module
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
@@ -68,7 +65,7 @@ from ansible_collections.bcd.devices.tests.unit.builders import slot
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A, GPU_B, GPU_C
 from ansible_collections.bcd.devices.tests.unit.served_helper import ServedHelper
 
-REPO = Path(__file__).resolve().parents[5]
+REPO = Path(__file__).resolve().parents[6]
 
 
 @pytest.fixture
@@ -127,7 +124,7 @@ def test_wide_holds_stop_at_the_atoms_a_section_may_hold_and_the_bytes_they_make
     width = 740
     requests = [{"op": "hold.write", "kind": "cdi", "hold": hold("w%d" % index, slots(GPU_A, index * width, width))}
                 for index in range(64)]
-    assert all(len(json.dumps(request)) <= helper_module.MAX_REQUEST for request in requests)
+    assert all(len(json.dumps(request)) <= MAX_REQUEST for request in requests)
     replies = [ask(helper, request) for request in requests]
     fit = MAX_ATOMS // width
     assert replies[:fit] == [{"ok": True}] * fit
@@ -210,7 +207,7 @@ def test_a_spec_past_what_a_pass_reads_back_is_not_written(make_node, served):
 def test_a_section_with_all_the_atoms_the_module_accepts_binds_through_the_helper(make_node, served, monkeypatch):
     """The bounds are the module's: a pass of 4 096 atoms (the section's most; 8 holds of 512 slots, what a
     request line carries) with NVIDIA's spec of a real node binds through the helper, every atom at once.
-    (The most holds, 512, are bound through a helper process in test_helper_quotas.py.)"""
+    (The most holds, 512, are bound through a helper process in test_quotas.py.)"""
     node = make_node(vendor="full")
     helper = served(node.host())
     each = MAX_ATOMS // 8
@@ -340,25 +337,6 @@ def test_a_kube_look_flood_costs_root_one_reading_a_second_and_the_account_its_b
     assert ask(account, {"op": "slice.stop", "allocation_id": "a1"}) == {"ok": True}
 
 
-def test_the_view_is_read_again_after_its_interval_or_at_once_when_the_host_says_it_changed(node):
-    now = [50.0]
-    host = node.host()
-    view = NodeView(host, clock=lambda: now[0])
-    first = view.fresh()
-    assert view.fresh() is first and view.readings == 1
-    assert view.kube_view(first) is view.kube_view(first)  # the kubelet asked once for the interval
-    now[0] += VIEW_SECONDS
-    second = view.fresh()
-    assert second is not first and view.readings == 2
-    node.set_hardware(gpus=[{"uuid": GPU_A, "index": 0, "minor": 0}])  # the fakehw file changed: read at once
-    third = view.fresh()
-    assert third is not second and [gpu.uuid for gpu in third.inventory().gpus] == [GPU_A]
-    now[0] -= 100  # a clock that went back is no reason to keep a reading
-    assert view.fresh() is not third and view.readings == 4
-    # a host given to handle_request itself (not a view) is read for that request alone
-    assert NodeView(host, seconds=0).fresh() is not NodeView(host, seconds=0).fresh()
-
-
 def test_a_flood_of_releases_logs_a_burst_then_one_line_a_minute_with_what_was_dropped(node, served):
     """The reproduction of 304-382 lines a second: the account's answered requests log a line each up to a
     whole pass's worth, then 4 a second; the rest are counted, and said in one line once the minute is over."""
@@ -380,24 +358,6 @@ def test_a_flood_of_releases_logs_a_burst_then_one_line_a_minute_with_what_was_d
     # the minute is over and the bucket refilled: lines again
     assert ask(helper, {"op": "hold.remove", "kind": "cdi", "allocation_id": "gone"}) == {"ok": True}
     assert helper.log[-1] == "uid 0: hold.remove cdi gone"
-
-
-def test_log_lines_are_limited_per_peer_and_the_helpers_own_are_not():
-    now = [0.0]
-    lines = []
-    limit = LogLimit(lines.append, burst=2, rate=1, window=60, clock=lambda: now[0])
-    for _count in range(5):
-        limit("uid 7: hold.write cdi a1", 7)
-        limit("uid 8: hold.write cdi b1", 8)
-    limit("accept failed (Too many open files); pausing until descriptors free up")
-    assert lines == ["uid 7: hold.write cdi a1", "uid 8: hold.write cdi b1"] * 2 + [
-        "accept failed (Too many open files); pausing until descriptors free up"]
-    now[0] += 61
-    limit.flush()
-    assert lines[-2:] == ["uid 7: 3 similar lines dropped in the last 61 s",
-                          "uid 8: 3 similar lines dropped in the last 61 s"]
-    limit.flush()
-    assert len(lines) == 7  # said once
 
 
 def test_a_pass_whose_releases_are_rate_limited_retries_and_converges(node, served, monkeypatch):

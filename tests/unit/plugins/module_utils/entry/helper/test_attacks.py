@@ -33,7 +33,7 @@ from ansible_collections.bcd.devices.tests.unit.attackers import (  # noqa: F401
     world,
 )
 from ansible_collections.bcd.devices.tests.unit.attackers import CAN_PLAY, CANNOT_PLAY, CLIENT, GPU_A, hold, target_untouched
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper import check_a_populated_slice_is_kept
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.helper.test_slices import check_a_populated_slice_is_kept
 
 if not CAN_PLAY:
     pytest.skip(CANNOT_PLAY, allow_module_level=True)
@@ -250,7 +250,7 @@ def test_a_journal_rewrite_keeps_only_what_the_attacker_could_read_anyway(world)
     (b'{"op": "slice.stop", "allocation_id": "\xff\xfe"}\n', "malformed request"),
     (b'{"op": "slice.stop", "allocation_id": "a1\x00"}\n', "malformed request"),
     (b'{"op": "slice.stop", "allocation_id": "a1\\u0000"}\n', "a request must not contain NUL characters"),
-    # a line past MAX_REQUEST (4 MiB and more, too long for an argv): test_helper_request_bound.py's own client
+    # a line past MAX_REQUEST (4 MiB and more, too long for an argv): test_request.py's own client
     (b"\x00" * 4096 + b"\n", "malformed request"),
     (b'{"op": "slice.apply", "allocation_id": "a1", "limits": {"mems": "0-30000000"}}\n',
      "limits.mems: NUMA node 30000000 is beyond 1023, the most any host has"),

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import listen, Policy, serve
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.server import listen, Policy, serve
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter

@@ -16,7 +16,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Fake
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import HelperWriter
 from ansible_collections.bcd.devices.tests.unit.builders import hold, kube
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A
-from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.test_helper_kube import (  # noqa: F401  # pylint: disable=unused-import
+from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.helper.test_kube import (  # noqa: F401  # pylint: disable=unused-import
     helper_for,
     with_kubelet,
 )

@@ -10,8 +10,8 @@ runtime on every start and never pruned. Those reproductions run here against a 
 process (``tests/unit/attackers.py``'s ``World``), played by a throwaway account, with every loop bounded
 in count and time: fresh holds past the quota are refused, damaged copies are pruned to a few
 per allocation and a few dozen in all, a flood is rate limited and the limit lifts, and a whole
-pass of the most holds a node may have still goes through. The parts (the token bucket, the
-pruning, the bounded count) are tested on their own below, without root.
+pass of the most holds a node may have still goes through. The parts (the pruning, the bounded
+count) are tested on their own below, without root; the token bucket in test_limits.py.
 """
 
 from __future__ import annotations
@@ -32,19 +32,8 @@ import pytest
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_ASSIGNMENTS, MAX_ATOMS, MAX_DEVICES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import DAMAGED_FILE_RE, SPEC_FILE_RE
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
-from ansible_collections.bcd.devices.plugins.module_utils.entry.helper import (
-    LOOK_OPS,
-    MAX_HOLD_FILES,
-    OPS,
-    RATE_BURST,
-    RATE_CLASSES,
-    RATE_PER_SECOND,
-    RATED_OPS,
-    RELEASE_BURST,
-    RELEASE_OPS,
-    RateLimit,
-    RateLimits,
-)
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.limits import RATE_BURST, RATE_PER_SECOND, RATED_OPS, RateLimit
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.reading import MAX_HOLD_FILES
 from ansible_collections.bcd.devices.plugins.module_utils.node import writers as _writers
 from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
@@ -392,56 +381,6 @@ def test_a_pass_the_quota_refuses_retries_and_converges_once_there_is_room(base,
 
 
 # -- the parts ---------------------------------------------------------------------------------
-
-class Clock(object):
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-
-def test_the_bucket_gives_a_burst_then_its_rate_and_a_refusal_costs_nothing():
-    clock = Clock()
-    limit = RateLimit(rate=4, burst=5, clock=clock)
-    assert [limit.take(1000) for _round in range(5)] == [None] * 5
-    assert limit.take(1000) == 0.25
-    assert limit.take(1000) == 0.25  # asking again while refused does not dig deeper
-    assert limit.take(1001) is None  # per peer
-    assert all(limit.take(0) is None for _round in range(50))  # root is never limited
-    clock.now += 0.125
-    assert limit.take(1000) == 0.125
-    clock.now += 0.125
-    assert limit.take(1000) is None and limit.take(1000) == 0.25
-    clock.now += 60
-    assert [limit.take(1000) for _round in range(6)] == [None] * 5 + [0.25]  # never more than the burst
-
-
-def test_a_bucket_limits_its_own_operations_and_every_operation_has_one():
-    limit = RateLimit(rate=1, burst=1, clock=Clock())
-    limit.check(7, {"op": "hold.write"})
-    for op in RATED_OPS:
-        with pytest.raises(Exception, match="^rate limited: uid 7 "):
-            limit.check(7, {"op": op})
-    for request in ({"op": "hold.remove"}, {"op": "slice.stop"}, {"op": "kube.look"}, {"op": "nothing"}, [], None):
-        limit.check(7, request)
-    # the helper's limits: each op of the protocol in exactly one class, each class spent on its own
-    assert sorted(op for ops, _burst, _rate in RATE_CLASSES for op in ops) == sorted(OPS)
-    limits = RateLimits(classes=[(ops, 1, 1) for ops, _burst, _rate in RATE_CLASSES], clock=Clock())
-    for ops in (RATED_OPS, RELEASE_OPS, LOOK_OPS):
-        limits.check(7, {"op": ops[0]})
-        with pytest.raises(Exception, match="^rate limited: uid 7 asked for more than 1 of %s at once" % ", ".join(ops)):
-            limits.check(7, {"op": ops[-1]})
-    for request in ({"op": "nothing"}, {"op": None}, [], None):  # refused before the node is touched, unlimited
-        limits.check(7, request)
-    limits.check(0, {"op": "kube.look"})  # root is never limited
-
-
-def test_the_bursts_fit_a_pass_that_sets_aside_writes_and_slices_or_releases_the_most_holds():
-    assert RATE_BURST >= 4 * MAX_ASSIGNMENTS and MAX_HOLD_FILES == MAX_ASSIGNMENTS
-    assert RELEASE_BURST >= 3 * MAX_ASSIGNMENTS  # a spec, an env file and a slice each
-    assert 1 <= RATE_PER_SECOND <= 100
-
 
 def test_the_count_is_by_name_stops_at_enough_and_is_bounded(tmp_path):
     for index in range(10):
