@@ -17,10 +17,10 @@ off from a gateway that is down (``backoff_seconds``, ``backs_off``, ``backoff_r
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 
-def _seq(value: Any) -> Optional[int]:
+def _seq(value: object) -> Optional[int]:
     """A JSON integer (never a boolean), else None."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -44,7 +44,7 @@ def ack_through(posted: List[int], accepted: List[int]) -> Optional[int]:
     return through
 
 
-def delivery(events: Any, post: Any, gateway_url: str) -> Dict[str, Any]:
+def delivery(events: Optional[Iterable[object]], post: object, gateway_url: str) -> Dict[str, Any]:
     """The outcome of posting ``events`` (the ``events`` of ``bcd.devices.events``) to ``gateway_url``,
     given the registered result of the post (``post``; skipped when there was nothing to post or in
     check mode).
@@ -61,7 +61,7 @@ def delivery(events: Any, post: Any, gateway_url: str) -> Dict[str, Any]:
     status = _status(post)
     answer = post.get("json") if status == 200 else None
     accepted: List[int] = []
-    rejected: Any = []
+    rejected: object = []
     if isinstance(answer, dict):
         if isinstance(answer.get("accepted"), list):
             accepted = [s for s in (_seq(v) for v in answer["accepted"]) if s is not None]
@@ -84,7 +84,7 @@ def delivery(events: Any, post: Any, gateway_url: str) -> Dict[str, Any]:
             "error": error.strip(), "left": left, "message": message}
 
 
-def answer_problem(status: int, answer: Any) -> str:
+def answer_problem(status: int, answer: object) -> str:
     """Why a 200 answer is not one a delivery can use ('' when it is ``{"accepted": [...]}``)."""
     if status == 200 and not (isinstance(answer, dict) and isinstance(answer.get("accepted"), list)):
         return 'it answered 200 with %s, not {"accepted": [seq, ...]}' % (
@@ -101,7 +101,7 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 _HEAD, _TAIL = b'{"events":[', b"]}"
 
 
-def event_bytes(event: Any) -> bytes:
+def event_bytes(event: object) -> bytes:
     """One event as a request carries it: compact JSON, every non-ASCII character escaped (a journal line
     may hold any string JSON can, a lone surrogate included)."""
     return json.dumps(event, ensure_ascii=True, separators=(",", ":"), sort_keys=True).encode("ascii")
@@ -156,7 +156,7 @@ def backoff_seconds(failures: int, spread: float) -> float:
     return base * (1 - BACKOFF_SPREAD + 2 * BACKOFF_SPREAD * min(max(spread, 0.0), 1.0))
 
 
-def backoff_record(data: Any) -> Optional[Dict[str, Any]]:
+def backoff_record(data: object) -> Optional[Dict[str, Any]]:
     """A stored backoff ``{"failures", "next_attempt", "error"}`` checked, else None (no backoff)."""
     if not isinstance(data, dict):
         return None
@@ -167,6 +167,6 @@ def backoff_record(data: Any) -> Optional[Dict[str, Any]]:
     return {"failures": min(failures, 1 << 20), "next_attempt": float(next_attempt), "error": error[:1000]}
 
 
-def _listed(rejected: Any) -> str:
+def _listed(rejected: object) -> str:
     items = rejected if isinstance(rejected, list) else [rejected]
     return ", ".join(json.dumps(item) for item in items)

@@ -82,7 +82,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignmen
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CDI_NAME_RE, CLASS_GPU, AtomRefused, atom_from_id
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SLICE_NAME_RE
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import LazyPattern, lazy_pattern
 
 # What state/events.py writes (a test holds these equal to its PURPOSE and SEAL_FORMAT; the domain does not
 # import the state layer).
@@ -235,7 +235,7 @@ def cdi_device_error(value: Any) -> Optional[str]:
     return "%s is not a CDI device of this collection (%s<device id with / as _>)" % (shown(value), prefix)
 
 
-def _path(pattern: Any, what: str) -> Callable[[Any, str], Optional[str]]:
+def _path(pattern: LazyPattern, what: str) -> Callable[[Any, str], Optional[str]]:
     def check(value: Any, _kind: str) -> Optional[str]:
         if isinstance(value, str) and len(value) <= 200 and pattern.fullmatch(value):
             return None
