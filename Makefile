@@ -26,6 +26,10 @@ BUILD := $(CURDIR)/.build
 # importable as ansible_collections.bcd.devices (pytest, ansible, molecule).
 LINK := .build/ansible_collections/bcd/devices
 
+# nox runs the sessions of noxfile.py (antsibull-nox's among them) from .venv, with this checkout's venv and
+# .build: make lint, units and sanity call it (nox --list shows the sessions).
+NOX := VENV=$(VENV) BUILD=$(BUILD) $(BIN)/nox
+
 # Ansible tools run from the venv with a private ANSIBLE_HOME and find this collection
 # through the link above.
 ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE_COLLECTIONS_PATH="$(BUILD)"
@@ -34,9 +38,9 @@ ANSIBLE_ENV := PATH="$(BIN):$$PATH" ANSIBLE_HOME="$(BUILD)/ansible-home" ANSIBLE
 
 help:
 	@echo "make venv      create .venv with the pinned toolchain (only when the pins change)"
-	@echo "make lint      target-Python check, ruff and mypy of plugins, ansible-lint, no checkout path in docs, shellcheck"
-	@echo "make units     pytest on tests/unit under ansible-core 2.19 and 2.22, the tests that drive Ansible (install, action) under 2.20 and 2.21 too (PYTEST_ARGS=..., CORES=...)"
-	@echo "make sanity    ansible-test sanity under ansible-core 2.19, 2.20, 2.21 and 2.22, and its compile test on every target Python 3.8 to 3.13 (SANITY_ARGS=..., CORES=...)"
+	@echo "make lint      target-Python check, ruff and mypy of plugins, ansible-lint, antsibull-nox's extra checks, no checkout path in docs, shellcheck"
+	@echo "make units     nox -s units: pytest on tests/unit under ansible-core 2.19 and 2.22, the tests that drive Ansible (install, action) under 2.20 and 2.21 too (PYTEST_ARGS=..., CORES=...)"
+	@echo "make sanity    nox -s sanity-<release>: ansible-test sanity under ansible-core 2.19, 2.20, 2.21 and 2.22, two at a time, and its compile test on every target Python 3.8 to 3.13 (SANITY_ARGS=..., CORES=...)"
 	@echo "make molecule  every Molecule scenario under 2.19, and default and role (MOLECULE_NEWEST=...) under 2.22"
 	@echo "make demo      hack/demo.sh: the fakehw demo (DEMO_CORE=2.22 runs it under 2.22)"
 	@echo "make e2e       hack/e2e.sh: podman 5 and the CDI library consume converged specs (root)"
@@ -72,56 +76,39 @@ lint: $(STAMP) | $(LINK)
 	$(BIN)/ruff check --no-cache plugins
 	cd $(BUILD) && $(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(BUILD)/mypy-cache
 	$(ANSIBLE_ENV) ansible-lint --offline
+	$(NOX) -s extra-checks
 	VENV=$(VENV) BUILD=$(BUILD) bash hack/galaxy_checks.sh
 	$(BIN)/python hack/check_docs.py
 	bash hack/shellcheck.sh
 
-# The ansible-core releases this collection supports and tests, oldest first (docs/compatibility.md
-# has the table; meta/runtime.yml sets only the floor, 2.19). 2.19 is .venv's; 2.20, 2.21 and 2.22
-# each have their own venv, on Python 3.12, 3.13 and 3.13, .build/venvs/ansible-core-<version>
-# (hack/core_venv.sh and hack/tool_venv.sh; pins and Python in requirements/tools/), made on first
-# use. make units runs under the oldest and the newest (and the install test under every one),
-# make sanity under every one (each with the compile test on every target Python it supports,
-# 3.8 to 3.13), make molecule every scenario under 2.19 and those in MOLECULE_NEWEST under the newest:
-# CORES=2.22 (or UNITS_CORES=, SANITY_CORES=) narrows.
+# The ansible-core releases this collection supports and tests, oldest first (docs/compatibility.md has the
+# table; meta/runtime.yml sets only the floor, 2.19). 2.19 is .venv's; 2.20, 2.21 and 2.22 each have their own
+# venv, on Python 3.12, 3.13 and 3.13, .build/venvs/ansible-core-<version> (hack/core_venv.sh and
+# hack/tool_venv.sh; pins and Python in requirements/tools/), made on first use. make units runs under the oldest
+# and the newest (and the install test under every one), make sanity under every one (each with the compile test
+# on every target Python it supports, 3.8 to 3.13), make molecule every scenario under 2.19 and those in
+# MOLECULE_NEWEST under the newest: CORES=2.22 (or UNITS_CORES=, SANITY_CORES=) narrows.
 CORES ?= 2.19 2.20 2.21 2.22
 UNITS_CORES ?= $(sort $(firstword $(CORES)) $(lastword $(CORES)))
 SANITY_CORES ?= $(CORES)
 MOLECULE_NEWEST ?= default role
 
-# Two workers (pytest-xdist); PYTEST_ARGS=... replaces that, e.g. PYTEST_ARGS="-q tests/unit/x.py".
-PYTEST_ARGS ?= -n 2
-# Each release between the oldest and the newest gets a pass of its own over the tests that drive Ansible
-# itself (DRIVE_TESTS: the install test and the ansible-runner job, the action plugin's playbook), about
-# 40 s a release on two cores; the whole suite under each would add a full unit pass per release to make
-# test. Left out when PYTEST_ARGS is given.
-DRIVE_CORES ?= $(if $(filter file,$(origin PYTEST_ARGS)),$(filter-out $(UNITS_CORES),$(CORES)))
-DRIVE_TESTS ?= tests/unit/install tests/unit/plugins/action
-# The first pass also runs the install test (tests/unit/install) under every other release in CORES. The pass
-# under the newest leaves out the module_utils tests that run no Ansible code (tests/unit/conftest.py,
-# BCD_UNITS_ANSIBLE_ONLY): they answer the same under every core, and were 2 of its 4.5 minutes.
+# noxfile.py's units session: pytest on two workers under each release of UNITS_CORES (the passes after the
+# first leave out the module_utils tests that run no Ansible code), and the tests that drive Ansible itself
+# (DRIVE_TESTS: the install test, the ansible-runner job, the action plugins' playbooks) under each release of
+# CORES between them. PYTEST_ARGS=... replaces "-n 2" and leaves out the passes between, e.g.
+# PYTEST_ARGS="-q tests/unit/x.py"; DRIVE_CORES=... and DRIVE_TESTS=... override the noxfile's choice.
+PYTEST_ARGS ?=
 units: $(STAMP) | $(LINK)
-	@for core in $(CORES); do VENV=$(VENV) BUILD=$(BUILD) bash hack/core_venv.sh $$core >/dev/null; done; \
-	install_cores="$(filter-out $(DRIVE_CORES),$(CORES))"; for core in $(UNITS_CORES); do \
-	  bin=$$(VENV=$(VENV) BUILD=$(BUILD) bash hack/core_venv.sh $$core); \
-	  echo "units: ansible-core $$("$$bin/python" -c 'import ansible; print(ansible.__version__)')"; \
-	  only=; if [[ $$core != "$(firstword $(UNITS_CORES))" && "$(origin PYTEST_ARGS)" == file ]]; then only=1; \
-	    echo "units: leaving out the module_utils tests that run no Ansible code (they ran under $(firstword $(UNITS_CORES)))"; fi; \
-	  rc=0; BCD_UNITS_ANSIBLE_ONLY=$$only BCD_INSTALL_CORES="$$install_cores" "$$bin/python" -m pytest $(PYTEST_ARGS) || rc=$$?; install_cores=; \
-	  if ((rc == 5)); then echo "units: pytest collected no test under tests/unit" >&2; fi; \
-	  if ((rc)); then echo "units: failed under ansible-core $$core" >&2; exit $$rc; fi; \
-	done; \
-	for core in $(DRIVE_CORES); do \
-	  bin=$$(VENV=$(VENV) BUILD=$(BUILD) bash hack/core_venv.sh $$core); \
-	  echo "units: ansible-core $$("$$bin/python" -c 'import ansible; print(ansible.__version__)'): $(DRIVE_TESTS)"; \
-	  rc=0; BCD_INSTALL_CORES= "$$bin/python" -m pytest -n 2 $(DRIVE_TESTS) || rc=$$?; \
-	  if ((rc)); then echo "units: failed under ansible-core $$core" >&2; exit $$rc; fi; \
-	done
+	CORES="$(CORES)" UNITS_CORES="$(UNITS_CORES)" DRIVE_CORES="$(DRIVE_CORES)" DRIVE_TESTS="$(DRIVE_TESTS)" \
+	  $(NOX) -s units $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
-# Two releases at a time (SANITY_JOBS=1 for one), never two on one Python, each release's output printed
-# whole when it ends; then the compile test on every target Python under each (hack/sanity_cores.py).
+# One nox session per release (noxfile.py's sanity-<release>), SANITY_JOBS at a time (nox --parallel, each
+# release's output printed whole when it ends), each then the compile test on every target Python; SANITY_ARGS
+# go to ansible-test and skip that compile pass.
+SANITY_JOBS ?= 2
 sanity: $(STAMP)
-	VENV=$(VENV) BUILD=$(BUILD) $(BIN)/python hack/sanity_cores.py $(SANITY_CORES) -- $(SANITY_ARGS)
+	$(NOX) --parallel $(SANITY_JOBS) -s $(addprefix sanity-,$(SANITY_CORES)) $(if $(SANITY_ARGS),-- $(SANITY_ARGS))
 
 molecule: $(STAMP) | $(LINK)
 	VENV=$(VENV) BUILD=$(BUILD) bash hack/molecule.sh $(MOLECULE_ARGS)
@@ -166,8 +153,8 @@ e2e: $(STAMP) | $(LINK)
 # hack/canary.sh: the next ansible-core before it has its row in docs/compatibility.md ("The next
 # release"), in a throwaway venv, .build/venvs/canary. Not a prerequisite of test: upstream moves
 # under it (a new beta or release candidate any day), and CI must answer the same for the same commit.
-canary: | $(LINK)
-	BUILD=$(BUILD) bash hack/canary.sh
+canary: $(STAMP) | $(LINK)
+	VENV=$(VENV) BUILD=$(BUILD) bash hack/canary.sh
 
 test: venv lint units sanity molecule e2e
 

@@ -17,7 +17,8 @@
 #   the install test   tests/unit/install: the built artifact installed with that release's
 #                      ansible-galaxy, a playbook through it that must print no warning (as root),
 #                      and a job through ansible-runner
-#   ansible-test sanity  every sanity test of that release (hack/sanity.sh --venv)
+#   ansible-test sanity  every sanity test of that release (noxfile.py's sanity-next session, in a nox venv of
+#                      its own with the same ansible-core)
 #
 # and ends with one line per check, passed or FAILED with what broke; the exit status is 1 when one
 # failed. The output of each is kept in .build/canary/.
@@ -28,7 +29,7 @@
 # answer the same for the same commit. pip reads its index from the machine's own configuration
 # (pip.conf, PIP_INDEX_URL), as for .venv.
 #
-# Environment: BUILD (default <repo>/.build).
+# Environment: VENV (default .venv: its nox runs the sanity session), BUILD (default <repo>/.build).
 set -euo pipefail
 
 if (($#)); then
@@ -38,6 +39,7 @@ fi
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 build=${BUILD:-$repo/.build}
+venv=${VENV:-$repo/.venv}
 dest=$build/venvs/canary
 logs=$build/canary
 pip=(--quiet --disable-pip-version-check --no-input)
@@ -87,7 +89,7 @@ fi
 
 echo "canary: ansible-test sanity"
 rc=0
-BUILD=$build bash hack/sanity.sh --venv "$dest" 2>&1 | tee "$logs/sanity.log" || rc=$?
+BCD_NEXT_CORE=$core VENV=$venv BUILD=$build "$venv/bin/nox" -s sanity-next 2>&1 | tee "$logs/sanity.log" || rc=$?
 if ((rc == 0)); then
   summary+=("canary: ansible-test sanity passed")
 else
