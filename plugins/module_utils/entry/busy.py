@@ -14,6 +14,7 @@ changes; a full journal changes nothing (the call fails, to be run again once ev
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on, health_fields, reset_argv
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import read_hold
@@ -37,6 +38,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance imp
     MAX_LEASE_SECONDS,
     MAX_RERAISE_AFTER,
     MaintenanceError,
+    Records,
     change,
     check_gpus,
     check_lease,
@@ -53,10 +55,18 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance imp
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.commands import failure_text, run_tool
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import reset_fakehw_gpus
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost, Host, RealHost
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import MAX_JOURNAL_BYTES, MAX_UNACKED, journal_full
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
+
+# A GPU's entry of a busy check (``domain.busy.busy_entry`` with ``health_fields``): uuid, busy, claimed_by, healthy,
+# problems, reset_ineffective, recoverable.
+BusyEntry = Dict[str, Any]
 
 
 class BusyError(BcdError):
@@ -64,12 +74,12 @@ class BusyError(BcdError):
     fit for a user."""
 
 
-def _holds(host):
+def _holds(host: Host) -> List[LiveHold]:
     return [read_hold(allocation_id, path, content)
             for allocation_id, (path, content) in sorted(host.hold_files().items())]
 
 
-def _known(host, uuids, holds, extra=()):
+def _known(host: Host, uuids: Sequence[str], holds: Sequence[LiveHold], extra: Iterable[str] = ()) -> None:
     """Every UUID must be a GPU of this node (in its inventory, or named by a hold or a record)."""
     known = set(gpu.uuid for gpu in host.inventory().gpus) | set(extra)
     known |= set(atom.gpu_uuid for hold in holds for atom in hold.atoms)
@@ -78,7 +88,7 @@ def _known(host, uuids, holds, extra=()):
         raise BusyError("%s %s not on this node" % (", ".join(unknown), "is" if len(unknown) == 1 else "are"))
 
 
-def _entries(host, state, uuids, holds):
+def _entries(host: Host, state: NodeState, uuids: Sequence[str], holds: Sequence[LiveHold]) -> List[BusyEntry]:
     """``[{uuid, busy, claimed_by, healthy, problems, reset_ineffective, recoverable}]`` of ``uuids``, read now."""
     domains, _error = host.domains()
     seen = dict((gpu.uuid, gpu) for gpu in host.inventory().gpus)
@@ -86,13 +96,14 @@ def _entries(host, state, uuids, holds):
     for uuid in uuids:
         entry = busy_entry(uuid, claims_on(uuid, holds, state.releases, domains, state.ledger.vfio, state.maintenance))
         gpu = seen.get(uuid)
-        health = gpu_health(gpu, state.health_cleared) if gpu is not None else ()
+        health: Tuple[str, ...] = gpu_health(gpu, state.health_cleared) if gpu is not None else ()
         entry.update(health_fields(gpu is not None, health, state.maintenance.get(uuid)))
         entries.append(entry)
     return entries
 
 
-def busy_check(host, gpus=None, state_dir=DEFAULT_STATE_DIR, lock_timeout=120.0):
+def busy_check(host: Host, gpus: Optional[Sequence[str]] = None, state_dir: str = DEFAULT_STATE_DIR,
+               lock_timeout: float = 120.0) -> List[BusyEntry]:
     """``[{uuid, busy, claimed_by, healthy, problems, reset_ineffective, recoverable}]`` for each GPU of ``gpus``
     (None: every GPU the node lists); ``BusyError`` for bad input."""
     try:
@@ -112,7 +123,7 @@ def busy_check(host, gpus=None, state_dir=DEFAULT_STATE_DIR, lock_timeout=120.0)
 
 # -- events ------------------------------------------------------------------------------------------
 
-def _gpu_event(host, state, kind, uuid, reason, message):
+def _gpu_event(host: Host, state: NodeState, kind: str, uuid: str, reason: str, message: str) -> Dict[str, Any]:
     """One signed event of a GPU's recovery: its body names its type, as a condition's does; its generation is the
     node's last observed one (0 before the first finished pass)."""
     generation = state.ledger.observed_generation
@@ -122,7 +133,7 @@ def _gpu_event(host, state, kind, uuid, reason, message):
         "message": message}}
 
 
-def _room(state, adding, what):
+def _room(state: NodeState, adding: int, what: str) -> None:
     """Fail (changing nothing) when the journal cannot take ``adding`` more events: the call is run again once the
     node's events are delivered and acknowledged, as a pass is retried."""
     events, size = state.backlog()
@@ -134,7 +145,8 @@ def _room(state, adding, what):
             % (len(events), size, MAX_UNACKED, MAX_JOURNAL_BYTES, what, adding))
 
 
-def _journal_and_save(state, events, records, back_in_service=(), now=None):
+def _journal_and_save(state: NodeState, events: Sequence[Dict[str, Any]], records: Records,
+                      back_in_service: Sequence[str] = (), now: Optional[float] = None) -> None:
     """Journal ``events`` (signed), then record ``records`` (and the GPUs whose faults before ``now`` stop
     counting): the event comes first, as for every report (``state/store.py``)."""
     for event in events:
@@ -145,9 +157,10 @@ def _journal_and_save(state, events, records, back_in_service=(), now=None):
 
 # -- maintenance -------------------------------------------------------------------------------------
 
-def set_maintenance(host, gpus, present, reason=None, state_dir=DEFAULT_STATE_DIR, check_mode=False,
-                    lock_timeout=120.0, lease=None, lease_seconds=DEFAULT_LEASE_SECONDS,
-                    reraise_after=DEFAULT_RERAISE_AFTER):
+def set_maintenance(host: Host, gpus: Sequence[str], present: bool, reason: Optional[str] = None,
+                    state_dir: str = DEFAULT_STATE_DIR, check_mode: bool = False, lock_timeout: float = 120.0,
+                    lease: Optional[str] = None, lease_seconds: float = DEFAULT_LEASE_SECONDS,
+                    reraise_after: float = DEFAULT_RERAISE_AFTER) -> Dict[str, Any]:
     """Put ``gpus`` in maintenance (``present``) or take them out, under a recovery's ``lease`` when one is named.
     Returns ``{changed, before, after, lease_holder, lease_until, gpus, msg}`` (the records as ``listing`` gives
     them; ``gpus``, the busy entries of ``gpus``, only with a lease and ``present``). Check mode computes the same
@@ -177,8 +190,8 @@ def set_maintenance(host, gpus, present, reason=None, state_dir=DEFAULT_STATE_DI
             _known(host, uuids, holds)
         before = state.maintenance
         now = time.time()
-        result = {"changed": False, "before": listing(before, now), "after": listing(before, now),
-                  "lease_holder": None, "lease_until": None}
+        result: Dict[str, Any] = {"changed": False, "before": listing(before, now), "after": listing(before, now),
+                                  "lease_holder": None, "lease_until": None}
         if lease is not None:
             holder = lease_holder(dict((u, r) for u, r in before.items() if present or u in uuids), lease, now)
             if holder is not None:
@@ -223,7 +236,8 @@ def set_maintenance(host, gpus, present, reason=None, state_dir=DEFAULT_STATE_DI
 
 # -- a reset -----------------------------------------------------------------------------------------
 
-def reset_gpus(host, gpus, state_dir=DEFAULT_STATE_DIR, check_mode=False, lock_timeout=120.0):
+def reset_gpus(host: Host, gpus: Sequence[str], state_dir: str = DEFAULT_STATE_DIR, check_mode: bool = False,
+               lock_timeout: float = 120.0) -> Dict[str, Any]:
     """Reset ``gpus``, each in maintenance and free, and read their health again:
     ``{changed, gpus: [{uuid, reset, healthy, problems, error}], failed, msg}``.
 
@@ -306,17 +320,20 @@ def reset_gpus(host, gpus, state_dir=DEFAULT_STATE_DIR, check_mode=False, lock_t
                 "after": dict((r["uuid"], r) for r in results), "gpus": results, "msg": reset_message(results)}
 
 
-def _reset(host, uuids):
-    """``({uuid: when it was reset}, {uuid: why it was not})``: each GPU reset in turn."""
-    done, errors = {}, {}
-    fakehw = getattr(host, "fakehw_path", None)
-    if fakehw is not None:
+def _reset(host: Host, uuids: List[str]) -> Tuple[Dict[str, float], Dict[str, str]]:
+    """``({uuid: when it was reset}, {uuid: why it was not})``: each GPU reset in turn, in the fakehw file of a
+    fakehw node, by ``nvidia-smi`` (``reset_argv``) on a real one."""
+    if isinstance(host, FakeHwHost):
         try:
-            reset_fakehw_gpus(fakehw, uuids)
+            reset_fakehw_gpus(host.fakehw_path, uuids)
         except (BcdError, OSError) as exc:
             return {}, dict((uuid, "the fakehw file could not be rewritten: %s" % exc) for uuid in uuids)
         now = time.time()
         return dict((uuid, now) for uuid in uuids), {}
+    if not isinstance(host, RealHost):  # a host is one or the other (node/hosts.py)
+        raise BusyError("a %s cannot reset GPUs" % type(host).__name__)
+    done: Dict[str, float] = {}
+    errors: Dict[str, str] = {}
     for uuid in uuids:
         argv = reset_argv(uuid)
         rc, out, err = run_tool(host.runner, argv)
@@ -327,7 +344,7 @@ def _reset(host, uuids):
     return done, errors
 
 
-def reset_message(results):
+def reset_message(results: Sequence[Dict[str, Any]]) -> str:
     """The reset module's ``msg``: what became of each GPU."""
     parts = []
     for result in results:
@@ -342,7 +359,7 @@ def reset_message(results):
     return "; ".join(parts)
 
 
-def busy_message(entries):
+def busy_message(entries: Sequence[BusyEntry]) -> str:
     """The module's ``msg``: each busy GPU and what claims it (maintenance left out: it makes no GPU busy), or
     that none of them is busy. Escaped like ``busy_lines``."""
     busy = ["%s is busy: %s" % (printable(entry["uuid"]), "; ".join(
@@ -355,7 +372,7 @@ def busy_message(entries):
     return "%s %s free" % (", ".join(printable(entry["uuid"]) for entry in entries), "is" if len(entries) == 1 else "are")
 
 
-def busy_lines(entries):
+def busy_lines(entries: Sequence[BusyEntry]) -> List[str]:
     """What ``bcd-holds busy`` prints: one line per GPU. A claim's text names what the state directory, a
     hold spec or the VMs say (an allocation id, a path, a reason): each is escaped (``support/text.py``), so
     nothing in it can redraw the line, and a busy GPU is never shown free."""

@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import threading
+from typing import Callable, Dict, Literal, Optional, Sequence
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Refuse
@@ -32,12 +33,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry import installed
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import BusyError, busy_check, busy_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import FAILED, PROGRESSING, node_runtimes, run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.entry.deliver import DEFAULT_CONFIG, run_delivery
-from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor import doctor_lines, run_checks
+from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor.checks import run_checks
+from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor.report import doctor_lines
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.server import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.installed import DEFAULT_MANIFEST
 from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host, make_host
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NODESPEC_NAME, NodeState, nodespec_from_data
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
@@ -49,14 +51,14 @@ MAX_SPEC_BYTES = FILE_CAPS[NODESPEC_NAME]  # a spec is stored as the timers' inp
 DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"
 
 
-def out(text):
+def out(text: str) -> None:
     """Lines on stdout (module_utils code may not call print). The renderers escape what they show; each
     line is escaped here again (``support/text.py``: a no-op on escaped text), so nothing that reaches a
     terminal through bcd-holds is terminal control, whatever a renderer missed."""
     sys.stdout.write(printable_lines(text) + "\n")
 
 
-def out_quiet(text):
+def out_quiet(text: str) -> None:
     """A line on stdout that says nothing happened; under systemd at debug priority, so a timer's every run
     leaves nothing in the journal (the unit's ``LogLevelMax=info`` drops it)."""
     if os.environ.get("JOURNAL_STREAM"):
@@ -65,7 +67,7 @@ def out_quiet(text):
         out(text)
 
 
-def log(level, message):
+def log(level: Literal["ERROR", "WARNING", "INFO"], message: str) -> None:
     """A line on stderr; under systemd (JOURNAL_STREAM set) with the syslog priority prefix journald reads.
     The message is escaped to one line: it may quote a state file, a spec or a peer's request."""
     priority = {"ERROR": 3, "WARNING": 4, "INFO": 6}[level]
@@ -73,17 +75,17 @@ def log(level, message):
     sys.stderr.write("%s%s: %s\n" % (prefix, level, printable(message)))
 
 
-def _common(parser, defaults=True):
+def _common(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
     """``--root``, ``--fakehw`` and ``--state-dir``: taken before the command (``bcd-holds --root X status``)
     and after it. Only the top parser has defaults: a command's own would overwrite what was given before it."""
-    def default(value):
+    def default(value: Optional[str]) -> Optional[str]:
         return value if defaults else argparse.SUPPRESS
     parser.add_argument("--root", default=default("/"), help="prefix of every node path (default /)")
     parser.add_argument("--fakehw", default=default(None), help="a fakehw hardware file: the host is fakehw")
     parser.add_argument("--state-dir", default=default(DEFAULT_STATE_DIR), help="state directory under --root")
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     _common(common, defaults=False)
     parser = argparse.ArgumentParser(prog="bcd-holds", description="GPU holds on this node: converge, inspect, "
@@ -144,15 +146,15 @@ def build_parser():
     return parser
 
 
-def _host(args, helper_socket=None):
+def _host(args: argparse.Namespace, helper_socket: Optional[str] = None) -> Host:
     return make_host(args.root, args.fakehw, helper_socket=helper_socket)
 
 
-def _state(host, args):
+def _state(host: Host, args: argparse.Namespace) -> NodeState:
     return NodeState(host.path(args.state_dir), args.state_dir)
 
 
-def _stored_runtimes(host, args, strict=True):
+def _stored_runtimes(host: Host, args: argparse.Namespace, strict: bool = True) -> object:
     """``cdi_runtimes`` as the timers' passes use it: what the stored input names, else ``auto``. A stored
     input root will not use is an error (``strict``), or left to the caller's own check of it."""
     try:
@@ -171,7 +173,7 @@ def _stored_runtimes(host, args, strict=True):
     return option
 
 
-def cmd_converge(args):
+def cmd_converge(args: argparse.Namespace) -> int:
     host = _host(args, args.helper_socket)
     state = _state(host, args)
     if args.retry_only:
@@ -229,7 +231,7 @@ def cmd_converge(args):
     return EX_RETRY if section["state"] == PROGRESSING else EX_OK
 
 
-def cmd_status(args):
+def cmd_status(args: argparse.Namespace) -> int:
     host = _host(args, args.helper_socket)
     status = node_status(host, args.state_dir, _stored_runtimes(host, args))
     if args.json:
@@ -239,7 +241,7 @@ def cmd_status(args):
     return EX_OK
 
 
-def cmd_doctor(args):
+def cmd_doctor(args: argparse.Namespace) -> int:
     host = _host(args)
     checks = run_checks(host, args.state_dir, args.helper_socket,
                         node_runtimes(host, _stored_runtimes(host, args, strict=False)))
@@ -251,7 +253,7 @@ def cmd_doctor(args):
     return EX_CHECK if any(check["level"] != "OK" for check in checks) else EX_OK
 
 
-def cmd_busy(args):
+def cmd_busy(args: argparse.Namespace) -> int:
     try:
         entries = busy_check(_host(args), args.gpus, args.state_dir, args.lock_timeout)
     except BusyError as exc:
@@ -264,7 +266,7 @@ def cmd_busy(args):
     return EX_BUSY if any(entry["busy"] for entry in entries) else EX_OK
 
 
-def cmd_metrics(args):
+def cmd_metrics(args: argparse.Namespace) -> int:
     text = node_metrics(_host(args), args.state_dir)
     if args.textfile:
         try:
@@ -277,7 +279,7 @@ def cmd_metrics(args):
     return EX_OK
 
 
-def cmd_events(args):
+def cmd_events(args: argparse.Namespace) -> int:
     state = _state(_host(args), args)
     events, acknowledged = state.list_and_acknowledge(args.ack_through)
     for warning in state.warnings():
@@ -290,12 +292,12 @@ def cmd_events(args):
     return EX_OK
 
 
-def cmd_deliver(args):
+def cmd_deliver(args: argparse.Namespace) -> int:
     result = run_delivery(args.root, args.state_dir, args.config, os.environ, ignore_backoff=args.now,
                           lock_timeout=args.lock_timeout)
     for warning in result.pop("warnings"):
         log("WARNING", warning)
-    code = result.pop("code")
+    code: int = result.pop("code")
     if args.json:
         out(json.dumps(result, indent=2, sort_keys=True))
     if code != EX_OK:
@@ -305,7 +307,7 @@ def cmd_deliver(args):
     return code
 
 
-def cmd_installed(args):
+def cmd_installed(args: argparse.Namespace) -> int:
     try:
         if args.record:
             count = installed.record(args.root, args.manifest, sys.stdin.buffer.read(installed.MAX_RECORD_BYTES + 1))
@@ -319,7 +321,7 @@ def cmd_installed(args):
     return EX_OK if ok else EX_CHECK
 
 
-def cmd_helper(args):
+def cmd_helper(args: argparse.Namespace) -> int:
     if os.geteuid() != 0 and not args.fakehw:
         log("ERROR", "the root helper must run as root")
         return EX_ERROR
@@ -342,12 +344,12 @@ def cmd_helper(args):
     return EX_OK
 
 
-COMMANDS = {"converge": cmd_converge, "status": cmd_status, "doctor": cmd_doctor, "busy": cmd_busy,
-            "metrics": cmd_metrics, "events": cmd_events, "deliver": cmd_deliver, "installed": cmd_installed,
-            "helper": cmd_helper}
+COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
+    "converge": cmd_converge, "status": cmd_status, "doctor": cmd_doctor, "busy": cmd_busy, "metrics": cmd_metrics,
+    "events": cmd_events, "deliver": cmd_deliver, "installed": cmd_installed, "helper": cmd_helper}
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)

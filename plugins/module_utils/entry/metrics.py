@@ -31,7 +31,7 @@ spec's reasons, else under ``other`` (on earlier releases 60 000 distinct reason
 from __future__ import annotations
 
 import os
-from typing import Dict, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import CONDITION_TYPES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import REASONS
@@ -40,21 +40,24 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import wri
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host
+
 PASS_STATES = ("CONVERGED", "PROGRESSING", "FAILED")
 OTHER_REASON = "other"  # a ledger's reason that is none of REASONS
 REFUSAL_REASONS = tuple(REASONS) + (OTHER_REASON,)
 
 
-def _label(value):
+def _label(value: object) -> str:
     # escaped first (``support/text.py``: a reason from the ledger is the account's), then as the format asks
     return printable(value).replace("\\", "\\\\").replace('"', '\\"')
 
 
 class _Text:
-    def __init__(self):
-        self.lines = []
+    def __init__(self) -> None:
+        self.lines: List[str] = []
 
-    def family(self, name, kind, help_text, samples):
+    def family(self, name: str, kind: str, help_text: str, samples: Iterable[Tuple[Dict[str, str], float]]) -> None:
         """``samples``: ``[(labels dict, value)]``."""
         self.lines.append("# HELP %s %s" % (name, help_text))
         self.lines.append("# TYPE %s %s" % (name, kind))
@@ -62,11 +65,11 @@ class _Text:
             shown = ",".join('%s="%s"' % (key, _label(labels[key])) for key in sorted(labels))
             self.lines.append("%s%s %s" % (name, "{%s}" % shown if shown else "", _number(value)))
 
-    def text(self):
+    def text(self) -> str:
         return "\n".join(self.lines) + "\n"
 
 
-def _number(value):
+def _number(value: float) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
@@ -74,11 +77,11 @@ def _number(value):
     return repr(float(value))
 
 
-def _held(gpu):
+def _held(gpu: Dict[str, Any]) -> bool:
     return bool(gpu["held_by"] or any(m["held_by"] for m in gpu["mig"]) or gpu["slots"] or gpu["missing_parts"])
 
 
-def node_metrics(host, state_dir=DEFAULT_STATE_DIR):
+def node_metrics(host: Host, state_dir: str = DEFAULT_STATE_DIR) -> str:
     """The metrics text of the node."""
     status = node_status(host, state_dir)
     state = NodeState(host.path(state_dir), state_dir)
@@ -87,7 +90,7 @@ def node_metrics(host, state_dir=DEFAULT_STATE_DIR):
     last = state.last_pass()
     out = _Text()
 
-    holds = {}  # type: Dict[Tuple[str, str], int]
+    holds: Dict[Tuple[str, str], int] = {}
     for hold in status["holds"]:
         key = (hold["binding"], "devices_missing" if hold["missing_devices"] else "bound")
         holds[key] = holds.get(key, 0) + 1
@@ -110,10 +113,10 @@ def node_metrics(host, state_dir=DEFAULT_STATE_DIR):
     out.family("bcd_kubernetes_release_oldest_age_seconds", "gauge", "Age of the oldest pending Kubernetes release.",
                [({}, max([p.get("age_seconds") or 0 for p in pending] or [0]))])
 
-    reasons = dict((reason, 0) for reason in REFUSAL_REASONS)  # type: Dict[str, int]
-    for record in ledger.failures.values():
-        if isinstance(record.get("reason"), str):
-            reason = record["reason"] if record["reason"] in REASONS else OTHER_REASON
+    reasons: Dict[str, int] = dict((reason, 0) for reason in REFUSAL_REASONS)
+    for journaled in ledger.failures.values():
+        if journaled.refusal is not None:
+            reason = journaled.refusal.reason if journaled.refusal.reason in REASONS else OTHER_REASON
             reasons[reason] += 1
     out.family("bcd_refusals", "gauge", "Assignments refused at their generation, by reason (other: a reason the "
                                         "spec does not name).",
@@ -134,7 +137,7 @@ def node_metrics(host, state_dir=DEFAULT_STATE_DIR):
     return out.text()
 
 
-def write_textfile(path, text):
+def write_textfile(path: str, text: str) -> None:
     """``text`` into ``path`` atomically (node_exporter reads only ``*.prom``: a temporary name is never one)."""
     if not path.endswith(".prom"):
         raise ValueError("the textfile must end in .prom (node_exporter's textfile collector reads only those): %s"

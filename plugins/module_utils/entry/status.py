@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import busy_entry, claims_on
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import read_hold
@@ -21,8 +21,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.health import g
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, atoms_of, resolve_atom
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import pending_summary, release_conditions
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import gpu_numa_nodes, locality
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import UNREADABLE_RELEASES
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner import limits_from_record
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import UNREADABLE_RELEASES
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import (
     damaged_condition,
     kept_as_bound_conditions,
@@ -33,14 +32,22 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import 
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain, Inventory
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import Ledger
+    from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host
 
-def gpu_status(inventory, holds, domains=(), releases=None):
+
+def gpu_status(inventory: Inventory, holds: Sequence[LiveHold], domains: Iterable[Domain] = (),
+               releases: Optional[Releases] = None) -> List[Dict[str, Any]]:
     """One entry per GPU of the inventory, then one per GPU a hold names that the inventory lacks.
     ``passed_through_to`` names the VM that has the GPU through VFIO. Devices of a pending Kubernetes
     release show as ``<allocation> (release pending)``; while the releases file is unreadable, every
     GPU not otherwise held shows as claimed by those releases."""
     vms = dict((gpu, domain.instance_id) for domain in domains for gpu in domain.gpus)
-    whole = {}  # type: Dict[str, str]
+    whole: Dict[str, str] = {}
     parts: Dict[str, List[Tuple[Atom, str]]] = {}
     owners = [(hold.allocation_id, hold.atoms) for hold in holds]
     for release in (releases.pending.values() if releases is not None else ()):
@@ -54,7 +61,7 @@ def gpu_status(inventory, holds, domains=(), releases=None):
     if releases is not None and (releases.marker or releases.unreadable is not None):
         for gpu in inventory.gpus:
             whole.setdefault(gpu.uuid, UNREADABLE_RELEASES)
-    entries = []
+    entries: List[Dict[str, Any]] = []
     for gpu in inventory.gpus:
         held_parts = parts.pop(gpu.uuid, [])
         mig_owner = dict(((atom.gi, atom.ci), owner) for atom, owner in held_parts
@@ -81,7 +88,8 @@ def gpu_status(inventory, holds, domains=(), releases=None):
     return entries
 
 
-def _with_service(gpus, holds, releases, domains, state, inventory):
+def _with_service(gpus: List[Dict[str, Any]], holds: Sequence[LiveHold], releases: Releases, domains: Sequence[Domain],
+                  state: NodeState, inventory: Inventory) -> List[Dict[str, Any]]:
     """Each GPU entry with ``maintenance`` (its reason, or None), ``busy`` (what ``gpu_busy`` says) and
     ``health`` (what makes it unhealthy, ``domain/health.py``; empty when nothing does)."""
     for entry in gpus:
@@ -94,7 +102,7 @@ def _with_service(gpus, holds, releases, domains, state, inventory):
     return gpus
 
 
-def hold_staleness(hold, probe):
+def hold_staleness(hold: LiveHold, probe: Optional[Host]) -> List[str]:
     """What a hold's spec on disk names that the node does not have now (empty when the host cannot tell)."""
     if probe is None or hold.content is None:
         return []
@@ -105,13 +113,13 @@ def hold_staleness(hold, probe):
     return stale_edits(spec, probe)
 
 
-def hold_localities(host, holds, ledger, inventory):
+def hold_localities(host: Host, holds: Sequence[LiveHold], ledger: Ledger,
+                    inventory: Inventory) -> Dict[str, Optional[Dict[str, Any]]]:
     """``{allocation_id: note}`` of each hold whose cpus or mems (as the ledger recorded them at its bind) lie
     outside its GPUs' NUMA nodes (``admission.locality``); None for a hold that is local, books neither, or
     whose locality is not known. The host's CPUs are read only when some hold books cpus or mems."""
-    limits = dict((hold.allocation_id, limits_from_record((ledger.bound.get(hold.allocation_id) or {}).get("limits")))
-                  for hold in holds)
-    found = dict.fromkeys(limits)  # type: Dict[str, object]
+    limits = dict((hold.allocation_id, ledger.limits_of(hold.allocation_id)) for hold in holds)
+    found: Dict[str, Optional[Dict[str, Any]]] = dict.fromkeys(limits)
     if not any(booked is not None and (booked.cpus or booked.mems) for booked in limits.values()):
         return found
     cpus = host.cpus()[0]
@@ -122,7 +130,7 @@ def hold_localities(host, holds, ledger, inventory):
     return found
 
 
-def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
+def node_status(host: Host, state_dir: str = DEFAULT_STATE_DIR, cdi_runtimes: object = "auto") -> Dict[str, Any]:
     """Everything ``holds_info`` reports, read-only."""
     runtimes, runtime_warnings = node_runtimes(host, cdi_runtimes)
     vendor = host.vendor_spec()
@@ -150,7 +158,7 @@ def node_status(host, state_dir=DEFAULT_STATE_DIR, cdi_runtimes="auto"):
         conditions.append(damaged_condition(damaged))
     conditions.extend(vendor_conditions(vendor, runtimes))
     conditions.extend(kept_as_bound_conditions(state.ledger))
-    holders = {}  # type: Dict[str, List[str]]
+    holders: Dict[str, List[str]] = {}
     for hold in holds:
         for atom in hold.atoms:
             holders.setdefault(atom.gpu_uuid, [])
@@ -187,15 +195,16 @@ SERVICE_CELL = 32  # with a short holder the first five columns stay within 75, 
 PART_CELL = 100  # one MIG instance or slot and its holder, in the last column
 
 
-def _cell(value, limit=None):
+def _cell(value: object, limit: Optional[int] = None) -> str:
     """A cell of the table: escaped, so that nothing in it moves the cursor or reorders the line."""
     return printable(value, limit)
 
 
-def _wrapped(head, parts, lead):
+def _wrapped(head: str, parts: str, lead: int) -> List[str]:
     """``head`` then ``parts`` (comma-separated), continued on indented lines past ``WIDTH``."""
     room = max(20, WIDTH - lead)
-    lines, line = [], ""
+    lines: List[str] = []
+    line = ""
     for part in parts.split(", "):
         candidate = part if not line else line + ", " + part
         if line and len(candidate) > room:
@@ -207,16 +216,16 @@ def _wrapped(head, parts, lead):
     return [head + lines[0]] + [" " * lead + rest for rest in lines[1:]]
 
 
-def short_uuid(uuid):
+def short_uuid(uuid: str) -> str:
     """``GPU-5f1c2a90…000001``: enough of a UUID to tell a node's GPUs apart in a table."""
     return uuid if len(uuid) <= 20 else "%s…%s" % (uuid[:12], uuid[-6:])
 
 
-def status_table(status):
+def status_table(status: Dict[str, Any]) -> str:
     """``bcd-holds status``: one line per GPU (index, short UUID, who holds it whole, whether a reset must
     wait, maintenance, its MIG instances and slots, wrapped to ``WIDTH``), then releases and conditions.
     Every value is escaped into its cell (``_cell``): the table is data, never terminal control."""
-    rows = [("GPU", "UUID", "HELD BY", "RESET", "SERVICE", "MIG INSTANCES AND SLOTS")]
+    rows: List[Tuple[str, ...]] = [("GPU", "UUID", "HELD BY", "RESET", "SERVICE", "MIG INSTANCES AND SLOTS")]
     for gpu in status["gpus"]:
         if gpu["held_by"]:
             holder = gpu["held_by"]

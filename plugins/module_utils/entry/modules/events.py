@@ -42,8 +42,8 @@ def _node_id(params: Dict[str, Any]) -> str:
 def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module: AnsibleModule = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, LOCK_OPTIONS, ack_through=dict(type="int")),
-                                 supports_check_mode=True)
+    module: AnsibleModule = basic.AnsibleModule(
+        argument_spec=argument_spec(NODE_OPTIONS, LOCK_OPTIONS, ack_through=dict(type="int")), supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:
         # only the state directory under root: no host, so neither the node's readers nor their imports

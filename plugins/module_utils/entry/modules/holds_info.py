@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never impo
 def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module: AnsibleModule = basic.AnsibleModule(argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS),
-                                 supports_check_mode=True)
+    module: AnsibleModule = basic.AnsibleModule(
+        argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS), supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:
         host = host_from_params(module.params)

@@ -54,8 +54,8 @@ def main(basic: ModuleType) -> None:
             params["reraise_after"])
     except (BcdError, OSError) as exc:
         module.fail_json(msg=printable(exc))
-    result: Dict[str, Any] = {"changed": done["changed"], "maintenance": done["after"], "lease_holder": done["lease_holder"],
-              "lease_until": done["lease_until"]}
+    result: Dict[str, Any] = {"changed": done["changed"], "maintenance": done["after"],
+                              "lease_holder": done["lease_holder"], "lease_until": done["lease_until"]}
     for key in ("gpus", "msg"):
         if key in done:
             result[key] = done[key]

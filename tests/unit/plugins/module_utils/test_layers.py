@@ -18,7 +18,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan import pla
 MODULE_UTILS = Path(planner.__file__).resolve().parents[2]
 PREFIX = "ansible_collections.bcd.devices.plugins.module_utils."
 LAYERS = ("support", "domain", "node", "state", "entry")  # lowest first
-ROOMS = ("domain.cdi", "domain.input", "domain.plan", "domain.plan.actions", "entry.helper", "entry.modules")
+ROOMS = ("domain.cdi", "domain.input", "domain.plan", "domain.plan.actions", "entry.doctor", "entry.helper", "entry.modules")
 
 
 def modules():

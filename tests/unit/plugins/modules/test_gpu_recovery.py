@@ -19,7 +19,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import res
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import SIGNED_TYPES, TYPED_BODY_TYPES
 from ansible_collections.bcd.devices.plugins.module_utils.entry import busy as entry_busy
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
-from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost
+from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import FakeHwHost, RealHost
 from ansible_collections.bcd.devices.plugins.module_utils.state import events as journal_module
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import NodeState
@@ -171,17 +171,21 @@ def test_a_reset_that_does_not_help_keeps_the_gpu_out_and_raises_gpu_reset_ineff
     assert [g["maintenance"] for g in info(capsys, node)["gpus"] if g["uuid"] == GPU_B] == ["unhealthy, being reset"]
 
 
-class RealLikeHost(FakeHwHost):
-    """A fakehw node whose reset goes through the command runner, as a real node's does."""
+class RealLikeHost(RealHost):
+    """A real node (its reset goes through the command runner) whose GPUs and VMs are the fakehw file's."""
 
     def __init__(self, root, fakehw, runner):
-        super().__init__(root, fakehw)
-        self.fakehw_path = None
-        self.runner = runner
+        super().__init__(root, runner=runner)
         self._fakehw = fakehw
 
     def fresh(self):
         return RealLikeHost(self.root, self._fakehw, self.runner)
+
+    def _read_inventory(self):
+        return load_fakehw(self._fakehw).inventory
+
+    def _read_domains(self):
+        return FakeHwHost(self.root, self._fakehw).domains()
 
 
 def test_a_real_node_runs_nvidia_smi_gpu_reset_with_the_uuid_and_reports_its_failure(node):

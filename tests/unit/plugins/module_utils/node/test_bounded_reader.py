@@ -473,7 +473,7 @@ STATE_NAMES = set(FILE_CAPS)
 NAME_CONSTANTS = set(key for key in vars(_state_files) if key.endswith("_NAME"))  # the table's
 READER = "node/state_files.py"
 # The state layer, the parsers of state files and the entry points that read only the state: no raw
-# I/O at all (entry/status.py and doctor.py also parse hold specs, root's: the test below covers them).
+# I/O at all (entry/status.py and doctor/node.py also parse hold specs, root's: the test below covers them).
 NO_RAW_IO = ["state/%s" % path.name for path in sorted((MODULE_UTILS / "state").glob("*.py"))] + [
     "domain/maintenance.py", "domain/health.py", "entry/busy.py", "entry/metrics.py"]
 
