@@ -25,6 +25,7 @@ same on 3.13; up to 4 MB more at its peak."""
 from __future__ import annotations
 
 import os
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -46,7 +47,7 @@ MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 _DIGEST: list[str] = []
 
 
-def controller_digest():
+def controller_digest() -> str:
     """The digest of this controller's collection ``module_utils``, once per process."""
     if not _DIGEST:
         _DIGEST.append(library.library_digest(MODULE_UTILS))
@@ -58,7 +59,7 @@ def controller_digest():
 controller_digest()
 
 
-def wanted_library(value):
+def wanted_library(value: object) -> Optional[str]:
     """The library's node path from the variable's value, or None when the node library is not wanted."""
     if value is None or value is True:
         return library.DEFAULT_LIBRARY
@@ -67,7 +68,7 @@ def wanted_library(value):
     return str(value)
 
 
-def local_facts(task_vars):
+def local_facts(task_vars: Dict[str, Any]) -> Dict[str, Any]:
     """The host's local facts (``ansible_local``: ``facts.d`` on the node, read by fact gathering), from the
     injected variable or from ``ansible_facts`` (where injecting facts as variables is off); {} when none."""
     for found in (task_vars.get("ansible_local"), (task_vars.get("ansible_facts") or {}).get("ansible_local"),
@@ -77,7 +78,8 @@ def local_facts(task_vars):
     return {}
 
 
-def library_wanted(task_vars, template=lambda value: value):
+def library_wanted(task_vars: Dict[str, Any],
+                   template: Callable[[Any], Any] = lambda value: value) -> Tuple[Optional[str], str]:
     """``(path, why)``: the library's node path to run from, or None for the module as shipped, and what said
     so. Nothing here runs on the node: the variable when set, else the fact the role's run set (``INSTALLED_FACT``),
     else the role's local fact, else no library.
@@ -104,13 +106,13 @@ class NodeLibraryAction(ActionBase):
     _supports_check_mode = True
     _supports_async = True
 
-    def _configure_module(self, *args, **kwargs):
+    def _configure_module(self, *args: Any, **kwargs: Any) -> Any:
         """ansible-core's payload build (``ActionBase._configure_module``, its arguments passed on as given),
         under ``fewer_collections``. A release that renamed the method would build as before, only slower."""
         with fewer_collections(freeze=True):
             return super()._configure_module(*args, **kwargs)
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: Optional[str] = None, task_vars: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
@@ -138,7 +140,7 @@ class NodeLibraryAction(ActionBase):
             if "node_install_stale" in ran:  # the role's check of its install: nothing ran, the role installs first
                 result.update(skipped=True, changed=False, install_stale=ran["node_install_stale"], ran_from="none",
                               skip_reason="the node's install is not this role's: %s" % ran["node_install_stale"])
-                self._remove_tmp_path(self._connection._shell.tmpdir)
+                self._remove_tmp()
                 return result
             if "node_library_refused" in ran:
                 display.warning("%s ran as Ansible ships it, not from the node's library: %s" % (name, ran["node_library_refused"]))
@@ -152,5 +154,10 @@ class NodeLibraryAction(ActionBase):
             ran["ran_from"] = "bundled"
         result.update(ran)
         if not wrap_async:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            self._remove_tmp()
         return result
+
+    def _remove_tmp(self) -> None:
+        """ansible-core's removal of the task's temporary directory on the node."""
+        # untyped in ansible-core; mypy exempts ansible's untyped calls by the receiver's class, here this one
+        self._remove_tmp_path(self._connection._shell.tmpdir)  # type: ignore[no-untyped-call]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List
+from typing import TYPE_CHECKING, Any, Dict, Final, List, Literal, NamedTuple, Optional, Sequence, Tuple, TypedDict
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import MPS_PIPE_DIRECTORY, SPEC_DIR, env_file_path, read_hold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
@@ -29,7 +29,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner im
     Observed,
     Plan,
     grows,
-    limits_from_record,
     placed,
     plan_pass,
 )
@@ -40,9 +39,28 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.collector impo
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
-CONVERGED = "CONVERGED"
-PROGRESSING = "PROGRESSING"
-FAILED = "FAILED"
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import Runtime
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Assignment, ParsedInput
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import Ledger
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus, HostMemory
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import PodView
+    from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host
+
+CONVERGED: Final = "CONVERGED"
+PROGRESSING: Final = "PROGRESSING"
+FAILED: Final = "FAILED"
+PassState = Literal["CONVERGED", "PROGRESSING", "FAILED"]
+
+
+class Section(TypedDict):
+    """The pass's section of the result (and ``bcd-holds converge``'s last line): how far the node got."""
+
+    state: PassState
+    generation: int
+    observed_generation: Optional[int]  # before a pass that must be retried; the generation's own otherwise
+    message: str
 
 
 class PassError(BcdError):
@@ -55,49 +73,49 @@ class PassResult:
     from the node when the pass wrote, whatever failed on the way; the plan's own otherwise)."""
 
     plan: Plan
-    section: dict
+    section: Section
     changed: bool = False
-    events: List[dict] = field(default_factory=list)
+    events: List[Dict[str, Any]] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     capabilities: List[str] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
     inventory: Inventory = field(default_factory=Inventory)
     events_not_shown: int = 0
-    holds: List[dict] = field(default_factory=list)
+    holds: List[Dict[str, Any]] = field(default_factory=list)
     events_older: int = 0  # how many of ``events``, the first ones, are older than the pass
 
-    def refusal_texts(self):
+    def refusal_texts(self) -> List[str]:
         """One line per refusal for a person: ``<allocation> refused (<reason>): <message><hint>``, the reason
         said once where the message already names it (``a1 refused: ResourcesExhausted: …``)."""
         return ["%s refused%s: %s%s" % (f.allocation_id, reason_shown(f.reason, f.message), f.message,
                                         refusal_hint(f.reason, f.message, self.inventory))
                 for f in self.plan.failures]
 
-    def refusal_hints(self):
+    def refusal_hints(self) -> List[str]:
         """What would help with each refusal (``domain/input/hints.py``), "" where nothing would."""
         return [refusal_hint(f.reason, f.message, self.inventory) for f in self.plan.failures]
 
     @property
-    def retry(self):
+    def retry(self) -> bool:
         return self.section["state"] == PROGRESSING
 
-    def failed_events(self):
+    def failed_events(self) -> Dict[str, Any]:
         """What a failed task's result carries of the journal, in place of ``to_dict``'s ``events`` and
         ``events_not_shown``: only the events this pass journaled (none in check mode), every older unacknowledged
         one counted instead, and ``events_elsewhere`` saying how many and where to read them. A refusal's printed
         result thus shows the refusal, whatever the journal holds (docs/events.md, "Reading and acknowledging")."""
         older = self.events_older + self.events_not_shown
-        shown = {"events": self.events[self.events_older:], "events_not_shown": older}
+        shown: Dict[str, Any] = {"events": self.events[self.events_older:], "events_not_shown": older}
         if older:
             shown["events_elsewhere"] = events_elsewhere(older)
         return shown
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return {
             "changed": self.changed,
             "plan": [action.to_dict() for action in self.plan.actions],
             "section": self.section,
-            "failures": [failure.to_dict() for failure in self.plan.failures],
+            "failures": [failure.to_dict(self.plan.generation) for failure in self.plan.failures],
             "events": self.events,
             "events_not_shown": self.events_not_shown,
             "holds": self.holds,
@@ -107,7 +125,7 @@ class PassResult:
         }
 
 
-def capabilities(host, inventory):
+def capabilities(host: Host, inventory: Inventory) -> List[str]:
     """What the node can honour: nothing that needs root on an unprivileged node."""
     caps = []
     if host.privileged:
@@ -120,7 +138,7 @@ def capabilities(host, inventory):
     return caps
 
 
-def node_runtimes(host, option="auto"):
+def node_runtimes(host: Host, option: object = "auto") -> Tuple[List[Runtime], List[str]]:
     """``(runtimes, warnings)``: the runtimes ``cdi_runtimes`` names, or those found on the node under
     ``auto``. ``PassError`` for an option that is not ``auto`` or a list of ``{name, version}``."""
     try:
@@ -132,8 +150,10 @@ def node_runtimes(host, option="auto"):
     return runtimes, []
 
 
-def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_STATE_DIR, runtimes=None,
-            maintenance=None, health_cleared=None):
+def observe(host: Host, ledger: Ledger, wanted: Sequence[Assignment] = (), releases: Optional[Releases] = None,
+            now: float = 0.0, state_dir: str = DEFAULT_STATE_DIR, runtimes: Optional[Sequence[Runtime]] = None,
+            maintenance: Optional[Dict[str, Dict[str, Any]]] = None,
+            health_cleared: Optional[Dict[str, float]] = None) -> Observed:
     """Read everything a plan needs from the host, once: host memory only when a new hold needs
     admission, the kube side only when a Kubernetes release needs it."""
     releases = releases if releases is not None else Releases()
@@ -174,13 +194,14 @@ def observe(host, ledger, wanted=(), releases=None, now=0.0, state_dir=DEFAULT_S
     )
 
 
-def live_holds(host):
+def live_holds(host: Host) -> Dict[str, LiveHold]:
     """``{allocation_id: LiveHold}`` of every hold spec on the node, as read now."""
     return dict((allocation_id, read_hold(allocation_id, path, content))
                 for allocation_id, (path, content) in host.hold_files().items())
 
 
-def _kube_look(host, live, wanted, releases):
+def _kube_look(host: Host, live: Dict[str, LiveHold], wanted: Sequence[Assignment],
+               releases: Releases) -> Optional[PodView]:
     """What the kubelet says of the pods' devices, asked only when a Kubernetes release needs it (one pending,
     a marker, an unreadable record, or a live Kubernetes hold that goes or moves to other devices); else None."""
     wanted_devices = dict((a.allocation_id, (a.kubernetes, sorted(ref.id for ref in a.devices))) for a in wanted)
@@ -191,11 +212,12 @@ def _kube_look(host, live, wanted, releases):
     return None
 
 
-def _env_files(host, live, ledger, wanted, releases):
+def _env_files(host: Host, live: Dict[str, LiveHold], ledger: Ledger, wanted: Sequence[Assignment],
+               releases: Releases) -> Dict[str, Optional[bytes]]:
     """``{allocation_id: bytes or None}``: the env file of every allocation the pass may touch. A reported hold
     whose spec is gone: its env file goes with its release; an env file of an allocation the node knows nothing
-    of: a bind that never finished left it (release.stale_env_files)."""
-    env_files = {}
+    of: a bind that never finished left it (reading.stale_env_files)."""
+    env_files: Dict[str, Optional[bytes]] = {}
     for allocation_id in set(live) | set(ledger.unfinished_releases) | set(a.allocation_id for a in wanted) | \
             set(releases.pending) | set(ledger.bound) | set(host.env_file_ids()):
         try:
@@ -205,7 +227,8 @@ def _env_files(host, live, ledger, wanted, releases):
     return env_files
 
 
-def _admission_reads(host, live, ledger, wanted):
+def _admission_reads(host: Host, live: Dict[str, LiveHold], ledger: Ledger, wanted: Sequence[Assignment]
+                     ) -> Tuple[Optional[HostMemory], Optional[HostCpus], Optional[str]]:
     """``(memory, cpus, cpus_unreadable)``: host memory when a new or rebound hold, or a kept one whose limits
     grow, is admitted; the host's CPUs and NUMA nodes when a hold's cpus or mems are bound anew (checked against
     the host, and its locality said). None where nothing needs them."""
@@ -213,35 +236,32 @@ def _admission_reads(host, live, ledger, wanted):
     if any(needs_admission(a.limits) and (_bound_anew(a, live.get(a.allocation_id)) or _may_grow(a, ledger))
            for a in wanted):
         memory = host.memory()
-    cpus, cpus_unreadable = None, None
+    cpus: Optional[HostCpus] = None
+    cpus_unreadable: Optional[str] = None
     if any(a.limits is not None and (a.limits.cpus or a.limits.mems) and
            (_bound_anew(a, live.get(a.allocation_id)) or _placed_anew(a, ledger)) for a in wanted):
         cpus, cpus_unreadable = host.cpus()
     return memory, cpus, cpus_unreadable
 
 
-def _bound_anew(assignment, hold):
+def _bound_anew(assignment: Assignment, hold: Optional[LiveHold]) -> bool:
     """Whether the pass binds ``assignment`` anew: no live hold, one on other devices or of another binding
     (released and bound again), or one whose spec is damaged (written again). Each is admitted."""
     return hold is None or hold.problem is not None or hold.kubernetes != assignment.kubernetes or \
         sorted(hold.device_ids) != sorted(ref.id for ref in assignment.devices)
 
 
-def _may_grow(assignment, ledger):
+def _may_grow(assignment: Assignment, ledger: Ledger) -> bool:
     """Whether a kept hold's limits book more memory or huge pages than it was bound with."""
-    return grows(limits_from_record((ledger.bound.get(assignment.allocation_id) or {}).get("limits")),
-                 assignment.limits)
+    return grows(ledger.limits_of(assignment.allocation_id), assignment.limits)
 
 
-def _placed_anew(assignment, ledger):
-    """Whether a kept hold's cpus or mems differ from those it was bound with (the ledger's record, compared as
-    written: a no-op pass parses no limits again)."""
-    record = (ledger.bound.get(assignment.allocation_id) or {}).get("limits")
-    was = (record.get("cpus"), record.get("mems")) if isinstance(record, dict) else (None, None)
-    return was != placed(assignment.limits)
+def _placed_anew(assignment: Assignment, ledger: Ledger) -> bool:
+    """Whether a kept hold's cpus or mems differ from those it was bound with (the ledger's)."""
+    return placed(ledger.limits_of(assignment.allocation_id)) != placed(assignment.limits)
 
 
-def section_of(generation, plan, errors, previous_observed):
+def section_of(generation: int, plan: Plan, errors: Sequence[str], previous_observed: Optional[int]) -> Section:
     if errors:
         return {"state": PROGRESSING, "generation": generation, "observed_generation": previous_observed,
                 "message": "; ".join(errors)}
@@ -251,8 +271,9 @@ def section_of(generation, plan, errors, previous_observed):
     return {"state": CONVERGED, "generation": generation, "observed_generation": generation, "message": ""}
 
 
-def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_DIR, check_mode=False,
-             lock_timeout=120.0, store_input=True, cdi_runtimes="auto", env_allow=None):
+def run_pass(host: Host, generation: Optional[int], devices: List[Any], instances: Optional[List[Dict[str, Any]]] = None,
+             state_dir: str = DEFAULT_STATE_DIR, check_mode: bool = False, lock_timeout: float = 120.0,
+             store_input: bool = True, cdi_runtimes: object = "auto", env_allow: object = None) -> PassResult:
     """One pass over ``devices`` at ``generation``; ``check_mode`` plans and writes nothing.
     ``generation`` None: the node numbers the input (``domain/input/generations.py``); one given that the node
     applied with another input is a ``PassError`` before anything is written.
@@ -260,8 +281,9 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
     ``cdi_runtimes``: ``auto`` (find them) or the node's container runtimes as ``{name, version}``.
     ``env_allow``: None, or the only env keys a hold may set (``domain/input/env_policy.py``)."""
     with fewer_collections():
-        return _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_timeout, store_input,
-                         cdi_runtimes, env_allow)
+        return _run_pass(host, generation, devices, instances, state_dir=state_dir, check_mode=check_mode,
+                         lock_timeout=lock_timeout, store_input=store_input, cdi_runtimes=cdi_runtimes,
+                         env_allow=env_allow)
 
 
 # Of the unacknowledged events older than a pass, at most this many ride in its result (docs/events.md); none in a
@@ -269,14 +291,15 @@ def run_pass(host, generation, devices, instances=None, state_dir=DEFAULT_STATE_
 OLDER_EVENTS_SHOWN = 16
 
 
-def events_elsewhere(count):
+def events_elsewhere(count: int) -> str:
     """A failed result's ``events_elsewhere``: how many older unacknowledged events it leaves out, and where they are."""
     return ("%d unacknowledged event%s of earlier passes not shown: bcd.devices.events lists %s (bcd-holds events "
             "on the node)" % (count, "" if count == 1 else "s", "it" if count == 1 else "them all"))
 
 
-def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_timeout, store_input, cdi_runtimes,
-              env_allow=None):
+def _run_pass(host: Host, generation: Optional[int], devices: List[Any], instances: Optional[List[Dict[str, Any]]], *,
+              state_dir: str, check_mode: bool, lock_timeout: float, store_input: bool, cdi_runtimes: object,
+              env_allow: object) -> PassResult:
     if generation is not None:
         _check_generation(generation)
     parsed, allow = _parsed_input(devices, instances, env_allow)
@@ -305,9 +328,9 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
         if unrecorded:
             warnings.append("%s: this pass wrote nothing and journaled no event" % unrecorded)
         if writes and not full:
-            nodespec = (devices, instances, cdi_runtimes, allow) if store_input else None
-            changed, section, holds = _apply(host, state, plan, parsed, observed, errors, generation, previous, now,
-                                             nodespec)
+            stored = StoredInput(devices, instances or [], cdi_runtimes, allow) if store_input else None
+            changed, section, holds = _apply(host, state, plan, parsed=parsed, errors=errors, generation=generation,
+                                             previous=previous, started=now, stored=stored)
         else:
             section, holds = section_of(generation, plan, errors, previous), plan.holds
         events, not_shown, older = _events_shown(state, backlog, journal_bytes,
@@ -318,7 +341,8 @@ def _run_pass(host, generation, devices, instances, state_dir, check_mode, lock_
                       inventory=observed.inventory, events_not_shown=not_shown, holds=holds, events_older=older)
 
 
-def _parsed_input(devices, instances, env_allow):
+def _parsed_input(devices: List[Any], instances: object, env_allow: object
+                  ) -> Tuple[ParsedInput, Optional[Tuple[str, ...]]]:
     """``(parsed, allow)``: the pass's assignments and the env keys a hold may set, checked (``PassError``)."""
     try:
         allow = parse_env_allow(env_allow)
@@ -332,7 +356,8 @@ def _parsed_input(devices, instances, env_allow):
     return parsed, allow
 
 
-def _generation_under_lock(state, generation, devices, instances, writes):
+def _generation_under_lock(state: NodeState, generation: Optional[int], devices: List[Any],
+                           instances: Optional[List[Dict[str, Any]]], writes: bool) -> Tuple[int, Optional[int]]:
     """``(generation, previous)``: the pass's generation, numbered (or refused) against the stored input and the
     state before anything is written, and the observed generation before the pass. Loads the state (for writing
     when the pass writes); ``PassError`` for a generation older than the observed one."""
@@ -351,31 +376,46 @@ def _generation_under_lock(state, generation, devices, instances, writes):
     return generation, ledger.observed_generation
 
 
-def _apply(host, state, plan, parsed, observed, errors, generation, previous, now, nodespec):
-    """Apply ``plan`` and record the pass: ``(changed, section, holds)``. ``errors`` gets what failed, the section
-    is said from them, the state records the pass (and the input ``nodespec`` for the node's timers, unless None),
-    and the holds are those on the node now: the plan's when every step was done (what check mode says), read
-    again when one failed."""
+class StoredInput(NamedTuple):
+    """A real pass's input as the node's timers run it again (``NodeState.store_nodespec``), the options their
+    passes must pass the same way included."""
+
+    devices: List[Any]
+    instances: List[Dict[str, Any]]
+    cdi_runtimes: object
+    env_allow: Optional[Tuple[str, ...]]
+
+
+def _apply(host: Host, state: NodeState, plan: Plan, *, parsed: ParsedInput, errors: List[str], generation: int,
+           previous: Optional[int], started: float, stored: Optional[StoredInput]
+           ) -> Tuple[bool, Section, List[Dict[str, Any]]]:
+    """Apply ``plan`` through the host's writer, the state taking its reports, and record the pass (begun at
+    ``started``, over ``parsed``): ``(changed, section, holds)``. ``errors`` gets what failed, the section is said
+    from them (``previous``: the observed generation before the pass), the state records the pass (and the input
+    ``stored`` for the node's timers, unless None), and the holds are those on the node now: the plan's when every
+    step was done (what check mode says), read again when one failed."""
     done, apply_errors, changed = apply_plan(plan, host.writer, state)  # what was done, failed or not
     errors.extend(apply_errors)
     section = section_of(generation, plan, errors, previous)
-    if nodespec is not None:
-        state.store_nodespec(generation, *nodespec)
+    if stored is not None:
+        state.store_nodespec(generation, stored.devices, stored.instances, stored.cdi_runtimes, stored.env_allow)
     state.finish(generation, section["state"], plan.vfio,
                  set(a.allocation_id for a in parsed.assignments) | set(r.allocation_id for r in parsed.refusals),
-                 finished=not errors, renders=plan.renders, started=now, booked=plan.booked)
+                 finished=not errors, renders=plan.renders, started=started, booked=plan.booked)
     if not apply_errors:  # every step done: the node holds what the plan said it would (check mode's answer)
         return changed, section, list(plan.holds)
     live = live_holds(host)  # something failed on the way: what the node holds now, read again
     return changed, section, _holds_in_order(live, parsed)
 
 
-def _holds_in_order(live, parsed):
+def _holds_in_order(live: Dict[str, LiveHold], parsed: ParsedInput) -> List[Dict[str, Any]]:
     """The summaries of ``live``'s holds, in the input's order (then by id)."""
     return [summary_of(live[allocation_id]) for allocation_id in sorted(live, key=lambda a: (parsed.position(a), a))]
 
 
-def _events_shown(state, backlog, journal_bytes, journaled, full, warnings, clean=False):
+def _events_shown(state: NodeState, backlog: List[Dict[str, Any]], journal_bytes: int, journaled: bool,
+                  full: Optional[str], warnings: List[str], clean: bool = False
+                  ) -> Tuple[List[Dict[str, Any]], int, int]:
     """``(events, not_shown, older)``: what a pass's result carries of the journal after it (``clean``: nothing
     failed, so the backlog and what the pass appended; else read again where the pass may have journaled): every
     event the pass journaled, after at most ``OLDER_EVENTS_SHOWN`` of the older unacknowledged ones (the oldest,
@@ -400,7 +440,8 @@ def _events_shown(state, backlog, journal_bytes, journaled, full, warnings, clea
     return shown + [event for event in after if event["seq"] not in known], len(older) - len(shown), len(shown)
 
 
-def _numbered(generation, stored, ledger, devices, instances):
+def _numbered(generation: Optional[int], stored: Optional[Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any, Any]],
+              ledger: Ledger, devices: List[Any], instances: Optional[List[Dict[str, Any]]]) -> int:
     refused = [] if generation is None else [allocation_id for allocation_id in ledger.failures
                                              if ledger.refused_at(allocation_id) == generation]
     try:
@@ -411,7 +452,7 @@ def _numbered(generation, stored, ledger, devices, instances):
     return generation
 
 
-def _check_generation(generation):
+def _check_generation(generation: object) -> None:
     # the stored input's reader (state.store.nodespec_from_data) takes back a 64-bit generation only: a larger
     # one, stored, would stop every timer pass after this one (found by make fuzz)
     if isinstance(generation, bool) or not isinstance(generation, int) or \
@@ -419,7 +460,7 @@ def _check_generation(generation):
         raise PassError("generation must be a 64-bit integer (at most %d)" % MAX_INTEGER)
 
 
-def _observation_warnings(observed):
+def _observation_warnings(observed: Observed) -> List[str]:
     warnings = []
     if not observed.privileged:
         warnings.append("this pass runs without root and without the root helper: it refuses every new hold "

@@ -38,7 +38,7 @@ import os
 import random
 import stat
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import IO, TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.delivery import (
     BACKOFF_MAX,
@@ -65,6 +65,10 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.errors import 
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
+
+if TYPE_CHECKING:  # imported where a delivery runs, not by every bcd-holds command
+    import http.client
+    import urllib.request
 
 EX_OK, EX_FAILED, EX_ERROR, EX_RETRY = 0, 1, 2, 75
 DEFAULT_CONFIG = "/etc/bcd-holds/deliver.json"
@@ -218,7 +222,7 @@ def load_config(root: str, config: str) -> DeliverConfig:
     return parse_config(parsed, config)
 
 
-def read_token(root: str, config: DeliverConfig, environ: Any) -> Tuple[Optional[str], str]:
+def read_token(root: str, config: DeliverConfig, environ: Mapping[str, str]) -> Tuple[Optional[str], str]:
     """``(token, where it came from)``: systemd's credential ``gateway-token`` when the unit handed it over,
     else ``token_file``; ``(None, "")`` when neither is set (a gateway that asks for no token)."""
     credentials = environ.get("CREDENTIALS_DIRECTORY") or ""
@@ -255,7 +259,7 @@ class Backoff:
         self.state = state
         self.path = os.path.join(state.path, BACKOFF_FILE)
         self.where = "%s/%s" % (state.node_path.rstrip("/"), BACKOFF_FILE)
-        self.warnings = []  # type: List[str]
+        self.warnings: List[str] = []
 
     def load(self) -> Optional[Dict[str, Any]]:
         with self.state.as_owner():
@@ -301,16 +305,17 @@ class Backoff:
 
 # -- the request --------------------------------------------------------------------------------
 
-def make_opener(root: str, config: DeliverConfig) -> Any:
+def make_opener(root: str, config: DeliverConfig) -> urllib.request.OpenerDirector:
     """A urllib opener that uses no proxy from the environment, follows no redirect, and checks an https
     gateway's certificate against ``ca_file`` (the system's CAs without it)."""
     import urllib.request  # only deliver needs them: not imported by every bcd-holds command
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, req, fp, code, msg, headers, newurl):
+        def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                             headers: http.client.HTTPMessage, newurl: str) -> Optional[urllib.request.Request]:
             return None  # the 3xx is the answer: the token is never sent on to another address
 
-    handlers = [urllib.request.ProxyHandler({}), NoRedirect()]  # type: List[Any]
+    handlers: List[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({}), NoRedirect()]
     if config.url.lower().startswith("https:"):
         import ssl
         try:
@@ -331,7 +336,7 @@ def _answer(raw: bytes) -> Any:
         return None
 
 
-def post(opener: Any, config: DeliverConfig, token: Optional[str], body: bytes) -> Dict[str, Any]:
+def post(opener: urllib.request.OpenerDirector, config: DeliverConfig, token: Optional[str], body: bytes) -> Dict[str, Any]:
     """The answer to one request, shaped as ``ansible.builtin.uri`` registers it (what the filter reads):
     ``status`` (-1: no answer), ``json`` (the parsed answer or None), ``msg``; and ``retry_after`` (seconds, or None)."""
     import http.client
@@ -386,7 +391,7 @@ def _rejected_text(rejected: Any, not_accepted: int) -> str:
     return "the gateway did not accept seq %d" % not_accepted
 
 
-def run_delivery(root: str, state_dir: str, config_path: str, environ: Any, ignore_backoff: bool = False,
+def run_delivery(root: str, state_dir: str, config_path: str, environ: Mapping[str, str], ignore_backoff: bool = False,
                  lock_timeout: float = 120.0, now: Optional[float] = None,
                  spread: Optional[float] = None) -> Dict[str, Any]:
     """One run of ``bcd-holds deliver``: what it did, the line that says so (``message``) and its exit code
@@ -397,10 +402,10 @@ def run_delivery(root: str, state_dir: str, config_path: str, environ: Any, igno
     state = NodeState(join_root(root, state_dir), state_dir)
     backoff = Backoff(state)
     now = time.time() if now is None else now
-    result = {"url": config.url, "skipped": False, "events": 0, "requests": 0, "posted": [], "accepted": [],
-              "rejected": [], "ack_through": None, "acknowledged": 0, "left": [], "error": "", "backoff": None,
-              "token": token_from or None, "warnings": backoff.warnings, "code": EX_OK,
-              "message": ""}  # type: Dict[str, Any]
+    result: Dict[str, Any] = {
+        "url": config.url, "skipped": False, "events": 0, "requests": 0, "posted": [], "accepted": [], "rejected": [],
+        "ack_through": None, "acknowledged": 0, "left": [], "error": "", "backoff": None, "token": token_from or None,
+        "warnings": backoff.warnings, "code": EX_OK, "message": ""}
     record = backoff.load()
     if record is not None:
         wait = record["next_attempt"] - now
@@ -422,7 +427,8 @@ def run_delivery(root: str, state_dir: str, config_path: str, environ: Any, igno
         result["message"] = "nothing to deliver to %s: no unacknowledged event" % config.url
         return result
     bodies, too_large = deliveries(events, config.max_events, config.max_bytes)
-    reason, last, reached = "", None, False  # type: str, Optional[Dict[str, Any]], bool
+    reason, reached = "", False
+    last: Optional[Dict[str, Any]] = None
     for chunk, body in bodies:
         last = post(opener, config, token, body)
         result["requests"] += 1
