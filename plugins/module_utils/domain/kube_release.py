@@ -35,10 +35,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, AtomRefused, atom_from_id
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
-# The planner's default for the state directory's node path, which the conditions' messages name. The
-# state directory's names are node/state_files.py's (DEFAULT_STATE_DIR there too; a test holds the two
-# equal): this one goes once the planner takes its own from its caller.
-DEFAULT_STATE_DIR = "/var/lib/bcd"
 STUCK_AFTER = 300  # seconds
 
 

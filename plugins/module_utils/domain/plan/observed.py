@@ -12,7 +12,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec i
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import Runtime
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import VendorSpec
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain, Inventory
-from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import DEFAULT_STATE_DIR, Releases
+from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import Ledger
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus, HostMemory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import PodView
@@ -31,6 +31,7 @@ class Observed:
     live: Dict[str, LiveHold]  # allocation id -> the hold, from /etc/cdi
     env_files: Dict[str, Optional[bytes]]  # allocation id -> current env file content
     ledger: Ledger  # what the node has reported
+    state_dir: str  # the state directory's node path (``node/state_files.py``), which conditions name
     privileged: bool = True
     mps: bool = False
     domains: List[Domain] = field(default_factory=list)
@@ -45,7 +46,6 @@ class Observed:
     releases: Releases = field(default_factory=Releases)  # pending Kubernetes releases
     kube: Optional[PodView] = None  # what pods hold, asked only when a Kubernetes release needs it
     now: float = 0.0
-    state_dir: str = DEFAULT_STATE_DIR
     damaged_specs: List[str] = field(default_factory=list)  # node paths of damaged specs set aside earlier
     runtimes: List[Runtime] = field(default_factory=list)  # the node's container runtimes
     maintenance: Dict[str, dict] = field(default_factory=dict)  # GPU UUID -> {reason, since}: out of service

@@ -264,16 +264,9 @@ def test_every_state_file_is_named_once_in_the_table_with_its_cap():
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
                     and (node.value.value in FILE_CAPS or node.value.value == _state_files.DEFAULT_STATE_DIR):
                 elsewhere.append("%s:%d" % (relative, node.lineno))
-    # the planner's default node path (domain/plan/planner.py's Observed) until it takes the table's from its caller
-    assert elsewhere in ([], ["domain/kube_release.py:%d" % _kube_release_default_line()])
-    assert getattr(_kube_release, "DEFAULT_STATE_DIR", _state_files.DEFAULT_STATE_DIR) == _state_files.DEFAULT_STATE_DIR
+    assert elsewhere == []  # the planner takes the node path from its caller (Observed.state_dir)
     with pytest.raises(ValueError):
         StateFiles("/nonexistent").open("passwd")
-
-
-def _kube_release_default_line():
-    source = (MODULE_UTILS / "domain" / "kube_release.py").read_text().splitlines()
-    return [number for number, line in enumerate(source, 1) if line.startswith("DEFAULT_STATE_DIR = ")][0]
 
 
 def test_the_unreadable_releases_condition_names_the_table_s_files():

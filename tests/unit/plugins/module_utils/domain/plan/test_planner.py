@@ -74,7 +74,7 @@ def live(allocation_id, ids, generation=1, reservation=None, kubernetes=False, s
 
 def observe(holds=(), ledger=None, env_files=None, **kwargs):
     values = dict(node_id="node-a", boot_id="boot-1", inventory=INVENTORY, vendor=VendorSpec(),
-                  live={}, env_files={}, ledger=ledger)
+                  live={}, env_files={}, ledger=ledger, state_dir="/var/lib/bcd")
     for hold, env in holds:
         values["live"][hold.allocation_id] = hold
         values["env_files"][hold.allocation_id] = env
