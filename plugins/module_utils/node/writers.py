@@ -62,10 +62,13 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.errors import 
 from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 
 if TYPE_CHECKING:
+    from re import Pattern
+
     from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import NodeFileKind, SliceSettings
     from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
     from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import KubeSide
     from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
+    from ansible_collections.bcd.devices.plugins.module_utils.support.speed import LazyPattern
 
 # The node files a pass writes, by kind: the root helper accepts exactly these.
 NODE_FILE_KINDS: Dict[str, Callable[[str], str]] = {
@@ -74,7 +77,7 @@ NODE_FILE_KINDS: Dict[str, Callable[[str], str]] = {
 }
 NODE_FILE_MODE = 0o644
 # Where each kind's files live and the names they have there (temporaries and damaged copies do not match).
-NODE_FILE_NAMES: Dict[str, Tuple[str, Any]] = {
+NODE_FILE_NAMES: Dict[str, Tuple[str, LazyPattern]] = {
     "cdi": (SPEC_DIR, SPEC_FILE_RE),
     "allocation-env": (ENV_DIR, lazy_pattern(r"^(%s)\.env$" % ALLOCATION_ID)),
 }
@@ -114,7 +117,7 @@ def _names(fd: int, scan_limit: int) -> List[str]:
     return names
 
 
-def count_node_files(local: str, pattern: Any, enough: int, scan_limit: int = SCAN_LIMIT) -> int:
+def count_node_files(local: str, pattern: Union[LazyPattern, Pattern[str]], enough: int, scan_limit: int = SCAN_LIMIT) -> int:
     """How many names in the directory ``local`` match ``pattern``, counted up to ``enough`` (a quota
     needs no more). Names only: nothing is opened or followed. ``TooManyEntries`` when ``scan_limit``
     entries are looked at before ``enough`` are found."""
