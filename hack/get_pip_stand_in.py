@@ -4,7 +4,7 @@
 """Offline stand-in for the get-pip.py script that `ansible-test sanity` downloads.
 
 ansible-test bootstraps pip into each sanity virtual environment with a get-pip.py
-fetched from a host these machines cannot reach. hack/sanity.sh copies this file to
+fetched from a host these machines cannot reach. noxfile.py's sanity sessions copy this file to
 the cache path ansible-test looks at first (~/.ansible/test/cache/get_pip_<ver>.py),
 so the bootstrap takes pip from the interpreter's own ensurepip and then installs the
 pinned pip that ansible-test asked for from the package index.

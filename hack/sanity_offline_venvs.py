@@ -16,7 +16,7 @@ commands, run by ansible-test's own pip script, with each ``name @ URL`` line re
 the commit that adds 3.15 support is not needed on the 3.13 the tests run on. It prints each
 replacement. A venv already made (by ansible-test or an earlier run) is left alone.
 
-Run by hack/sanity.sh, with the Python of the ansible-core under test, in the copy of the
+Run by noxfile.py's sanity sessions, with the Python of the ansible-core under test, in the copy of the
 collection (ansible-test's data context), with HOME where ansible-test keeps its venvs:
 
     python hack/sanity_offline_venvs.py 3.13
