@@ -9,13 +9,10 @@ host factory is ``entry/module_host.py``, for the modules that need a host)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable
+from typing import Any, Dict, Iterable, NoReturn, Protocol
 
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import DEFAULT_STATE_DIR
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
-
-if TYPE_CHECKING:  # Ansible is the caller's (the modules pass ``basic`` in): never imported here at run time
-    from ansible.module_utils.basic import AnsibleModule
 
 # An option's settings in an ``argument_spec`` (``type``, ``default``, ``choices``, ``options``...), as Ansible reads them.
 OptionSpec = Dict[str, Dict[str, Any]]
@@ -45,7 +42,25 @@ def argument_spec(*groups: OptionSpec, **own: Dict[str, Any]) -> OptionSpec:
     return spec
 
 
-def warn(module: AnsibleModule, node: str, texts: Iterable[str]) -> None:
+class Module(Protocol):
+    """Ansible's ``AnsibleModule`` as the modules' code uses it. The module passes ``basic`` in (``main(basic)``):
+    this library runs without Ansible too, and imports none of it."""
+
+    params: Dict[str, Any]
+    check_mode: bool
+    _diff: bool
+
+    def fail_json(self, msg: str, **kwargs: Any) -> NoReturn:
+        """End the run failed, with ``msg`` and the result ``kwargs``."""
+
+    def exit_json(self, **kwargs: Any) -> NoReturn:
+        """End the run with the result ``kwargs``."""
+
+    def warn(self, warning: str) -> None:
+        """Add a warning to the result."""
+
+
+def warn(module: Module, node: str, texts: Iterable[str]) -> None:
     """Hand warnings to Ansible, each naming ``node`` (the ``node_id`` its events carry: ``host.node_id()``),
     so that on a fleet one can tell which node said "host memory unreadable"; each text escaped
     (``support/text.py``)."""

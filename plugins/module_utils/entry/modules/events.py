@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 from typing import TYPE_CHECKING, Any, Dict
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec, warn
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, Module, argument_spec, warn
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import join_root
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
@@ -19,10 +19,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.store import Nod
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
-if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never imported here at run time
+if TYPE_CHECKING:
     from types import ModuleType
-
-    from ansible.module_utils.basic import AnsibleModule
 
 
 def _node_id(params: Dict[str, Any]) -> str:
@@ -42,7 +40,7 @@ def _node_id(params: Dict[str, Any]) -> str:
 def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module: AnsibleModule = basic.AnsibleModule(
+    module: Module = basic.AnsibleModule(
         argument_spec=argument_spec(NODE_OPTIONS, LOCK_OPTIONS, ack_through=dict(type="int")), supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:

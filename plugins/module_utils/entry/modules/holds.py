@@ -21,6 +21,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
     LOCK_OPTIONS,
     NODE_OPTIONS,
     RUNTIME_OPTIONS,
+    Module,
     OptionSpec,
     argument_spec,
     warn,
@@ -30,10 +31,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import HA
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines
 
-if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never imported here at run time
+if TYPE_CHECKING:
     from types import ModuleType
-
-    from ansible.module_utils.basic import AnsibleModule
 
     from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Refusal
     from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host
@@ -123,8 +122,8 @@ def written_metrics(host: Host, textfile: str, state_dir: str) -> List[str]:
 def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module: AnsibleModule = basic.AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True,
-                                                mutually_exclusive=[("on_refusal", "fail_on_refusal")])
+    module: Module = basic.AnsibleModule(argument_spec=module_argument_spec(), supports_check_mode=True,
+                                         mutually_exclusive=[("on_refusal", "fail_on_refusal")])
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     params = module.params
     if not HAS_CRYPTOGRAPHY:

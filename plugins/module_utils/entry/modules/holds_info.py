@@ -16,6 +16,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options i
     LOCK_OPTIONS,
     NODE_OPTIONS,
     RUNTIME_OPTIONS,
+    Module,
     argument_spec,
     warn,
 )
@@ -24,16 +25,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import 
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
-if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never imported here at run time
+if TYPE_CHECKING:
     from types import ModuleType
-
-    from ansible.module_utils.basic import AnsibleModule
 
 
 def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module: AnsibleModule = basic.AnsibleModule(
+    module: Module = basic.AnsibleModule(
         argument_spec=argument_spec(NODE_OPTIONS, HELPER_OPTIONS, RUNTIME_OPTIONS, LOCK_OPTIONS), supports_check_mode=True)
     refuse_unless_isolated(module)  # root: no Python another account steers (node/isolation.py)
     try:

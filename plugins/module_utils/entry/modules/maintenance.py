@@ -13,15 +13,13 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable
 from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import DEFAULT_LEASE_SECONDS, DEFAULT_RERAISE_AFTER
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import set_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, argument_spec
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, Module, argument_spec
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
-if TYPE_CHECKING:  # Ansible is the caller's: ``basic`` is passed in, never imported here at run time
+if TYPE_CHECKING:
     from types import ModuleType
-
-    from ansible.module_utils.basic import AnsibleModule
 
 
 def _diff_text(records: Iterable[Dict[str, Any]]) -> str:
@@ -36,7 +34,7 @@ def _diff_text(records: Iterable[Dict[str, Any]]) -> str:
 def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in (this
     library runs without Ansible too: bcd-holds imports its siblings)."""
-    module: AnsibleModule = basic.AnsibleModule(argument_spec=argument_spec(
+    module: Module = basic.AnsibleModule(argument_spec=argument_spec(
         NODE_OPTIONS, LOCK_OPTIONS,
         gpus=dict(type="list", elements="str", required=True),
         state=dict(type="str", choices=["present", "absent"], default="present"),
