@@ -67,18 +67,18 @@ def private_key_class() -> Type[Ed25519PrivateKey]:
     """cryptography's Ed25519 private key class, imported on first use; ``EventsError`` when it cannot be."""
     _require_cryptography()
     try:
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # pylint: disable=import-outside-toplevel
+        from cryptography.hazmat.primitives.asymmetric import ed25519  # pylint: disable=import-outside-toplevel
     except ImportError as exc:
         raise EventsError("signing and checking node events needs the Python library 'cryptography' "
                           "(python3-cryptography), which cannot be imported here: %s" % exc)
-    return Ed25519PrivateKey
+    return ed25519.Ed25519PrivateKey
 
 
 def public_key(raw: bytes) -> Ed25519PublicKey:
     """The Ed25519 public key of the raw 32 bytes ``raw`` (``decode_public_key``), to verify with."""
     private_key_class()  # cryptography there and importable, or EventsError saying so
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey  # pylint: disable=import-outside-toplevel
-    return Ed25519PublicKey.from_public_bytes(raw)
+    from cryptography.hazmat.primitives.asymmetric import ed25519  # pylint: disable=import-outside-toplevel
+    return ed25519.Ed25519PublicKey.from_public_bytes(raw)
 
 
 def import_cryptography() -> None:

@@ -438,4 +438,3 @@ def parse_hold_request(data: object) -> Tuple[Assignment, int]:
 def is_allocation_id(value: object) -> bool:
     """Whether ``value`` is an allocation id (``ALLOCATION_ID``): its length bounded before the pattern reads it."""
     return isinstance(value, str) and len(value) <= 80 and ALLOCATION_ID_RE.fullmatch(value) is not None
-
