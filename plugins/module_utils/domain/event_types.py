@@ -34,8 +34,8 @@ GPU_RECOVERY_STALLED = "GPURecoveryStalled"
 # said this way, never as an AllocationFailed (on which the control plane would let the hold's devices go).
 HOLD_CHANGE_REFUSED = "HoldChangeRefused"
 CONDITION_TYPES: Tuple[str, ...] = (GPU_UNHEALTHY, VENDOR_SPEC_STALE, VENDOR_SPEC_UNSUPPORTED, KUBERNETES_RELEASE_STUCK,
-                   KUBERNETES_RELEASES_UNREADABLE, HOLD_SPEC_DAMAGED, GPU_RESET_INEFFECTIVE,
-                   GPU_RECOVERY_STALLED, HOLD_CHANGE_REFUSED)
+                                    KUBERNETES_RELEASES_UNREADABLE, HOLD_SPEC_DAMAGED, GPU_RESET_INEFFECTIVE,
+                                    GPU_RECOVERY_STALLED, HOLD_CHANGE_REFUSED)
 CLEARED = "Cleared"
 CONDITION_EVENT_TYPES: Tuple[str, ...] = CONDITION_TYPES + tuple(kind + CLEARED for kind in CONDITION_TYPES)
 # The conditions keyed by GPU (one per GPU, ``condition_key``).

@@ -131,7 +131,6 @@ class Checker:
 Rule = Callable[[Checker, str, Any], None]
 
 
-
 def kind(check: Checker, value: str) -> None:
     """A spec's ``kind``, ``vendor/class``: each part 2 characters at least, starting with a letter, ending
     with a letter or digit, and holding only letters, digits, ``_``, ``-`` and ``.``."""
@@ -174,7 +173,6 @@ def device_name(check: Checker, path: str, name: str, index: int, seen: Dict[str
         )
     else:
         seen[name] = index
-
 
 
 def annotation_map(check: Checker, path: str, value: Any) -> None:

@@ -154,6 +154,7 @@ def _yaml_tools() -> Tuple[Any, Any]:  # PyYAML has no annotations here: its mod
         # Python parser 1.5 s of CPU, make fuzz found); the resolvers below run in Python either way.
         base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+        # PyYAML is untyped here (no stubs on a node): its loader is Any, a base class mypy cannot check
         class _CdiYamlLoader(base):  # type: ignore[misc,valid-type]  # pylint: disable=too-many-ancestors
             """SafeLoader without YAML 1.1's base-60 numbers."""
 
