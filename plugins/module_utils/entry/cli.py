@@ -40,8 +40,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.installed import
 from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host, make_host
-from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS
-from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NODESPEC_NAME, NodeState, nodespec_from_data
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, NODESPEC_NAME
+from ansible_collections.bcd.devices.plugins.module_utils.state.nodespec import nodespec_from_data
+from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines

@@ -18,6 +18,7 @@ from __future__ import annotations
 import calendar
 import os
 import time
+from typing import TYPE_CHECKING, Dict, Mapping
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import ALLOCATION_ID
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease, Releases
@@ -26,26 +27,31 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.state_files impor
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import StateFiles
 
 _ALLOCATION_ID_RE = lazy_pattern(ALLOCATION_ID)
 MAX_ASIDE = 64  # releasing.json.unreadable-<stamp>-<n> tried per second, at most
 
 
-def _since(text):
+def _since(text: object) -> float:
     try:
+        if not isinstance(text, str):
+            raise TypeError("not text")
         return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
     except (TypeError, ValueError, OverflowError):
         raise ValueError("since %r is not a UTC time such as 2026-12-02T09:00:00Z" % (text,))
 
 
-def parse_releases(content, where=RELEASES_NAME):
+def parse_releases(content: bytes, where: str = RELEASES_NAME) -> Dict[str, PendingRelease]:
     """``{allocation_id: PendingRelease}``; raises ``ValueError`` on anything malformed, ``StateFileError``
     past the bounded parser's limits."""
     data = bounded_json.loads(content, where)
     if not isinstance(data, dict) or not isinstance(data.get("releases"), dict):
         raise ValueError('not an object with "releases"')
-    pending = {}
+    pending: Dict[str, PendingRelease] = {}
     for allocation_id, record in data["releases"].items():
         if not _ALLOCATION_ID_RE.fullmatch(allocation_id) or not isinstance(record, dict) \
                 or not isinstance(record.get("device_ids"), list) \
@@ -57,7 +63,7 @@ def parse_releases(content, where=RELEASES_NAME):
     return pending
 
 
-def load_releases(files):
+def load_releases(files: StateFiles) -> Releases:
     """The pending releases of the state directory ``files`` (a ``StateFiles``)."""
     releases = Releases(marker=files.exists(MARKER_NAME))
     content = files.read(RELEASES_NAME)
@@ -70,12 +76,12 @@ def load_releases(files):
     return releases
 
 
-def releases_bytes(pending):
+def releases_bytes(pending: Mapping[str, PendingRelease]) -> bytes:
     data = {"releases": dict((alloc, pending[alloc].to_json()) for alloc in sorted(pending))}
     return json_bytes(data)
 
 
-def save_releases(state_path, pending):
+def save_releases(state_path: str, pending: Mapping[str, PendingRelease]) -> None:
     path = os.path.join(state_path, RELEASES_NAME)
     if pending:
         write_atomic(path, releases_bytes(pending), 0o600, 0o700, owner_from_dir=True)
@@ -83,7 +89,7 @@ def save_releases(state_path, pending):
         remove_file(path)
 
 
-def quarantine(state_path, now):
+def quarantine(state_path: str, now: float) -> str:
     """Set an unreadable ``releasing.json`` aside (never deleted) and write the marker."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     path = os.path.join(state_path, RELEASES_NAME)
@@ -102,5 +108,5 @@ def quarantine(state_path, now):
     return aside
 
 
-def clear_marker(state_path):
+def clear_marker(state_path: str) -> None:
     remove_file(os.path.join(state_path, MARKER_NAME))

@@ -10,7 +10,7 @@ file                      what it holds
 ``ledger.json``           what was reported (``state/ledger.py``)
 ``releasing.json``        pending Kubernetes releases (``state/releases.py``)
 ``releasing.unreadable``  the marker while releases could not be read
-``nodespec.json``         the last input, for the timers' passes
+``nodespec.json``         the last input, for the timers' passes (``state/nodespec.py``)
 ``events.jsonl``          the event journal, ``events.seq`` its high-water mark
 ``node.key``              the node's Ed25519 key (``state/node_key.py``)
 ========================  ====================================================
@@ -22,11 +22,8 @@ file that is read, is ``node/state_files.py``'s table). The ``.json`` files are 
 Root never acts through a path the state directory's owner controls: when this
 process is root and the directory belongs to another account (the ``bcd``
 account of the role's deployment), every state operation runs with that
-account's uid, gid and group list, so a link it planted there leads nowhere
-root can reach. Regular single-link files root left there (from a root-mode
-install) are first handed to the owner by file descriptor; links never are. When
-the directory is root's again (the helper turned off), the account's files are
-handed to root the same way (``StateFiles.adopt``).
+account's uid, gid and group list (``as_owner``, ``state/owner.py``), so a link
+it planted there leads nowhere root can reach.
 
 A pass opens the state (``load``), which brings the ledger and the pending
 releases up to the journal: a pass that died between journaling an event and
@@ -65,15 +62,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import stat
 import time
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import parse_cleared
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import MAX_INTEGER, Limits
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Limits
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease, Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import Ledger, UnfinishedRelease
-from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import parse_maintenance, render_maintenance
+from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import Records, parse_maintenance, render_maintenance
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import PassLock, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import (
     DEFAULT_STATE_DIR,
@@ -96,7 +92,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     is_sealed,
     sealed,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import ledger_bytes, limits_from_record, parse_ledger, record_event, settles
+from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import Json, ledger_bytes, limits_from_record, parse_ledger, record_event, settles
+from ansible_collections.bcd.devices.plugins.module_utils.state.nodespec import Nodespec, nodespec_bytes, nodespec_from_data
+from ansible_collections.bcd.devices.plugins.module_utils.state.owner import StateOwner
 from ansible_collections.bcd.devices.plugins.module_utils.state.releases import (
     clear_marker,
     load_releases,
@@ -104,67 +102,20 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.releases import 
     releases_bytes,
     save_releases,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+
+# What the entry points import from here: the state, and the state directory's default node path
+# (``node/state_files.py``'s, the default of ``NodeState``'s too).
+__all__ = ["DEFAULT_STATE_DIR", "Change", "NodeState", "StateError"]
 
 STATE_FILE_MODE = 0o600
 STATE_DIR_MODE = 0o700
 
 
 StateError = StateFileError  # the name 0.2.0 gave it
-_INSTANCE_KEYS = ("instance_id", "gpus")
-
-
-def _instances(value: Any, where: str) -> List[Dict[str, Any]]:
-    """The VM instances of an input, as the holds module's options take them: mappings of an
-    ``instance_id`` (text) and ``gpus`` (a list of text), nothing else."""
-    instances = [] if value is None else value
-    if not isinstance(instances, list):
-        raise StateFileError(where, "instances must be a list, not %s" % type_name(instances))
-    checked = []
-    for index, instance in enumerate(instances):
-        name = "instances[%d]" % index
-        if not isinstance(instance, dict):
-            raise StateFileError(where, "%s must be a mapping with instance_id and gpus, not %s"
-                                 % (name, type_name(instance)))
-        unknown = sorted(repr(str(key)[:40]) for key in instance if key not in _INSTANCE_KEYS)
-        if unknown:
-            raise StateFileError(where, "%s: unknown key %s" % (name, ", ".join(unknown[:4])))
-        instance_id, gpus = instance.get("instance_id"), instance.get("gpus")
-        gpus = [] if gpus is None else gpus
-        if not isinstance(instance_id, str):
-            raise StateFileError(where, "%s.instance_id must be text, not %s" % (name, type_name(instance_id)))
-        if not isinstance(gpus, list):
-            raise StateFileError(where, "%s.gpus must be a list of GPU ids, not %s" % (name, type_name(gpus)))
-        for position, gpu in enumerate(gpus):
-            if not isinstance(gpu, str):
-                raise StateFileError(where, "%s.gpus[%d] must be a GPU id (text), not %s"
-                                     % (name, position, type_name(gpu)))
-        checked.append({"instance_id": instance_id, "gpus": list(gpus)})
-    return checked
-
-
-def nodespec_from_data(data: Any, where: str, generation_required: bool = True) -> Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any, Any]:
-    """``(generation, devices, instances, cdi_runtimes, env_allow)`` from a ``{generation, devices, instances,
-    cdi_runtimes, env_allow}`` mapping, as the timers' stored input and ``bcd-holds converge --spec`` carry it
-    (``cdi_runtimes`` is ``auto`` when absent, ``env_allow`` None, both checked by the pass; the devices by the pass, one by
-    one); ``StateFileError`` naming ``where``. Unless ``generation_required`` (a spec a person wrote:
-    the node numbers it), a missing generation is None."""
-    if not isinstance(data, dict):
-        raise StateFileError(where, "must be a mapping with generation and devices, not %s" % type_name(data))
-    generation, devices = data.get("generation"), data.get("devices")
-    if generation is None and not generation_required:
-        pass
-    elif isinstance(generation, bool) or not isinstance(generation, int):
-        raise StateFileError(where, "generation must be an integer, not %s" % type_name(generation))
-    elif not -MAX_INTEGER - 1 <= generation <= MAX_INTEGER:
-        raise StateFileError(where, "generation must be a 64-bit integer")
-    if not isinstance(devices, list):
-        raise StateFileError(where, "devices must be a list, not %s" % type_name(devices))
-    instances = _instances(data.get("instances"), where)
-    cdi_runtimes = data.get("cdi_runtimes")
-    return generation, devices, instances, "auto" if cdi_runtimes is None else cdi_runtimes, data.get("env_allow")
+Event = Dict[str, Any]  # a journaled event: {seq, type, body, ...} (state/events.py)
 
 
 @record
@@ -174,7 +125,7 @@ class Change:
 
     ledger: Ledger
     releases: Releases
-    journaled: List[Dict[str, Any]] = field(default_factory=list)
+    journaled: List[Event] = field(default_factory=list)
 
 
 def _as_owner(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -193,52 +144,22 @@ class NodeState:
         self.path = path
         self.node_path = node_path
         self.files = StateFiles(path, node_path)
+        self.owner = StateOwner(path, node_path, self.files)
         self.journal = Journal(path, node_path)
-        self._adopted = False
         self.ledger = Ledger()
         self.releases = Releases()
-        self._key = None  # type: Optional[NodeKey]
-        self._dropped = False
-        self._queued = []  # type: List[Tuple[Dict[str, Any], Optional[dict]]]  # reported, not yet journaled
-        self.journaled = []  # type: List[Dict[str, Any]]  # every event journaled through this state, in order
-        self.maintenance = {}  # type: Dict[str, Any]  # GPU UUID -> {reason, since}: GPUs out of service
-        self.maintenance_problem = None  # type: Optional[str]
-        self.health_cleared = {}  # type: Dict[str, Any]  # GPU UUID -> when it last left maintenance (domain/health.gpu_health)
+        self._key: Optional[NodeKey] = None
+        self._queued: List[Tuple[Event, Optional[Json]]] = []  # reported, not yet journaled
+        self.journaled: List[Event] = []  # every event journaled through this state, in order
+        self.maintenance: Records = {}  # GPU UUID -> {reason, since}: GPUs out of service
+        self.maintenance_problem: Optional[str] = None
+        self.health_cleared: Dict[str, float] = {}  # GPU UUID -> when it last left maintenance (domain/health.gpu_health)
 
     # -- root acts as the owner ------------------------------------------------------
-    @contextlib.contextmanager
-    def as_owner(self) -> Iterator[None]:
-        """Within this block, a root process has the state directory owner's uid, gid and groups."""
-        if self._dropped or os.geteuid() != 0:
-            yield
-            return
-        try:
-            info = os.lstat(self.path)
-        except FileNotFoundError:
-            yield  # a pass that creates the directory creates it as root's
-            return
-        if stat.S_ISLNK(info.st_mode):
-            raise StateFileError(self.node_path, "the state directory is a symbolic link; refusing to follow it")
-        if not stat.S_ISDIR(info.st_mode):
-            raise StateFileError(self.node_path, "the state directory is not a directory")
-        if not self._adopted:
-            self.files.adopt()
-            self._adopted = True
-        if info.st_uid == 0:
-            yield
-            return
-        groups, egid = os.getgroups(), os.getegid()
-        os.setgroups([info.st_gid])
-        os.setegid(info.st_gid)
-        os.seteuid(info.st_uid)
-        self._dropped = True
-        try:
-            yield
-        finally:
-            self._dropped = False
-            os.seteuid(0)
-            os.setegid(egid)
-            os.setgroups(groups)
+    def as_owner(self) -> ContextManager[None]:
+        """Within this block, a root process has the state directory owner's uid, gid and groups
+        (``state/owner.py``)."""
+        return self.owner.acting()
 
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -273,7 +194,7 @@ class NodeState:
         return "state_dir %s does not exist and uid %d cannot create it" % (self.node_path, os.geteuid())
 
     @contextlib.contextmanager
-    def lock(self, timeout: float = 120.0, create: bool = True, shared: bool = False) -> Iterator[Any]:
+    def lock(self, timeout: float = 120.0, create: bool = True, shared: bool = False) -> Iterator[PassLock]:
         """The pass lock; ``create=False`` (check mode, listing) creates nothing; ``shared`` for readers."""
         pass_lock = PassLock(self.path, timeout=timeout, create=create, shared=shared, node_path=self.node_path)
         with self.as_owner():
@@ -305,7 +226,7 @@ class NodeState:
                 self._settle(event)
         return self
 
-    def _settle(self, event: Dict[str, Any], limits: Optional[dict] = None) -> None:
+    def _settle(self, event: Event, limits: Optional[Json] = None) -> None:
         """What a journaled event means for the ledger and the pending releases (in memory): a pending
         release is settled once its ``AllocationReleased`` is out."""
         record_event(self.ledger, event, limits)
@@ -342,7 +263,7 @@ class NodeState:
         if self._stored(LEDGER_NAME) != content:
             self._write(LEDGER_NAME, content)
 
-    def _journal(self, queued: List[Any]) -> List[Dict[str, Any]]:
+    def _journal(self, queued: Sequence[Tuple[Event, Optional[Json]]]) -> List[Event]:
         """Append ``queued`` ``[(event, limits)]`` to the journal (one fsynced write) and settle them in
         memory; the journaled events."""
         if not queued:
@@ -350,7 +271,7 @@ class NodeState:
         # Every event is sealed when the node can sign (format 2, docs/events.md "Seals"): a refusal too, so the
         # gateway knows which node sent it at which seq. Without cryptography only the unsigned refusals can be
         # journaled, unsealed, as before (the signed types need the key and fail the pass with the reason).
-        key = None  # type: Optional[NodeKey]
+        key: Optional[NodeKey] = None
         if any(event["type"] in SIGNED_TYPES for event, _limits in queued):
             key = self.key()
         elif HAS_CRYPTOGRAPHY:
@@ -366,8 +287,8 @@ class NodeState:
             self._settle(event, limits)
         return journaled
 
-    def finish(self, generation: int, state: str, vfio: Dict[str, str], kept_failures: Any, finished: Any,
-               renders: Optional[Dict[str, dict]] = None, started: Optional[float] = None,
+    def finish(self, generation: int, state: str, vfio: Dict[str, str], kept_failures: Collection[str], finished: bool,
+               renders: Optional[Dict[str, Json]] = None, started: Optional[float] = None,
                booked: Optional[Mapping[str, Optional[Limits]]] = None) -> None:
         """Record the end of a real pass: its section state, the VMs' GPUs, the refusals still relevant,
         the holds' render records, what kept holds without a slice book now (``booked``), and
@@ -401,11 +322,11 @@ class NodeState:
                 self._key = NodeKey.load_or_create(self._file(KEY_NAME))
         return self._key
 
-    def report(self, event: Dict[str, Any], limits: Optional[dict] = None) -> None:
+    def report(self, event: Event, limits: Optional[Json] = None) -> None:
         """Queue ``event`` for the next ``flush``; nothing counts as reported before it is journaled."""
         self._queued.append((event, limits))
 
-    def flush(self, save: bool = True) -> List[Dict[str, Any]]:
+    def flush(self, save: bool = True) -> List[Event]:
         """Journal the queued reports and settle them (a change that changes nothing else); ``save=False``
         leaves the ledger to the caller's next change. Returns the journaled events."""
         with self.change(save_ledger=save) as change:
@@ -423,7 +344,7 @@ class NodeState:
             for allocation_id, generation, device_ids in new:
                 change.ledger.unfinished_releases[allocation_id] = UnfinishedRelease(generation, tuple(device_ids))
 
-    def set_hold_limits(self, allocation_id: str, limits: Optional[dict]) -> None:
+    def set_hold_limits(self, allocation_id: str, limits: Optional[Json]) -> None:
         """The limits a kept hold's slice now has."""
         with self.change() as change:
             change.ledger.book(allocation_id, limits_from_record(limits))
@@ -437,7 +358,7 @@ class NodeState:
         with self.change() as change:
             change.releases.pending.pop(allocation_id, None)
 
-    def quarantine_releases(self, now: Any) -> None:
+    def quarantine_releases(self, now: float) -> None:
         """Set an unreadable releases file aside and write the marker."""
         with self.change() as change:
             quarantine(self.path, now)
@@ -464,10 +385,10 @@ class NodeState:
 
     # -- maintenance -------------------------------------------------------------------
     @_as_owner
-    def save_maintenance(self, records: Dict[str, Any], back_in_service: Sequence[str] = (), now: Any = None) -> Any:
+    def save_maintenance(self, records: Records, back_in_service: Sequence[str] = (), now: Optional[float] = None) -> None:
         """Record the GPUs in maintenance (under the pass lock); the GPUs ``back_in_service`` were reset and
         checked, so the faults logged for them before ``now`` stop counting (``health.json``)."""
-        if back_in_service:
+        if back_in_service and now is not None:
             cleared = dict(self.health_cleared)
             cleared.update((uuid, now) for uuid in back_in_service)
             self._write(HEALTH_NAME, json_bytes(cleared))
@@ -477,21 +398,16 @@ class NodeState:
 
     # -- the stored input --------------------------------------------------------------
     @_as_owner
-    def store_nodespec(self, generation: int, devices: List[Any], instances: List[Any], cdi_runtimes: Any = "auto",
-                       env_allow: Any = None) -> None:
-        """Keep the last input for the timers' passes (the options they must pass the same way included);
-        rewritten only when it changed."""
-        data = {"generation": generation, "devices": devices, "instances": instances or []}
-        if cdi_runtimes != "auto":
-            data["cdi_runtimes"] = cdi_runtimes
-        if env_allow is not None:
-            data["env_allow"] = list(env_allow)
-        content = json_bytes(data)
+    def store_nodespec(self, generation: int, devices: Sequence[object], instances: Optional[Sequence[Mapping[str, Any]]],
+                       cdi_runtimes: object = "auto", env_allow: Optional[Sequence[str]] = None) -> None:
+        """Keep the last input for the timers' passes (the options they must pass the same way included,
+        ``state/nodespec.py``); rewritten only when it changed."""
+        content = nodespec_bytes(generation, devices, instances, cdi_runtimes, env_allow)
         if self._stored(NODESPEC_NAME) != content:
             self._write(NODESPEC_NAME, content)
 
     @_as_owner
-    def load_nodespec(self) -> Optional[Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any, Any]]:
+    def load_nodespec(self) -> Optional[Nodespec]:
         """The stored input as ``(generation, devices, instances, cdi_runtimes, env_allow)``, or None when there is none."""
         content = self.files.read(NODESPEC_NAME)
         if content is None:
@@ -515,12 +431,12 @@ class NodeState:
             return None
 
     @_as_owner
-    def unacked(self) -> Any:
+    def unacked(self) -> List[Event]:
         """Every journaled event not yet acknowledged, oldest first."""
         return self.journal.unacked()
 
     @_as_owner
-    def backlog(self) -> Any:
+    def backlog(self) -> Tuple[List[Event], int]:
         """``(events, size)``: every journaled event not yet acknowledged, oldest first, and the journal's bytes."""
         return self.journal.backlog()
 
@@ -531,7 +447,7 @@ class NodeState:
 
     @_as_owner
     def list_and_acknowledge(self, ack_through: Optional[int] = None, check_mode: bool = False,
-                             lock_timeout: float = 120.0) -> Tuple[List[Dict[str, Any]], int]:
+                             lock_timeout: float = 120.0) -> Tuple[List[Event], int]:
         """The unacknowledged events after acknowledging through ``ack_through``: ``(events, acknowledged)``.
 
         Only an acknowledgement writes; listing and check mode create nothing, not even the lock (and
@@ -554,7 +470,7 @@ class NodeState:
             events = [event for event in events if event["seq"] > ack_through]
         return self._sealed_for_delivery(events), acknowledged
 
-    def _sealed_for_delivery(self, events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    def _sealed_for_delivery(self, events: List[Event]) -> List[Event]:
         """``events`` with each one journaled before format 2 sealed now by the node key, in memory (the journal is
         left as it is), so a node upgraded with events still unacknowledged delivers them to a gateway that takes
         sealed events only. Without the key or ``cryptography`` they are listed as they are."""

@@ -30,11 +30,18 @@ plane's), because host-to-GPU copies and NCCL traffic from such CPUs cross the s
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Limits
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain, Inventory
+
+Hugetlb = Mapping[str, int]  # a slice's hugetlb.<size>.current: huge page size -> bytes faulted in
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -58,15 +65,15 @@ class HostMemory:
     node_free_pages: Dict[str, Dict[int, int]] = field(default_factory=dict)  # size -> node -> free
 
     @property
-    def normal_available(self):
+    def normal_available(self) -> int:
         return self.mem_total - self.hugetlb - HEADROOM
 
 
-def needs_admission(limits):
+def needs_admission(limits: Optional[Limits]) -> bool:
     return limits is not None and bool(limits.memory_bytes or limits.hugepages_2mi or limits.hugepages_1gi)
 
 
-def _nodes_of(limits, memory, size):
+def _nodes_of(limits: Optional[Limits], memory: HostMemory, size: str) -> List[int]:
     known = memory.node_free_pages.get(size) or {}
     if limits is not None and limits.mems:
         return sorted(parse_cpulist(limits.mems))
@@ -83,7 +90,9 @@ class Admission:
     outstanding: Dict[str, int] = field(default_factory=dict)  # size -> pages bound holds may still take
     node_outstanding: Dict[str, Dict[int, int]] = field(default_factory=dict)  # size -> node -> pages
 
-    def __init__(self, memory, domains=(), committed=None, outstanding=None, node_outstanding=None):
+    def __init__(self, memory: HostMemory, domains: Iterable[Domain] = (), committed: Optional[int] = None,
+                 outstanding: Optional[Mapping[str, int]] = None,
+                 node_outstanding: Optional[Mapping[str, Mapping[int, int]]] = None) -> None:
         # a frozen dataclass built from the domains: the VMs' memory is committed from the start
         if committed is None:
             committed = 0
@@ -99,7 +108,7 @@ class Admission:
             (size, dict(nodes)) for size, nodes in (node_outstanding or {}).items()) or
             dict((size, {}) for size, _a, _k in PAGE_SIZES))
 
-    def counted(self, limits, current=None):
+    def counted(self, limits: Optional[Limits], current: Optional[Hugetlb] = None) -> Admission:
         """This ledger with a bound (or just admitted) hold's limits booked; ``current`` is its slice's
         ``hugetlb.<size>.current``."""
         if limits is None:
@@ -119,7 +128,7 @@ class Admission:
         return Admission(self.memory, committed=self.committed + (limits.memory_bytes or 0), outstanding=outstanding,
                          node_outstanding=node_outstanding)
 
-    def check(self, limits, current=None):
+    def check(self, limits: Limits, current: Optional[Hugetlb] = None) -> Admission:
         """Raise ``Exhausted`` when the hold does not fit; otherwise return this ledger with it booked.
         ``current``: the ``hugetlb.<size>.current`` of the slice it goes into (a hold bound again into its own
         slice, whose workload runs on): the pages faulted in there are the hold's already, not needed again."""
@@ -169,7 +178,7 @@ def _named(noun: str, numbers: FrozenSet[int], one: str, many: str) -> str:
     return "%ss %s %s" % (noun, format_cpulist(numbers), many)
 
 
-def cpus_problem(limits, host: Optional[HostCpus]) -> Optional[str]:
+def cpus_problem(limits: Optional[Limits], host: Optional[HostCpus]) -> Optional[str]:
     """Why ``limits`` cannot be honoured on this host, or None: CPUs of ``cpus`` that are not online, NUMA nodes
     of ``mems`` without memory (cpuset.mems takes no other). None too when the host was not read (``host``
     None: a fakehw node that describes no CPUs, a host whose sysfs could not be read).
@@ -181,7 +190,7 @@ def cpus_problem(limits, host: Optional[HostCpus]) -> Optional[str]:
     ``MAX_NODE`` + 1 nodes (``assignment.check_cpulist``), and so does what the host was read to have."""
     if limits is None or host is None:
         return None
-    problems = []
+    problems: List[str] = []
     if limits.cpus:
         missing = frozenset(parse_cpulist(limits.cpus)) - host.online
         if missing:
@@ -196,11 +205,11 @@ def cpus_problem(limits, host: Optional[HostCpus]) -> Optional[str]:
     return "; ".join(problems) or None
 
 
-def gpu_numa_nodes(atoms: Sequence, inventory) -> Optional[FrozenSet[int]]:
+def gpu_numa_nodes(atoms: Iterable[Atom], inventory: Inventory) -> Optional[FrozenSet[int]]:
     """The NUMA nodes of the GPUs ``atoms`` are on (NVML, sysfs or the fakehw file say), or None when the node
     of any of them is not known."""
     numa = dict((gpu.uuid, gpu.numa_node) for gpu in inventory.gpus)
-    nodes = set()
+    nodes: Set[int] = set()
     for atom in atoms:
         node = numa.get(atom.gpu_uuid)
         if node is None:
@@ -209,7 +218,7 @@ def gpu_numa_nodes(atoms: Sequence, inventory) -> Optional[FrozenSet[int]]:
     return frozenset(nodes) or None
 
 
-def locality(limits, gpu_nodes: Optional[FrozenSet[int]], host: Optional[HostCpus]) -> Optional[dict]:
+def locality(limits: Optional[Limits], gpu_nodes: Optional[FrozenSet[int]], host: Optional[HostCpus]) -> Optional[Dict[str, Any]]:
     """A note when a hold's ``cpus`` or ``mems`` lie outside its GPUs' NUMA nodes, else None (they are local,
     the hold books neither, or what is local is not known: a GPU's node, that node's CPUs). Never a refusal:
     where a workload runs is the control plane's to decide, and it may have had reasons (no local CPUs left).
@@ -236,7 +245,7 @@ def locality(limits, gpu_nodes: Optional[FrozenSet[int]], host: Optional[HostCpu
             "text": text}
 
 
-def locality_warning(notes: Sequence) -> str:
+def locality_warning(notes: Sequence[Tuple[str, Mapping[str, Any]]]) -> str:
     """The one warning of a pass whose new holds are not NUMA-local: ``notes`` are ``(allocation_id, note)``."""
     named = ["%s: %s" % (allocation_id, note["text"]) for allocation_id, note in notes[:LOCALITY_NAMED]]
     if len(notes) > LOCALITY_NAMED:

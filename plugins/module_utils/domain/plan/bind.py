@@ -9,7 +9,7 @@ is final at its generation. Returns an ``decisions.Outcome`` and the claims with
 
 from __future__ import annotations
 
-from typing import FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     LiveHold,
@@ -100,7 +100,7 @@ def _bind_one(ctx: Pass, assignment: Assignment, damaged: Mapping[str, LiveHold]
     except (AtomRefused, Exhausted) as exc:
         reason = exc.reason if isinstance(exc, AtomRefused) else Reason.RESOURCES_EXHAUSTED
         return _refused(ctx, Refusal(allocation_id, reason, str(exc)), damaged), claims
-    notes = []  # type: List[str]
+    notes: List[str] = []
     try:
         spec, env = render_hold(assignment, atoms, generation, observed.vendor, observed.mps, notes,
                                 observed.runtimes)
@@ -145,7 +145,7 @@ def _bind_step(ctx: Pass, assignment: Assignment, atoms: Sequence[Atom], rendere
     observed, generation, allocation_id = ctx.observed, ctx.generation, assignment.allocation_id
     spec, env = rendered
     cgroup_parent = cgroup_parent_of(assignment, assignment.kubernetes)
-    event = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)  # type: Optional[dict]
+    event: Optional[Dict[str, Any]] = bound_event(observed, allocation_id, generation, atoms, cgroup_parent)
     request = hold_request(assignment, generation, observed.runtimes)
     # the env file first: the spec makes the hold live, so a hold is never live without its env file
     stale = allocation_id in ctx.stale_env  # removed before the binds (remove_stale_env)
@@ -167,7 +167,7 @@ def _bind_step(ctx: Pass, assignment: Assignment, atoms: Sequence[Atom], rendere
                   needs, locality=note)
 
 
-def _locality(observed: Observed, assignment: Assignment, atoms: Sequence[Atom]) -> Optional[dict]:
+def _locality(observed: Observed, assignment: Assignment, atoms: Sequence[Atom]) -> Optional[Dict[str, Any]]:
     """A new hold's note when its cpus or mems lie outside its GPUs' NUMA nodes (``admission.locality``)."""
     limits = assignment.limits
     if observed.cpus is None or limits is None or not (limits.cpus or limits.mems):
@@ -209,7 +209,7 @@ def _check_new(ctx: Pass, claims: Claims, assignment: Assignment) -> Tuple[Outco
     if not observed.privileged:
         raise AtomRefused(Reason.NODE_UNPRIVILEGED, NODE_UNPRIVILEGED)
     atoms = resolve_devices(assignment.devices, observed.inventory)
-    sick = []  # type: List[str]
+    sick: List[str] = []
     for atom in atoms:
         message = claims.unhealthy_of(atom.gpu_uuid)
         if message and message not in sick:
@@ -231,13 +231,14 @@ def _check_new(ctx: Pass, claims: Claims, assignment: Assignment) -> Tuple[Outco
     problem = _narrows_its_running_slice(observed, assignment)
     if problem is not None:  # cpus or mems taken from the workload its earlier hold left running in its slice
         raise AtomRefused(Reason.RESOURCES_EXHAUSTED, problem)
-    if needs_admission(assignment.limits):
+    limits = assignment.limits
+    if limits is not None and needs_admission(limits):
         if cgroup_parent_of(assignment, assignment.kubernetes) is not None:
             # its own slice may still run its old hold's workload: the new limits replace the slice's, admitted
             # once (the slice's change is held to the never-kill rules where it is made: check_slice_change)
-            admitted = claims.admit_into_slice(assignment.allocation_id, assignment.limits)
+            admitted = claims.admit_into_slice(assignment.allocation_id, limits)
         else:
-            admitted = claims.admit(assignment.allocation_id, assignment.limits)
+            admitted = claims.admit(assignment.allocation_id, limits)
         return unreadable_memory(claims), atoms, admitted
     return Outcome(), atoms, claims
 
@@ -261,7 +262,9 @@ def _narrowing(observed: Observed, assignment: Assignment) -> Optional[str]:
     """What the new hold's ``cpus`` or ``mems`` take from the workload running in its own slice
     (``slices.narrowing``; a list where the slice has none narrows it from every one), or None."""
     name = cgroup_parent_of(assignment, assignment.kubernetes)
-    wanted = wanted_slice(assignment.limits) if name is not None else None
+    if name is None:
+        return None
+    wanted = wanted_slice(assignment.limits)
     return narrowing(observed.slices.get(name), wanted[0]) if wanted is not None else None
 
 

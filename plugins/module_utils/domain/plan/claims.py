@@ -37,13 +37,14 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import gpu_health, unhealthy_message
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.assignment import Limits
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_GPU, Atom, atoms_of
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import Admission, HostMemory
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_GPU, Atom, AtomKey, atoms_of
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import Admission, HostMemory, Hugetlb
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import allocation_of, limits_of_slice, slice_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record, replace
 
 if TYPE_CHECKING:  # the pass's values: the claims are made from them, and the root helper imports this module
     from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain
     from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.decisions import Pass, Pending, Released
     from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
 
@@ -68,8 +69,8 @@ class Booking:
     """What a hold (or a slice still running a workload) booked of the host's memory and huge pages."""
 
     owner: str
-    limits: object  # assignment.Limits
-    current: Optional[dict] = None  # its slice's hugetlb.<size>.current
+    limits: Limits
+    current: Optional[Hugetlb] = None  # its slice's hugetlb.<size>.current
     kind: str = LIVE
 
 
@@ -79,7 +80,7 @@ class OnGpu:
 
     whole: Tuple[Claim, ...] = ()
     parts: Tuple[Claim, ...] = ()
-    keyed: Mapping[tuple, Tuple[Claim, ...]] = field(default_factory=dict)  # never changed once made
+    keyed: Mapping[AtomKey, Tuple[Claim, ...]] = field(default_factory=dict)  # never changed once made
 
     def adding(self, claims: Sequence[Claim]) -> OnGpu:
         whole, parts, keyed = self.whole, self.parts, dict(self.keyed)
@@ -104,7 +105,7 @@ GpuIndex = Mapping[str, OnGpu]
 
 def _indexed(index: GpuIndex, claims: Sequence[Claim]) -> Dict[str, OnGpu]:
     """``index`` with ``claims`` added: a new dict, sharing every GPU's entry but those ``claims`` are on."""
-    by_gpu = {}  # type: Dict[str, List[Claim]]
+    by_gpu: Dict[str, List[Claim]] = {}
     for claim in claims:
         by_gpu.setdefault(claim.atom.gpu_uuid, []).append(claim)
     new = dict(index)
@@ -121,7 +122,7 @@ def _first(table: Mapping[str, str], pairs: Iterable[Tuple[str, str]]) -> Dict[s
     return new
 
 
-def _ledger_of(memory: Optional[HostMemory], domains: Sequence, bookings: Sequence[Booking]) -> Optional[Admission]:
+def _ledger_of(memory: Optional[HostMemory], domains: Sequence[Domain], bookings: Sequence[Booking]) -> Optional[Admission]:
     """The admission ledger of ``memory`` with ``domains`` and every booking but those a release frees."""
     if memory is None:
         return None
@@ -132,15 +133,15 @@ def _ledger_of(memory: Optional[HostMemory], domains: Sequence, bookings: Sequen
     return ledger
 
 
-def _beyond(old: Any, new: Any) -> Optional[Limits]:
+def _beyond(old: Limits, new: Limits) -> Optional[Limits]:
     """What ``old`` limits book of memory and huge pages beyond ``new`` (on ``old``'s NUMA nodes), or None."""
     def more(name: str) -> Optional[int]:
-        return max(0, (getattr(old, name, None) or 0) - (getattr(new, name, None) or 0)) or None
+        return max(0, (getattr(old, name) or 0) - (getattr(new, name) or 0)) or None
 
     memory, pages_2mi, pages_1gi = more("memory_bytes"), more("hugepages_2mi"), more("hugepages_1gi")
     if not (memory or pages_2mi or pages_1gi):
         return None
-    return Limits(mems=getattr(old, "mems", None), memory_bytes=memory, hugepages_2mi=pages_2mi, hugepages_1gi=pages_1gi)
+    return Limits(mems=old.mems, memory_bytes=memory, hugepages_2mi=pages_2mi, hugepages_1gi=pages_1gi)
 
 
 @record(frozen=True)
@@ -154,7 +155,7 @@ class Claims:
     maintenance: Mapping[str, str] = field(default_factory=dict)  # GPU UUID -> reason
     unhealthy: Mapping[str, str] = field(default_factory=dict)  # GPU UUID -> message
     memory: Optional[HostMemory] = None  # None: the host's memory was not read (no admission)
-    domains: Tuple = ()  # the running domains whose memory is committed
+    domains: Tuple[Domain, ...] = ()  # the running domains whose memory is committed
     bookings: Tuple[Booking, ...] = ()
     released_memory: Tuple[str, ...] = ()  # owners whose booking a release in this pass frees
     ledger: Optional[Admission] = None  # the admission of ``memory``, ``domains`` and the bookings kept
@@ -184,7 +185,7 @@ class Claims:
     def sick(self, gpu_uuid: str, message: str) -> Claims:
         return replace(self, unhealthy=_first(self.unhealthy, [(gpu_uuid, message)]))
 
-    def book(self, owner: str, limits: Any, current: Optional[dict] = None, kind: str = LIVE) -> Claims:
+    def book(self, owner: str, limits: Optional[Limits], current: Optional[Hugetlb] = None, kind: str = LIVE) -> Claims:
         if limits is None:
             return self
         booking = Booking(owner, limits, current, kind)
@@ -194,7 +195,7 @@ class Claims:
         ledger = self.ledger.counted(limits, current) if self.ledger is not None else None
         return replace(self, bookings=self.bookings + (booking,), ledger=ledger)
 
-    def with_memory(self, memory: Optional[HostMemory], domains: Sequence = ()) -> Claims:
+    def with_memory(self, memory: Optional[HostMemory], domains: Sequence[Domain] = ()) -> Claims:
         return replace(self, memory=memory, domains=tuple(domains), ledger=_ledger_of(memory, domains, self.bookings))
 
     # --- questions ----------------------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ class Claims:
     def needs(self, atoms: Iterable[Atom]) -> List[str]:
         """The owners whose release, planned in this pass, frees atoms of ``atoms``: a hold on them waits for it.
         A hold's own release counts too (it moves to other devices, or is written again)."""
-        found = {}  # type: Dict[str, None]
+        found: Dict[str, None] = {}
         for atom in atoms:
             on_gpu = self.releasing.get(atom.gpu_uuid)
             if on_gpu is not None:
@@ -236,14 +237,14 @@ class Claims:
         """The host's memory ledger: VMs and every booking but those a release in this pass frees."""
         return self.ledger
 
-    def admit(self, owner: str, limits: Any) -> Claims:
+    def admit(self, owner: str, limits: Limits) -> Claims:
         """``owner``'s limits booked, when the host has room; raises ``admission.Exhausted`` otherwise. Without
         a reading of the host's memory, booked unchecked (the planner warns)."""
         if self.ledger is not None:
             self.ledger.check(limits)
         return self.book(owner, limits)
 
-    def admit_into_slice(self, owner: str, limits: Any) -> Claims:
+    def admit_into_slice(self, owner: str, limits: Limits) -> Claims:
         """``admit`` for a hold that goes into its allocation's own slice, which may still run a workload of
         the allocation's old hold (moved to other devices, or bound again after a release) and keep that
         hold's limits (a ``SLICE`` booking of ``owner``). The new hold's limits replace the slice's, so they
@@ -268,15 +269,15 @@ class Claims:
 # --- who claims what once a pass's releases are planned --------------------------------------------------
 
 
-def vfio_claims(instances: Optional[Sequence[dict]], observed: Observed) -> Tuple[Dict[str, str], Dict[str, str]]:
+def vfio_claims(instances: Optional[Sequence[Dict[str, Any]]], observed: Observed) -> Tuple[Dict[str, str], Dict[str, str]]:
     """GPUs VMs have or are to have: the instance specs, the running domains, and
     what still-running domains had at the last pass (a GPU dropped from a running
     VM's spec stays the VM's until its next start)."""
-    claims = {}  # type: Dict[str, str]
+    claims: Dict[str, str] = {}
     for instance in instances or []:
         for gpu in instance.get("gpus") or []:
             claims.setdefault(gpu, instance.get("instance_id") or "?")
-    now = {}  # type: Dict[str, str]
+    now: Dict[str, str] = {}
     for domain in observed.domains:
         for gpu in domain.gpus:
             now.setdefault(gpu, domain.instance_id)

@@ -44,6 +44,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.health import (
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import STUCK_AFTER
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import ReportCondition
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
 
 CLEARED_REASON = CONDITION_CLEARED
 # a clearing that waits until the GPU is seen again: one not listed may have fallen off the bus
@@ -53,9 +54,9 @@ _SEEN_TO_CLEAR = (GPU_UNHEALTHY, GPU_RECOVERY_STALLED)
 _Raised = Dict[str, Tuple[str, List[str], Optional[str], str, str]]
 
 
-def raised_now(observed: Any, conditions: Sequence[dict], pending_releases: Sequence[dict]) -> _Raised:
+def raised_now(observed: Observed, conditions: Sequence[Dict[str, Any]], pending_releases: Sequence[Dict[str, Any]]) -> _Raised:
     """The keys of the conditions a pass found, each with what its event says."""
-    found = {}  # type: _Raised
+    found: _Raised = {}
     for condition in conditions:
         kind = condition.get("type")
         if kind not in CONDITION_TYPES:
@@ -90,20 +91,20 @@ def raised_now(observed: Any, conditions: Sequence[dict], pending_releases: Sequ
     return found
 
 
-def _stalled(observed: Any) -> List[Tuple[str, str, str]]:
+def _stalled(observed: Observed) -> List[Tuple[str, str, str]]:
     return stalled_recoveries(observed.inventory, observed.maintenance, observed.health_cleared, observed.now)
 
 
-def _body(observed: Any, kind: str, generation: int, device_ids: List[str], allocation_id: Optional[str], reason: str,
+def _body(observed: Observed, kind: str, generation: int, device_ids: List[str], allocation_id: Optional[str], reason: str,
           message: str) -> Dict[str, Any]:
-    body = {"type": kind, "node_id": observed.node_id, "boot_id": observed.boot_id, "generation": generation,
-            "device_ids": list(device_ids), "reason": reason, "message": message}  # type: Dict[str, Any]
+    body: Dict[str, Any] = {"type": kind, "node_id": observed.node_id, "boot_id": observed.boot_id,
+                            "generation": generation, "device_ids": list(device_ids), "reason": reason, "message": message}
     if allocation_id is not None:
         body["allocation_id"] = allocation_id
     return body
 
 
-def condition_reports(observed: Any, conditions: Sequence[dict], pending_releases: Sequence[dict],
+def condition_reports(observed: Observed, conditions: Sequence[Dict[str, Any]], pending_releases: Sequence[Dict[str, Any]],
                       generation: int, passing: FrozenSet[str] = frozenset()) -> List[ReportCondition]:
     """The steps that journal the conditions that cleared since the last pass, then those that appeared, each
     in key order; none when the pass found what the ledger says the last one did.
@@ -115,7 +116,7 @@ def condition_reports(observed: Any, conditions: Sequence[dict], pending_release
     before = observed.ledger.conditions
     after = set(now) - set(passing)
     seen = set(gpu.uuid for gpu in observed.inventory.gpus)
-    steps = []  # type: List[ReportCondition]
+    steps: List[ReportCondition] = []
     for key in sorted(set(before) - after):
         device_ids, allocation_id = list(before[key].get("device_ids") or []), before[key].get("allocation_id")
         if key.split("/", 1)[0] in _SEEN_TO_CLEAR and not seen.issuperset(device_ids):
@@ -135,12 +136,12 @@ def condition_reports(observed: Any, conditions: Sequence[dict], pending_release
     return steps
 
 
-def _raised_again(observed: Any, now: _Raised, before: Mapping[str, Any]) -> Dict[str, str]:
+def _raised_again(observed: Observed, now: _Raised, before: Mapping[str, Dict[str, Any]]) -> Dict[str, str]:
     """``{GPURecoveryStalled key: message}`` of the stalled recoveries that appear in this pass on a GPU whose
     ``GPUUnhealthy`` was raised before and still is: its ``GPUUnhealthy`` is journaled again, with this message."""
     if not any(key.split("/", 1)[0] == GPU_RECOVERY_STALLED for key in set(now) - set(before)):
         return {}
-    again = {}  # type: Dict[str, str]
+    again: Dict[str, str] = {}
     for uuid, _message, raised in _stalled(observed):
         key, unhealthy = condition_key(GPU_RECOVERY_STALLED, [uuid]), condition_key(GPU_UNHEALTHY, [uuid])
         if key in now and key not in before and unhealthy in now and unhealthy in before:
@@ -148,7 +149,7 @@ def _raised_again(observed: Any, now: _Raised, before: Mapping[str, Any]) -> Dic
     return again
 
 
-def _cleared(observed: Any, key: str, generation: int, device_ids: List[str],
+def _cleared(observed: Observed, key: str, generation: int, device_ids: List[str],
              allocation_id: Optional[str]) -> ReportCondition:
     """The step that journals the clearing of the condition ``key``."""
     kind = key.split("/", 1)[0]

@@ -8,7 +8,7 @@ that stopped), and the pending releases it shows. Each that appears or clears is
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, Mapping
+from typing import Any, Dict, FrozenSet, List, Mapping
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import KUBERNETES_RELEASES_UNREADABLE, condition_key
@@ -19,7 +19,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed i
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import vendor_conditions
 
 
-def pass_conditions(ctx: Pass, live: Mapping[str, LiveHold], released: Released) -> List[dict]:
+def pass_conditions(ctx: Pass, live: Mapping[str, LiveHold], released: Released) -> List[Dict[str, Any]]:
     """The pass's conditions: Kubernetes releases stuck on pods or unreadable, a stale or unsupported vendor
     spec, unhealthy GPUs (with the holds on them), GPUs a reset did not help, GPU recoveries that stopped."""
     observed = ctx.observed
@@ -28,7 +28,7 @@ def pass_conditions(ctx: Pass, live: Mapping[str, LiveHold], released: Released)
     conditions = list(release_conditions([pending.release for pending in released.pending.values()], unreadable,
                                          observed.now, observed.state_dir))
     conditions.extend(vendor_conditions(observed.vendor, observed.runtimes))
-    by_gpu = {}  # type: Dict[str, List[str]]
+    by_gpu: Dict[str, List[str]] = {}
     for allocation_id in sorted(live):
         for atom in live[allocation_id].atoms:
             if allocation_id not in by_gpu.setdefault(atom.gpu_uuid, []):
@@ -50,7 +50,7 @@ def passing_conditions(ctx: Pass, released: Released) -> FrozenSet[str]:
     return frozenset()
 
 
-def pending_releases(observed: Observed, released: Released) -> List[dict]:
+def pending_releases(observed: Observed, released: Released) -> List[Dict[str, Any]]:
     """The Kubernetes releases pending after the pass, as ``holds`` and ``holds_info`` show them."""
     return pending_summary([pending.release for pending in released.pending.values()], observed.now,
                            dict((allocation_id, pending.holders) for allocation_id, pending in released.pending.items()))

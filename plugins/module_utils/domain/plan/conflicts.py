@@ -23,11 +23,14 @@ as it is journaled in an ``AllocationFailed`` a gateway checks (``domain/event_g
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, Atom, AtomRefused, atom_from_id
+from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, CLASS_SLOT, Atom, AtomKey, AtomRefused, atom_from_id
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.claims import PENDING, Claims
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import quoted
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 
 # The one conflict of the assignment with itself: nothing the node does later resolves it.
 LISTED_TWICE = "a device is listed twice"
@@ -36,12 +39,12 @@ LISTED_TWICE = "a device is listed twice"
 def conflicts(atoms: Sequence[Atom], claims: Claims, owner: Optional[str] = None) -> List[str]:
     """Every conflict of a new hold's atoms with ``claims``, as messages; empty when none. Claims of
     ``owner`` itself (its own pending release taken back) are no conflict."""
-    found = {}  # type: Dict[str, None]  # in order, each once
+    found: Dict[str, None] = {}  # in order, each once
 
     def add(message: str) -> None:
         found.setdefault(message)
 
-    seen = set()  # type: Set[tuple]
+    seen: Set[AtomKey] = set()
     for atom in atoms:
         if atom.key in seen:
             add(LISTED_TWICE)
@@ -66,7 +69,7 @@ def conflicts(atoms: Sequence[Atom], claims: Claims, owner: Optional[str] = None
     return list(found)
 
 
-def env_file_atoms(content: Optional[bytes], inventory: Any = None) -> List[Atom]:
+def env_file_atoms(content: Optional[bytes], inventory: Optional[Inventory] = None) -> List[Atom]:
     """What an env file names in ``NVIDIA_VISIBLE_DEVICES`` (``visible_names``), as atoms (``named_atoms``)."""
     return named_atoms(visible_names(content), inventory)
 
@@ -80,13 +83,13 @@ def visible_names(content: Optional[bytes]) -> Tuple[str, ...]:
     return tuple(name.strip() for name in (value or "").split(",") if name.strip())
 
 
-def named_atoms(names: Sequence[str], inventory: Any = None) -> List[Atom]:
+def named_atoms(names: Sequence[str], inventory: Optional[Inventory] = None) -> List[Atom]:
     """Each ``GPU-`` name as a whole GPU (an env file does not say which slot of a GPU it was rendered for),
     and each ``MIG-`` UUID as the MIG instance the node's ``inventory`` lists under it. Names that do not
     parse, and MIG UUIDs no GPU of the inventory has (or any, without one), name nothing: no allocation could
     be handed that device."""
     migs = _mig_instances(inventory) if any(name.startswith("MIG-") for name in names) else {}
-    atoms = []  # type: List[Atom]
+    atoms: List[Atom] = []
     for name in names:
         if name in migs:
             atoms.append(migs[name])
@@ -102,10 +105,10 @@ def named_atoms(names: Sequence[str], inventory: Any = None) -> List[Atom]:
     return atoms
 
 
-def _mig_instances(inventory: Any) -> Dict[str, Atom]:
+def _mig_instances(inventory: Optional[Inventory]) -> Dict[str, Atom]:
     """``MIG-`` UUID -> the MIG instance's atom, for every MIG device of ``inventory``'s GPUs."""
-    found = {}  # type: Dict[str, Atom]
-    for gpu in getattr(inventory, "gpus", None) or ():
+    found: Dict[str, Atom] = {}
+    for gpu in inventory.gpus if inventory is not None else ():
         for instance in gpu.mig:
             found[instance.uuid] = Atom(id="%s/gi%d/ci%d" % (gpu.uuid, instance.gi, instance.ci),
                                         device_class=CLASS_MIG, gpu_uuid=gpu.uuid, gi=instance.gi, ci=instance.ci,
@@ -170,7 +173,7 @@ def one_gpu_one_hold(specs: Mapping[str, Sequence[Atom]], env_files: Optional[Ma
     env_files = env_files or {}
     vms = list(vms or ())
     owners = sorted(set(specs) | set(env_files))
-    found = []  # type: List[str]
+    found: List[str] = []
     for index, owner in enumerate(owners):
         atoms = list(specs.get(owner, ())) + env_file_claim(beyond_spec(env_files.get(owner, ()), specs.get(owner)),
                                                             index + 4096)

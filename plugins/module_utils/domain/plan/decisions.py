@@ -77,7 +77,7 @@ class Joined:
         kept = [part for part in parts if part != nothing]
         if len(kept) < 2:
             return kept[0] if kept else nothing
-        merged = {}  # type: Dict[str, Any]
+        merged: Dict[str, Any] = {}
         for item in fields(cls):
             values = [getattr(part, item.name) for part in kept]
             kind = getattr(nothing, item.name)
@@ -94,7 +94,7 @@ class Joined:
 
 def _updated(mappings: Iterable[Mapping[str, Any]]) -> Dict[str, Any]:
     """``mappings`` in order, a later value replacing an earlier one of its key, but a tuple added to it."""
-    merged = {}  # type: Dict[str, Any]
+    merged: Dict[str, Any] = {}
     for mapping in mappings:
         for key, value in mapping.items():
             before = merged.get(key)
@@ -110,7 +110,7 @@ class Released(Joined):
     actions: Tuple[Action, ...] = ()
     warnings: Tuple[str, ...] = ()
     errors: Tuple[str, ...] = ()  # retryable: the pass cannot finish now
-    holds: Tuple[dict, ...] = ()  # holds an unprivileged pass cannot release: they stay (summaries)
+    holds: Tuple[Dict[str, Any], ...] = ()  # holds an unprivileged pass cannot release: they stay (summaries)
     gone: FrozenSet[str] = frozenset()  # allocations live before the pass that are no longer
     freeing: Mapping[str, Freed] = field(default_factory=dict)  # allocation -> what its release frees once made
     pending: Mapping[str, Pending] = field(default_factory=dict)  # allocation -> its release, pending after the pass
@@ -129,8 +129,8 @@ class Outcome(Joined):
     warnings: Tuple[str, ...] = ()
     errors: Tuple[str, ...] = ()  # retryable: the pass cannot finish now
     refusals: Tuple[Refusal, ...] = ()
-    holds: Tuple[dict, ...] = ()  # the holds once the plan is applied (summaries)
-    renders: Mapping[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
+    holds: Tuple[Dict[str, Any], ...] = ()  # the holds once the plan is applied (summaries)
+    renders: Mapping[str, Dict[str, Any]] = field(default_factory=dict)  # allocation -> render_record, for the next pass
     # allocation -> what a kept hold without a slice books now, for the ledger (one with a slice records it when
     # its slice is set)
     booked: Mapping[str, Optional[Limits]] = field(default_factory=dict)
@@ -149,7 +149,7 @@ class Pass:
     generation: int
     parsed: ParsedInput
     observed: Observed
-    instances: Optional[Sequence[dict]]  # the VM instance specs
+    instances: Optional[Sequence[Dict[str, Any]]]  # the VM instance specs
     wanted: Mapping[str, Assignment]  # the allocations wanted (but those in ``unsupported``)
     # live holds kept as they are, their new assignment refused before the pass: re-sent with a binding the node
     # does not take, or moved to other devices with cpus or mems that narrow the slice their workload runs in

@@ -24,9 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import PROPERTY_ORDER
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, FileChange, SliceOp, SpecAside
+
+Diff = Dict[str, str]  # one --diff entry: before_header, after_header, before, after
 
 # The names the summary gives a spec's edits (CDI's keys), in the order it lists them.
 EDIT_NAMES = (("deviceNodes", "device node"), ("mounts", "mount"), ("hooks", "hook"),
@@ -34,15 +39,15 @@ EDIT_NAMES = (("deviceNodes", "device node"), ("mounts", "mount"), ("hooks", "ho
 VENDOR_LINE = "vendor common edits"
 
 
-def _text(content):
+def _text(content: Optional[bytes]) -> str:
     return (content or b"").decode("utf-8", "replace")
 
 
-def _count(value):
+def _count(value: object) -> int:
     return len(value) if isinstance(value, (list, dict)) else 1
 
 
-def reviewed_spec(content, vendor_path=None):
+def reviewed_spec(content: Optional[bytes], vendor_path: Optional[str] = None) -> str:
     """A CDI spec's text as ``--diff`` shows it: the spec with its common ``containerEdits`` other than ``env``
     (the vendor's, which bcd copies and never decides) replaced by one line that counts them, names the vendor
     spec and carries a digest of them. A spec that is not such JSON (a damaged one) is shown as it is."""
@@ -62,7 +67,7 @@ def reviewed_spec(content, vendor_path=None):
     counts = ", ".join("%d %s%s" % (_count(vendor[key]), named.get(key, key), "" if _count(vendor[key]) == 1 else "s")
                        for key in order)
     digest = hashlib.sha256(json.dumps(vendor, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
-    shown = {}  # type: Dict[str, Any]
+    shown: Dict[str, Any] = {}
     for key, value in spec.items():
         if key == "containerEdits":
             value = dict((name, edit) for name, edit in edits.items() if name == "env")
@@ -72,7 +77,7 @@ def reviewed_spec(content, vendor_path=None):
     return review_json(shown) + "\n"
 
 
-def review_json(value, depth=0):
+def review_json(value: object, depth: int = 0) -> str:
     """JSON laid out for a diff a person reads: the spec's own keys one a line (annotations, env lines), each
     device on one line of its own, so a change shows as the lines it changes and a new hold as a screenful."""
     pad = "  " * depth
@@ -89,18 +94,18 @@ def review_json(value, depth=0):
 class _Shown:
     """How a plan's files are shown: specs reviewed (``reviewed_spec``) unless ``full``."""
 
-    def __init__(self, full=False, vendor_path=None):
+    def __init__(self, full: bool = False, vendor_path: Optional[str] = None) -> None:
         self.full, self.vendor_path = full, vendor_path
 
-    def __call__(self, kind, content):
+    def __call__(self, kind: str, content: Optional[bytes]) -> str:
         if self.full or kind != "cdi" or content is None:
             return _text(content)
         return reviewed_spec(content, self.vendor_path)
 
 
-def stable_settings(text):
+def stable_settings(text: Optional[str]) -> str:
     """A slice's ``key=value`` lines in ``PROPERTY_ORDER``, other keys after them by name, huge page limits last."""
-    def key(line):
+    def key(line: str) -> Tuple[int, int, str]:
         name = line.split("=", 1)[0]
         if name.startswith("hugetlb."):
             return (2, 0, name)
@@ -110,7 +115,7 @@ def stable_settings(text):
     return "".join(line + "\n" for line in sorted((text or "").splitlines(), key=key))
 
 
-def _slice_diff(op):
+def _slice_diff(op: SliceOp) -> Diff:
     entry = op.diff()
     entry["before"], entry["after"] = stable_settings(entry["before"]), stable_settings(entry["after"])
     return entry
@@ -119,29 +124,28 @@ def _slice_diff(op):
 class _File:
     """One node file across the steps of a plan: its content before the pass and after the last step."""
 
-    def __init__(self, change, devices):
+    def __init__(self, change: Union[FileChange, SpecAside], devices: Iterable[str]) -> None:
         self.kind, self.path = change.kind, change.path
         self.before, self.after = change.before, change.after
         self.devices = set(devices)
 
-    def entry(self, shown):
+    def entry(self, shown: _Shown) -> Diff:
         return {"before_header": self.path if self.before is not None else "%s (absent)" % self.path,
                 "after_header": self.path if self.after is not None else "%s (removed)" % self.path,
                 "before": shown(self.kind, self.before), "after": shown(self.kind, self.after)}
 
 
-def _moved(removed, created, shown):
+def _moved(removed: _File, created: _File, shown: _Shown) -> Diff:
     return {"before_header": "%s (removed)" % removed.path, "after_header": "%s (created)" % created.path,
             "before": shown(removed.kind, removed.before), "after": shown(created.kind, created.after)}
 
 
-def plan_diffs(actions, full=False, vendor_path=None):
-    # type: (Any, bool, Optional[str]) -> Any
+def plan_diffs(actions: Iterable[Action], full: bool = False, vendor_path: Optional[str] = None) -> List[Diff]:
     """The ``--diff`` entries of ``actions``' files and slices, in the order the plan first touches them; specs
     reviewed (their vendor edits as one line, ``reviewed_spec``) unless ``full``."""
     shown = _Shown(full, vendor_path)
-    slots = []  # a _File, or a finished entry (a slice, a spec set aside)
-    files = {}  # type: Dict[str, _File]
+    slots: List[Union[_File, Diff]] = []  # a _File, or a finished entry (a slice, a spec set aside)
+    files: Dict[str, _File] = {}
     for action in actions:
         device_ids = getattr(action, "device_ids", ())  # the kinds that name devices carry them (actions/)
         for change in action.node_files():
@@ -153,17 +157,19 @@ def plan_diffs(actions, full=False, vendor_path=None):
             else:
                 files[change.path] = _File(change, device_ids)
                 slots.append(files[change.path])
-        if action.slice_op() is not None:
-            slots.append(_slice_diff(action.slice_op()))
+        op = action.slice_op()
+        if op is not None:
+            slots.append(_slice_diff(op))
     # a removed file and a created one of the same kind that share a device: one diff, old to new
-    pairs, taken = {}, set()
+    pairs: Dict[int, _File] = {}
+    taken: Set[int] = set()
     for removed in (f for f in slots if isinstance(f, _File) and f.before is not None and f.after is None):
         for created in (f for f in slots if isinstance(f, _File) and f.before is None and f.after is not None):
             if created.kind == removed.kind and id(created) not in taken and removed.devices & created.devices:
                 pairs[id(removed)] = created
                 taken.add(id(created))
                 break
-    entries = []
+    entries: List[Diff] = []
     for slot in slots:
         if not isinstance(slot, _File):
             entries.append(slot)

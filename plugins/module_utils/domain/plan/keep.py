@@ -8,7 +8,7 @@ was bound with. Returns an ``decisions.Outcome`` and the claims with the kept ho
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import (
     LiveHold,
@@ -56,7 +56,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.support.records import
 def keep_wanted(ctx: Pass, live: Mapping[str, LiveHold], claims: Claims) -> Tuple[Outcome, Claims]:
     """3. Holds still wanted: recreate a missing slice, re-render, rewrite env, report if never reported.
     Returns what it decided and the claims with what kept holds' grown limits booked."""
-    decided = []  # type: List[Outcome]  # joined once, at the end
+    decided: List[Outcome] = []  # joined once, at the end
     for allocation_id in [a.allocation_id for a in ctx.parsed.assignments] + sorted(ctx.parsed.refused_ids):
         hold = live.get(allocation_id)
         if hold is None:
@@ -91,8 +91,7 @@ def _resolved(observed: Observed, hold: LiveHold) -> Tuple[List[Optional[Atom]],
 def _keep_one(ctx: Pass, hold: LiveHold, assignment: Assignment, claims: Claims) -> Tuple[Outcome, Claims]:
     """One hold still wanted with ``assignment``: its limits (admitted when they grow), slice, files and report."""
     atoms, said = _resolved(ctx.observed, hold)
-    missing = any(atom is None for atom in atoms)
-    assignment, stays = _kept_in_its_slice(ctx, assignment, hold, None if missing else atoms)
+    assignment, stays = _kept_in_its_slice(ctx, assignment, hold, _all_found(atoms))
     grown, assignment, claims = _admit_growth(ctx, claims, assignment, hold)
     cgroup_parent = cgroup_parent_of(assignment, hold.kubernetes)
     summary = hold_summary(hold.allocation_id, assignment.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
@@ -102,13 +101,20 @@ def _keep_one(ctx: Pass, hold: LiveHold, assignment: Assignment, claims: Claims)
                          _report_again(ctx, assignment, hold, cgroup_parent)]), claims
 
 
+def _all_found(atoms: Sequence[Optional[Atom]]) -> Optional[List[Atom]]:
+    """A kept hold's atoms when the inventory has every one of them, else None (some of its devices are missing)."""
+    found = [atom for atom in atoms if atom is not None]
+    return found if len(found) == len(atoms) else None
+
+
 def _kept_files(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Sequence[Optional[Atom]]) -> Outcome:
     """A kept hold's spec and env file, written again where they no longer match (``_keep_files``); none for a
     spec that cannot be read back."""
     if hold.problem:
         return Outcome()
-    if all(atom is not None for atom in atoms):
-        return _keep_files(ctx, assignment, hold, atoms)
+    found = _all_found(atoms)
+    if found is not None:
+        return _keep_files(ctx, assignment, hold, found)
     # /run is emptied by a reboot before mig-layout makes the MIG instances again: the env file is written from
     # what the spec on disk says, the spec itself left as it is
     known = env_atoms(hold, atoms)
@@ -151,15 +157,17 @@ def _booked(observed: Observed, assignment: Assignment, hold: LiveHold) -> Outco
     return Outcome() if limits == reported.limits else Outcome(booked={assignment.allocation_id: limits})
 
 
-def grows(old: Any, new: Any) -> bool:
-    """Whether ``new`` limits book more memory or huge pages than ``old``."""
-    return any((getattr(new, name, None) or 0) > (getattr(old, name, None) or 0)
-               for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi"))
+def grows(old: Optional[Limits], new: Optional[Limits]) -> bool:
+    """Whether ``new`` limits book more memory or huge pages than ``old`` (None: nothing)."""
+    def booked(limits: Optional[Limits], name: str) -> int:
+        return (getattr(limits, name) if limits is not None else None) or 0
+
+    return any(booked(new, name) > booked(old, name) for name in ("memory_bytes", "hugepages_2mi", "hugepages_1gi"))
 
 
-def placed(limits: Any) -> Tuple[Optional[str], Optional[str]]:
+def placed(limits: Optional[Limits]) -> Tuple[Optional[str], Optional[str]]:
     """Where limits place a hold: its ``cpus`` and ``mems`` (None for none)."""
-    return (getattr(limits, "cpus", None), getattr(limits, "mems", None))
+    return (limits.cpus, limits.mems) if limits is not None else (None, None)
 
 
 def _bound_limits(observed: Observed, hold: LiveHold) -> Optional[Limits]:
@@ -171,7 +179,7 @@ def _bound_limits(observed: Observed, hold: LiveHold) -> Optional[Limits]:
     return recorded
 
 
-def _kept_in_its_slice(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Optional[Sequence[Any]]) -> Tuple[Assignment, Outcome]:
+def _kept_in_its_slice(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Optional[Sequence[Atom]]) -> Tuple[Assignment, Outcome]:
     """A kept hold whose new limits put it into a slice or take it out of one changes its cgroup parent, which
     its spec names: it moves only with its spec written again. When its spec is left as it is (some of its
     devices are missing: ``atoms`` None) or the node refuses to render it (``RenderRefused``: a runtime's
@@ -263,7 +271,8 @@ def _narrows_running_slice(observed: Observed, assignment: Assignment, hold: Liv
     if cgroup_parent_of(assignment, hold.kubernetes) is None:
         return None
     current = observed.slices.get(slice_name(assignment.allocation_id))
-    refused = cpuset_problem(current, wanted_slice(assignment.limits)[0]) if current is not None else None
+    wanted = wanted_slice(assignment.limits)
+    refused = cpuset_problem(current, wanted[0]) if current is not None and wanted is not None else None
     return refused[0] if refused is not None else None
 
 
@@ -275,6 +284,8 @@ def _keep_slice(ctx: Pass, assignment: Assignment, hold: LiveHold) -> Outcome:
     observed = ctx.observed
     current = observed.slices.get(slice_name(assignment.allocation_id))
     op = wanted_slice_op(assignment, current)
+    if op is None:  # limits that book nothing a slice enforces: no slice, as cgroup_parent_of said
+        return Outcome()
     sliced = Outcome(sliced=frozenset([op.name]))
     limits = limits_record(assignment.limits)
     if current is None:
@@ -301,7 +312,7 @@ def _slice_differs(current: SliceState, op: SliceApply, recorded: Optional[Limit
     return None
 
 
-def _keep_files(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Sequence[Any], env_only: bool = False) -> Outcome:
+def _keep_files(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Sequence[Atom], env_only: bool = False) -> Outcome:
     """A kept hold: write again what no longer matches what it would render to now (``env_only``: its
     env file alone, when some of its devices are missing and its spec is left as it is)."""
     observed = ctx.observed
@@ -313,7 +324,7 @@ def _keep_files(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Sequen
         record = observed.ledger.renders.get(allocation_id)
         if record is not None and unchanged(record, key, hold.content, observed.env_files.get(allocation_id)):
             return Outcome(warnings=tuple(record.get("notes") or []), renders={allocation_id: record})
-    notes = []  # type: List[str]
+    notes: List[str] = []
     try:
         spec, env = render_hold(assignment, atoms, bound_generation, observed.vendor, observed.mps, notes,
                                 observed.runtimes)
@@ -322,7 +333,7 @@ def _keep_files(ctx: Pass, assignment: Assignment, hold: LiveHold, atoms: Sequen
     except RenderError as exc:
         return Outcome(errors=(str(exc),))
     decided = Outcome()
-    if not env_only:
+    if key is not None:  # the spec too (not ``env_only``): its render record
         decided += Outcome(warnings=tuple(notes), renders={allocation_id: render_record(key, spec, env, notes)})
     changes: List[RewriteFile] = []
     request = hold_request(assignment, bound_generation, observed.runtimes)

@@ -14,6 +14,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor impo
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Domain, Inventory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import Releases
 from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import Ledger
+from ansible_collections.bcd.devices.plugins.module_utils.domain.maintenance import Records
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus, HostMemory
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import PodView
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceState
@@ -48,6 +49,6 @@ class Observed:
     now: float = 0.0
     damaged_specs: List[str] = field(default_factory=list)  # node paths of damaged specs set aside earlier
     runtimes: List[Runtime] = field(default_factory=list)  # the node's container runtimes
-    maintenance: Dict[str, dict] = field(default_factory=dict)  # GPU UUID -> {reason, since}: out of service
+    maintenance: Records = field(default_factory=dict)  # GPU UUID -> {reason, since}: out of service
     health_cleared: Dict[str, float] = field(default_factory=dict)  # GPU UUID -> when it left maintenance
     spec_dir: bool = True  # /etc/cdi is a directory: a reported hold whose spec is not there is gone

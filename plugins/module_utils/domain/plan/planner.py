@@ -80,15 +80,15 @@ __all__ = ["Observed", "Plan", "grows", "placed", "plan_pass"]
 @record
 class Plan:
     generation: int
-    actions: List = field(default_factory=list)
+    actions: List[Action] = field(default_factory=list)
     failures: List[Refusal] = field(default_factory=list)  # at ``generation``, in spec order, one per allocation
     warnings: List[str] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)  # retryable: the pass cannot finish now
-    holds: List[dict] = field(default_factory=list)  # the holds once the plan is applied
-    conditions: List[dict] = field(default_factory=list)
-    pending_releases: List[dict] = field(default_factory=list)  # Kubernetes releases still waiting for pods
+    holds: List[Dict[str, Any]] = field(default_factory=list)  # the holds once the plan is applied
+    conditions: List[Dict[str, Any]] = field(default_factory=list)
+    pending_releases: List[Dict[str, Any]] = field(default_factory=list)  # Kubernetes releases still waiting for pods
     vfio: Dict[str, str] = field(default_factory=dict)  # GPUs running domains have now
-    renders: Dict[str, dict] = field(default_factory=dict)  # allocation -> render_record, for the next pass
+    renders: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # allocation -> render_record, for the next pass
     booked: Dict[str, Optional[Limits]] = field(default_factory=dict)  # allocation -> limits a kept hold without a slice books
     vendor_path: Optional[str] = None  # the vendor spec the holds' edits come from (node path), for --diff
 
@@ -111,7 +111,7 @@ class Plan:
         return entries
 
 
-def plan_pass(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[dict]] = None) -> Plan:
+def plan_pass(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[Dict[str, Any]]] = None) -> Plan:
     """The ordered plan for one pass. Pure: reads only its arguments.
 
     A Kubernetes hold wanted again (moved, or re-bound as a plain hold) is withdrawn unreported only if
@@ -125,8 +125,8 @@ def plan_pass(generation: int, parsed: ParsedInput, observed: Observed, instance
     their atoms: the first of such a cycle in spec order is reported released instead, before any bind.
     Each round only shrinks the allocations withdrawn unreported, so this ends within as many rounds as
     there are such allocations."""
-    superseded = None  # type: Optional[FrozenSet[str]]
-    withheld = {}  # type: Dict[str, Refusal]
+    superseded: Optional[FrozenSet[str]] = None
+    withheld: Dict[str, Refusal] = {}
     while True:
         ctx, plan, live_after = _plan_once(generation, parsed, observed, instances, superseded, withheld)
         unreported = ctx.superseded & kubernetes_released(observed)
@@ -144,12 +144,13 @@ def _unreported_cycle(ctx: Pass, actions: Sequence[Action], unreported: FrozenSe
     """The first allocation, in spec order, of a cycle of binds that each need the release of one withdrawn
     unreported (``unreported``): its new ``AllocationBound`` is what frees its old atoms, so no order of
     the binds journals every release before the bind that takes its atoms. Empty when there is none."""
-    needs = {}  # type: Dict[str, Set[str]]
+    needs: Dict[str, Set[str]] = {}
     for action in actions:
         if isinstance(action, Bind) and action.allocation_id in unreported:
             needs[action.allocation_id] = set(action.needs) & unreported
     for start in sorted(needs, key=ctx.parsed.position):
-        seen, path = set(), [start]  # type: Set[str], List[str]
+        seen: Set[str] = set()
+        path: List[str] = [start]
         while path:
             current = path.pop()
             for needed in sorted(needs.get(current, set()) - {current}):
@@ -161,14 +162,14 @@ def _unreported_cycle(ctx: Pass, actions: Sequence[Action], unreported: FrozenSe
     return frozenset()
 
 
-def _pass_of(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[dict]],
+def _pass_of(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[Dict[str, Any]]],
              superseded: Optional[FrozenSet[str]], withheld: Mapping[str, Refusal]) -> Tuple[Pass, Tuple[Refusal, ...]]:
     """The pass's inputs, and the refusal of each live hold kept as it is before anything is planned: one re-sent
     with a binding the node does not take (unsupported-binding), as for any refused input (the node never drops
     a hold on its own), and a plain hold moved to other devices whose new cpus or mems would narrow the slice its
     workload still runs in (``bind.refused_move``): its old hold is not released, and the refusal is said as
     ``HoldChangeRefused`` (``_report_failures``)."""
-    refusals = []  # type: List[Refusal]
+    refusals: List[Refusal] = []
     for assignment in parsed.assignments:
         if assignment.allocation_id not in observed.live:
             continue
@@ -189,7 +190,7 @@ def _pass_of(generation: int, parsed: ParsedInput, observed: Observed, instances
     return ctx, tuple(refusals)
 
 
-def _plan_once(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[dict]],
+def _plan_once(generation: int, parsed: ParsedInput, observed: Observed, instances: Optional[Sequence[Dict[str, Any]]],
                superseded: Optional[FrozenSet[str]], withheld: Mapping[str, Refusal]) -> Tuple[Pass, Plan, Set[str]]:
     """One round of the phases, in the spec's order, each a function of the observation and the claims;
     the plan is built once from what they returned. Returns the allocations live once it is applied too."""
@@ -266,7 +267,7 @@ def _leftover_slices(observed: Observed, wanted: FrozenSet[str]) -> Outcome:
 
 
 def _report_failures(ctx: Pass, refusals: Sequence[Refusal],
-                     live: Mapping[str, LiveHold]) -> Tuple[Tuple[Action, ...], List[Refusal], List[dict]]:
+                     live: Mapping[str, LiveHold]) -> Tuple[Tuple[Action, ...], List[Refusal], List[Dict[str, Any]]]:
     """5. Failures, in spec order: one AllocationFailed per allocation and generation, but for an allocation
     whose hold stays live after the plan (``live``: a kept hold whose new limits, binding or input were refused,
     kept as it was bound). The control plane, told an allocation failed, lets its devices go and places it
@@ -275,8 +276,10 @@ def _report_failures(ctx: Pass, refusals: Sequence[Refusal],
     still held), journaled when it appears and cleared once the hold takes its assignment or goes. It is not
     final at its generation: the next pass judges it again."""
     observed, generation = ctx.observed, ctx.generation
-    actions, failures, reported = [], [], set()  # type: List[Action], List[Refusal], Set[str]
-    kept = []  # type: List[dict]
+    actions: List[Action] = []
+    failures: List[Refusal] = []
+    reported: Set[str] = set()
+    kept: List[Dict[str, Any]] = []
     for refusal in sorted(refusals, key=lambda refusal: ctx.parsed.position(refusal.allocation_id)):
         allocation_id = refusal.allocation_id
         if allocation_id in reported:  # an allocation sent twice: its first refusal stands

@@ -72,9 +72,13 @@ def retained_atoms(device_ids: Sequence[str], assignment: Assignment) -> Tuple[A
     return tuple(kept.values())
 
 
-def wanted_slice_op(assignment: Assignment, current: Optional[SliceState] = None) -> SliceApply:
-    """The slice a hold's limits want (``current``: the slice as the host shows it now, or None)."""
-    properties, huge = wanted_slice(assignment.limits)
+def wanted_slice_op(assignment: Assignment, current: Optional[SliceState] = None) -> Optional[SliceApply]:
+    """The slice a hold's limits want (``current``: the slice as the host shows it now, or None); None when they
+    book nothing a slice enforces (``slices.cgroup_parent_of`` says the same: the hold has no slice)."""
+    wanted = wanted_slice(assignment.limits)
+    if wanted is None:
+        return None
+    properties, huge = wanted
     return SliceApply(slice_name(assignment.allocation_id), properties, huge,
                       settings_of(current) if current is not None else None, limits_record(assignment.limits))
 

@@ -139,7 +139,7 @@ def plan_kubernetes_releases(ctx: Pass) -> Released:
     """Kubernetes releases pending from earlier passes: set an unreadable file aside, clear the marker
     once the kube side allows, drop releases the spec takes back, report those no pod holds."""
     observed = ctx.observed
-    decided = []  # type: List[Released]  # joined once, at the end
+    decided: List[Released] = []  # joined once, at the end
     releases = observed.releases
     if releases.unreadable is not None:
         # said in the pass that does it, whether or not the marker can be cleared at once: the releases

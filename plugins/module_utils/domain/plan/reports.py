@@ -12,7 +12,7 @@ kept holds' reports (``in_report_order``).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device, cdi_spec_path, env_file_path, lowered
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import stale_condition
@@ -34,14 +34,29 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms imp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, FileChange, ReportBound
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import NodeFileKind
 
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import Runtime
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import VendorSpec
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import Atom, AtomKey
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import Refusal
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.ledger import Ledger
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.observed import Observed
 
-def base_body(observed, allocation_id, generation, device_ids):
+Body = Dict[str, Any]  # an event's body (docs/events.md)
+Event = Dict[str, Any]  # {"type": one of event_types.EVENT_TYPES, "body": Body}
+Summary = Dict[str, Any]  # a hold as ``holds`` and ``holds_info`` return it
+Condition = Dict[str, Any]  # a node condition: type, status, reason, message (and what it names)
+
+
+def base_body(observed: Observed, allocation_id: str, generation: Optional[int], device_ids: Iterable[str]) -> Body:
     """What every attested event's body carries."""
     return {"node_id": observed.node_id, "boot_id": observed.boot_id, "allocation_id": allocation_id,
             "generation": generation, "device_ids": list(device_ids)}
 
 
-def bound_event(observed, allocation_id, generation, atoms, cgroup_parent=None):
+def bound_event(observed: Observed, allocation_id: str, generation: int, atoms: Sequence[Atom],
+                cgroup_parent: Optional[str] = None) -> Event:
     body = base_body(observed, allocation_id, generation, [atom.id for atom in atoms])
     body["cdi_devices"] = [cdi_device(atom.id) for atom in atoms]
     body["cdi_spec_path"] = cdi_spec_path(allocation_id)
@@ -51,13 +66,14 @@ def bound_event(observed, allocation_id, generation, atoms, cgroup_parent=None):
     return {"type": ALLOCATION_BOUND, "body": body}
 
 
-def released_event(observed, allocation_id, generation, device_ids):
+def released_event(observed: Observed, allocation_id: str, generation: Optional[int], device_ids: Iterable[str]) -> Event:
     return {"type": ALLOCATION_RELEASED, "body": base_body(observed, allocation_id, generation, device_ids)}
 
 
-def hold_summary(allocation_id, reservation_id, generation, atoms, kubernetes, cgroup_parent=None):
+def hold_summary(allocation_id: str, reservation_id: str, generation: Optional[int], atoms: Sequence[Atom], kubernetes: bool,
+                 cgroup_parent: Optional[str] = None) -> Summary:
     """A hold as ``holds`` and ``holds_info`` return it."""
-    summary = {
+    summary: Summary = {
         "allocation_id": allocation_id,
         "reservation_id": reservation_id,
         "generation": generation,
@@ -72,13 +88,13 @@ def hold_summary(allocation_id, reservation_id, generation, atoms, kubernetes, c
     return summary
 
 
-def summary_of(hold):
+def summary_of(hold: LiveHold) -> Summary:
     """A hold read back from its spec, summarised."""
     return hold_summary(hold.allocation_id, hold.reservation_id, hold.generation, hold.atoms, hold.kubernetes,
                         hold.cgroup_parent)
 
 
-def damaged_condition(paths):
+def damaged_condition(paths: Sequence[str]) -> Condition:
     """Damaged specs set aside in /etc/cdi: raised while any is there, so someone reads and removes them."""
     return {
         "type": HOLD_SPEC_DAMAGED,
@@ -89,7 +105,7 @@ def damaged_condition(paths):
     }
 
 
-def kept_as_bound_condition(hold, generation, refusal):
+def kept_as_bound_condition(hold: LiveHold, generation: int, refusal: Refusal) -> Condition:
     """A live hold whose assignment at ``generation`` is refused (``refusal``) and that the node keeps as it was
     bound: the condition ``HoldChangeRefused`` of its allocation, naming the devices it still holds."""
     bound = " at generation %s" % hold.generation if hold.generation is not None else ""
@@ -104,11 +120,11 @@ def kept_as_bound_condition(hold, generation, refusal):
     }
 
 
-def kept_as_bound_conditions(ledger):
+def kept_as_bound_conditions(ledger: Ledger) -> List[Condition]:
     """``HoldChangeRefused`` as ``holds_info`` and ``bcd-holds status`` show it, read from what the last pass raised
     (the ledger's ``conditions``, its message as raised): they plan nothing, so they cannot judge an assignment
     again."""
-    found = []
+    found: List[Condition] = []
     for key in sorted(ledger.conditions):
         record = ledger.conditions[key]
         if key.split("/", 1)[0] != HOLD_CHANGE_REFUSED or not record.get("allocation_id"):
@@ -125,14 +141,16 @@ def kept_as_bound_conditions(ledger):
 _KNOWN_KEYS = frozenset(version_key(known) for known in KNOWN_VERSIONS)
 
 
-def unknown_version_condition(vendor, runtimes=()):
+def unknown_version_condition(vendor: Optional[VendorSpec], runtimes: Sequence[Runtime] = ()) -> Optional[Condition]:
     """The node condition a vendor spec raises whose ``cdiVersion`` no CDI library knows (later than any, or one
     no CDI release defines, such as 0.99.0), where a hold would take that version: a hold takes the vendor
     spec's version when it is later than what its content needs, lowered to what the oldest of the node's
     runtimes loads (``hold_spec.lowered``), and bcd writes no version a runtime refuses, so every bind and every
     kept hold's rewrite is retried until the spec is regenerated; this says why. None for a known version, one
     the runtimes lower to theirs (the holds are written at that), or no vendor spec."""
-    version = getattr(vendor, "cdi_version", "") if vendor is not None and getattr(vendor, "path", None) else ""
+    if vendor is None or not vendor.path:
+        return None
+    version = vendor.cdi_version
     try:
         if not version or version_key(version) in _KNOWN_KEYS or lowered(version, runtimes) != version:
             return None
@@ -154,19 +172,19 @@ def unknown_version_condition(vendor, runtimes=()):
     }
 
 
-def vendor_conditions(vendor, runtimes=()):
+def vendor_conditions(vendor: Optional[VendorSpec], runtimes: Sequence[Runtime] = ()) -> List[Condition]:
     """The conditions NVIDIA's spec raises on the node (a pass's and ``holds_info``'s alike): stale
     (``VendorSpecStale``), of a ``cdiVersion`` no hold can take (``VendorSpecUnsupported``)."""
     return [condition for condition in (stale_condition(vendor), unknown_version_condition(vendor, runtimes))
             if condition is not None]
 
 
-def withdraw_files(observed, allocation_id):
+def withdraw_files(observed: Observed, allocation_id: str) -> List[FileChange]:
     """The removals that withdraw a hold: its spec and env file, where present."""
     hold = observed.live.get(allocation_id)
     present: Tuple[Tuple[NodeFileKind, str, Optional[bytes]], ...] = (
         ("cdi", cdi_spec_path(allocation_id), hold.content if hold is not None else None),
-               ("allocation-env", env_file_path(allocation_id), observed.env_files.get(allocation_id)))
+        ("allocation-env", env_file_path(allocation_id), observed.env_files.get(allocation_id)))
     return [FileChange(kind, path, before, None) for kind, path, before in present if before is not None]
 
 
@@ -200,7 +218,7 @@ def _waits(reports: Sequence[ReportBound]) -> List[Set[int]]:
     reported them on a part of them (the same atom, or one of them the whole GPU)."""
     on_gpu: Dict[str, Set[int]] = {}  # every moved hold that left a part of the GPU
     whole: Dict[str, Set[int]] = {}  # those that left the whole GPU
-    by_key: Dict[tuple, Set[int]] = {}  # those that left that atom
+    by_key: Dict[AtomKey, Set[int]] = {}  # those that left that atom
     for position, report in enumerate(reports):
         for atom in atoms_of(report.reported_on):
             on_gpu.setdefault(atom.gpu_uuid, set()).add(position)

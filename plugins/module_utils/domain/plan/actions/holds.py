@@ -6,7 +6,7 @@ should be, report it bound, release it, and refuse it (``AllocationFailed``)."""
 
 from __future__ import annotations
 
-from typing import ClassVar, List, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import cdi_device
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals import reason_shown
@@ -39,11 +39,11 @@ class Bind(Action):
     event: Optional[Event]  # None: a Rebind the node reported bound as it is
     device_ids: Tuple[str, ...]
     generation: int
-    limits: Optional[dict]  # the limits the ledger records with the hold
+    limits: Optional[Dict[str, Any]]  # the limits the ledger records with the hold
     slice: Optional[SliceApply] = None
     waits_for: Tuple[str, ...] = ()
     # its cpus or mems lie outside its GPUs' NUMA nodes: admission.locality's note (said, never refused)
-    locality: Optional[dict] = None
+    locality: Optional[Dict[str, Any]] = None
 
     @property
     def text(self) -> str:
@@ -83,7 +83,7 @@ class Bind(Action):
         spec is not written removes the env file it wrote: an env file never outlives a bind that did not
         finish, naming devices no live spec holds (a pass that died in between leaves it to the next pass,
         which removes it: ``RemoveEnv``)."""
-        written = []  # type: List[FileChange]
+        written: List[FileChange] = []
         try:
             for change in self.node_files():
                 change.apply(writer, self.allocation_id)
@@ -258,7 +258,7 @@ class ReportBound(Action):
     event: Event
     device_ids: Tuple[str, ...]
     generation: int
-    limits: Optional[dict]
+    limits: Optional[Dict[str, Any]]
     why: str
     reported_on: Tuple[str, ...] = ()
 

@@ -6,7 +6,7 @@ cleared, and create, set, keep or stop a hold's slice."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional, Tuple
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions.step import Action, Event, SliceApply, SliceOp, SliceStop
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import StateSink, Writer
@@ -40,7 +40,7 @@ class CreateSlice(Action):
     slice: SliceApply
     device_ids: Tuple[str, ...]
     generation: int
-    limits: Optional[dict]
+    limits: Optional[Dict[str, Any]]
 
     @property
     def text(self) -> str:

@@ -29,7 +29,7 @@ class FileChange:
     path: str  # the node path: the file a writer in this process writes or removes (checked), what diffs say
     before: Optional[bytes]
     after: Optional[bytes]
-    hold: Optional[dict] = None  # what the file is rendered from (assignment.hold_request): the helper's input
+    hold: Optional[Dict[str, Any]] = None  # what the file is rendered from (assignment.hold_request): the helper's input
 
     @property
     def change(self) -> str:
@@ -87,7 +87,7 @@ class SliceApply:
     properties: Dict[str, str]
     hugetlb_max: Dict[str, int]
     before: Optional[str] = None  # the slice's settings as the host shows them now, for --diff
-    limits: Optional[dict] = None  # what the properties are built from: the helper's input
+    limits: Optional[Dict[str, Any]] = None  # what the properties are built from: the helper's input
 
     def describe(self) -> str:
         settings = settings_text(self.properties, self.hugetlb_max).splitlines()
@@ -178,7 +178,7 @@ class Action(abc.ABC):
 
     def to_dict(self) -> Dict[str, Any]:
         """The step as the module returns it in ``plan``."""
-        data = {"action": self.kind, "allocation_id": self.allocation_id, "text": self.text}  # type: Dict[str, Any]
+        data: Dict[str, Any] = {"action": self.kind, "allocation_id": self.allocation_id, "text": self.text}
         op = self.slice_op()
         if op is not None:
             data["slice"] = op.to_dict()
