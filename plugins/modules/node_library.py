@@ -165,7 +165,8 @@ def run_from_library(module_name: str, module_args: Dict[str, Any], raw: Dict[st
     hand_over(params)
     # What the import makes (modules, classes, functions) lives as long as the process: the cyclic collector
     # has nothing to find in it, so it does not run while the library is imported, and what it made is frozen
-    # with Ansible's before the pass (2 to 3 ms of a 16-hold no-op, docs/performance.md)
+    # with Ansible's before the pass (docs/performance.md, "Speed tricks, measured (issue 47)"; the same trick as
+    # support/speed.py's, inline here: this module's payload is node/library.py alone)
     gc.disable()
     try:
         entry = importlib.import_module("%s.entry.modules.%s" % (library.PACKAGE, module_name))
@@ -191,7 +192,7 @@ def sent_by_the_action(raw: object) -> Optional[Dict[str, Any]]:
     """The options when they are exactly what the action plugin sends (one of ``MODULES``, a dict of
     options, an absolute path, a digest), else None. The module run from the library validates its own
     options, so these need no ``AnsibleModule`` of their own: one would decode, copy, scan and log every
-    option of the task a second time (7 ms of a no-op of 256 holds)."""
+    option of the task a second time (docs/performance.md, "Round six")."""
     if not isinstance(raw, dict):
         return None
     options = dict((key, value) for key, value in raw.items() if not key.startswith("_ansible_"))
@@ -212,7 +213,7 @@ def sent_by_the_action(raw: object) -> Optional[Dict[str, Any]]:
 
 def main() -> None:
     # What Ansible has imported by now lives as long as the process: frozen, the cyclic collector no longer
-    # walks it at every collection the converger's imports and pass trigger (11 ms of a 40 ms no-op).
+    # walks it at every collection the converger's imports and pass trigger (docs/performance.md, "Round six").
     gc.freeze()
     raw, hand_over = core_module_args()
     options = sent_by_the_action(raw)

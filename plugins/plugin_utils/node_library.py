@@ -16,11 +16,10 @@ library is that code and root's alone, the module's result is that run's. Otherw
 (missing, another version, altered, unsafe), the module runs as Ansible ships it, and the task warns with the
 reason. The result says which ran in ``ran_from``. An async task runs the shipped module.
 
-Either way ansible-core builds the module's payload here, and ``fewer_collections`` (``support/collector.py``,
+Either way ansible-core builds the module's payload here, and ``fewer_collections`` (``support/speed.py``,
 with the heap frozen) has Python's cyclic collector walk less while it does: the build parses every file the
-module can reach, some million objects for ``bcd.devices.holds`` as shipped. Measured on the shipped no-op's
-build (docs/performance.md, "The payload build"): 370 to 280 ms on Python 3.11, 380 to 330 ms on 3.12, the
-same on 3.13; up to 4 MB more at its peak."""
+module can reach, some million objects for ``bcd.devices.holds`` as shipped (measured in docs/performance.md,
+"The payload build" and "Speed tricks, measured (issue 47)")."""
 
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.bcd.devices.plugins.module_utils.node import library
-from ansible_collections.bcd.devices.plugins.module_utils.support.collector import fewer_collections
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import fewer_collections
 
 display = Display()
 VARIABLE = "bcd_devices_node_library"
@@ -55,7 +54,7 @@ def controller_digest() -> str:
 
 
 # Once, when the strategy imports the action plugins in ansible-playbook's own process: every worker it forks
-# for a host inherits the digest instead of reading and hashing module_utils again (3-5 ms a host).
+# for a host inherits the digest instead of reading and hashing module_utils again (docs/performance.md, "Round six").
 controller_digest()
 
 

@@ -35,9 +35,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.planner im
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.reports import summary_of
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import journal_full, journal_near
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
-from ansible_collections.bcd.devices.plugins.module_utils.support.collector import fewer_collections
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import fewer_collections
 
 if TYPE_CHECKING:
     from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import LiveHold
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus, HostMemory
     from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import PodView
     from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host
+    from ansible_collections.bcd.devices.plugins.module_utils.state.nodespec import Nodespec
 
 CONVERGED: Final = "CONVERGED"
 PROGRESSING: Final = "PROGRESSING"
@@ -440,8 +441,8 @@ def _events_shown(state: NodeState, backlog: List[Dict[str, Any]], journal_bytes
     return shown + [event for event in after if event["seq"] not in known], len(older) - len(shown), len(shown)
 
 
-def _numbered(generation: Optional[int], stored: Optional[Tuple[Optional[int], List[Any], List[Dict[str, Any]], Any, Any]],
-              ledger: Ledger, devices: List[Any], instances: Optional[List[Dict[str, Any]]]) -> int:
+def _numbered(generation: Optional[int], stored: Optional[Nodespec], ledger: Ledger, devices: List[Any],
+              instances: Optional[List[Dict[str, Any]]]) -> int:
     refused = [] if generation is None else [allocation_id for allocation_id in ledger.failures
                                              if ledger.refused_at(allocation_id) == generation]
     try:

@@ -63,7 +63,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.store import Nod
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
-from ansible_collections.bcd.devices.plugins.module_utils.support.patterns import lazy_pattern
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 if TYPE_CHECKING:  # imported where a delivery runs, not by every bcd-holds command

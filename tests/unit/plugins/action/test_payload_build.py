@@ -2,7 +2,7 @@
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The action plugins have ansible-core build a module's payload with Python's cyclic collector walking less
-(``support/collector.py``'s ``fewer_collections`` with the heap frozen, docs/performance.md "The payload
+(``support/speed.py``'s ``fewer_collections`` with the heap frozen, docs/performance.md "The payload
 build"); a pass uses it without freezing, and put the collector back as it was, even
 when the build fails: the worker goes on to run the module and read its result with the collector as Ansible
 left it."""
@@ -15,7 +15,7 @@ import pytest
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.bcd.devices.plugins.action.holds import ActionModule
-from ansible_collections.bcd.devices.plugins.module_utils.support.collector import fewer_collections
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import fewer_collections
 
 
 @pytest.fixture(autouse=True)

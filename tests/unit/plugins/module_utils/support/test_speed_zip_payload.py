@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to bcd.devices
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""``entry.zip_payload``: a module run from Ansible's zip payload compiles each of the collection's files
-once (docs/performance.md, "Without the role").
+"""``support.speed.compile_once``: a module run from Ansible's zip payload compiles each of the collection's
+files once (docs/performance.md, "Round seven" and "Speed tricks, measured (issue 47)").
 
 On every node Python this machine has (3.8 to 3.13), the collection's ``module_utils`` are zipped as
 AnsiballZ lays them out and imported the way a shipped module imports them, counting ``compile()`` by file:
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.bcd.devices.plugins.module_utils.entry import zip_payload
+from ansible_collections.bcd.devices.plugins.module_utils.support import speed
 
 REPO = Path(__file__).resolve().parents[5]
 MODULE_UTILS = REPO / "plugins" / "module_utils"
@@ -53,8 +53,8 @@ CHILD = textwrap.dedent("""
         counts[str(filename)] += 1
         return real(source, filename, *args, **kwargs)
     builtins.compile = counting
-    from ansible_collections.bcd.devices.plugins.module_utils.entry import zip_payload
-    installed = zip_payload.compile_once() if hook else None
+    from ansible_collections.bcd.devices.plugins.module_utils.support import speed
+    installed = speed.compile_once() if hook else None
     before = dict(counts)
     from ansible_collections.bcd.devices.plugins.module_utils.domain.input import atoms
     from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi import hold_spec as cdi
@@ -126,7 +126,7 @@ def test_each_file_compiles_once_from_the_zip_and_twice_without_the_finder(pytho
 
 def test_from_files_it_does_nothing():
     before = list(sys.meta_path)
-    assert zip_payload.compile_once() is False
+    assert speed.compile_once() is False
     assert sys.meta_path == before
 
 
@@ -171,9 +171,9 @@ def test_the_shipped_module_compiles_each_file_once_through_ansible(tmp_path):
     assert result["section"]["state"] == "CONVERGED", result
     compiles = json.loads(out.stderr.decode().split("COMPILES ", 1)[1].splitlines()[0])
     assert "module_utils/domain/plan/planner.py" in compiles, sorted(compiles)
-    # zip_payload and the packages above it are imported before the finder exists, and Ansible runs the module
-    # itself as __main__: those as before.
-    before_finder = {"modules/holds.py", "module_utils/entry/zip_payload.py", "module_utils/entry/__init__.py", "module_utils/__init__.py",
+    # speed and the packages above it are imported before the finder exists, and Ansible runs the module itself
+    # as __main__: those as before.
+    before_finder = {"modules/holds.py", "module_utils/support/speed.py", "module_utils/support/__init__.py", "module_utils/__init__.py",
                      "__init__.py", "modules/__init__.py"}
     twice = sorted(name for name, count in compiles.items() if count != 1 and name not in before_finder)
     assert twice == [], twice
