@@ -5,17 +5,19 @@
 
 ``dataclasses.dataclass`` compiles five or six generated methods per class with ``exec`` when a
 module is imported (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, a frozen class's
-``__setattr__`` and ``__delattr__``). Every module run imports the converger afresh on the node,
-and its 59 classes cost 22 ms of the 60 a no-op of 16 holds took there: more than the pass.
+``__setattr__`` and ``__delattr__``), and every module run imports the converger afresh on the node:
+for its record classes that cost more than the pass itself (docs/performance.md, "Speed tricks,
+measured (issue 47)").
 
 ``record`` is a strict subset of ``dataclasses.dataclass``: every record must behave identically
 when the decorator is swapped for ``dataclasses.dataclass`` (with ``field`` for
 ``dataclasses.field``), and ``tests/unit/plugins/module_utils/support/test_records.py`` makes each
-record class of module_utils a dataclass and compares them. It compiles one method, the ``__init__``
-(its speed matters: a pass makes thousands of records of a few classes), once a process has made
-``COMPILE_AFTER`` records of the class; the ones before are made by a shared ``__init__`` that takes the
-same arguments. Comparison, hashing, ``repr`` and freezing are shared functions over the class's fields,
-read with one C-level ``operator.attrgetter``. What it keeps of dataclasses, and nothing more:
+record class of module_utils a dataclass and compares them. It compiles one method, the ``__init__``,
+when the first record of the class is made (``support/speed.py``'s ``on_first_call``: a module run
+makes records of a third of the classes it declares); its source is built with the class, so a field
+order ``__init__`` cannot take is refused there. Comparison, hashing, ``repr`` and freezing are shared
+functions over the class's fields, read with one C-level ``operator.attrgetter``. What it keeps of
+dataclasses, and nothing more:
 
 - fields are the class's annotations in order, a base record's first; ``ClassVar`` ones are not
   fields; a field without a default comes before those with one;
@@ -27,17 +29,16 @@ read with one C-level ``operator.attrgetter``. What it keeps of dataclasses, and
 - a method the class body defines itself is kept.
 
 ``replace``, ``fields`` and ``asdict`` are the dataclasses functions of the same names, for records.
-(Type checkers read ``record`` as a dataclass through ``dataclass_transform``.) What it saves is
-measured on every supported Python in docs/performance.md ("Records and dataclasses; JSON").
+(Type checkers read ``record`` as a dataclass through ``dataclass_transform``.)
 """
 
 from __future__ import annotations
 
 import copy
-import sys
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Tuple, Type, TypeVar, Union, overload
 
+from ansible_collections.bcd.devices.plugins.module_utils.support import speed
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 
 if TYPE_CHECKING:  # pragma: no cover - type checkers only; never imported at run time
@@ -46,20 +47,19 @@ else:
     def dataclass_transform(**_kwargs):
         return lambda function: function
 
+_C = TypeVar("_C", bound=type)
+_R = TypeVar("_R")
+_V = TypeVar("_V")
+
 _FIELDS = "__record_fields__"
 _CLASSVAR = ("ClassVar", "typing.ClassVar", "t.ClassVar")
 _MUTABLE = (list, dict, set)
-# The record of a class a process makes with its compiled ``__init__`` (the ones before, with the shared one):
-# compiling costs about 0.1 ms a class, the shared ``__init__`` about 1 us a record more than the compiled
-# one, and a 16-hold no-op makes 354 records of 23 classes, all but one fewer than 32 times (it compiled 22
-# ``__init__``, 2.5 ms of the pass), a 256-hold bind 4 917 of 26 (docs/performance.md, "Records and dataclasses").
-COMPILE_AFTER = 32
 
 
 class _Missing:
     """No default."""
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "MISSING"
 
 
@@ -75,34 +75,42 @@ class Field:
 
     __slots__ = ("name", "default", "default_factory")
 
-    def __init__(self, name, default=MISSING, default_factory=MISSING):
+    def __init__(self, name: str, default: Any = MISSING, default_factory: Any = MISSING) -> None:
         self.name = name
         self.default = default
         self.default_factory = default_factory
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Field(%r)" % self.name
+
+
+@overload
+def field(*, default: _V) -> _V: ...
+
+
+@overload
+def field(*, default_factory: Callable[[], _V]) -> _V: ...
 
 
 def field(*, default: Any = MISSING, default_factory: Any = MISSING) -> Any:
     """A field's default (``default``) or the factory of a new one for each record (``default_factory``)."""
     if default is not MISSING and default_factory is not MISSING:
         raise ValueError("a field has a default or a default factory, not both")
-    # Made through the module's namespace, not by name: pylint (ansible-test's sanity) follows a call to
-    # its result, so it would read every ``items: List[int] = field(default_factory=list)`` of a record as
-    # the Field object (it knows ``dataclasses.field``, not this one) and flag ``items.append(...)`` or
-    # ``first, second = record.items``. A lookup it cannot follow leaves the field typed by its annotation.
-    made = vars(sys.modules[__name__])["Field"]
-    return made(None, default, default_factory)
+    # Made through the module's namespace, not by name: pylint (ansible-test's sanity) follows a call to its
+    # result, so it would read every ``items: List[int] = field(default_factory=list)`` of a record as the Field
+    # (it knows ``dataclasses.field``, not this one) and flag ``items.append(...)`` or ``first, second =
+    # record.items``. A lookup it cannot follow leaves the field typed by its annotation.
+    made: Type[Field] = globals()["Field"]
+    return made("", default, default_factory)
 
 
-def _is_classvar(annotation):
+def _is_classvar(annotation: Any) -> bool:
     if isinstance(annotation, str):
         return annotation.startswith(_CLASSVAR)
     return getattr(annotation, "__origin__", None) is ClassVar
 
 
-def _own_fields(cls):
+def _own_fields(cls: type) -> List[Field]:
     """The fields ``cls``'s own body declares; defaults are left on the class as dataclasses leaves them."""
     found = []
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
@@ -124,7 +132,7 @@ def _own_fields(cls):
     return found
 
 
-def _all_fields(cls):
+def _all_fields(cls: type) -> Tuple[Field, ...]:
     by_name: Dict[str, Field] = {}
     for base in reversed(cls.__mro__[1:]):
         for item in base.__dict__.get(_FIELDS, ()):
@@ -134,7 +142,7 @@ def _all_fields(cls):
     return tuple(by_name.values())
 
 
-def _init_source(items, frozen):
+def _init_source(items: Tuple[Field, ...], frozen: bool) -> Tuple[str, Dict[str, Any]]:
     """The ``__init__`` of a record with these fields, and the names its code reads."""
     names: Dict[str, Any] = {"_MISSING": MISSING, "_setattr": object.__setattr__}
     params = []
@@ -164,111 +172,74 @@ def _init_source(items, frozen):
     return source, names
 
 
-def _bound(where, items, args, kwargs):
-    """The values a call ``__init__(self, *args, **kwargs)`` gives the fields ``items``, in their order, refused
-    as Python refuses that call of the compiled ``__init__``: a ``TypeError`` for an argument too many, given
-    twice or unknown, or a field without a default that none gave."""
-    if len(args) > len(items):
-        raise TypeError("%s() takes %d positional arguments but %d were given" % (where, len(items) + 1, len(args) + 1))
-    values = list(args)
-    given = 0
-    for item in items[len(args):]:
-        if item.name in kwargs:
-            values.append(kwargs[item.name])
-            given += 1
-        elif item.default is not MISSING:
-            values.append(item.default)
-        elif item.default_factory is not MISSING:
-            values.append(item.default_factory())
-        else:
-            raise TypeError("%s() missing 1 required positional argument: %r" % (where, item.name))
-    if given != len(kwargs):
-        positional = [item.name for item in items[:len(args)]]
-        for name in kwargs:
-            if name in positional:
-                raise TypeError("%s() got multiple values for argument %r" % (where, name))
-            if name not in [item.name for item in items]:
-                raise TypeError("%s() got an unexpected keyword argument %r" % (where, name))
-    return values
+def _compiled(source: str, names: Dict[str, Any], qualname: str) -> Callable[..., None]:
+    """The ``__init__`` that ``source`` defines over ``names``, named ``qualname`` (as Python's own messages name it)."""
+    exec(source, names)  # pylint: disable=exec-used
+    init: Callable[..., None] = names["__init__"]
+    init.__qualname__ = qualname
+    return init
 
 
-def _deferred_init(cls, items, frozen):
-    """The record's ``__init__``: for the first ``COMPILE_AFTER - 1`` records of the class a process makes,
-    one that sets the fields from ``_bound``; then it compiles the record's own, puts it in its place and
-    makes the record with it. A class a run makes few of (most of a no-op's) never compiles one. The source
-    is built now, so a field order ``__init__`` cannot take is refused when the class is declared."""
+def _init(cls: type, items: Tuple[Field, ...], frozen: bool) -> Callable[..., None]:
+    """The record's ``__init__``, compiled when the first record of the class is made; its source is built now,
+    so a field order ``__init__`` cannot take is refused when the class is declared."""
     source, names = _init_source(items, frozen)
-    where = cls.__qualname__ + ".__init__"
-    order = tuple(item.name for item in items)
-    setter = object.__setattr__ if frozen else setattr
-    made = [0]
-
-    def __init__(self, *args, **kwargs):
-        made[0] += 1
-        if made[0] < COMPILE_AFTER:
-            for name, value in zip(order, _bound(where, items, args, kwargs)):
-                setter(self, name, value)
-            return
-        exec(source, names)  # pylint: disable=exec-used
-        compiled = names["__init__"]
-        compiled.__qualname__ = where
-        if cls.__dict__.get("__init__") is __init__:
-            type.__setattr__(cls, "__init__", compiled)
-        compiled(self, *args, **kwargs)
-
-    return __init__
+    qualname = cls.__qualname__ + ".__init__"
+    return speed.on_first_call(cls, "__init__", lambda: _compiled(source, names, qualname))
 
 
-def _shared_methods(values):
+def _shared_methods(values: Callable[[Any], Tuple[Any, ...]]) -> Tuple[Callable[..., Any], ...]:
     """``__eq__``, ``__hash__`` and ``__repr__`` over ``values``, a getter of a record's fields as a tuple."""
-    def __eq__(self, other):
+    def __eq__(self: Any, other: Any) -> Any:
         if other.__class__ is self.__class__:
             return values(self) == values(other)
         return NotImplemented
 
-    def __hash__(self):
+    def __hash__(self: Any) -> int:
         return hash(values(self))
 
-    def __repr__(self):
-        own = getattr(self.__class__, _FIELDS)
+    def __repr__(self: Any) -> str:
+        own: Tuple[Field, ...] = getattr(self.__class__, _FIELDS)
         return "%s(%s)" % (self.__class__.__qualname__,
                            ", ".join("%s=%r" % (item.name, getattr(self, item.name)) for item in own))
 
     return __eq__, __hash__, __repr__
 
 
-def _frozen_setattr(self, name, value):
+def _frozen_setattr(self: Any, name: str, value: Any) -> None:
     raise FrozenInstanceError("cannot assign to field %r" % name)
 
 
-def _frozen_delattr(self, name):
+def _frozen_delattr(self: Any, name: str) -> None:
     raise FrozenInstanceError("cannot delete field %r" % name)
 
 
-def _fields_getter(items):
+def _fields_getter(items: Tuple[Field, ...]) -> Callable[[Any], Tuple[Any, ...]]:
     if not items:
         return lambda _record: ()
     if len(items) == 1:
         single = attrgetter(items[0].name)
         return lambda record: (single(record),)
-    return attrgetter(*(item.name for item in items))
+    getter: Callable[[Any], Tuple[Any, ...]] = attrgetter(*(item.name for item in items))
+    return getter
 
 
-def _set_new(cls, name, value):
+def _set_new(cls: type, name: str, value: Any) -> None:
     if name not in cls.__dict__:
         setattr(cls, name, value)
 
 
-def _process(cls, frozen, eq):
+def _process(cls: _C, frozen: bool, eq: bool) -> _C:
     items = _all_fields(cls)
     setattr(cls, _FIELDS, items)
-    _set_new(cls, "__init__", _deferred_init(cls, items, frozen))
+    _set_new(cls, "__init__", _init(cls, items, frozen))
     equal, hashed, shown = _shared_methods(_fields_getter(items))
     _set_new(cls, "__repr__", shown)
     if eq:
         _set_new(cls, "__eq__", equal)
         if "__hash__" not in cls.__dict__ or cls.__dict__["__hash__"] is None:
-            cls.__hash__ = hashed if frozen else None
+            # None makes a mutable record unhashable, as dataclasses does; typeshed has __hash__ a method only
+            cls.__hash__ = hashed if frozen else None  # type: ignore[method-assign,assignment]
     if frozen:
         for name, method in (("__setattr__", _frozen_setattr), ("__delattr__", _frozen_delattr)):
             if name in cls.__dict__:
@@ -277,31 +248,40 @@ def _process(cls, frozen, eq):
     return cls
 
 
+@overload
+def record(cls: _C, *, frozen: bool = False, eq: bool = True) -> _C: ...
+
+
+@overload
+def record(cls: None = None, *, frozen: bool = False, eq: bool = True) -> Callable[[_C], _C]: ...
+
+
 @dataclass_transform(field_specifiers=(field,))
-def record(cls=None, *, frozen: bool = False, eq: bool = True) -> Any:
+def record(cls: Optional[_C] = None, *, frozen: bool = False, eq: bool = True) -> Union[_C, Callable[[_C], _C]]:
     """The class as a record: ``@record``, ``@record(frozen=True)``, ``@record(frozen=True, eq=False)``."""
-    def wrap(klass):
+    def wrap(klass: _C) -> _C:
         return _process(klass, frozen, eq)
 
     return wrap if cls is None else wrap(cls)
 
 
-def fields(value) -> Tuple[Field, ...]:
+def fields(value: Any) -> Tuple[Field, ...]:
     """A record's (or record class's) fields, in order."""
     klass = value if isinstance(value, type) else type(value)
     try:
-        return klass.__dict__[_FIELDS]
+        found: Tuple[Field, ...] = klass.__dict__[_FIELDS]
     except KeyError:
         raise TypeError("%s is not a record" % klass.__name__) from None
+    return found
 
 
-def is_record(value) -> bool:
+def is_record(value: Any) -> bool:
     """Whether ``value`` is a record or a record class."""
     klass = value if isinstance(value, type) else type(value)
     return _FIELDS in klass.__dict__
 
 
-def replace(value, **changes):
+def replace(value: _R, **changes: Any) -> _R:
     """A new record of the same class, its fields ``value``'s except those named in ``changes``."""
     items = fields(value)
     names = set(item.name for item in items)
@@ -317,14 +297,14 @@ def replace(value, **changes):
 _ATOMIC = (str, int, float, bool, type(None), bytes)
 
 
-def asdict(value, dict_factory: Callable[..., Any] = dict):
+def asdict(value: Any, dict_factory: Callable[..., Any] = dict) -> Any:
     """A record as a dict, recursing into records, lists, tuples and dicts as ``dataclasses.asdict`` does."""
     if not is_record(value) or isinstance(value, type):
         raise TypeError("asdict() should be called on record instances")
     return _asdict(value, dict_factory)
 
 
-def _asdict(value, dict_factory):
+def _asdict(value: Any, dict_factory: Callable[..., Any]) -> Any:
     if isinstance(value, _ATOMIC):
         return value
     if is_record(value) and not isinstance(value, type):

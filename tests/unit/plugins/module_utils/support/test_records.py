@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.bcd.devices.plugins.module_utils.support import records
+from ansible_collections.bcd.devices.plugins.module_utils.support import records, speed
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 
 REPO = Path(__file__).resolve().parents[5]
@@ -216,11 +216,10 @@ def test_importing_the_converger_builds_no_dataclass():
     assert done.stdout.strip() == "[]"
 
 
-def test_a_record_compiles_its_init_once_a_process_has_made_compile_after_of_the_class(monkeypatch):
-    """The records before the ``COMPILE_AFTER``-th of a class are made by the shared ``__init__``; that one compiles
-    the class's own, which makes every record after it. A subclass counts, and compiles, apart."""
-    monkeypatch.setattr(records, "COMPILE_AFTER", 3)
-
+def test_a_record_compiles_its_init_when_the_first_of_its_class_is_made_and_behaves_the_same_after():
+    """The first record of a class compiles the class's own ``__init__`` and puts it in place; that one makes every
+    record after it, the first included, so a record is made the same way on its 1st and its 32nd construction. A
+    subclass compiles its own; a refused call compiles it too."""
     @record(frozen=True)
     class Base:
         name: str
@@ -230,15 +229,16 @@ def test_a_record_compiles_its_init_once_a_process_has_made_compile_after_of_the
         size: int = 1
 
     def compiled(cls):
-        return "_deferred_init" not in cls.__init__.__qualname__ and cls.__init__.__qualname__.endswith(cls.__name__ + ".__init__")
+        return cls.__init__.__module__ is None and cls.__init__.__qualname__ == cls.__qualname__ + ".__init__"
 
-    made = [Child("a"), Child("b", size=2)]
     assert not compiled(Child) and not compiled(Base)
-    made.append(Child("c"))
+    made = [Child("a")]
     assert compiled(Child) and not compiled(Base)
-    assert [(child.name, child.size) for child in made + [Child("d")]] == [("a", 1), ("b", 2), ("c", 1), ("d", 1)]
-    assert Base("b") == Base("b") and not compiled(Base)
-    with pytest.raises(TypeError):
+    init = Child.__init__
+    made += [Child("b", size=2) for _copy in range(40)]
+    assert Child.__init__ is init
+    assert [(child.name, child.size) for child in made[:2]] == [("a", 1), ("b", 2)] and made[1] == made[-1]
+    with pytest.raises(TypeError, match=r"__init__\(\) missing 1 required positional argument: 'name'"):
         Base()
     assert compiled(Base) and Base("e").name == "e"
 
@@ -261,24 +261,21 @@ def declared(kinds, frozen, decorate, make_field):
     return decorate(frozen=frozen)(type("Layout", (), namespace))
 
 
-def outcome(cls, args, kwargs, init=None):
+def outcome(cls, args, kwargs):
     """``("made", fields)`` for the fields a call makes, or ``("refused", whether the message names __init__)``
-    for the ``TypeError`` it raises; through ``init`` (on a bare instance) when given, else the class."""
+    for the ``TypeError`` it raises."""
     try:
-        if init is None:
-            made = cls(*args, **kwargs)
-        else:
-            made = object.__new__(cls)
-            init(made, *args, **kwargs)
+        made = cls(*args, **kwargs)
     except TypeError as exc:
         return "refused", "__init__()" in str(exc)
     return "made", tuple(getattr(made, "f%d" % index) for index in range(len(cls.__annotations__)))
 
 
 @given(kinds=LAYOUTS, frozen=st.booleans(), call=CALLS)
-def test_the_shared_init_takes_and_refuses_every_call_as_the_compiled_one_and_the_dataclass(kinds, frozen, call):
-    """Whichever ``__init__`` makes a record, a call gives it the fields the dataclass's would (a factory's value
-    made for each record), or is refused with a ``TypeError`` that names ``__init__`` where the dataclass's is."""
+def test_the_init_takes_and_refuses_every_call_as_the_dataclass_on_the_first_record_and_after(kinds, frozen, call):
+    """A call gives a record the fields the dataclass's ``__init__`` would (a factory's value made for each record),
+    or is refused with a ``TypeError`` that names ``__init__`` where the dataclass's is: the same on the first call,
+    which compiles the ``__init__``, and on the calls after it."""
     positional, keywords, twice, unknown = call
     names = ["f%d" % index for index in range(len(kinds))]
     args = tuple(("arg", index) for index in range(min(positional, len(names) + 1)))
@@ -289,25 +286,13 @@ def test_the_shared_init_takes_and_refuses_every_call_as_the_compiled_one_and_th
         kwargs["nowhere"] = "unknown"
     theirs = declared(kinds, frozen, dataclasses.dataclass, dataclasses.field)
     ours = declared(kinds, frozen, record, field)
-    items = records.fields(ours)
-    shared = records._deferred_init(ours, items, frozen)  # pylint: disable=protected-access
     expected = outcome(theirs, args, kwargs)
-    saved = records.COMPILE_AFTER
-    try:
-        records.COMPILE_AFTER = 10 ** 9
-        assert outcome(ours, args, kwargs, init=shared) == expected
-        records.COMPILE_AFTER = 1
-        compiled = records._deferred_init(ours, items, frozen)  # pylint: disable=protected-access
-        assert outcome(ours, args, kwargs, init=compiled) == expected
-        made = [name for name, kind in zip(names[len(args):], kinds[len(args):]) if kind == "factory" and name not in kwargs]
-        if made and expected[0] == "made":
-            records.COMPILE_AFTER = 10 ** 9
-            first, second = object.__new__(ours), object.__new__(ours)
-            shared(first, *args, **kwargs)
-            shared(second, *args, **kwargs)
-            assert all(getattr(first, name) == [] and getattr(first, name) is not getattr(second, name) for name in made)
-    finally:
-        records.COMPILE_AFTER = saved
+    assert outcome(ours, args, kwargs) == expected  # the first: compiles the __init__
+    assert outcome(ours, args, kwargs) == expected  # and the compiled one
+    made = [name for name, kind in zip(names[len(args):], kinds[len(args):]) if kind == "factory" and name not in kwargs]
+    if made and expected[0] == "made":
+        first, second = ours(*args, **kwargs), ours(*args, **kwargs)
+        assert all(getattr(first, name) == [] and getattr(first, name) is not getattr(second, name) for name in made)
 
 
 # -- every record of module_utils, rebuilt as the dataclass it must be -------------------------------------
@@ -340,10 +325,10 @@ MODULES = module_names()
 
 
 def _generated(value):
-    """Whether ``value`` is one of the methods ``record`` put on a class (its own functions, or the ``__init__``
-    it compiled), not one the class body defined."""
+    """Whether ``value`` is one of the methods ``record`` put on a class (its own functions, the ``__init__`` it
+    compiled, or the stand-in that compiles it), not one the class body defined."""
     function = getattr(value, "__func__", value)
-    return getattr(function, "__module__", "") in (records.__name__, None)
+    return getattr(function, "__module__", "") in (records.__name__, speed.__name__, None)
 
 
 def options_of(cls):
@@ -414,20 +399,13 @@ def hashed(value):
 
 
 def made_both_ways(cls, args):
-    """A record of ``cls`` made with ``args`` by the shared ``__init__`` and one made by the compiled one, whichever
-    of them the class has now (a test before this one may have made enough to compile it)."""
+    """A record of ``cls`` made with ``args`` by a stand-in that compiles its ``__init__`` (as the first record of a
+    class is made), and one made by the class's ``__init__`` as it is now (a test before this one may have
+    compiled it)."""
     frozen = options_of(cls)[0]
-    saved = records.COMPILE_AFTER
-    made = []
-    try:
-        for threshold in (10 ** 9, 1):
-            records.COMPILE_AFTER = threshold
-            value = object.__new__(cls)
-            records._deferred_init(cls, records.fields(cls), frozen)(value, *args)  # pylint: disable=protected-access
-            made.append(value)
-    finally:
-        records.COMPILE_AFTER = saved
-    return made
+    first = object.__new__(cls)
+    records._init(cls, records.fields(cls), frozen)(first, *args)  # pylint: disable=protected-access
+    return [first, cls(*args)]
 
 
 def same_as_its_dataclass(cls):
