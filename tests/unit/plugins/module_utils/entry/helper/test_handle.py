@@ -27,6 +27,7 @@ from ansible_collections.bcd.devices.tests.unit.builders import request
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.helper.conftest import GPU_A, HARDWARE
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.helper.test_slices import populate
 
+
 def test_root_renders_a_hold_written_from_its_data_and_logs_it(helper):
     env_lines = ["OMP_NUM_THREADS=4"]
     assert helper.request({"op": "hold.write", "kind": "cdi", "hold": request("a1", env=env_lines)}) == {"ok": True}

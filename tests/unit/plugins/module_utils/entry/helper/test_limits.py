@@ -25,6 +25,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.limits im
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.reading import MAX_HOLD_FILES
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.request import OPS
 
+
 class Clock(object):
     def __init__(self):
         self.now = 100.0

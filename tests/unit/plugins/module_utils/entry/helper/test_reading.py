@@ -22,6 +22,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node import vendor_spe
 from ansible_collections.bcd.devices.tests.unit.conftest import GPU_A
 from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.helper.test_request import send, served
 
+
 def test_the_view_is_read_again_after_its_interval_or_at_once_when_the_host_says_it_changed(node):
     now = [50.0]
     host = node.host()

@@ -44,6 +44,7 @@ from ansible_collections.bcd.devices.tests.unit.builders import request
 from ansible_collections.bcd.devices.tests.unit.conftest import DEFAULT_GPUS, GPU_A
 from ansible_collections.bcd.devices.tests.unit.served_helper import ServedHelper
 
+
 # -- what a request may say --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("allocation_id", [

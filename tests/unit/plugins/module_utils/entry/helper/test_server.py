@@ -33,6 +33,7 @@ from ansible_collections.bcd.devices.tests.unit.plugins.module_utils.entry.helpe
     Helper,
 )
 
+
 def nobody():
     try:
         return pwd.getpwnam("nobody")

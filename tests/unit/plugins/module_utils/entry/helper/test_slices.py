@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+
 def test_a_slice_is_built_by_root_from_limits_and_stopped_once_empty(helper):
     reply = helper.request({"op": "slice.apply", "allocation_id": "a1",
                             "limits": {"cpus": "0-3,8", "memory_bytes": 1 << 30, "hugepages_2mi": 2}})
