@@ -84,8 +84,8 @@ class RecordSlices:
         current = self.state(name)
         check_slice_change(current, properties, huge, name)
         record: Dict[str, Any] = {"name": name, "properties": properties, "hugetlb_max": huge,
-                  "hugetlb_current": current.hugetlb_current if current else {},
-                  "populated": current.populated if current else False}
+                                  "hugetlb_current": current.hugetlb_current if current else {},
+                                  "populated": current.populated if current else False}
         if current is not None and current.memory_current is not None:
             record["memory_current"] = current.memory_current
         self._write(name, record)
