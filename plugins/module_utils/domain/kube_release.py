@@ -53,7 +53,7 @@ class PendingRelease:
 
     def to_json(self) -> Dict[str, Any]:
         data: Dict[str, Any] = {"device_ids": list(self.device_ids), "generation": self.generation,
-                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))}
+                                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))}
         if self.taken_back:
             data["taken_back"] = True
         return data
@@ -181,8 +181,8 @@ def pending_summary(pending: Iterable[PendingRelease], now: float,
     summary: List[Dict[str, Any]] = []
     for release in sorted(pending, key=lambda r: r.allocation_id):
         entry: Dict[str, Any] = {"allocation_id": release.allocation_id, "device_ids": list(release.device_ids),
-                 "generation": release.generation, "age_seconds": int(max(0, now - release.since)),
-                 "taken_back": release.taken_back}
+                                 "generation": release.generation, "age_seconds": int(max(0, now - release.since)),
+                                 "taken_back": release.taken_back}
         if holders is not None:
             entry["held_by"] = holders.get(release.allocation_id)
         summary.append(entry)

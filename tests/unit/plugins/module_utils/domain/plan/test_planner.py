@@ -422,8 +422,9 @@ def test_an_unprivileged_pass_leaves_live_holds_and_says_it_needs_root():
 
 def test_planning_is_pure():
     holds = [live("a1", [GPU_A]), live("a2", [MIG2])]
-    observed = observe(holds, ledger=Ledger(bound={"a1": BoundHold(parent_recorded=False)}, failures={"a9": JournaledRefusal(1)},
-                                           vfio={GPU_C: "inst_1"}),
+    ledger = Ledger(bound={"a1": BoundHold(parent_recorded=False)}, failures={"a9": JournaledRefusal(1)},
+                    vfio={GPU_C: "inst_1"})
+    observed = observe(holds, ledger=ledger,
                        domains=[Domain("inst_1", gpus=(GPU_C,))])
     snapshot = copy.deepcopy(observed)
     devices = [assign("a2", [MIG2]), assign("a3", [GPU_B]), assign("a4", [GPU_C])]
@@ -453,8 +454,8 @@ def test_changed_limits_are_set_again_where_the_slice_cannot_be_read_back():
     # systemd's runtime properties are not read back (SliceState.properties is None): the limits the hold was
     # bound with, kept in the ledger, tell whether they changed.
     hold, env = live("a1", [GPU_A])
-    observed = observe([(hold, env)], ledger=Ledger(bound={"a1": BoundHold(1, limits=Limits(cpus="0-3"), parent_recorded=False,
-                                                                          limits_recorded=True)}),
+    bound = BoundHold(1, limits=Limits(cpus="0-3"), parent_recorded=False, limits_recorded=True)
+    observed = observe([(hold, env)], ledger=Ledger(bound={"a1": bound}),
                        slices={"bcd-alloc-a1.slice": SliceState("bcd-alloc-a1.slice", properties=None)})
     changed = plan(2, [assign("a1", [GPU_A], limits={"cpus": "0-7"})], observed)
     assert [(a.kind, a.slice.properties) for a in changed.actions if a.kind == "apply-slice"] == [
