@@ -13,11 +13,13 @@ putting its plain way back in the child before the collection is imported, nothi
 
 * ``noop``: a module run's work on the node, from files (the node library): Ansible's ``basic`` imported first
   (its ``module_utils``, as a payload ships them; not counted), then the converger imported as
-  ``entry.modules.holds`` does (``import``), what is imported frozen (``freeze_imported``), and a 16-hold no-op
-  pass (``converge.run_pass``, ``pass``) on a fakehw node the script bound once before. Variants: everything on; ``records`` off (``record``,
-  ``field``, ``fields``, ``replace``, ``asdict``, ``is_record`` those of ``dataclasses``); ``first_call`` off (a
-  record's ``__init__`` compiled when its class is declared); ``lazy`` off (``lazy_pattern`` is
-  ``re.compile``); ``freeze`` off;
+  ``entry.modules.holds`` does (``import``), and the module's own ``main`` (``pass``: its options parsed, a
+  16-hold no-op pass, its result) on a fakehw node the script bound once before. The module's isolation check
+  is skipped (it refuses the byte code prefix set here), and on a Python without cryptography the module is
+  told it has it (a no-op signs nothing). Variants: everything on; ``records`` off (``record``, ``field``,
+  ``fields``, ``replace``, ``asdict``, ``is_record`` those of ``dataclasses``); ``first_call`` off (a record's
+  ``__init__`` compiled when its class is declared); ``lazy`` off (``lazy_pattern`` is ``re.compile``). The
+  collector's runs during the import are what the node library's module saves by keeping it off then;
 * ``zip``: importing the converger from a zip of ``module_utils`` laid out as AnsiballZ lays it out (a module run
   without the role), with and without ``compile_once()``;
 * ``bind``: the bind of the largest section a pass takes (512 holds of 8 slots, 4 096 atoms, over 16 GPUs) in
@@ -47,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 BUILD = os.path.join(REPO, ".build")
 NODE_PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13")
-NOOP_VARIANTS = ("on", "records", "first_call", "lazy", "freeze")
+NOOP_VARIANTS = ("on", "records", "first_call", "lazy")
 PARTS = ("noop", "zip", "bind", "build")
 
 # What every child watches, from its start: the cyclic collector's runs and their CPU (gc.callbacks), and
@@ -82,7 +84,7 @@ with open(sys.argv[1]) as handle:
 off = set(job["off"])
 if job.get("ansible"):
     sys.path.insert(0, job["ansible"])
-    from ansible.module_utils import basic  # a module run imports it first: part of what freeze_imported freezes
+    from ansible.module_utils import basic  # a module run imports it first: part of the heap the collector walks
 re.compile = timed_compile  # the collection's patterns from here on (Ansible's own compiled at its import)
 started, collected = time.process_time(), seen(collector)
 sys.path.insert(0, job["source"])
@@ -115,8 +117,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import h
 from ansible_collections.bcd.devices.plugins.module_utils.entry.converge import run_pass
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import make_host
 imported, at_import = time.process_time(), {"gc": seen(collector), "init": seen(inits), "re": seen(regex)}
-if "freeze" not in off:
-    speed.freeze_imported()
 state = None
 if job.get("module"):  # the module's own main, as Ansible runs it: its options parsed, the pass, its result
     import io
@@ -362,22 +362,19 @@ def show(results, builds):
     if noop:
         print("\n16-hold no-op from files (%d record classes declared, %d compiled by the no-op)\n"
               % tuple(noop[0]["classes"]))
-        print("| Python | import, pass (all on) | collections in the import | records off: costs | first_call off: costs | `__init__`s compiled, "
-              "on / off | lazy off: costs | patterns compiled, on / off | freeze off: costs | collections in the "
-              "pass, on / off |")
-        print("| --- " * 10 + "|")
+        print("| Python | import, pass (all on) | collections in the import, in the pass | records off: costs | "
+              "first_call off: costs | `__init__`s compiled, on / off | lazy off: costs | patterns compiled, on / off |")
+        print("| --- " * 8 + "|")
         for result in noop:
             on, off = result["noop"]["on"], result["noop"]
             inits = lambda found: [found["init import"][0] + found["init pass"][0],  # noqa: E731
                                    found["init import"][1] + found["init pass"][1]]
             regex = lambda found: [found["re import"][0] + found["re pass"][0],  # noqa: E731
                                    found["re import"][1] + found["re pass"][1]]
-            print("| %s | %.1f, %.1f | %s | %+.1f | %+.1f | %s / %s | %+.1f | %s / %s | %+.1f | %s / %s |" % (
-                result["python"], on["import"], on["pass"], watched(on["gc import"]), off["records"]["cost"],
-                off["first_call"]["cost"],
-                watched(inits(on)), watched(inits(off["first_call"])), off["lazy"]["cost"], watched(regex(on)),
-                watched(regex(off["lazy"])), off["freeze"]["cost"], watched(on["gc pass"]),
-                watched(off["freeze"]["gc pass"])))
+            print("| %s | %.1f, %.1f | %s; %s | %+.1f | %+.1f | %s / %s | %+.1f | %s / %s |" % (
+                result["python"], on["import"], on["pass"], watched(on["gc import"]), watched(on["gc pass"]),
+                off["records"]["cost"], off["first_call"]["cost"], watched(inits(on)), watched(inits(off["first_call"])),
+                off["lazy"]["cost"], watched(regex(on)), watched(regex(off["lazy"]))))
     zipped = [result for result in results if "zip" in result]
     if zipped:
         print("\n| Python | import from the zip, `compile_once` | without | without: costs |")

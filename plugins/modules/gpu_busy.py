@@ -169,7 +169,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.modules import g
 
 
 def main() -> None:
-    speed.freeze_imported()  # what is imported lives as long as the run: no collection walks it (docs/performance.md)
     module_code.main(basic)
 
 

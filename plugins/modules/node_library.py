@@ -165,8 +165,8 @@ def run_from_library(module_name: str, module_args: Dict[str, Any], raw: Dict[st
     hand_over(params)
     # What the import makes (modules, classes, functions) lives as long as the process: the cyclic collector
     # has nothing to find in it, so it does not run while the library is imported, and what it made is frozen
-    # with Ansible's before the pass (docs/performance.md, "Speed tricks, measured (issue 47)"; the same trick as
-    # support/speed.py's, inline here: this module's payload is node/library.py alone)
+    # with Ansible's before the pass (docs/performance.md, "Speed tricks, measured (issue 47)"; a trick
+    # support/speed.py names, written here: this module's payload is node/library.py alone)
     gc.disable()
     try:
         entry = importlib.import_module("%s.entry.modules.%s" % (library.PACKAGE, module_name))

@@ -15,7 +15,6 @@ back:
 
 - ``compile_once()``: a module run from Ansible's zip payload compiles each of the collection's files once, not
   twice (plain: nothing; ``zipimport`` compiles each file twice);
-- ``freeze_imported()``: what a module run imported is left out of the cyclic collector's walks (plain: nothing);
 - ``fewer_collections()``: the collector runs less often while a pass, or the controller's payload build, makes
   many objects (plain: nothing);
 - ``lazy_pattern()``: a module-level regular expression is compiled when first used (plain: ``re.compile``);
@@ -25,6 +24,7 @@ back:
 Two live elsewhere, for a reason of their own: ``support/records.py`` itself (records instead of
 ``dataclasses``: the shape of every class), and ``plugins/modules/node_library.py``'s collector kept off while
 it imports the library (its payload is ansible-core's own and ``node/library.py``, nothing of this module).
+Dropped by its figures (issue 47): freezing what a module run imported before its ``main``.
 """
 
 from __future__ import annotations
@@ -101,14 +101,7 @@ def compile_once() -> bool:
     return True
 
 
-# -- freeze_imported, fewer_collections: the cyclic collector walks less -----------------------------------------
-
-def freeze_imported() -> None:
-    """What a module run has imported (Ansible's and the collection's modules, classes, functions) lives as long
-    as the process: frozen, no collection of the imports or the pass walks it again. Called by each module's
-    ``main`` before the pass."""
-    gc.freeze()
-
+# -- fewer_collections: the cyclic collector walks less --------------------------------------------------------
 
 @contextmanager
 def fewer_collections(young: int = 20000, freeze: bool = False) -> Iterator[None]:

@@ -21,7 +21,7 @@ SCRIPT = REPO / "hack" / "measure_speed.py"
 
 def test_each_trick_it_switches_off_is_a_name_of_the_code():
     source = SCRIPT.read_text(encoding="utf-8")
-    for name in ("compile_once", "freeze_imported", "fewer_collections", "lazy_pattern", "on_first_call"):
+    for name in ("compile_once", "fewer_collections", "lazy_pattern", "on_first_call"):
         assert callable(getattr(speed, name)) and "speed.%s" % name in source, name
     for name in ("record", "field", "fields", "replace", "asdict", "is_record"):
         assert callable(getattr(records, name)) and "records.%s" % name in source, name
@@ -34,7 +34,7 @@ def test_one_round_of_the_node_parts_runs_on_this_python(tmp_path):
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(out.read_text(encoding="utf-8"))["node"][0]
-    assert set(figures["noop"]) == {"on", "records", "first_call", "lazy", "freeze"}
+    assert set(figures["noop"]) == {"on", "records", "first_call", "lazy"}
     declared, compiled = figures["classes"]
     assert 0 < compiled < declared, figures["classes"]  # the no-op compiled the __init__ of some classes, not all
     assert set(figures["zip"]) == {"on", "zip"}
