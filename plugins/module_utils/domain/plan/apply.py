@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Set, Tuple
 
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, ReleaseKubernetes
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease
-from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import (
-    NodeFileKind, SliceSettings, StateSink, Writer)
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Action, ReleaseKubernetes
+from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import NodeFileKind, SliceSettings, StateSink, Writer
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import RetryableError
 
 

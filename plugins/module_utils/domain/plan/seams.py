@@ -19,7 +19,6 @@ from typing import AbstractSet, Any, Dict, List, Literal, Mapping, Optional, Pro
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import PendingRelease
 
-
 # The node files of a hold, by kind: its CDI spec and its env file. The root helper names the file from the
 # kind and the allocation id, so a writer is never handed a kind it does not know.
 NodeFileKind = Literal["cdi", "allocation-env"]
