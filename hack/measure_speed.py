@@ -356,6 +356,11 @@ def watched(figure):
     return "%d, %.1f" % (figure[0], figure[1])
 
 
+def whole(found, name):
+    """A watched figure over the import and the pass together: ``[runs, ms]``."""
+    return [found[name + " import"][0] + found[name + " pass"][0], found[name + " import"][1] + found[name + " pass"][1]]
+
+
 def show(results, builds):
     """The figures as the Markdown tables of docs/performance.md (ms, medians; "runs, ms" for what was watched)."""
     noop = [result for result in results if "noop" in result]
@@ -367,21 +372,19 @@ def show(results, builds):
         print("| --- " * 8 + "|")
         for result in noop:
             on, off = result["noop"]["on"], result["noop"]
-            inits = lambda found: [found["init import"][0] + found["init pass"][0],  # noqa: E731
-                                   found["init import"][1] + found["init pass"][1]]
-            regex = lambda found: [found["re import"][0] + found["re pass"][0],  # noqa: E731
-                                   found["re import"][1] + found["re pass"][1]]
             print("| %s | %.1f, %.1f | %s; %s | %+.1f | %+.1f | %s / %s | %+.1f | %s / %s |" % (
                 result["python"], on["import"], on["pass"], watched(on["gc import"]), watched(on["gc pass"]),
-                off["records"]["cost"], off["first_call"]["cost"], watched(inits(on)), watched(inits(off["first_call"])),
-                off["lazy"]["cost"], watched(regex(on)), watched(regex(off["lazy"]))))
+                off["records"]["cost"], off["first_call"]["cost"], watched(whole(on, "init")),
+                watched(whole(off["first_call"], "init")), off["lazy"]["cost"], watched(whole(on, "re")),
+                watched(whole(off["lazy"], "re"))))
     zipped = [result for result in results if "zip" in result]
     if zipped:
         print("\n| Python | import from the zip, `compile_once` | without | without: costs |")
         print("| --- " * 4 + "|")
         for result in zipped:
-            print("| %s | %.1f | %.1f | %+.1f |" % (result["python"], result["zip"]["on"]["import"],
-                                                  result["zip"]["zip"]["import"], result["zip"]["zip"]["cost"]))
+            figures = result["zip"]
+            print("| %s | %.1f | %.1f | %+.1f |" % (
+                result["python"], figures["on"]["import"], figures["zip"]["import"], figures["zip"]["cost"]))
     bound = [result for result in results if "bind" in result]
     if bound:
         print("\n| Python | largest bind, check mode, `fewer_collections` | without | without: costs | collections, "
@@ -389,8 +392,8 @@ def show(results, builds):
         print("| --- " * 5 + "|")
         for result in bound:
             on, off = result["bind"]["on"], result["bind"]["fewer"]
-            print("| %s | %.1f | %.1f | %+.1f | %s / %s |" % (result["python"], on["pass"], off["pass"], off["cost"],
-                                                            watched(on["gc pass"]), watched(off["gc pass"])))
+            print("| %s | %.1f | %.1f | %+.1f | %s / %s |" % (
+                result["python"], on["pass"], off["pass"], off["cost"], watched(on["gc pass"]), watched(off["gc pass"])))
     if builds:
         print("\n| Python (ansible-core) | payload build, `fewer_collections(freeze=True)` | without | without: costs | "
               "collections, with / without |")
