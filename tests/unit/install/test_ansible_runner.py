@@ -98,6 +98,7 @@ OPPORTUNISTIC = {
     "typing-extensions",  # ansible.module_utils.compat.typing
     "distro",             # ansible.module_utils.distro prefers an installed one
     "setuptools",         # _distutils_hack
+    "argcomplete",        # ansible.cli imports it for tab completion when it is there (nox, in .venv, brings it)
 }
 
 
