@@ -48,7 +48,6 @@ nox.options.envdir = str(BUILD / "nox")
 nox.options.reuse_venv = "yes"  # the sanity venvs: pip re-applies the pins on every run, fast when nothing moved
 nox.options.download_python = "never"  # nothing to download from here; the Pythons are found (hack/find_python.sh)
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = []  # nox without -s lists; make names the sessions
 
 antsibull_nox.load_antsibull_nox_toml()
 
