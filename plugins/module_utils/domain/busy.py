@@ -49,11 +49,9 @@ def _claim(kind: str, text: str, **fields: str) -> Claim:
 
 
 def _hold_text(atom: Atom, owner: str) -> str:
-    if atom.device_class == CLASS_MIG:
-        assert atom.gi is not None and atom.ci is not None  # parse_atom sets both for a MIG instance
+    if atom.device_class == CLASS_MIG and atom.gi is not None and atom.ci is not None:  # parse_atom sets both
         return "MIG instance gi%d/ci%d held by %s" % (atom.gi, atom.ci, owner)
-    if atom.device_class == CLASS_SLOT:
-        assert atom.slot is not None  # parse_atom sets it for a slot
+    if atom.device_class == CLASS_SLOT and atom.slot is not None:  # parse_atom sets it for a slot
         return "slot s%d held by %s" % (atom.slot, owner)
     return "held whole by %s" % owner
 

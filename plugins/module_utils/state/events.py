@@ -401,7 +401,8 @@ class Journal:
         existed = self.files.exists(JOURNAL_NAME)
         try:
             fd = self.files.open(JOURNAL_NAME, os.O_WRONLY | os.O_CREAT, FILE_MODE)  # a new one: mode and owner set
-            assert fd is not None, "with O_CREAT, StateFiles.open opens the file or raises"
+            if fd is None:  # with O_CREAT, StateFiles.open opens the file or raises: never, said all the same
+                raise JournalUnwritable("cannot journal an event in %s: it could not be created" % self.path)
             try:
                 if parsed.tail_offset < parsed.size:
                     if parsed.tail_is_event:

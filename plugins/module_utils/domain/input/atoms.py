@@ -137,7 +137,8 @@ def resolve_atom(atom: Atom, inventory: Inventory) -> Union[Tuple[Atom, None], T
     if gpu is None:
         return None, "%s not present" % atom.gpu_uuid
     if atom.device_class == CLASS_MIG:
-        assert atom.gi is not None and atom.ci is not None  # parse_atom sets both for a MIG instance
+        if atom.gi is None or atom.ci is None:  # parse_atom sets both for a MIG instance
+            return None, "%s names a MIG instance without its gi and ci" % atom.id
         instance = gpu.mig_instance(atom.gi, atom.ci)
         if instance is None:
             return None, "%s has no MIG instance gi%d/ci%d" % (atom.gpu_uuid, atom.gi, atom.ci)
