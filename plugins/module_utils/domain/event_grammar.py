@@ -32,7 +32,7 @@ What each field may hold (docs/events.md has the bodies per type):
 ``cgroup_parent``   a hold's slice, ``bcd-alloc-<allocation id>.slice``
 ``reason``          a refusal reason (``input/refusals.py``) on ``AllocationFailed``; the condition's own
                     reason on a condition; ``ConditionCleared`` on a clearing; one of ``RECOVERY_REASONS``
-                    on a step of a GPU's recovery
+                    on a step of a GPU's recovery; one of ``MIG_REASONS`` on a MIG layout change
 ``message``         at most ``MAX_MESSAGE`` printable characters (``str.isprintable``: no control, format or
                     separator character but the space), none of them a curly bracket
 ==================  ====================================================================================
@@ -66,6 +66,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     HOLD_SPEC_DAMAGED,
     KUBERNETES_RELEASE_STUCK,
     KUBERNETES_RELEASES_UNREADABLE,
+    MIG_REASONS,
     RECOVERY_REASONS,
     SIGNED_TYPES,
     VENDOR_SPEC_STALE,
@@ -255,6 +256,8 @@ def reasons_of(kind: str) -> Tuple[str, ...]:
         return REASONS
     if kind in RECOVERY_REASONS:
         return tuple(RECOVERY_REASONS[kind])
+    if kind in MIG_REASONS:
+        return tuple(MIG_REASONS[kind])
     if kind in CONDITION_EVENT_TYPES:
         if kind.endswith(CLEARED) and kind[:-len(CLEARED)] in CONDITION_TYPES:
             return (CONDITION_CLEARED,)

@@ -67,11 +67,23 @@ RECOVERY_REASONS = {
     GPU_MAINTENANCE_ENDED: (MAINTENANCE_ENDED,),
     GPU_RESET: (RESET_HEALTHY, RESET_INEFFECTIVE, RESET_FAILED),
 }
+# A GPU's MIG layout changed (bcd.devices.mig_layout, the boot unit, or someone else, seen by them): one signed event
+# per MIG instance made or destroyed, its device_ids the instance's atom (<gpu>/gi<n>/ci<m>), and one per MIG mode
+# change, its device_ids the GPU; the body as a recovery step's.
+MIG_INSTANCE_CREATED = "MIGInstanceCreated"
+MIG_INSTANCE_DESTROYED = "MIGInstanceDestroyed"
+MIG_MODE_CHANGED = "MIGModeChanged"
+MIG_EVENT_TYPES: Tuple[str, ...] = (MIG_INSTANCE_CREATED, MIG_INSTANCE_DESTROYED, MIG_MODE_CHANGED)
+LAYOUT_APPLIED = "LayoutApplied"  # the module made the change
+BOOT_LAYOUT = "BootLayout"  # the boot unit made the recorded layout again
+CHANGED_OUTSIDE = "ChangedOutside"  # the layout differs from the one recorded: someone else changed it (or a crash)
+MIG_REASONS = {kind: (LAYOUT_APPLIED, BOOT_LAYOUT, CHANGED_OUTSIDE) for kind in MIG_EVENT_TYPES}
 # The signed types whose body names its type (the signature covers the body, not the event's type).
-TYPED_BODY_TYPES: Tuple[str, ...] = CONDITION_EVENT_TYPES + RECOVERY_EVENT_TYPES
+TYPED_BODY_TYPES: Tuple[str, ...] = CONDITION_EVENT_TYPES + RECOVERY_EVENT_TYPES + MIG_EVENT_TYPES
 
 ATTESTED_TYPES: Tuple[str, ...] = (ALLOCATION_BOUND, ALLOCATION_RELEASED)
-# Every type the node signs: a bind, a release, a condition's appearing or clearing, a step of a GPU's recovery.
+# Every type the node signs: a bind, a release, a condition's appearing or clearing, a step of a GPU's recovery, a
+# change of a GPU's MIG layout.
 SIGNED_TYPES: Tuple[str, ...] = ATTESTED_TYPES + TYPED_BODY_TYPES
 EVENT_TYPES: Tuple[str, ...] = (ALLOCATION_BOUND, ALLOCATION_RELEASED, ALLOCATION_FAILED) + TYPED_BODY_TYPES
 
