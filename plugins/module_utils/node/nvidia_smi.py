@@ -168,6 +168,9 @@ class QueriedGpu:
     name: Optional[str] = None
     mig_devices: Tuple[Tuple[int, int, int], ...] = ()  # (index, gi, ci)
     health: Tuple[str, ...] = ()  # domain/health.problems
+    mig_mode: Optional[bool] = None  # <mig_mode><current_mig>: None when N/A (no MIG) or absent
+    mig_pending: Optional[bool] = None  # <pending_mig>: the mode after the next reset
+    processes: Tuple[Tuple[int, str, Optional[int], Optional[int]], ...] = ()  # (pid, name, gi, ci)
 
     def mig_map(self) -> Dict[int, Tuple[int, int]]:
         return {index: (gi, ci) for index, gi, ci in self.mig_devices}
@@ -191,11 +194,27 @@ def _query_health(gpu: ET.Element) -> Tuple[str, ...]:
     )
 
 
+def _mig_mode(gpu: ET.Element, path: str) -> Optional[bool]:
+    return {"Enabled": True, "Disabled": False}.get(xml_text(gpu, path) or "")
+
+
+def _query_processes(gpu: ET.Element) -> Tuple[Tuple[int, str, Optional[int], Optional[int]], ...]:
+    """``<processes><process_info>``: pid, name and, on a MIG device, its GPU and compute instance ids."""
+    found: List[Tuple[int, str, Optional[int], Optional[int]]] = []
+    for proc in gpu.findall("processes/process_info"):
+        pid = xml_int(proc, "pid")
+        if pid is not None:
+            found.append((pid, (xml_text(proc, "process_name") or "")[:256], xml_int(proc, "gpu_instance_id"),
+                          xml_int(proc, "compute_instance_id")))
+    return tuple(found)
+
+
 def parse_nvidia_smi_query_xml(text: str) -> List[QueriedGpu]:
     """Parse ``nvidia-smi -q -x``: per GPU its UUID, PCI bus id (normalised,
     see ``normalize_pci_address``), minor number and MIG devices
     (``<mig_device><index>``, ``<gpu_instance_id>``, ``<compute_instance_id>``),
-    and its health (``_query_health``: only a ``Yes`` is a fault).
+    its health (``_query_health``: only a ``Yes`` is a fault), its MIG mode now and
+    pending, and the processes using it (``node/mig_smi.py`` reads these two).
 
     Raises ``InventoryError`` when the text is not XML of that shape. A GPU
     without a ``GPU-`` UUID and a MIG device without all three numbers are
@@ -230,6 +249,9 @@ def parse_nvidia_smi_query_xml(text: str) -> List[QueriedGpu]:
                 name=xml_text(gpu, "product_name"),
                 mig_devices=tuple(sorted(migs)),
                 health=_query_health(gpu),
+                mig_mode=_mig_mode(gpu, "mig_mode/current_mig"),
+                mig_pending=_mig_mode(gpu, "mig_mode/pending_mig"),
+                processes=_query_processes(gpu),
             )
         )
     return result
