@@ -32,7 +32,6 @@ Memory is nvidia-smi's GiB column (two decimals) times 1024, rounded to MiB. Whe
 
 from __future__ import annotations
 
-import re
 from typing import Dict, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.model import GiProfile, MigCapability, Placement
@@ -119,12 +118,11 @@ CATALOG: Dict[str, MigCapability] = {
 # Entries built (in part) from NVIDIA's tables rather than a recorded -lgip/-lgipp (see the docstring).
 BUILT_NOT_RECORDED = ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
 
-_SPACES = re.compile(r"\s+")
 _MAX_PRODUCT_CHARS = 200
 
 
 def _key(product: str) -> str:
-    name = _SPACES.sub(" ", product.strip()).casefold()
+    name = " ".join(product.split()).casefold()
     if name.startswith("nvidia "):
         name = name[len("nvidia "):]
     return name

@@ -71,6 +71,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.nvidia_smi import
     parse_nvidia_smi_query_xml,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import record
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
@@ -78,7 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover - types only
 
 SMI = "nvidia-smi"
 MAX_ID = 99999  # no GPU, profile, instance or slice number nvidia-smi prints comes near this
-_PROFILE_RE = re.compile(r"^\d{1,2}g\.\d{1,5}gb(?:\+[a-z][a-z.]{0,15})?$")
+_PROFILE_RE = lazy_pattern(r"^\d{1,2}g\.\d{1,5}gb(?:\+[a-z][a-z.]{0,15})?$")
 _NUM = r"(\d{1,5})"
 
 
@@ -105,16 +106,16 @@ class LgiRow:
     placement: Placement
 
 
-_LGIP_RE = re.compile(r"^\|\s*" + _NUM + r"\s+MIG\s+(\S{1,40})\s+" + _NUM + r"\s+" + _NUM + "/" + _NUM
-                      + r"\s+(\d{1,7}(?:\.\d{1,3})?)\s")
-_LGIPP_RE = re.compile(r"^GPU\s+" + _NUM + r"\s+Profile\s+ID\s+" + _NUM
-                       + r"\s+Placements?\s*:\s*\{([\d,\s]{0,200})\}\s*:\s*" + _NUM + r"\s*$")
-_LGI_RE = re.compile(r"^\|\s*" + _NUM + r"\s+MIG\s+(\S{1,40})\s+" + _NUM + r"\s+" + _NUM + r"\s+" + _NUM + ":"
-                     + _NUM + r"\s*\|$")
-_CREATED_GI_RE = re.compile(r"Successfully created GPU instance ID\s+" + _NUM + r"\s+on GPU\s+" + _NUM)
-_CREATED_CI_RE = re.compile(r"Successfully created compute instance ID\s+" + _NUM + r"\s+on GPU\s+" + _NUM
-                            + r"\s+GPU instance ID\s+" + _NUM)
-_NONE_FOUND_RE = re.compile(r"No (?:MIG-enabled devices|GPU instances|compute instances) found", re.IGNORECASE)
+_LGIP_RE = lazy_pattern(r"^\|\s*" + _NUM + r"\s+MIG\s+(\S{1,40})\s+" + _NUM + r"\s+" + _NUM + "/" + _NUM
+                        + r"\s+(\d{1,7}(?:\.\d{1,3})?)\s")
+_LGIPP_RE = lazy_pattern(r"^GPU\s+" + _NUM + r"\s+Profile\s+ID\s+" + _NUM
+                         + r"\s+Placements?\s*:\s*\{([\d,\s]{0,200})\}\s*:\s*" + _NUM + r"\s*$")
+_LGI_RE = lazy_pattern(r"^\|\s*" + _NUM + r"\s+MIG\s+(\S{1,40})\s+" + _NUM + r"\s+" + _NUM + r"\s+" + _NUM + ":"
+                       + _NUM + r"\s*\|$")
+_CREATED_GI_RE = lazy_pattern(r"Successfully created GPU instance ID\s+" + _NUM + r"\s+on GPU\s+" + _NUM)
+_CREATED_CI_RE = lazy_pattern(r"Successfully created compute instance ID\s+" + _NUM + r"\s+on GPU\s+" + _NUM
+                              + r"\s+GPU instance ID\s+" + _NUM)
+_NONE_FOUND_RE = lazy_pattern(r"No (?:MIG-enabled devices|GPU instances|compute instances) found", re.IGNORECASE)
 
 
 def _lines(text: str) -> List[str]:
@@ -302,7 +303,7 @@ def lgi_argv(index: int) -> List[str]:
 # --------------------------------------------------------------------------
 # Carrying out one op
 
-_NOT_FOUND_RE = re.compile(r"not found", re.IGNORECASE)
+_NOT_FOUND_RE = lazy_pattern(r"not found", re.IGNORECASE)
 
 
 def _small(value: object) -> bool:

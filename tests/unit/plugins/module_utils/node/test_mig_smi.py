@@ -320,9 +320,9 @@ def test_create_compute_profiles_in_an_existing_gpu_instance():
 
 
 def test_a_failed_compute_step_destroys_the_gpu_instance_it_made():
+    refused = "Failed to create compute instances: Insufficient Resources\n"
     table = enabled_table(**{"nvidia-smi mig -i 0 -cgi 9:4": ok(CGI_LINES[0]),
-                             "nvidia-smi mig -i 0 -gi 2 -cci 2": (2, "", "Failed to create compute instances: "
-                                                                          "Insufficient Resources\n"),
+                             "nvidia-smi mig -i 0 -gi 2 -cci 2": (2, "", refused),
                              "nvidia-smi mig -i 0 -gi 2 -dgi": ok("Successfully destroyed GPU instance ID  2 from GPU  0\n")})
     runner = Runner(table)
     done = smi.apply_mig(runner, inventory_of(enabled_table()),
