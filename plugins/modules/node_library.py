@@ -5,7 +5,7 @@
 """Ansible module bcd.devices.node_library: run one of the collection's modules from the node's installed
 library, when it is the controller's code.
 
-The action plugins of ``holds``, ``holds_info``, ``events``, ``gpu_busy``, ``gpu_reset`` and ``maintenance`` run this
+The action plugins of ``holds``, ``holds_info``, ``events``, ``gpu_busy``, ``gpu_reset``, ``maintenance`` and ``mig_layout`` run this
 first (plugins/plugin_utils/node_library.py). AnsiballZ ships every ``module_utils`` a module's source imports,
 wherever the import stands, so this file imports only ``node/library.py`` (standard library alone) and
 reaches the module's code through the verified directory by name: its payload is ansible-core's own
@@ -23,7 +23,7 @@ short_description: "Internal: run a bcd.devices module from the node's installed
 version_added: 0.3.0
 description:
   - Internal to the collection - the action plugins of M(bcd.devices.holds), M(bcd.devices.holds_info),
-    M(bcd.devices.events), M(bcd.devices.gpu_busy), M(bcd.devices.gpu_reset) and M(bcd.devices.maintenance) run it
+    M(bcd.devices.events), M(bcd.devices.gpu_busy), M(bcd.devices.gpu_reset), M(bcd.devices.maintenance) and M(bcd.devices.mig_layout) run it
     so that a node with the role's library runs that code instead of the copy Ansible would ship and compile on
     every task. A task names those modules, not this one.
   - It runs O(module) with O(module_args) from the library at O(path) only when every C(*.py) under it has
@@ -38,7 +38,7 @@ options:
     description: The collection's module to run.
     type: str
     required: true
-    choices: [holds, holds_info, events, gpu_busy, gpu_reset, maintenance]
+    choices: [holds, holds_info, events, gpu_busy, gpu_reset, maintenance, mig_layout]
   module_args:
     description: Its options, as the task gave them.
     type: dict
@@ -116,7 +116,7 @@ from ansible.module_utils.common import json as module_json
 
 from ansible_collections.bcd.devices.plugins.module_utils.node import library
 
-MODULES = ("holds", "holds_info", "events", "gpu_busy", "gpu_reset", "maintenance")
+MODULES = ("holds", "holds_info", "events", "gpu_busy", "gpu_reset", "maintenance", "mig_layout")
 
 
 def core_module_args() -> Tuple[Dict[str, Any], Callable[[Dict[str, Any]], None]]:

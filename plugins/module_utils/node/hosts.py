@@ -32,6 +32,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.cpus import CPU_O
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import ACTIVE_DOMAIN_STATES, load_fakehw
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import FsError, NotRegularFile, RootJoin, read_bytes, read_regular
 from ansible_collections.bcd.devices.plugins.module_utils.node.memory import read_host_memory
+from ansible_collections.bcd.devices.plugins.module_utils.node.mig_side import FakeMigSide, RealMigSide
 from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
 from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import load_vendor_spec
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import NODE_FILE_NAMES, SCAN_LIMIT, DirectWriter, HelperWriter
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from ansible_collections.bcd.devices.plugins.module_utils.node.commands import TextRunCommand
     from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import FakeDriver
     from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import KubeSide
+    from ansible_collections.bcd.devices.plugins.module_utils.node.mig_side import MigSide
     from ansible_collections.bcd.devices.plugins.module_utils.node.vendor_spec import ParsedSpecCache
     from ansible_collections.bcd.devices.plugins.module_utils.node.writers import NodeWriter
 
@@ -154,6 +156,15 @@ class Host(abc.ABC):
         """The kube side as this process reaches it."""
         return self._kube_side()
 
+    # -- the MIG side ----------------------------------------------------------
+    def mig_side(self) -> MigSide:
+        """Who reads and changes the GPUs' MIG layout: whoever does root's work."""
+        return self.writer.mig_side(self)
+
+    def direct_mig_side(self) -> MigSide:
+        """The MIG side as this process reaches it."""
+        return self._mig_side()
+
     # -- memory ----------------------------------------------------------------
     def memory(self) -> Optional[HostMemory]:
         """``HostMemory`` from the meminfo and huge page files under ``root``, or None when unreadable."""
@@ -261,6 +272,10 @@ class Host(abc.ABC):
     def _kube_side(self) -> KubeSide:
         """A ``KubeSide`` asked directly (this process can reach the kubelet)."""
 
+    @abc.abstractmethod
+    def _mig_side(self) -> MigSide:
+        """A ``MigSide`` this process reads and changes directly."""
+
 
 # The readers of a real node and the kubelet are imported where a pass first needs them: a module run
 # compiles its module_utils afresh each time (AnsiballZ ships sources), and most passes need neither.
@@ -288,6 +303,9 @@ class RealHost(Host):
     def _kube_side(self) -> KubeSide:
         from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import RealKubeSide  # pylint: disable=import-outside-toplevel
         return RealKubeSide(self.root)
+
+    def _mig_side(self) -> MigSide:
+        return RealMigSide(self.runner, self.inventory)
 
     def _read_inventory(self) -> Inventory:
         from ansible_collections.bcd.devices.plugins.module_utils.node.inventory import (  # pylint: disable=import-outside-toplevel
@@ -334,6 +352,9 @@ class FakeHwHost(Host):
     def _kube_side(self) -> KubeSide:
         from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import FakeKubeSide  # pylint: disable=import-outside-toplevel
         return FakeKubeSide.from_fakehw(self.hw)
+
+    def _mig_side(self) -> MigSide:
+        return FakeMigSide(self.fakehw_path)
 
     def driver_probe(self) -> Optional[Host]:
         """The fakehw file's ``driver`` entry stands for the node's /dev and driver; without one,

@@ -79,6 +79,7 @@ SEQ_NAME = "events.seq"
 KEY_NAME = "node.key"
 MAINTENANCE_NAME = "maintenance.json"
 HEALTH_NAME = "health.json"
+MIG_LAYOUT_NAME = "mig-layout.json"
 # ... and the most of each that is read (``NEVER_READ``: opened for ``flock``, or only looked up).
 FILE_CAPS: Dict[str, int] = {
     LOCK_NAME: NEVER_READ,
@@ -92,6 +93,7 @@ FILE_CAPS: Dict[str, int] = {
     KEY_NAME: 16 * KIB,
     MAINTENANCE_NAME: 256 * KIB,  # {GPU UUID: {reason, since}} of at most 256 GPUs
     HEALTH_NAME: 256 * KIB,  # {GPU UUID: when faults logged before stopped counting}
+    MIG_LAYOUT_NAME: 1 * MIB,  # per GPU (at most 256) its layout: 7 GPU instances of at most 7 compute instances
 }
 OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.seams import NodeFileKind, SliceSettings
     from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperClient
     from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import KubeSide
+    from ansible_collections.bcd.devices.plugins.module_utils.node.mig_side import MigSide
     from ansible_collections.bcd.devices.plugins.module_utils.node.slices import RecordSlices, SystemdSlices
     from ansible_collections.bcd.devices.plugins.module_utils.support.speed import LazyPattern
 
@@ -250,6 +251,9 @@ class HostSide(NodePaths, Protocol):
     def direct_kube_side(self) -> KubeSide:
         """The kube side, asked by this process."""
 
+    def direct_mig_side(self) -> MigSide:
+        """The MIG side, read and changed by this process."""
+
 
 class NodeWriter(Writer, Protocol):
     """A host's writer: the plan's ``Writer`` (``domain/plan/seams.py``), and what the host asks of it besides:
@@ -261,6 +265,9 @@ class NodeWriter(Writer, Protocol):
 
     def kube_side(self, host: HostSide) -> KubeSide:
         """The kube side as whoever does root's work reaches it (the kubelet's socket is root's)."""
+
+    def mig_side(self, host: HostSide) -> MigSide:
+        """The MIG side as whoever does root's work reaches it (changing MIG instances is root's)."""
 
 
 class DirectWriter:
@@ -324,6 +331,9 @@ class DirectWriter:
     def kube_side(self, host: HostSide) -> KubeSide:
         return host.direct_kube_side()
 
+    def mig_side(self, host: HostSide) -> MigSide:
+        return host.direct_mig_side()
+
 
 class HelperWriter:
     """Root's work sent to the root helper (``node.helper_client.HelperClient``)."""
@@ -365,3 +375,11 @@ class HelperWriter:
             return host.direct_kube_side()
         from ansible_collections.bcd.devices.plugins.module_utils.node.kubelet import HelperKubeSide  # pylint: disable=import-outside-toplevel
         return HelperKubeSide(self.client)
+
+    def mig_side(self, host: HostSide) -> MigSide:
+        """Root reads and changes MIG itself; anyone else asks the helper, which checks each op against the
+        claims it reads itself."""
+        if os.geteuid() == 0:
+            return host.direct_mig_side()
+        from ansible_collections.bcd.devices.plugins.module_utils.node.helper_client import HelperMigSide  # pylint: disable=import-outside-toplevel
+        return HelperMigSide(self.client)

@@ -78,6 +78,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.node.state_files impor
     LAST_PASS_NAME,
     LEDGER_NAME,
     MAINTENANCE_NAME,
+    MIG_LAYOUT_NAME,
     NODESPEC_NAME,
     StateFiles,
 )
@@ -93,6 +94,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.state.events import (
     sealed,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import Json, ledger_bytes, limits_from_record, parse_ledger, record_event, settles
+from ansible_collections.bcd.devices.plugins.module_utils.state.mig_record import MigRecord, parse_record, render_record
 from ansible_collections.bcd.devices.plugins.module_utils.state.nodespec import Nodespec, nodespec_bytes, nodespec_from_data
 from ansible_collections.bcd.devices.plugins.module_utils.state.owner import StateOwner
 from ansible_collections.bcd.devices.plugins.module_utils.state.releases import (
@@ -395,6 +397,21 @@ class NodeState:
             self.health_cleared = cleared
         self._write(MAINTENANCE_NAME, render_maintenance(records))
         self.maintenance = records
+
+    # -- the MIG layout as last seen (state/mig_record.py) -----------------------------------
+    @_as_owner
+    def load_mig_record(self) -> Tuple[MigRecord, Optional[str]]:
+        """``(record, problem)``: the MIG layout as last seen, or an empty one and why it could not be read."""
+        try:
+            return parse_record(self.files.read(MIG_LAYOUT_NAME))
+        except StateFileError as exc:
+            return MigRecord(), str(exc)
+
+    @_as_owner
+    def save_mig_record(self, rec: MigRecord) -> None:
+        """Record the MIG layout as it is now (under the pass lock), where it changed."""
+        if self._stored(MIG_LAYOUT_NAME) != render_record(rec):
+            self._write(MIG_LAYOUT_NAME, render_record(rec))
 
     # -- the stored input --------------------------------------------------------------
     @_as_owner

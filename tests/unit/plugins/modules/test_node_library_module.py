@@ -41,7 +41,7 @@ def adhoc(tmp_path, args):
 
 def test_a_module_not_in_the_choices_is_refused_by_its_options(tmp_path):
     result = adhoc(tmp_path, {"module": "copy", "path": "/nonexistent", "digest": "0" * 64})
-    assert result["failed"] and "value of module must be one of: holds, holds_info, events, gpu_busy, gpu_reset, maintenance" \
+    assert result["failed"] and "value of module must be one of: holds, holds_info, events, gpu_busy, gpu_reset, maintenance, mig_layout" \
         in result["msg"]
 
 
