@@ -21,14 +21,15 @@ import os
 import stat
 from typing import Any, Dict, List, Tuple
 
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import FakeHwError
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_data import (
     ACTIVE_DOMAIN_STATES,
     DOMAIN_STATES,
     FakeDriver,
     FakeHw,
-    FakeHwError,
     fakehw_from_data,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_mig_fields import settle_mig_mode
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular, write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
@@ -44,7 +45,9 @@ __all__ = [
     "fakehw_from_data",
     "load_fakehw",
     "parse_fakehw_text",
+    "read_fakehw_data",
     "reset_fakehw_gpus",
+    "write_fakehw_data",
 ]
 
 # PyYAML is imported only to read a file that is not JSON (fakehw_yaml); whether it is there is
@@ -128,12 +131,12 @@ def _read_text(path: str) -> str:
 def reset_fakehw_gpus(path: str, uuids: List[str]) -> Dict[str, bool]:
     """A GPU reset on a fakehw node: each GPU of ``uuids`` loses its ``health`` faults in the hardware file, as a
     reset clears NVML's pending page retirements and row remappings, unless its ``health.reset_clears`` is false (a
-    GPU a reset does not help: its faults stay). ``{uuid: whether its faults were cleared}``. The file is
+    GPU a reset does not help: its faults stay), and its pending MIG mode (``mig_mode_pending``) takes effect
+    (docs/fakehw.md, "MIG"). ``{uuid: whether its faults were cleared}``. The file is
     validated first and written again as JSON, atomically, with its mode; ``FakeHwError`` when it is not valid or
     does not list a GPU."""
     source = "fakehw file %s" % path
-    data = _parsed(_read_text(path), source)
-    fakehw_from_data(data, source=source)  # the file as a pass reads it, or the reason it is not
+    data, _hw = read_fakehw_data(path)  # the file as a pass reads it, or the reason it is not
     listed = dict((item.get("uuid"), item) for item in (data or {}).get("gpus") or [])
     missing = [uuid for uuid in uuids if uuid not in listed]
     if missing:
@@ -144,9 +147,24 @@ def reset_fakehw_gpus(path: str, uuids: List[str]) -> Dict[str, bool]:
         cleared[uuid] = health.get("reset_clears") is not False
         if cleared[uuid]:
             listed[uuid].pop("health", None)
+        settle_mig_mode(listed[uuid], reboot=False)
+    write_fakehw_data(path, data)
+    return cleared
+
+
+def read_fakehw_data(path: str) -> Tuple[Any, FakeHw]:
+    """The fakehw file at ``path`` as read (its data, to change and write back with ``write_fakehw_data``) and what
+    it says. Raises ``FakeHwError`` as ``load_fakehw`` does."""
+    source = "fakehw file %s" % path
+    data = _parsed(_read_text(path), source)
+    return data, fakehw_from_data(data, source=source)
+
+
+def write_fakehw_data(path: str, data: Any) -> None:
+    """Write ``data`` to the fakehw file at ``path`` again as JSON, atomically, with its mode (``OSError`` when it
+    cannot be written)."""
     content = json_bytes(data, indent=2, sort_keys=False, ensure_ascii=False)
     write_atomic(path, content, stat.S_IMODE(os.stat(path).st_mode))
-    return cleared
 
 
 def _one_line(exc: BaseException) -> str:

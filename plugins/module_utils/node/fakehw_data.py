@@ -12,7 +12,7 @@ CPUs and NUMA nodes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import Runtime, parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.health import XID_CLASSES, problems
@@ -33,20 +33,26 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.kube_release import dra_device_ids
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.admission import HostCpus
-from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, type_name
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import FakeHwError
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import boolean as _bool
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import checked_list as _list
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import err as _err
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import gpu_uuid as _gpu_uuid
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import int_or as _int_or
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import mapping as _mapping
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import optional_int as _int
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import required_int as _required_int
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import required_text as _required_text
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_checks import text as _text
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_mig_fields import (
+    FakeMigGpu,
+    claim_uuid,
+    mig_entries,
+    mig_side,
+)
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import type_name
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
-
-if TYPE_CHECKING:
-    from ansible_collections.bcd.devices.plugins.module_utils.support.speed import LazyPattern
-
-MAX_INT = 2 ** 63 - 1
-
-_GPU_UUID_RE = lazy_pattern(r"^GPU-[A-Za-z0-9-]{1,128}$")
-_MIG_UUID_RE = lazy_pattern(r"^MIG-[A-Za-z0-9-]{1,128}(/[0-9]{1,9}/[0-9]{1,9})?$")
-# Names and ids: printable, no whitespace at the ends, no control characters.
-_TEXT_RE = lazy_pattern(r"^[^\x00-\x1f\x7f]{1,512}$")
-_TEXT_SHAPE = "a non-empty string without control characters"
 
 # Every state ``virsh domstate`` prints; as on a real host (``virsh list --state-running
 # --state-paused``), only a running or a paused domain has its GPUs and memory.
@@ -60,18 +66,13 @@ _HEALTH_FIELDS = ("retired_pages_pending", "row_remap_failure", "xids", "reset_c
 MAX_DRIVER_PATHS = 4096
 _NODE_PATH_RE = lazy_pattern(r"^/[^\x00-\x1f\x7f]{0,4095}$")
 _DEVICE_NUMBER_RE = lazy_pattern(r"^([0-9]{1,9}):([0-9]{1,9})$")
-_GPU_FIELDS = ("uuid", "index", "minor", "numa_node", "pci_bus_id", "name", "mig", "health")
-_MIG_FIELDS = ("gi", "ci", "uuid")
+_GPU_FIELDS = ("uuid", "index", "minor", "numa_node", "pci_bus_id", "name", "mig", "health",
+               "mig_mode", "mig_mode_pending", "mig_mode_needs_reset", "processes")
 _DOMAIN_FIELDS = ("instance_id", "state", "memory_bytes", "hugepages", "gpus")
 _KUBELET_FIELDS = ("reachable", "pods")
 _POD_FIELDS = ("namespace", "name", "container", "device_ids", "dynamic_resources")
 _CLAIM_FIELDS = ("claim_name", "claim_namespace", "claim_resources")
 _CLAIM_RESOURCE_FIELDS = ("driver_name", "pool_name", "device_name", "cdi_devices")
-
-
-class FakeHwError(BcdError):
-    """The fakehw file cannot be read or is not valid. The message names the
-    file or the field and is fit to show to a user."""
 
 
 @record
@@ -96,94 +97,7 @@ class FakeHw:
     runtimes: List[Runtime] = field(default_factory=list)  # as an operator would list them
     driver: Optional[FakeDriver] = None
     cpus: Optional[HostCpus] = None  # the CPUs and NUMA nodes ``cpus``/``numa_nodes`` describe; None: not described
-
-
-# --------------------------------------------------------------------------
-# The checks every field goes through
-
-
-def _err(where: str, message: str) -> FakeHwError:
-    return FakeHwError("%s: %s" % (where, message))
-
-
-def _mapping(value: object, where: str, allowed: Sequence[str]) -> Dict[str, Any]:
-    """``value`` when it is a mapping of the ``allowed`` fields (their values are the callers' to check)."""
-    if not isinstance(value, dict):
-        raise _err(where, "must be a mapping, not %s" % type_name(value))
-    for key in value:
-        if not isinstance(key, str):
-            raise _err(where, "keys must be strings, not %s" % type_name(key))
-        if key not in allowed:
-            raise _err(where, "unknown field %r (known: %s)" % (key, ", ".join(allowed)))
-    return value
-
-
-def _list(value: object, where: str) -> List[Any]:
-    """``value`` when it is a list (its items are the callers' to check); empty when absent."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _err(where, "must be a list, not %s" % type_name(value))
-    return value
-
-
-def _checked_int(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _err(where, "must be a non-negative integer, not %s" % type_name(value))
-    if value < 0:
-        raise _err(where, "must be a non-negative integer, not %d" % value)
-    if value > MAX_INT:
-        raise _err(where, "is too large")
-    return value
-
-
-def _int(value: object, where: str) -> Optional[int]:
-    """A non-negative integer, None when absent."""
-    return None if value is None else _checked_int(value, where)
-
-
-def _int_or(value: object, where: str, default: int) -> int:
-    """A non-negative integer, ``default`` when absent."""
-    return default if value is None else _checked_int(value, where)
-
-
-def _required_int(value: object, where: str) -> int:
-    if value is None:
-        raise _err(where, "required")
-    return _checked_int(value, where)
-
-
-def _bool(value: object, where: str, default: bool) -> bool:
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _err(where, "must be true or false, not %s" % type_name(value))
-    return value
-
-
-def _checked_text(value: object, where: str, required: bool, pattern: LazyPattern, shape: str) -> str:
-    if not isinstance(value, str):
-        raise _err(where, "must be a string, not %s" % type_name(value))
-    if value == "" and required:
-        raise _err(where, "required")
-    if not pattern.match(value) or value != value.strip():
-        raise _err(where, "must be %s, not %r" % (shape, value[:80]))
-    return value
-
-
-def _text(value: object, where: str) -> Optional[str]:
-    """A name or an id (``_TEXT_RE``), None when absent."""
-    return None if value is None else _checked_text(value, where, False, _TEXT_RE, _TEXT_SHAPE)
-
-
-def _required_text(value: object, where: str, pattern: LazyPattern = _TEXT_RE, shape: str = _TEXT_SHAPE) -> str:
-    if value is None:
-        raise _err(where, "required")
-    return _checked_text(value, where, True, pattern, shape)
-
-
-def _gpu_uuid(value: object, where: str) -> str:
-    return _required_text(value, where, pattern=_GPU_UUID_RE, shape="a GPU UUID (GPU-...)")
+    mig: Dict[str, FakeMigGpu] = field(default_factory=dict)  # each GPU's MIG side, by GPU UUID (node/fakehw_mig.py)
 
 
 # --------------------------------------------------------------------------
@@ -203,7 +117,7 @@ def fakehw_from_data(data: Any, source: str = "fakehw file") -> FakeHw:
     _mapping(data, source, _TOP_FIELDS)
     node_id = _text(data.get("node_id"), "node_id")
     boot_id = _text(data.get("boot_id"), "boot_id")
-    gpus = _gpus(data.get("gpus"))
+    gpus, mig = _gpus(data.get("gpus"))
     domains = _domains(data.get("domains"))
     reachable, pods = _kubelet(data.get("kubelet"))
     runtimes = _runtimes(data.get("runtimes"), source)
@@ -217,27 +131,22 @@ def fakehw_from_data(data: Any, source: str = "fakehw file") -> FakeHw:
         runtimes=runtimes,
         driver=_driver(data.get("driver")),
         cpus=_host_cpus(data.get("cpus"), data.get("numa_nodes")),
+        mig=mig,
     )
 
 
-def _claim(seen: Dict[str, str], uuid: str, where: str) -> None:
-    """A GPU or MIG UUID named once in the whole file (``seen``: where each was named)."""
-    if uuid in seen:
-        raise _err(where, "duplicate UUID %s (also at %s)" % (uuid, seen[uuid]))
-    seen[uuid] = where
-
-
-def _gpus(value: object) -> List[Gpu]:
-    """``gpus``: each GPU with a UUID, an index and a minor of its own (MIG UUIDs included)."""
+def _gpus(value: object) -> Tuple[List[Gpu], Dict[str, FakeMigGpu]]:
+    """``gpus``: each GPU with a UUID, an index and a minor of its own (MIG UUIDs included), and its MIG side."""
     seen: Dict[str, str] = {}
     indexes: Dict[int, str] = {}
     minors: Dict[int, str] = {}
     gpus = []
+    mig: Dict[str, FakeMigGpu] = {}
     for i, item in enumerate(_list(value, "gpus")):
         where = "gpus[%d]" % i
         _mapping(item, where, _GPU_FIELDS)
         uuid = _gpu_uuid(item.get("uuid"), where + ".uuid")
-        _claim(seen, uuid, where + ".uuid")
+        claim_uuid(seen, uuid, where + ".uuid")
         index = _int_or(item.get("index"), where + ".index", i)
         if index in indexes:
             raise _err(where + ".index", "duplicate index %d (also at %s)" % (index, indexes[index]))
@@ -247,26 +156,10 @@ def _gpus(value: object) -> List[Gpu]:
             if minor in minors:
                 raise _err(where + ".minor", "duplicate minor %d (also at %s)" % (minor, minors[minor]))
             minors[minor] = where + ".minor"
-        gpus.append(_gpu(item, where, uuid, index, minor, _migs(item.get("mig"), where, seen)))
-    return gpus
-
-
-def _migs(value: object, where: str, seen: Dict[str, str]) -> Tuple[MigInstance, ...]:
-    """A GPU's ``mig``: each instance with a ``gi``/``ci`` pair of its own on the GPU, and a UUID."""
-    mig = []
-    pairs: Dict[Tuple[int, int], str] = {}
-    for j, inst in enumerate(_list(value, where + ".mig")):
-        mwhere = "%s.mig[%d]" % (where, j)
-        _mapping(inst, mwhere, _MIG_FIELDS)
-        gi = _required_int(inst.get("gi"), mwhere + ".gi")
-        ci = _required_int(inst.get("ci"), mwhere + ".ci")
-        muuid = _required_text(inst.get("uuid"), mwhere + ".uuid", pattern=_MIG_UUID_RE, shape="a MIG UUID (MIG-...)")
-        if (gi, ci) in pairs:
-            raise _err(mwhere, "duplicate gi %d ci %d (also at %s)" % (gi, ci, pairs[(gi, ci)]))
-        pairs[(gi, ci)] = mwhere
-        _claim(seen, muuid, mwhere + ".uuid")
-        mig.append(MigInstance(gi=gi, ci=ci, uuid=muuid))
-    return tuple(mig)
+        instances, gis = mig_entries(item.get("mig"), where, seen)
+        mig[uuid] = mig_side(item, where, uuid, instances, gis)
+        gpus.append(_gpu(item, where, uuid, index, minor, instances))
+    return gpus, mig
 
 
 def _gpu(item: Dict[str, Any], where: str, uuid: str, index: int, minor: Optional[int], mig: Tuple[MigInstance, ...]) -> Gpu:
