@@ -50,12 +50,12 @@ MAX_COMPUTE = 7  # compute instances of one GPU instance
 MAX_PRODUCTS = 16
 MAX_PRODUCT = 96  # characters of a product name
 # nvidia-smi's names (``nvidia-smi mig -lgip``, the MIG user guide's tables): 1g.10gb, 1g.10gb+me,
-# 1g.24gb+gfx, 1g.24gb+me.all, 1g.24gb-me (RTX PRO 6000 Blackwell)
-GI_PROFILE_RE = lazy_pattern(r"^([0-9]{1,2})g\.[0-9]{1,4}gb(\+me|\+gfx|\+me\.all|-me)?$")
+# 1g.24gb+gfx, 1g.24gb+me.all, 1g.24gb-me (RTX PRO 6000 Blackwell). Each ends in \Z: a name and a newline is no name
+GI_PROFILE_RE = lazy_pattern(r"^([0-9]{1,2})g\.[0-9]{1,4}gb(\+me|\+gfx|\+me\.all|-me)?\Z")
 # a compute instance profile within one (``nvidia-smi mig -lcip``): 1c.3g.40gb, 2c.1g.24gb+gfx
-CI_PROFILE_RE = lazy_pattern(r"^([0-9])c\.(.+)$")
-GPU_UUID_RE = lazy_pattern(r"^GPU-[A-Za-z0-9-]{1,128}$")
-_PRODUCT_RE = lazy_pattern(r"^[ -~]{1,%d}$" % MAX_PRODUCT)
+CI_PROFILE_RE = lazy_pattern(r"^([0-9])c\.(.+)\Z")
+GPU_UUID_RE = lazy_pattern(r"^GPU-[A-Za-z0-9-]{1,128}\Z")
+_PRODUCT_RE = lazy_pattern(r"^[ -~]{1,%d}\Z" % MAX_PRODUCT)
 _ENTRY_KEYS = ("devices", "products", "mig_enabled", "instances")
 _INSTANCE_KEYS = ("profile", "placement", "count", "compute")
 

@@ -73,9 +73,9 @@ if TYPE_CHECKING:
 
 MAX_CONFIGS = 256  # mig-configs of a document (mig-parted's default file has about 60)
 MAX_PROFILES = 32  # keys of one mig-devices
-CONFIG_NAME_RE = lazy_pattern(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
+CONFIG_NAME_RE = lazy_pattern(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}\Z")
 # mig-parted's DeviceID string: <device><vendor> as one hexadecimal number, optionally :<subdevice><subvendor>
-PCI_ID_RE = lazy_pattern(r"^0[xX]([0-9A-Fa-f]{1,8})(?::0[xX]([0-9A-Fa-f]{1,8}))?$")
+PCI_ID_RE = lazy_pattern(r"^0[xX]([0-9A-Fa-f]{1,8})(?::0[xX]([0-9A-Fa-f]{1,8}))?\Z")
 _DOCUMENT_KEYS = ("version", "mig-configs")
 _ENTRY_KEYS = ("device-filter", "devices", "mig-enabled", "mig-devices")
 
