@@ -305,7 +305,7 @@ class RealHost(Host):
         return RealKubeSide(self.root)
 
     def _mig_side(self) -> MigSide:
-        return RealMigSide(self.runner, self.inventory)
+        return RealMigSide(self.runner, self.inventory, lambda: self.fresh().inventory())
 
     def _read_inventory(self) -> Inventory:
         from ansible_collections.bcd.devices.plugins.module_utils.node.inventory import (  # pylint: disable=import-outside-toplevel

@@ -32,15 +32,19 @@ class MigSide(Protocol):
 
 
 class RealMigSide:
-    """``nvidia-smi`` run by this process (root)."""
+    """``nvidia-smi`` run by this process (root). Each ``read`` lists the GPUs anew (``fresh_inventory``): a change
+    gives its MIG devices fresh UUIDs, which a run reads back to record and journal them. An op finds its GPU's
+    index in the ``inventory`` read once (an index does not change with the layout)."""
 
-    def __init__(self, runner: TextRunCommand, inventory: Callable[[], Inventory]) -> None:
+    def __init__(self, runner: TextRunCommand, inventory: Callable[[], Inventory],
+                 fresh_inventory: Callable[[], Inventory]) -> None:
         self.runner = runner
         self.inventory = inventory
+        self.fresh_inventory = fresh_inventory
 
     def read(self) -> MigNode:
         from ansible_collections.bcd.devices.plugins.module_utils.node.mig_smi import read_mig  # pylint: disable=import-outside-toplevel
-        return read_mig(self.runner, self.inventory())
+        return read_mig(self.runner, self.fresh_inventory())
 
     def apply(self, op: MigOp) -> MigDone:
         from ansible_collections.bcd.devices.plugins.module_utils.node.mig_smi import apply_mig  # pylint: disable=import-outside-toplevel
