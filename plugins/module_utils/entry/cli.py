@@ -6,15 +6,17 @@
 It runs the very code ``bcd.devices.holds`` runs: ``converge`` is ``run_pass``,
 ``status`` is ``holds_info``'s ``node_status``, ``events`` is the events
 module's ``list_and_acknowledge``, ``deliver`` the role's delivery
-(``entry/deliver.py``). The systemd timers call ``converge --stored`` and
-``deliver``; the root helper is ``helper``.
+(``entry/deliver.py``), ``mig-layout`` the ``bcd.devices.mig_layout`` module's run
+(``entry/mig_layout.py``). The systemd timers call ``converge --stored`` and
+``deliver``; the root helper is ``helper``; the boot unit ``mig-layout --boot``.
 
 Exit codes: 0 done (a ``FAILED`` section is a terminal answer, not an error of
 the command), 1 a check failed (``doctor``) or the gateway did not take every
 event (``deliver``), 2 bad usage, the pass or the delivery could not run, or a
 state file root will not use (``StateFileError``: one line naming the file and
 what is wrong; ``doctor`` reports it as a failed check, 1), 3 a GPU is busy
-(``busy``), 75 the pass must be retried (``PROGRESSING``) or the gateway could
+(``busy``), 1 a GPU's layout was refused or a change failed (``mig-layout``),
+75 the pass must be retried (``PROGRESSING``) or the gateway could
 not be reached (``deliver``: it backs off, and a later run tries again).
 """
 
@@ -25,7 +27,7 @@ import json
 import os
 import sys
 import threading
-from typing import Callable, Dict, Literal, Optional, Sequence
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.runtimes import parse_runtimes_option
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import Refuse
@@ -38,17 +40,20 @@ from ansible_collections.bcd.devices.plugins.module_utils.entry.doctor.report im
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.server import Policy, listen, serve
 from ansible_collections.bcd.devices.plugins.module_utils.entry.installed import DEFAULT_MANIFEST
 from ansible_collections.bcd.devices.plugins.module_utils.entry.metrics import node_metrics, write_textfile
+from ansible_collections.bcd.devices.plugins.module_utils.entry.mig_layout import MigLayoutError, converge_layout, wanted_of
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status, status_table
 from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host, make_host
 from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import FILE_CAPS, NODESPEC_NAME
 from ansible_collections.bcd.devices.plugins.module_utils.state.nodespec import nodespec_from_data
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable, printable_lines
 
 EX_OK, EX_CHECK, EX_ERROR, EX_BUSY, EX_RETRY = 0, 1, 2, 3, 75
 MAX_SPEC_BYTES = FILE_CAPS[NODESPEC_NAME]  # a spec is stored as the timers' input: the same cap
+MAX_LAYOUT_BYTES = 1 << 20  # a layout file, or a mig-parted document of many configs
 DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"
 
 
@@ -139,6 +144,20 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--manifest", default=DEFAULT_MANIFEST, metavar="PATH",
                         help="the record, a node path under --root (default %s)" % DEFAULT_MANIFEST)
     record.add_argument("--record", action="store_true", help="record the install described on stdin (JSON)")
+
+    layout = commands.add_parser("mig-layout", parents=[common], help="make the GPUs' MIG layout, never under a hold: "
+                                 "the recorded one (--boot) or a file's (exit 0 done, 1 a GPU refused or a change "
+                                 "failed, 2 bad input)")
+    wanted = layout.add_mutually_exclusive_group(required=True)
+    wanted.add_argument("--boot", action="store_true", help="make the layout the last run recorded again (the boot "
+                        "unit: MIG instances do not survive a reboot)")
+    wanted.add_argument("--layout", metavar="FILE", help="a YAML or JSON file: the module's layout list, or a "
+                        "mig-parted document (version, mig-configs) with --mig-config")
+    layout.add_argument("--mig-config", metavar="NAME", help="the config of the mig-parted document to apply")
+    layout.add_argument("--check", action="store_true", help="plan only; change nothing")
+    layout.add_argument("--helper-socket", help="make the changes through the root helper")
+    layout.add_argument("--lock-timeout", type=float, default=120.0, help="seconds to wait for a running pass")
+    layout.add_argument("--json", action="store_true", help="print the result as JSON")
 
     helper = commands.add_parser("helper", parents=[common], help="the root helper")
     helper.add_argument("--socket", default=DEFAULT_HELPER_SOCKET)
@@ -322,6 +341,106 @@ def cmd_installed(args: argparse.Namespace) -> int:
     return EX_OK if ok else EX_CHECK
 
 
+def read_layout_file(path: str) -> object:
+    """The data of a layout file, JSON or else YAML (PyYAML's safe loader, a key given twice refused); ValueError
+    naming the file for one that cannot be read, is too long, or is neither."""
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read(MAX_LAYOUT_BYTES + 1)
+    except OSError as exc:
+        raise ValueError("cannot read the layout %s: %s" % (path, exc.strerror or exc))
+    if len(content) > MAX_LAYOUT_BYTES:
+        raise ValueError("the layout %s is longer than %d bytes" % (path, MAX_LAYOUT_BYTES))
+    try:
+        return bounded_json.loads(content, path)
+    except StateFileError as exc:
+        raise ValueError(str(exc))
+    except ValueError as json_exc:
+        problem = structure_problem(content)  # before PyYAML reads ahead
+        if problem is not None:
+            raise ValueError("the layout %s: %s" % (path, problem))
+        try:
+            from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_yaml import strict_loader  # pylint: disable=import-outside-toplevel
+            yaml, loader = strict_loader()
+        except ImportError:
+            raise ValueError("the layout %s is not JSON (%s), and PyYAML is not installed to read it as YAML"
+                             % (path, json_exc))
+        try:
+            return yaml.load(content.decode("utf-8"), Loader=loader)  # a SafeLoader
+        except (yaml.YAMLError, UnicodeDecodeError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+            raise ValueError("the layout %s is neither JSON nor YAML: %s" % (path, str(exc).replace("\n", " ")))
+
+
+def mig_lines(done: Dict[str, Any]) -> List[str]:
+    """One line per GPU the layout names (what changed, or why not), each change below it indented; a GPU whose
+    held MIG instances the layout lacks says so, on its line or on one of its own."""
+    missing: Dict[str, List[str]] = {}
+    for item in done["held_missing"]:
+        missing.setdefault(item["device_id"].split("/", 1)[0], []).append(
+            "%s (held by %s)" % (item["device_id"], item["allocation_id"]))
+    lines: List[str] = []
+    for gpu in done["gpus"]:
+        made = sum(len(op["compute"]) or 1 for op in gpu["ops"] if op["kind"] == "create")
+        destroyed = len(gpu["before"]) - len(gpu["kept"])
+        if gpu["refused"]:
+            what = "not changed: %s" % gpu["refused"]
+        elif gpu["error"]:
+            what = "stopped: %s" % gpu["error"]
+        elif gpu["reset_needed"]:
+            what = "its MIG mode change waits for a GPU reset (bcd.devices.gpu_reset) or a reboot"
+        elif gpu["ops"]:
+            what = "%s %d change%s: %d MIG instance%s destroyed, %d made, %d kept" % (
+                "would make" if done["check_mode"] else "made", len(gpu["ops"]), "" if len(gpu["ops"]) == 1 else "s",
+                destroyed, "" if destroyed == 1 else "s", made, len(gpu["kept"]))
+        else:
+            what = "as wanted: MIG %s, %d MIG instance%s" % (
+                "on" if gpu["mig_enabled"] else "off", len(gpu["before"]), "" if len(gpu["before"]) == 1 else "s")
+        held = missing.pop(gpu["uuid"], [])
+        lines.append(printable("%s (GPU %d): %s%s" % (gpu["uuid"], gpu["index"], what,
+                                                      "; held but missing: " + ", ".join(held) if held else "")))
+        if not gpu["refused"]:
+            lines.extend("  " + printable(op["text"]) for op in gpu["ops"])
+    lines.extend(printable("%s: held but missing: %s" % (uuid, ", ".join(held))) for uuid, held in sorted(missing.items()))
+    return lines
+
+
+def cmd_mig_layout(args: argparse.Namespace) -> int:
+    host = _host(args, args.helper_socket)
+    if args.boot:
+        if args.mig_config is not None:
+            log("ERROR", "--mig-config names a config of a --layout file; --boot makes the recorded layout")
+            return EX_ERROR
+        record, problem = _state(host, args).load_mig_record()
+        if problem is None and not record.gpus:
+            out("no MIG layout is recorded in %s/mig-layout.json: nothing to make" % args.state_dir)
+            return EX_OK
+        done = converge_layout(host, None, args.state_dir, args.check, args.lock_timeout)
+    else:
+        try:
+            data = read_layout_file(args.layout)
+            if data is None:
+                raise ValueError("the layout %s is empty" % args.layout)
+            if isinstance(data, dict):
+                if args.mig_config is None:
+                    raise ValueError("the layout %s is a mig-parted document: --mig-config names the config to "
+                                     "apply" % args.layout)
+                wanted = wanted_of(host, mig_parted=data, mig_config=args.mig_config)
+            else:
+                if args.mig_config is not None:
+                    raise ValueError("--mig-config names a config of a mig-parted document; the layout %s is a "
+                                     "list of layout entries" % args.layout)
+                wanted = wanted_of(host, layout=data)
+            done = converge_layout(host, wanted, args.state_dir, args.check, args.lock_timeout)
+        except (ValueError, MigLayoutError) as exc:
+            log("ERROR", str(exc))
+            return EX_ERROR
+    if args.json:
+        out(json.dumps(done, indent=2, sort_keys=True))
+    else:
+        out("\n".join(mig_lines(done) or ["no GPU named: nothing to do"]))
+    return EX_CHECK if done["failed"] else EX_OK
+
+
 def cmd_helper(args: argparse.Namespace) -> int:
     if os.geteuid() != 0 and not args.fakehw:
         log("ERROR", "the root helper must run as root")
@@ -347,7 +466,8 @@ def cmd_helper(args: argparse.Namespace) -> int:
 
 COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
     "converge": cmd_converge, "status": cmd_status, "doctor": cmd_doctor, "busy": cmd_busy, "metrics": cmd_metrics,
-    "events": cmd_events, "deliver": cmd_deliver, "installed": cmd_installed, "helper": cmd_helper}
+    "events": cmd_events, "deliver": cmd_deliver, "installed": cmd_installed, "mig-layout": cmd_mig_layout,
+    "helper": cmd_helper}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
