@@ -20,7 +20,15 @@ node_exporter's textfile collector (a ``.prom`` file). Every name starts ``bcd_`
 ``bcd_last_pass_state{state}``           1 for its section state, 0 for the others
 ``bcd_events_unacknowledged``            journaled events the gateway has not taken
 ``bcd_condition{type}``                  1 for each node condition raised
+``bcd_mig_mode{gpu}``                    MIG mode of each GPU that can do MIG: 1 on, 0 off
+``bcd_mig_instances{gpu,profile}``       MIG (compute) instances of each such GPU, by
+                                         compute profile (``3g.40gb``, ``1c.3g.40gb``)
 ======================================== ============================================
+
+The MIG layout is read live (``host.mig_side()``: ``nvidia-smi`` as root, which the metrics unit
+is, or the fakehw file); where it cannot be read (another account, no ``nvidia-smi``), it is the
+layout the last ``bcd.devices.mig_layout`` run recorded (``state/mig_record.py``), its instances
+only when recorded in this boot (MIG instances do not survive a reboot; the mode does).
 
 Every label value is from a closed set, whatever the files say: the ledger is the ``bcd``
 account's, and a reason it wrote is counted under its name only when it is one of the
@@ -38,14 +46,22 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.status import node_status
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import write_atomic
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
 
 if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.model import GpuInstance
     from ansible_collections.bcd.devices.plugins.module_utils.node.hosts import Host
 
 PASS_STATES = ("CONVERGED", "PROGRESSING", "FAILED")
 OTHER_REASON = "other"  # a ledger's reason that is none of REASONS
 REFUSAL_REASONS = tuple(REASONS) + (OTHER_REASON,)
+# The MIG families' label values: a GPU UUID and a profile name by their grammar (else the GPU is left out, the
+# profile counted as ``other``), at most MAX_MIG_GPUS GPUs: whatever nvidia-smi or a record says, the series stay few.
+MAX_MIG_GPUS = 256
+_GPU_UUID = lazy_pattern(r"GPU-[0-9A-Za-z-]{1,128}")
+_PROFILE = lazy_pattern(r"[0-9a-z][0-9a-z.+-]{0,63}")
 
 
 def _label(value: object) -> str:
@@ -79,6 +95,37 @@ def _number(value: float) -> str:
 
 def _held(gpu: Dict[str, Any]) -> bool:
     return bool(gpu["held_by"] or any(m["held_by"] for m in gpu["mig"]) or gpu["slots"] or gpu["missing_parts"])
+
+
+def _compute_profiles(instances: Iterable[GpuInstance]) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for inst in instances:
+        for ci in inst.compute:
+            profile = ci.profile if _PROFILE.fullmatch(ci.profile) else OTHER_REASON
+            counts[profile] = counts.get(profile, 0) + 1
+    return counts
+
+
+def mig_layout(host: Host, state: NodeState) -> Dict[str, Tuple[bool, Dict[str, int]]]:
+    """``{GPU uuid: (MIG mode on, {compute profile: instances})}`` of the GPUs that can do MIG."""
+    found: Dict[str, Tuple[bool, Dict[str, int]]] = {}
+    try:
+        node = host.mig_side().read()
+    except (BcdError, OSError):
+        node = None
+    if node is not None and (node.gpus or not node.error):
+        # live: what the driver (or the fakehw file) says now
+        for gpu in node.gpus:
+            if gpu.capability is not None or gpu.mode is not None:
+                found[gpu.uuid] = (bool(gpu.mode), _compute_profiles(gpu.instances))
+    else:
+        # not readable here: the layout the last mig_layout run recorded; its instances only if recorded in this
+        # boot (a reboot drops every MIG instance until the boot unit makes them again, and records them anew)
+        record, _problem = state.load_mig_record()
+        this_boot = bool(record.boot_id) and record.boot_id == host.boot_id()
+        for uuid, gpu in record.gpus.items():
+            found[uuid] = (gpu.mig_enabled, _compute_profiles(gpu.instances) if this_boot else {})
+    return dict((uuid, found[uuid]) for uuid in [u for u in sorted(found) if _GPU_UUID.fullmatch(u)][:MAX_MIG_GPUS])
 
 
 def node_metrics(host: Host, state_dir: str = DEFAULT_STATE_DIR) -> str:
@@ -134,6 +181,12 @@ def node_metrics(host: Host, state_dir: str = DEFAULT_STATE_DIR) -> str:
     raised = set(condition["type"] for condition in status["conditions"])
     out.family("bcd_condition", "gauge", "Node conditions raised now (1) or not (0).",
                [({"type": name}, int(name in raised)) for name in CONDITION_TYPES])
+    layout = mig_layout(host, state)
+    out.family("bcd_mig_mode", "gauge", "MIG mode of each GPU that can do MIG (1 on, 0 off).",
+               [({"gpu": uuid}, int(mode)) for uuid, (mode, _counts) in layout.items()])
+    out.family("bcd_mig_instances", "gauge", "MIG compute instances of each GPU, by compute profile.",
+               [({"gpu": uuid, "profile": profile}, counts[profile])
+                for uuid, (_mode, counts) in layout.items() for profile in sorted(counts)])
     return out.text()
 
 
