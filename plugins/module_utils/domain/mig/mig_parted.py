@@ -197,8 +197,9 @@ def _packed(devices: Dict[object, object], where: str) -> Tuple[WantedInstance, 
             made.append((gi, [slices]))
     if len(made) > MAX_INSTANCES:
         raise LayoutError("%s: %d GPU instances once packed; a GPU has at most %d" % (where, len(made), MAX_INSTANCES))
-    return tuple(WantedInstance(gi, None, () if parts == [gi_slices(gi)] else
-                                tuple(gi if n == gi_slices(gi) else "%dc.%s" % (n, gi) for n in parts))
+    # one compute instance spanning its GPU instance is written as none (as the native form writes it); a spanning
+    # one is alone in its GPU instance, so every other is named <n>c.<profile>
+    return tuple(WantedInstance(gi, None, () if parts == [gi_slices(gi)] else tuple("%dc.%s" % (n, gi) for n in parts))
                  for gi, parts in made)
 
 

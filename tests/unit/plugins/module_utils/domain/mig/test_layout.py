@@ -273,7 +273,6 @@ JSON = st.recursive(
     max_leaves=30)
 
 
-
 def mostly(valid, other=JSON):
     """``valid`` 19 times in 20, ``other`` (any JSON value) else: deep enough to reach every check, rough enough to
     hit it."""

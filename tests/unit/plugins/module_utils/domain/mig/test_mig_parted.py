@@ -39,8 +39,8 @@ def uuid(n):
 
 def node(*products):
     """An inventory of GPUs 0, 1, ... of ``products`` (name, PCI device id), and the ids as the caller knows them."""
-    gpus = [Gpu(uuid=uuid(n), index=n, name=name) for n, (name, _) in enumerate(products)]
-    return Inventory(gpus=gpus, source="fakehw"), dict((uuid(n), pci) for n, (_, pci) in enumerate(products))
+    gpus = [Gpu(uuid=uuid(n), index=n, name=name) for n, (name, pci) in enumerate(products)]
+    return Inventory(gpus=gpus, source="fakehw"), dict((uuid(n), pci) for n, (name, pci) in enumerate(products))
 
 
 EIGHT_A100_40 = node(*[("NVIDIA A100-SXM4-40GB", A100_40)] * 8)
