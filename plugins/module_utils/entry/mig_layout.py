@@ -37,6 +37,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.mig_parted 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.model import ComputeInstance, GpuInstance, MigDone, MigNode, MigOp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.plan import GpuPlan, LayoutPlan, LayoutRefused, plan_layout
 from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import _holds, _room
+from ansible_collections.bcd.devices.plugins.module_utils.node.sysfs_pci import read_pci_device_id
 from ansible_collections.bcd.devices.plugins.module_utils.state.mig_record import MigRecord, recorded
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
@@ -57,11 +58,14 @@ class MigLayoutError(BcdError):
 
 def wanted_of(host: Host, layout: Optional[object] = None, mig_parted: Optional[object] = None,
               mig_config: Optional[object] = None) -> Dict[str, WantedGpu]:
-    """The wanted layout per GPU from the module's ``layout``, or mig-parted's document and the config named."""
+    """The wanted layout per GPU from the module's ``layout``, or mig-parted's document and the config named (its
+    ``device-filter`` matched against each GPU's PCI device id from sysfs under the host's root)."""
     inventory = host.inventory()
     try:
         if mig_parted is not None:
-            return wanted_from_mig_parted(mig_parted, mig_config, inventory)
+            pci_ids = dict((gpu.uuid, read_pci_device_id(gpu.pci_bus_id, host.root)) for gpu in inventory.gpus)
+            return wanted_from_mig_parted(mig_parted, mig_config, inventory,
+                                          dict((uuid, pci) for uuid, pci in pci_ids.items() if pci is not None))
         return wanted_from_layout(layout if layout is not None else [], inventory)
     except LayoutError as exc:
         raise MigLayoutError(str(exc))

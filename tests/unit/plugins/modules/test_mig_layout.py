@@ -10,8 +10,10 @@ makes the recorded layout again and the next pass renders the kept hold with its
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_grammar import check_event
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import MIG_EVENT_TYPES
@@ -27,7 +29,7 @@ from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info 
 G0 = "GPU-5f1c2a90-0000-4000-8000-000000000001"
 G1 = "GPU-5f1c2a90-0000-4000-8000-000000000002"
 A100 = "NVIDIA A100-SXM4-40GB"
-BOOT = "6f0c1e9e-1c7a-4a43-9a9e-2c4f1d2b7a10"
+DATA = Path(__file__).resolve().parents[3] / "data"
 
 
 @pytest.fixture
@@ -127,6 +129,24 @@ def test_a_mig_parted_document_applies_the_config_it_names(capsys, mig_node):
     apply(capsys, mig_node, mig_parted=document, mig_config="all-disabled")
     assert layout_now(mig_node) == {G0: [], G1: []}
     assert all(not gpu.mode for gpu in read_mig_file(mig_node.fakehw).gpus)
+
+
+def test_nvidias_default_config_picks_each_gpu_by_its_pci_device_id_from_sysfs(capsys, make_node):
+    h100 = "GPU-5f1c2a90-0000-4000-8000-000000000003"
+    node = make_node(gpus=[
+        {"uuid": G0, "index": 0, "minor": 0, "name": A100, "mig_mode": False, "pci_bus_id": "0000:07:00.0"},
+        {"uuid": h100, "index": 1, "minor": 1, "name": "NVIDIA H100 80GB HBM3", "mig_mode": False,
+         "pci_bus_id": "0000:0f:00.0"}])
+    for address, device in (("0000:07:00.0", "0x20b0"), ("0000:0f:00.0", "0x2330")):
+        node.write("/sys/bus/pci/devices/%s/device" % address, device + "\n")
+        node.write("/sys/bus/pci/devices/%s/vendor" % address, "0x10de\n")
+    document = yaml.safe_load((DATA / "mig-parted" / "deployments_systemd_config-default.yaml").read_text())
+    done = apply(capsys, node, mig_parted=document, mig_config="all-1g.10gb")
+    assert done["changed"] and not done.get("failed")
+    assert [g["source"] for g in done["gpus"]] == ["mig-configs.all-1g.10gb[1]", "mig-configs.all-1g.10gb[0]"]
+    now = layout_now(node)
+    assert [p for _g, _c, p, _s, _u in now[G0]] == ["1g.10gb"] * 4  # the A100 40GB entry: 4 of them
+    assert [p for _g, _c, p, _s, _u in now[h100]] == ["1g.10gb"] * 7  # the H100 80GB entry: 7
 
 
 # -- refused ---------------------------------------------------------------------------------------------------
