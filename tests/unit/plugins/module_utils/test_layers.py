@@ -4,9 +4,9 @@
 """module_utils is four layers whose imports only run downward (docs/architecture.md):
 entry -> state -> node -> domain, on a floor of plumbing every layer may import (support).
 Inside the domain, the rooms stand in an order too: the input as it arrives (input) on the ground,
-the hold's CDI spec (cdi) above it, the planner (plan) on top, and the values every room shares
-(the domain's loose modules) below the planner; nothing reaches a room above its own, not even
-through a shared value. Inside the planner's room the phases are siblings: only the planner calls
+the hold's CDI spec (cdi) above it, the MIG layout planner (mig) above that, the planner (plan) on top,
+and the values every room shares (the domain's loose modules) below the MIG room; nothing reaches a room
+above its own, not even through a shared value. Inside the planner's room the phases are siblings: only the planner calls
 them, and none imports another. Read from the source, so a new import that breaks the layering,
 or a cycle, fails here."""
 
@@ -23,12 +23,14 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.plan import pla
 MODULE_UTILS = Path(planner.__file__).resolve().parents[2]
 PREFIX = "ansible_collections.bcd.devices.plugins.module_utils."
 LAYERS = ("support", "domain", "node", "state", "entry")  # lowest first
-ROOMS = ("domain.cdi", "domain.input", "domain.plan", "domain.plan.actions", "entry.doctor", "entry.helper", "entry.modules")
+ROOMS = ("domain.cdi", "domain.input", "domain.mig", "domain.plan", "domain.plan.actions", "entry.doctor", "entry.helper",
+         "entry.modules")
 # The domain's rooms, lowest first. A room's module reaches (imports, or imports through the values the rooms
 # share, the domain's loose modules) its own room and those below it, never one above; a shared value reaches
-# no room above the CDI spec's.
-DOMAIN_ROOMS = ("domain.input", "domain.cdi", "domain.plan")
-SHARED_VALUES_BELOW = "domain.plan"
+# no room above the CDI spec's. The MIG layout's room (mig) stands above the CDI spec's, which it reaches through
+# who claims a GPU (domain/busy.py, a shared value), and below the planner's, which does not import it.
+DOMAIN_ROOMS = ("domain.input", "domain.cdi", "domain.mig", "domain.plan")
+SHARED_VALUES_BELOW = "domain.mig"
 # The modules of domain/plan/: the planner, which calls the phases in order (planner._plan_once); the phases,
 # each a function of the pass that returns what it decided; and what they share (the values they hand each
 # other, what they read alike of the pass, the rules they apply, the steps, the apply loop). Only the planner
@@ -139,8 +141,8 @@ def reached(name):
 
 @pytest.mark.parametrize("name", sorted(n for n in modules() if n.startswith("domain.")))
 def test_the_domain_s_rooms_reach_only_their_own_and_those_below(name):
-    """``domain/input/`` reaches no other room, ``domain/cdi/`` no planner, a shared value no planner; the
-    planner's room reaches them all. Through a shared value too: input that imported a value which imports
+    """``domain/input/`` reaches no other room, ``domain/cdi/`` neither the MIG layout nor the planner, a shared
+    value neither of those; the planner's room reaches them all. Through a shared value too: input that imported a value which imports
     the CDI spec would stand above it."""
     own = domain_room(name)
     highest = own if own is not None else DOMAIN_ROOMS.index(SHARED_VALUES_BELOW) - 1
