@@ -18,9 +18,13 @@ from __future__ import annotations
 import json
 import socket
 import time
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
+from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.model import MigDone, MigNode
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError, RetryableError
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.model import MigOp
 
 IO_TIMEOUT = 30.0
 MAX_PROBE_REPLY = 64 * 1024  # a probe's reply is one short line; more is not the helper talking
@@ -29,11 +33,20 @@ PROBE = {"op": "ping"}  # answered without touching the node: an unknown op, ref
 
 class HelperError(RetryableError):
     """The helper could not be reached or answered, or refused an operation for what the node has now;
-    retryable."""
+    retryable. ``reason``: the helper's own words, where it refused."""
+
+    def __init__(self, message: str, reason: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class HelperRefused(BcdError):
-    """The helper refused a request as it is (malformed, or never carried out as asked); permanent."""
+    """The helper refused a request as it is (malformed, or never carried out as asked); permanent.
+    ``reason``: the helper's own words."""
+
+    def __init__(self, message: str, reason: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class Probe:
@@ -81,8 +94,9 @@ class HelperClient:
         if not isinstance(answer, dict):
             raise HelperError("the root helper at %s gave no answer" % self.socket_path)
         if answer.get("ok") is not True:
-            text = "the root helper refused %s: %s" % (message.get("op"), answer.get("error") or "no reason given")
-            raise HelperError(text) if answer.get("retryable") is True else HelperRefused(text)
+            reason = str(answer.get("error") or "no reason given")
+            text = "the root helper refused %s: %s" % (message.get("op"), reason)
+            raise HelperError(text, reason) if answer.get("retryable") is True else HelperRefused(text, reason)
         return answer
 
     def probe(self) -> Probe:
@@ -135,3 +149,36 @@ class HelperClient:
     def kube_look(self) -> Dict[str, Any]:
         """The kube side as the root helper sees it (``_kubelet.view_to_json`` data)."""
         return self.request({"op": "kube.look"}).get("view") or {}
+
+
+class HelperMigSide:
+    """The MIG side of a pass that is not root (``node/mig_side.MigSide``): root reads and changes the GPUs' MIG
+    layout. ``read`` asks ``mig.look``; ``apply`` asks ``mig.change``, which root carries out only once the claims
+    it reads itself (holds, pending releases, VMs, the processes on the GPU) allow the op
+    (``domain/mig/guard.op_refusal``). Root's replies are read as strictly as root reads the op
+    (``domain/mig/wire.py``); neither method raises for what the helper said or could not say."""
+
+    def __init__(self, client: HelperClient) -> None:
+        self.client = client
+
+    def read(self) -> MigNode:
+        from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.wire import WireError, node_from_data  # pylint: disable=import-outside-toplevel
+        try:
+            return node_from_data(self.client.request({"op": "mig.look"}).get("mig"))
+        except (HelperError, HelperRefused) as exc:
+            return MigNode(source="helper", error=str(exc))
+        except WireError as exc:
+            return MigNode(source="helper", error="the root helper's answer to mig.look is malformed: %s" % exc)
+
+    def apply(self, op: MigOp) -> MigDone:
+        from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.wire import WireError, done_from_data  # pylint: disable=import-outside-toplevel
+        try:
+            answer = self.client.request({"op": "mig.change", "change": op.as_data()})
+        except (HelperError, HelperRefused) as exc:
+            if exc.reason is None:  # not reached, or no answer: nothing is known of the op
+                return MigDone(op=op, error=str(exc))
+            return MigDone(op=op, error="the root helper refused it: %s" % exc.reason)
+        try:
+            return done_from_data(answer.get("done"), op)
+        except WireError as exc:
+            return MigDone(op=op, error="the root helper's answer to mig.change is malformed: %s" % exc)

@@ -6,9 +6,9 @@
 ``handle_request`` carries out one operation of ``request.OPS`` through a host whose writer does root's
 work here: a hold's spec or env file rendered by root from the node's inventory and vendor spec (never
 the peer's bytes) once no other claim has its devices and the quotas allow it (``reading``); a slice's
-properties built from the limits, never below what its workload uses; a slice stopped only once empty.
-A request that cannot be carried out raises ``Refused`` with the reason (``retryable`` where the node may
-change, not the request).
+properties built from the limits, never below what its workload uses; a slice stopped only once empty; a MIG
+op carried out only once the claims root reads itself allow it (``mig``). A request that cannot be carried out
+raises ``Refused`` with the reason (``retryable`` where the node may change, not the request).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.input.refusals 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.actions import SliceApply
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import LISTED_TWICE, conflicts
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import SliceError, check_slice_change, slice_name, wanted_slice
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.mig import checked_change, mig_change, mig_look
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.reading import (
     NodeView,
     Sizes,
@@ -71,10 +72,15 @@ def handle_request(host: Union[Host, NodeView], request: object) -> Optional[Dic
     served helper passes), or a host whose hardware is then read for this request alone.
     Returns extra reply fields, or None; raises ``Refused`` with the reason."""
     op, fields = checked_request(request)
+    change = checked_change(fields.get("change")) if op == "mig.change" else None  # before the node is read
     view = host if isinstance(host, NodeView) else NodeView(host, seconds=0)
     host = view.fresh()  # the node as it is now, or as this interval's reading saw it (NodeView)
     if op == "kube.look":
         return {"view": view.kube_view(host)}
+    if op == "mig.look":
+        return mig_look(host)
+    if change is not None:  # one MIG op, checked against the claims root reads itself, no hold written meanwhile
+        return mig_change(host, change, _CREATING)
     if op == "hold.write":
         _write_hold(host, checked_kind(fields.get("kind")), fields.get("hold"))
     elif op == "hold.remove":

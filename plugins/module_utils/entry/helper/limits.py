@@ -28,8 +28,13 @@ Clock = Callable[[], float]
 #   an env file and a slice each: 1 536 requests) is never starved by writes, and generous: 2 048 at once,
 #   then 32 a second. They only shrink what root keeps, but each costs root a look at the node
 #   (slice.stop: systemd's view of the slice).
-# - looks (kube.look): a pass asks once; 32 at once, then 2 a second. The answer comes from the node's
-#   view (NodeView), read at most once a VIEW_SECONDS whoever asks.
+# - looks (kube.look, mig.look): a pass asks a few times; 32 at once, then 2 a second. kube.look's answer comes
+#   from the node's view (NodeView), read at most once a VIEW_SECONDS whoever asks; mig.look reads the GPUs'
+#   MIG layout anew (nvidia-smi), one reading or change at a time.
+# - MIG changes (mig.change): each runs nvidia-smi (a mode change, a destroy, a create), one at a time; a
+#   bucket of its own, so that a layout never starves the holds' writes nor they it. 256 at once (a layout of
+#   8 GPUs changed whole is at most 8 x 22 ops: 7 compute and 7 GPU instances destroyed, the mode, 7 made),
+#   then 4 a second.
 # A malformed request or an unknown op is in no class: it is refused before the node is touched, costs
 # the parse of one bounded line (MAX_REQUEST, MAX_CONNECTIONS at once) and is not logged.
 RATED_OPS = ("hold.write", "hold.set_aside", "slice.apply")
@@ -38,12 +43,15 @@ RATE_PER_SECOND = 16.0
 RELEASE_OPS = ("hold.remove", "slice.stop")
 RELEASE_BURST = 4 * MAX_ASSIGNMENTS
 RELEASE_PER_SECOND = 32.0
-LOOK_OPS = ("kube.look",)
+LOOK_OPS = ("kube.look", "mig.look")
 LOOK_BURST = 32
 LOOK_PER_SECOND = 2.0
+MIG_OPS = ("mig.change",)
+MIG_BURST = 256
+MIG_PER_SECOND = 4.0
 RATE_CLASSES: Tuple[Tuple[Tuple[str, ...], int, float], ...] = (
     (RATED_OPS, RATE_BURST, RATE_PER_SECOND), (RELEASE_OPS, RELEASE_BURST, RELEASE_PER_SECOND),
-    (LOOK_OPS, LOOK_BURST, LOOK_PER_SECOND))
+    (LOOK_OPS, LOOK_BURST, LOOK_PER_SECOND), (MIG_OPS, MIG_BURST, MIG_PER_SECOND))
 RATE_PEERS = 4096  # buckets kept; beyond it, those of peers that have waited long enough to be full go
 RATE_LOG_EVERY = 60.0  # seconds: a limited peer is logged once in this long, not once a refusal
 # A peer's log lines: a whole pass of the most holds logs every line (four a hold), then 4 a second; what

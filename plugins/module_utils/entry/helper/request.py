@@ -24,7 +24,14 @@ writes itself (docs/security.md; ``handle`` carries them out):
 * ``{"op": "slice.stop", "allocation_id": …}``: only once the slice is empty, checked
   again with the slice closed and frozen;
 * ``{"op": "kube.look"}``: what pods hold, asked of the kubelet; the reply carries
-  ``"view"``.
+  ``"view"``;
+* ``{"op": "mig.look"}``: the GPUs' MIG layout as root reads it (``nvidia-smi`` or the
+  fakehw file); the reply carries ``"mig"`` (``domain/mig/wire.node_to_data``);
+* ``{"op": "mig.change", "change": {kind, gpu, ...}}``: one MIG op (``domain/mig/wire.op_from_data``:
+  a mode change, a destroy or a create on one GPU), carried out only once the claims root
+  reads itself allow it (``domain/mig/guard.op_refusal``: the holds in ``/etc/cdi`` and
+  ``/var/run/cdi`` and their env files, the pending releases, the VMs, the processes on the
+  GPU); the reply carries ``"done"`` (``wire.done_to_data``: what was made, or the tool's words).
 
 Every path is built from root's own ``--root``, a kind and a checked allocation id. Here is the
 grammar of a request and what is refused before the node is touched: a line past ``MAX_REQUEST``
@@ -64,6 +71,8 @@ OPS: Dict[str, Tuple[str, ...]] = {
     "slice.apply": ("allocation_id", "limits"),
     "slice.stop": ("allocation_id",),
     "kube.look": (),
+    "mig.look": (),
+    "mig.change": ("change",),
 }
 # Lines longer than the old whole line (REQUEST_FRAME) are parsed at most BIG_PARSES at a time: json.loads of
 # 4 MiB of "[{},{},...]" makes some 130 MB of objects, and sixteen at once would pass the unit's MemoryMax=1G.

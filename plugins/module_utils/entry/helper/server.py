@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from ansible_collections.bcd.devices.plugins.module_utils.domain.slices import slice_name
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.handle import handle_request
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.limits import Limiter, LogLimit, RateLimits
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.mig import change_words
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.reading import NodeView
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.request import MAX_DEPTH, MAX_REQUEST, Refused, read_request
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import ensure_dir
@@ -192,7 +193,10 @@ def _log(log: Log, uid: Optional[int], line: str) -> None:
 
 
 def _what_it_touched(request: Dict[str, Any]) -> str:
-    """The log names what an answered request changed: the slice unit, or the file kind and allocation."""
+    """The log names what an answered request changed: the slice unit, the file kind and allocation, or the GPU
+    and the MIG op (``GPU-... destroy gi1/ci0``)."""
+    if request.get("op") == "mig.change":
+        return change_words(request.get("change"))
     allocation_id = request.get("allocation_id")
     if isinstance(request.get("hold"), dict):
         allocation_id = request["hold"].get("allocation_id")

@@ -327,7 +327,7 @@ def test_a_kube_look_flood_costs_root_one_reading_a_second_and_the_account_its_b
     refused = [reply for reply in replies if not reply.get("ok")]
     assert LOOK_BURST <= len(answered) <= LOOK_BURST + seconds * LOOK_PER_SECOND + 1
     assert replies[:LOOK_BURST] == answered[:LOOK_BURST]
-    assert all(re.fullmatch(r"rate limited: uid 0 asked for more than 32 of kube\.look at once, or more than 2 a "
+    assert all(re.fullmatch(r"rate limited: uid 0 asked for more than 32 of kube\.look, mig\.look at once, or more than 2 a "
                             r"second; try again in 0\.[0-9]{2}s", reply["error"]) and reply["retryable"] is True
                for reply in refused), refused[:2]
     # refused before the node is read: the lines and readings of the answered ones only

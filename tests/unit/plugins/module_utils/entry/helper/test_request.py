@@ -116,7 +116,8 @@ def test_a_hold_is_checked_by_the_rules_network_input_is(helper, fields, error):
     (b"\xff\xfe\n", "malformed request"),
     (b"[1, 2, 3]\n", "a request must be a JSON object, not a list"),
     (b'{"op": "file.write", "kind": "cdi", "allocation_id": "a1", "content": "{}"}\n',
-     "unknown op 'file.write'; known: hold.remove, hold.set_aside, hold.write, kube.look, slice.apply, slice.stop"),
+     "unknown op 'file.write'; known: hold.remove, hold.set_aside, hold.write, kube.look, mig.change, mig.look, "
+     "slice.apply, slice.stop"),
     (b'{"op": ["hold.write"]}\n', "unknown op a list"),
     (b"[" * 5000 + b"]" * 5000 + b"\n", "a request nests deeper than 16 levels"),
     (b'{"op": "slice.stop", "allocation_id": "a1\\u0000"}\n', "a request must not contain NUL characters"),
