@@ -705,6 +705,8 @@ COVERED = {
     ("docs/user-guide.md", "# inventory.yml"): "the inventory of first.yml and retry.yml, whose tests use it as written",
     ("docs/examples/gateway.py", "file"): "the gateway of docs/node.md's delivery example here, of molecule/delivery, "
                                           "and tests/unit/plugins/module_utils/entry/test_cli.py",
+    ("docs/fakehw.md", "gpus:"): "the MIG section's GPU entry, read and changed (its real errors too) by "
+                                 "tests/unit/plugins/module_utils/node/test_fakehw_mig.py",
 }
 
 # Examples that cannot run here: syntax-checked only.
