@@ -62,12 +62,18 @@ DEFAULT_GPUS = [
     {"uuid": GPU_C, "index": 2, "minor": 2},
 ]
 
+MIG_1_0_BLOCK = ("- containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia1\n    - path: /dev/nvidia-caps/nvidia-cap147\n"
+                 "    - path: /dev/nvidia-caps/nvidia-cap148\n  name: MIG-2a5c6f10-8e3b-5f4e-9c1d-7b0e4d3a2f91\n")
+
 # NVIDIA's real specs name other GPUs; these replacements make them name ours.
 VENDOR_FIXTURES = {
     # One real GPU (toolkit 1.17.8): its GPU becomes GPU_A.
     "full": ("salilkadam_nvidia.yaml", {"GPU-520e01f2-cf30-6396-abef-e8e9a5233b0e": GPU_A}),
     # The toolkit's MIG layout: GPU 0 (and its MIG-7089/MIG-56c3 devices) becomes GPU_A; GPU 1 is GPU_B already.
-    "mig": ("constructed_mig_nvidia.yaml", {"GPU-b4895dbf-9350-2524-a89b-98161ddd9fe4": GPU_A}),
+    # GPU_B is whole on the default node, so GPU 1's MIG device goes: a spec naming a MIG device the node
+    # does not have is stale (VendorSpecStale, issue 48). Its index name "1:0" stays (no UUID, not compared).
+    "mig": ("constructed_mig_nvidia.yaml", {"GPU-b4895dbf-9350-2524-a89b-98161ddd9fe4": GPU_A,
+                                            MIG_1_0_BLOCK: ""}),
     # JSON form with per-device hooks.
     "json": ("ramalama_fullgpu_cdi.json", {"GPU-08b3c2e8-cb7b-ea3f-7711-a042c580b3e8": GPU_A}),
     # WSL2: a single "all" device.

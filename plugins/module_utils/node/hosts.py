@@ -206,8 +206,10 @@ class Host(abc.ABC):
     vendor_cache: Optional[ParsedSpecCache] = None
 
     def vendor_spec(self) -> VendorSpec:
-        """NVIDIA's CDI spec, checked against the node when the host can tell what the node has."""
-        return load_vendor_spec(self.root, self.driver_probe(), self.vendor_cache)
+        """NVIDIA's CDI spec, checked against the node when the host can tell what the node has (its MIG
+        devices against the inventory's too)."""
+        probe = self.driver_probe()
+        return load_vendor_spec(self.root, probe, self.vendor_cache, self.inventory() if probe is not None else None)
 
     def driver_probe(self) -> Optional[Host]:
         """What answers the stale-edit checks (``domain/cdi/staleness.py``): ``device_number``,

@@ -15,7 +15,8 @@ Which file is used:
   one directory from both.
 * With a probe (the host), the spec that wins is checked against the node
   (``domain/cdi/staleness.py``): the spec returned keeps only the edits that
-  are true there, and says what is stale.
+  are true there, and says what is stale. With the node's inventory too, its
+  ``MIG-`` devices are compared with the node's MIG instances.
 * A WSL2 spec has a single device, ``all`` (backed by ``/dev/dxg``); it then
   stands for every GPU, and MIG devices have no edits.
 * A spec file is opened without waiting and read to at most ``MAX_SPEC_BYTES``: a FIFO,
@@ -31,7 +32,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.staleness import check_vendor
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import (
@@ -45,6 +46,9 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor impo
 )
 from ansible_collections.bcd.devices.plugins.module_utils.node.fsutil import NotRegularFile, read_regular_identified
 from ansible_collections.bcd.devices.plugins.module_utils.support.bounded_json import structure_problem
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 
 # NVIDIA's spec of 64 GPUs and MIG devices is some 50 KiB; PyYAML reads well under a MiB a second,
 # and a pass reads the spec every time.
@@ -183,9 +187,11 @@ def _read_nvidia_spec(root: str, node_path: str, warnings: List[str], cache: Opt
     return data, raw
 
 
-def load_vendor_spec(root: str = "/", probe: Optional[DriverProbe] = None, cache: Optional[ParsedSpecCache] = None) -> VendorSpec:
+def load_vendor_spec(root: str = "/", probe: Optional[DriverProbe] = None, cache: Optional[ParsedSpecCache] = None,
+                     inventory: Optional[Inventory] = None) -> VendorSpec:
     """Read NVIDIA's CDI spec under ``root`` (see the module docstring for
-    which file wins), checked against the node through ``probe`` when given;
+    which file wins), checked against the node through ``probe`` when given,
+    its MIG devices against ``inventory``'s when that is given too;
     with ``cache``, a file parsed before and unchanged is not parsed again.
     Never raises for the files' content: problems are in the result's
     ``warnings``; without a usable spec ``path`` is None."""
@@ -219,5 +225,5 @@ def load_vendor_spec(root: str = "/", probe: Optional[DriverProbe] = None, cache
         return VendorSpec(warnings=warnings)
     chosen.warnings = warnings + chosen.warnings
     if probe is not None:
-        chosen = check_vendor(chosen, chosen_data, probe)
+        chosen = check_vendor(chosen, chosen_data, probe, inventory)
     return chosen

@@ -19,7 +19,8 @@ annotations), raised to the vendor spec's when that is later, and never above wh
 oldest CDI library among the node's container runtimes loads (``domain/cdi/runtimes.py``):
 a hold whose content needs more than that is refused with ``invalid-assignment``, naming
 the runtime, its version and the field. A device the node's stale vendor spec leaves
-without a device node (``domain/cdi/staleness.py``) is refused with ``device-missing``.
+without a device node, or a MIG device of the node it does not name (``domain/cdi/staleness.py``),
+is refused with ``device-missing``.
 """
 
 from __future__ import annotations
@@ -272,8 +273,15 @@ def _within(hold: HoldRender, spec: Dict[str, Any], required: str, wanted: str, 
 
 
 def _refuse_unusable(atom: Atom, vendor: VendorSpec) -> None:
-    """A device whose vendor edits name only device nodes the node does not have is not handed out."""
+    """A device whose vendor edits name only device nodes the node does not have is not handed out, nor a
+    MIG device of the node the spec does not name (made after it was generated: no device node of its own)."""
     uuid = atom.mig_uuid if atom.device_class == CLASS_MIG else atom.gpu_uuid
+    where = vendor.unnamed_mig_device(uuid) if atom.device_class == CLASS_MIG else None
+    if where:
+        raise RenderRefused(
+            Reason.DEVICE_MISSING,
+            "the vendor spec %s does not name %s (%s): the MIG layout changed since it was generated, and the device "
+            "would carry none of its device nodes; regenerate the spec (nvidia-ctk cdi generate)" % (vendor.path, uuid, where))
     why = vendor.unusable_reason(uuid)
     if why:
         raise RenderRefused(

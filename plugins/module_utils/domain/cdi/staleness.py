@@ -21,6 +21,14 @@ the node has what it names:
 copy that keeps only true edits, with what differs in ``stale`` and the devices left
 without any true device node in ``unusable`` (a new hold on one of those is refused
 with ``device-missing``: a spec without the device's own node would hand out nothing).
+
+Given the node's inventory too, it compares the spec's ``MIG-`` devices with the node's MIG
+instances (``mig_differences``): a MIG layout change (``bcd.devices.mig_layout``, or the boot run
+that makes the instances again with fresh UUIDs) leaves a spec naming MIG devices that are gone
+and lacking the new ones, and NVIDIA's ``nvidia-cdi-refresh`` does not follow MIG changes
+(NVIDIA/nvidia-container-toolkit#1828). Both are stale; the node's instances the spec does not name
+are in ``unnamed_mig``, and a new hold on one is refused with ``device-missing`` (its device would
+carry none of its device nodes: no ``/dev/nvidia-caps`` access, a container without the GPU).
 ``stale_edits`` does the same for any spec, so ``holds_info`` can mark holds whose
 files still carry stale edits. Every check is bounded (``MAX_PATHS``).
 """
@@ -29,11 +37,14 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.vendor import VendorSpec
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import VENDOR_SPEC_STALE
 from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
+
+if TYPE_CHECKING:
+    from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import Inventory
 
 MAX_PATHS = 4096  # paths looked at per spec; a spec naming more is judged on the first ones
 MAX_REPORTED = 8  # differences spelled out in one message; the rest are counted
@@ -191,15 +202,42 @@ def stale_edits(spec: object, probe: Probe) -> List[str]:
     return _unique(problems)
 
 
-def check_vendor(vendor: VendorSpec, spec: object, probe: Probe) -> VendorSpec:
+def mig_differences(vendor: VendorSpec, inventory: Optional[Inventory]) -> Tuple[List[str], Dict[str, str]]:
+    """How the ``MIG-`` devices ``vendor`` names differ from the node's MIG instances (``inventory``):
+    one line for each device it names that the node does not have and for each instance of the node
+    it does not name, and the latter as ``{MIG uuid, lower case: "GPU-… gi<G>/ci<C>"}``. Nothing
+    when the inventory was not read (its ``source`` is ``none``, or it has an ``error``), for a WSL
+    spec (no MIG devices) or a spec that names no device by UUID (its own warning says so). The
+    first ``MAX_PATHS`` of each side are compared."""
+    if inventory is None or inventory.source == "none" or inventory.error or vendor.is_wsl:
+        return [], {}
+    names = list(vendor.devices)[:MAX_PATHS]
+    if not any(name.lower().startswith(("gpu-", "mig-")) for name in names):
+        return [], {}
+    named = set(name.lower() for name in names if name.lower().startswith("mig-"))
+    node: Dict[str, Tuple[str, str]] = {}  # lower case: (as the inventory gives it, where it is)
+    for gpu in inventory.gpus:
+        for instance in gpu.mig[:MAX_PATHS - len(node)]:
+            node.setdefault(instance.uuid.lower(), (instance.uuid, "%s gi%d/ci%d" % (gpu.uuid, instance.gi, instance.ci)))
+    lines = ["it names %s but the node has no such MIG device" % name
+             for name in names if name.lower().startswith("mig-") and name.lower() not in node]
+    unnamed = dict((key, where) for key, (_uuid, where) in node.items() if key not in named)
+    lines.extend("%s (%s) is not in it" % (where, uuid) for key, (uuid, where) in node.items() if key in unnamed)
+    return lines, unnamed
+
+
+def check_vendor(vendor: VendorSpec, spec: object, probe: Probe, inventory: Optional[Inventory] = None) -> VendorSpec:
     """``vendor`` (a ``VendorSpec`` read from ``spec``, the parsed file) checked against the node: a
     copy whose device and common edits are only the true ones, ``stale`` listing what differs and
-    ``unusable`` the devices (by name) left without a true device node of their own."""
+    ``unusable`` the devices (by name) left without a true device node of their own. With the node's
+    ``inventory``, its MIG devices are compared too (``mig_differences``): ``unnamed_mig`` holds the
+    node's MIG devices it does not name."""
     problems: List[str] = []
     budget = _Budget()
     checked = copy.copy(vendor)
     checked.devices = {}
     checked.unusable = {}
+    mig_lines, checked.unnamed_mig = mig_differences(vendor, inventory)
     for name, edits in vendor.devices.items():
         own: List[str] = []
         kept, had, left = _true_edits(edits, probe, budget, own) if isinstance(edits, dict) else (edits, 0, 0)
@@ -210,9 +248,7 @@ def check_vendor(vendor: VendorSpec, spec: object, probe: Probe) -> VendorSpec:
     common, _had, _left = _true_edits(vendor.common_edits or {}, probe, budget, problems)
     checked.common_edits = common
     driver = _driver_problem(spec, probe)
-    if driver:
-        problems.insert(0, driver)
-    checked.stale = _unique(problems)
+    checked.stale = _unique(([driver] if driver else []) + mig_lines + problems)
     return checked
 
 
@@ -228,12 +264,13 @@ def stale_condition(vendor: Optional[VendorSpec]) -> Optional[Dict[str, Any]]:
     if vendor is None or not vendor.stale:
         return None
     stale = vendor.stale
+    refused = ", and one on a MIG device it does not name is refused" if vendor.unnamed_mig else ""
     return {
         "type": VENDOR_SPEC_STALE,
         "status": "True",
         "reason": "NodeDiffersFromSpec",
-        "message": "%s does not match the node: %s; new holds get only its true edits (regenerate it: "
-                   "nvidia-ctk cdi generate, or restart nvidia-cdi-refresh)" % (vendor.path, summary(stale)),
+        "message": "%s does not match the node: %s; new holds get only its true edits%s (regenerate it: "
+                   "nvidia-ctk cdi generate, or restart nvidia-cdi-refresh)" % (vendor.path, summary(stale), refused),
     }
 
 

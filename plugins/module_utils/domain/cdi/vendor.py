@@ -75,7 +75,9 @@ class VendorSpec:
     ``warnings`` say what could not be read or is wrong with what was read.
     Once checked against the node (``domain.cdi.staleness.check_vendor``), its
     edits are only the true ones: ``stale`` lists what differs from the node,
-    ``unusable`` the devices (by name) left without a device node that is there.
+    ``unusable`` the devices (by name) left without a device node that is there, and
+    ``unnamed_mig`` the node's MIG devices it does not name (by lower-case ``MIG-`` UUID,
+    each with ``GPU-… gi<G>/ci<C>``: a MIG layout changed since it was generated).
     ``shadowed`` names the NVIDIA specs of ``/etc/cdi`` that ``/var/run/cdi``'s wins over.
     """
 
@@ -87,6 +89,7 @@ class VendorSpec:
     warnings: List[str] = field(default_factory=list)
     stale: List[str] = field(default_factory=list)
     unusable: Dict[str, str] = field(default_factory=dict)
+    unnamed_mig: Dict[str, str] = field(default_factory=dict)
     shadowed: List[str] = field(default_factory=list)  # NVIDIA specs of a lower-priority directory, not used
 
     @property
@@ -121,6 +124,11 @@ class VendorSpec:
             if name.lower() == wanted:
                 return why
         return None
+
+    def unnamed_mig_device(self, mig_uuid: Optional[str]) -> Optional[str]:
+        """Where the node's MIG device ``MIG-<uuid>`` is (``GPU-… gi<G>/ci<C>``) when the spec, checked
+        against the node, does not name it; None otherwise."""
+        return self.unnamed_mig.get(mig_uuid.lower()) if isinstance(mig_uuid, str) else None
 
     def _lookup(self, uuid: Optional[str], prefix: str) -> Optional[Dict[str, Any]]:
         if not isinstance(uuid, str) or not uuid.startswith(prefix):
