@@ -106,8 +106,8 @@ def _object(value: object, where: str, required: Sequence[str], optional: Sequen
     known = tuple(required) + tuple(optional)
     unknown = [key for key in value if not isinstance(key, str) or key not in known]
     if unknown:
-        raise WireError("%s: takes no %s (it takes %s)" % (where, ", ".join(quoted(key, '"') for key in unknown[:3]),
-                                                            ", ".join(known)))
+        names = ", ".join(quoted(key, '"') for key in unknown[:3])
+        raise WireError("%s: takes no %s (it takes %s)" % (where, names, ", ".join(known)))
     for key in required:
         if key not in value:
             raise WireError("%s.%s: required" % (where, key))
@@ -142,8 +142,8 @@ def _flag(value: object, where: str, nullable: bool = False) -> Optional[bool]:
     if value is None and nullable:
         return None
     if not isinstance(value, bool):
-        raise WireError("%s: must be true or false%s, not %s" % (where, " or null" if nullable else "",
-                                                                quoted(value, '"')))
+        raise WireError("%s: must be true or false%s, not %s"
+                        % (where, " or null" if nullable else "", quoted(value, '"')))
     return value
 
 

@@ -159,6 +159,11 @@ def node_data(**fields):
     return data
 
 
+def with_compute(*compute):
+    """The first GPU's data, its first GPU instance with these compute instances."""
+    return gpu_data(instances=[dict(gpu_data()["instances"][0], compute=list(compute))])
+
+
 def gpu_data(**fields):
     data = node_to_data(a_node())["gpus"][0]
     data.update(fields)
@@ -186,14 +191,11 @@ def gpu_data(**fields):
      "mig.gpus[0].instances: must list 0 to 8 items, not 9"),
     (node_data(gpus=[gpu_data(instances=[gpu_data()["instances"][0]] * 2)]),
      "mig.gpus[0].instances[1].gi: GPU instance 1 is listed twice"),
-    (node_data(gpus=[gpu_data(instances=[dict(gpu_data()["instances"][0], compute=[{"ci": 0, "profile": "3g.20gb",
-                                                                                     "uuid": None}] * 9)])]),
+    (node_data(gpus=[with_compute(*[{"ci": 0, "profile": "3g.20gb", "uuid": None}] * 9)]),
      "mig.gpus[0].instances[0].compute: must list 0 to 8 items, not 9"),
-    (node_data(gpus=[gpu_data(instances=[dict(gpu_data()["instances"][0], compute=[{"ci": 0, "profile": "3g.20gb",
-                                                                                     "uuid": "GPU-x"}])])]),
+    (node_data(gpus=[with_compute({"ci": 0, "profile": "3g.20gb", "uuid": "GPU-x"})]),
      'mig.gpus[0].instances[0].compute[0].uuid: must be a MIG UUID (MIG-...) or null, not "GPU-x"'),
-    (node_data(gpus=[gpu_data(instances=[dict(gpu_data()["instances"][0], compute=[{"ci": 0, "profile": "1c.x",
-                                                                                     "uuid": None}])])]),
+    (node_data(gpus=[with_compute({"ci": 0, "profile": "1c.x", "uuid": None})]),
      'mig.gpus[0].instances[0].compute[0].profile: must be a compute instance profile name such as "1c.3g.40gb"'),
     (node_data(gpus=[gpu_data(instances=[dict(gpu_data()["instances"][0], placement=[4])])]),
      "mig.gpus[0].instances[0].placement: must list 2 to 2 items, not 1"),

@@ -274,8 +274,8 @@ class Lying(object):
 
 
 def test_the_account_reads_roots_replies_strictly():
-    read = HelperMigSide(Lying({"ok": True, "mig": {"source": "fakehw", "error": None, "processes": [],
-                                                      "gpus": [{"uuid": GPU_A}] * 300}})).read()
+    mig = {"source": "fakehw", "error": None, "processes": [], "gpus": [{"uuid": GPU_A}] * 300}
+    read = HelperMigSide(Lying({"ok": True, "mig": mig})).read()
     assert read.gpus == [] and read.error == ("the root helper's answer to mig.look is malformed: mig.gpus: must list "
                                               "0 to 256 items, not 300")
     op = MigOp(kind="destroy", gpu=GPU_A, gi=2)
