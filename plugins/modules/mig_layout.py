@@ -15,7 +15,7 @@ description:
     the instances it lists, by profile name as C(nvidia-smi mig -lgip) shows them (V(3g.40gb)), at the placements
     given or at ones chosen so that they fit. GPUs the layout does not name are left as they are.
   - Takes the layout as O(layout), or as the layouts operators keep for NVIDIA's mig-parted (O(mig_parted), the
-    whole C(version: v1) document with its C(mig-configs), and O(mig_config), the one to apply).
+    whole C(version) V(v1) document with its C(mig-configs), and O(mig_config), the one to apply).
   - B(Never under a hold.) A GPU with a live hold on it or on one of its MIG instances, a pending Kubernetes
     release, a VM that has it, or a host process using it is not changed, and the task fails saying which GPU and
     who holds what; the other GPUs are changed. A change that keeps every held instance as it is (same GI/CI, same
@@ -187,19 +187,115 @@ gpus:
         names it, C(gi), C(ci), C(gi_profile), C(profile), C(placement), C(uuid)).
       type: list
       elements: dict
+      contains:
+        device_id:
+          description: The MIG instance as a C(gpu.mig) hold names it (C(GPU-.../gi1/ci0)).
+          type: str
+        gi:
+          description: Its GPU instance id.
+          type: int
+        ci:
+          description: Its compute instance id.
+          type: int
+        gi_profile:
+          description: Its GPU instance's profile (V(3g.40gb)).
+          type: str
+        profile:
+          description: Its compute instance's profile (V(1c.3g.40gb), or the GPU instance's when it spans it).
+          type: str
+        placement:
+          description: The memory slice its GPU instance starts at.
+          type: int
+        uuid:
+          description: Its C(MIG-) UUID; null where the driver did not say it.
+          type: str
     after:
       description: Its MIG instances after the run (in check mode, those that stay).
       type: list
       elements: dict
+      contains:
+        device_id:
+          description: The MIG instance as a C(gpu.mig) hold names it (C(GPU-.../gi1/ci0)).
+          type: str
+        gi:
+          description: Its GPU instance id.
+          type: int
+        ci:
+          description: Its compute instance id.
+          type: int
+        gi_profile:
+          description: Its GPU instance's profile (V(3g.40gb)).
+          type: str
+        profile:
+          description: Its compute instance's profile (V(1c.3g.40gb), or the GPU instance's when it spans it).
+          type: str
+        placement:
+          description: The memory slice its GPU instance starts at.
+          type: int
+        uuid:
+          description: Its C(MIG-) UUID; null where the driver did not say it.
+          type: str
     kept:
       description: The instances that stay as they are (same GI/CI and UUID).
       type: list
       elements: dict
+      contains:
+        device_id:
+          description: The MIG instance as a C(gpu.mig) hold names it (C(GPU-.../gi1/ci0)).
+          type: str
+        gi:
+          description: Its GPU instance id.
+          type: int
+        ci:
+          description: Its compute instance id.
+          type: int
+        gi_profile:
+          description: Its GPU instance's profile (V(3g.40gb)).
+          type: str
+        profile:
+          description: Its compute instance's profile (V(1c.3g.40gb), or the GPU instance's when it spans it).
+          type: str
+        placement:
+          description: The memory slice its GPU instance starts at.
+          type: int
+        uuid:
+          description: Its C(MIG-) UUID; null where the driver did not say it.
+          type: str
     ops:
       description: The changes, in the order they run (made in check mode too), each with C(kind) (V(destroy),
         V(mode), V(create)), its fields and a C(text).
       type: list
       elements: dict
+      contains:
+        kind:
+          description: V(destroy), V(mode) or V(create).
+          type: str
+        gpu:
+          description: The GPU's UUID.
+          type: str
+        enabled:
+          description: MIG mode on or off (V(mode) only).
+          type: bool
+        gi:
+          description: The GPU instance destroyed, or that compute instances are made in; null for a new GPU
+            instance (V(destroy) and V(create) only).
+          type: int
+        ci:
+          description: The compute instance destroyed; null for the GPU instance whole (V(destroy) only).
+          type: int
+        profile:
+          description: The GPU instance's profile (V(create) only).
+          type: str
+        placement:
+          description: The memory slice the GPU instance starts at (V(create) only).
+          type: int
+        compute:
+          description: The compute instances made in it, by profile (V(create) only).
+          type: list
+          elements: str
+        text:
+          description: The change in words, as C(--diff) shows it.
+          type: str
     changed:
       description: Whether anything on it changed (would change, in check mode).
       type: bool
@@ -218,6 +314,13 @@ held_missing:
   returned: always
   type: list
   elements: dict
+  contains:
+    allocation_id:
+      description: The hold.
+      type: str
+    device_id:
+      description: The MIG instance it names (C(GPU-.../gi1/ci0)).
+      type: str
 """
 
 from ansible.module_utils import basic

@@ -390,6 +390,58 @@ def run_node_library_examples(run, text):
     assert "WARNING" not in run.out + run.err
 
 
+def mig_node(run, **gpu0):
+    """node-a with four NVIDIA A100-SXM4-80GB, MIG off and no instance (the profiles the MIG examples name);
+    ``gpu0``: more fields of GPU 0 (``mig_mode_needs_reset``)."""
+    root = run.node("node-a", "--node-number", "0", "--mig-gpu", "9")  # no GPU 9: no MIG instance anywhere
+    hardware = yaml.safe_load((root / "fakehw.yml").read_text())
+    for entry in hardware["gpus"]:
+        entry.update(name="NVIDIA A100-SXM4-80GB", mig_mode=False)
+    hardware["gpus"][0].update(gpu0)
+    (root / "fakehw.yml").write_text(yaml.safe_dump(hardware, sort_keys=False))
+    return root
+
+
+def mig_layout_now(run):
+    """``{GPU index: [(gi, ci, GI profile, start)]}`` and ``{GPU index: MIG mode}`` as node-a's file has them."""
+    from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_mig import read_mig_file
+    found = read_mig_file(str(run.path("node-a", "fakehw.yml")))
+    assert found.error is None, found.error
+    return (dict((gpu.index, sorted((inst.gi, ci.ci, inst.profile, inst.placement.start)
+                                    for inst in gpu.instances for ci in inst.compute)) for gpu in found.gpus),
+            dict((gpu.index, gpu.mode) for gpu in found.gpus))
+
+
+def mig_events(run):
+    """``[(type, reason, device_id)]`` of node-a's journaled MIG events."""
+    events = [json.loads(line) for line in run.read("node-a", "/var/lib/bcd/events.jsonl").splitlines()]
+    return [(e["type"], e["body"]["reason"], e["body"]["device_ids"][0]) for e in events if e["type"].startswith("MIG")]
+
+
+def run_mig_layout_examples(run, text):
+    """The module's examples in order on four A100 80GB: GPU 0 cut in three and GPU 1 in seven; then mig-parted's
+    all-3g.40gb on every GPU, which keeps GPU 0's 3g.40gb at 4 and makes the rest; then MIG off on GPU 2."""
+    mig_node(run)
+    run.playbook([run.play(tasks_of(text))], capture=["mig"])
+    first = run.captured["mig"]  # what the first example made
+    assert not first.get("failed") and first["changed"]
+    assert [(item["gi"], item["gi_profile"], item["placement"]) for item in first["gpus"][0]["after"]] == [
+        (1, "3g.40gb", 4), (2, "2g.20gb", 0), (3, "2g.20gb", 2)]
+    assert [(item["gi"], item["gi_profile"], item["placement"]) for item in first["gpus"][1]["after"]] == [
+        (gi, "1g.10gb", gi - 1) for gi in range(1, 8)]
+    layout, mode = mig_layout_now(run)
+    two = [(1, 0, "3g.40gb", 0), (2, 0, "3g.40gb", 4)]
+    assert layout == {0: [(1, 0, "3g.40gb", 4), (2, 0, "3g.40gb", 0)], 1: two, 2: [], 3: two}
+    assert mode == {0: True, 1: True, 2: False, 3: True}
+    events = mig_events(run)
+    assert set(reason for _type, reason, _id in events) == {"LayoutApplied"}
+    assert [e for e in events if e[0] == "MIGModeChanged"] == [
+        ("MIGModeChanged", "LayoutApplied", gpu(0, index)) for index in (0, 1, 2, 3, 2)]  # GPU 2 on, then off
+    assert ("MIGInstanceDestroyed", "LayoutApplied", gpu(0, 0) + "/gi2/ci0") in events  # a 2g.20gb went
+    assert ("MIGInstanceDestroyed", "LayoutApplied", gpu(0, 0) + "/gi1/ci0") not in events  # the 3g.40gb stayed
+    assert "mig-layout.json" in [p.name for p in run.path("node-a", "/var/lib/bcd").iterdir()]
+
+
 # -- README.md and roles/*/README.md --------------------------------------------------------------
 
 def run_readme_playbook(run, text):
@@ -601,6 +653,39 @@ def run_install_digest_examples(run, text):
     assert len(digests) == 2 and digests[0] != digests[1], run.out
 
 
+def run_mig_layout_md_first(run, text):
+    """docs/mig-layout.md's first layout: its mig-parted file (the page's block before) as config.yaml beside the
+    playbook, applied to four A100 80GB."""
+    mig_node(run)
+    (run.tmp / "config.yaml").write_text(ALL[("docs/mig-layout.md", "version: v1")])
+    plays = yaml.safe_load(text)
+    for play in plays:
+        play["module_defaults"] = run.defaults()   # the fakehw root instead of become
+    run.playbook(plays, capture=["mig"])
+    placed = [(1, 0, "3g.40gb", 4), (2, 0, "2g.20gb", 0), (3, 0, "1g.10gb", 2), (4, 0, "1g.10gb", 3)]
+    assert mig_layout_now(run)[0] == dict((index, placed) for index in range(4))
+    shown = ["%s/gi%d/ci0" % (gpu(0, index), gi) for index in range(4) for gi in (1, 2, 3, 4)]
+    assert '"msg": %s' % json.dumps(shown, indent=4).replace("\n", "\n    ") in run.out
+
+
+def run_mig_layout_md_reset(run, text):
+    """docs/mig-layout.md's reset.yml: GPU 0 waits for a reset to enter MIG mode; the play resets it and cuts it."""
+    mig_node(run, mig_mode_needs_reset=True)
+    plays = yaml.safe_load(text)
+    for play in plays:
+        play["module_defaults"] = run.defaults()
+    run.playbook(plays, capture=["mig"])
+    assert run.captured["mig"]["gpus"][0]["reset_needed"] and not run.captured["mig"].get("failed")
+    assert mig_layout_now(run)[0][0] == [(1, 0, "3g.40gb", 0), (2, 0, "3g.40gb", 4)]
+    events = [json.loads(line) for line in run.read("node-a", "/var/lib/bcd/events.jsonl").splitlines()]
+    assert [(e["type"], e["body"]["reason"]) for e in events] == [
+        ("GPUMaintenanceStarted", "MaintenanceStarted"), ("MIGModeChanged", "LayoutApplied"),
+        ("GPUReset", "ResetHealthy"), ("MIGModeChanged", "ChangedOutside"),  # the reset made the pending mode the mode
+        ("MIGInstanceCreated", "LayoutApplied"), ("MIGInstanceCreated", "LayoutApplied"),
+        ("GPUMaintenanceEnded", "MaintenanceEnded")]
+    assert json.loads(run.read("node-a", "/var/lib/bcd/maintenance.json")) == {}
+
+
 def run_user_guide_real(run, text):
     run.node("node-a", "--node-number", "0")
     plays = yaml.safe_load(text)
@@ -676,6 +761,7 @@ SPECS = {
     ("docs/event-driven.md", "- name: Enrol the GPU nodes with the gateway"): run_event_driven_enrolment,
     ("plugins/modules/maintenance.py", "EXAMPLES"): run_maintenance_examples,
     ("plugins/modules/node_library.py", "EXAMPLES"): run_node_library_examples,
+    ("plugins/modules/mig_layout.py", "EXAMPLES"): run_mig_layout_examples,
     ("plugins/filter/verify_report.py", "EXAMPLES"): run_verify_report_examples,
     ("plugins/filter/delivery.py", "EXAMPLES"): run_delivery_examples,
     ("plugins/filter/install_digest.py", "EXAMPLES"): run_install_digest_examples,
@@ -693,6 +779,8 @@ SPECS = {
     ("docs/slices-and-admission.md", "- allocation_id: alloc_small"): run_slices_worked_example,
     ("docs/node.md", "- name: Keep new holds off the GPU"): run_node_md_reset,
     ("docs/node.md", "- hosts: gpu_nodes", 2): run_node_md_delivery,
+    ("docs/mig-layout.md", "# mig.yml"): run_mig_layout_md_first,
+    ("docs/mig-layout.md", "# reset.yml"): run_mig_layout_md_reset,
     ("docs/user-guide.md", "# real.yml"): run_user_guide_real,
     ("docs/user-guide.md", "# first.yml"): run_user_guide_first,
     ("docs/user-guide.md", "# retry.yml"): run_user_guide_retry,
@@ -703,6 +791,8 @@ SPECS = {
 # Examples that are not run on their own, and what runs them.
 COVERED = {
     ("docs/user-guide.md", "# inventory.yml"): "the inventory of first.yml and retry.yml, whose tests use it as written",
+    ("docs/mig-layout.md", "version: v1"): "the config.yaml of the page's mig.yml, whose test uses it as written, and "
+                                           "of tests/unit/docs/test_mig_layout_page.py",
     ("docs/examples/gateway.py", "file"): "the gateway of docs/node.md's delivery example here, of molecule/delivery, "
                                           "and tests/unit/plugins/module_utils/entry/test_cli.py",
     ("docs/fakehw.md", "gpus:"): "the MIG section's GPU entry, read and changed (its real errors too) by "
