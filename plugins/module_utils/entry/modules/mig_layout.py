@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, List
 
 from ansible_collections.bcd.devices.plugins.module_utils.entry.mig_layout import MigLayoutError, converge_layout, wanted_of
 from ansible_collections.bcd.devices.plugins.module_utils.entry.module_host import host_from_params
-from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import LOCK_OPTIONS, NODE_OPTIONS, Module, argument_spec
+from ansible_collections.bcd.devices.plugins.module_utils.entry.module_options import HELPER_OPTIONS, LOCK_OPTIONS, NODE_OPTIONS, Module, argument_spec
 from ansible_collections.bcd.devices.plugins.module_utils.node.isolation import refuse_unless_isolated
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 from ansible_collections.bcd.devices.plugins.module_utils.support.text import printable
@@ -58,7 +58,7 @@ def diff_of(done: Dict[str, Any]) -> Dict[str, str]:
 def main(basic: ModuleType) -> None:
     """The module's run; ``basic`` is ``ansible.module_utils.basic``, which the module passes in."""
     module: Module = basic.AnsibleModule(argument_spec=argument_spec(
-        NODE_OPTIONS, LOCK_OPTIONS,
+        NODE_OPTIONS, HELPER_OPTIONS, LOCK_OPTIONS,
         layout=dict(type="list", elements="dict", options=ENTRY_OPTIONS),
         mig_parted=dict(type="dict"),
         mig_config=dict(type="str"),

@@ -334,3 +334,19 @@ def test_another_account_cannot_have_a_root_helper_process_destroy_a_held_instan
         "ok": True, "done": {"made": None, "error": None}}
     assert [inst.gi for inst in read_mig_file(world.fakehw).gpu(gpu).instances] == [1]
     assert world.alive()
+
+
+def test_the_module_with_helper_socket_runs_through_the_helper_and_says_what_root_refused(node, monkeypatch, capsys):
+    from ansible_collections.bcd.devices.plugins.modules import mig_layout as module  # pylint: disable=import-outside-toplevel
+    from ansible_collections.bcd.devices.tests.unit.plugins.modules.test_holds_info import call  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the run is the account's (the helper thread is root's)
+    args = {"root": node.root, "fakehw": node.fakehw, "helper_socket": node.socket, "lock_timeout": 5}
+    done = call(capsys, module.main, dict(args, layout=[{"devices": [0], "mig_enabled": True,
+                                                         "instances": [{"profile": "3g.20gb"}]}]))
+    assert done["changed"] and not done.get("failed"), done["msg"]
+    assert "uid %d: mig.change %s destroy gi2" % (os.getuid(), GPU_A) in node.log
+    before = Path(node.fakehw).read_bytes()
+    done = call(capsys, module.main, dict(args, layout=[{"devices": [0], "mig_enabled": False}]))
+    assert done["failed"] and done["msg"] == ("%s (GPU 0) is not changed: it would destroy GPU instance gi1: %s"
+                                              % (GPU_A, HELD))
+    assert Path(node.fakehw).read_bytes() == before
