@@ -113,4 +113,3 @@ def required_text(value: object, where: str, pattern: LazyPattern = TEXT_RE, sha
 
 def gpu_uuid(value: object, where: str) -> str:
     return required_text(value, where, pattern=GPU_UUID_RE, shape="a GPU UUID (GPU-...)")
-

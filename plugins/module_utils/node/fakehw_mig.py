@@ -147,8 +147,8 @@ def _fits(made: GpuInstance, before: List[GpuInstance], inst: FakeGpuInstance, c
                 other.placement.start))
     profile = cap.profile(made.profile) if cap is not None else None
     if profile is not None and sum(1 for other in before if other.profile == profile.name) >= profile.instances:
-        raise FakeHwError("%s.profile: more %s GPU instances than the %d %s has room for"
-                          % (inst.where, profile.name, profile.instances, cap.product if cap else ""))
+        raise FakeHwError("%s.profile: more %s GPU instances than %s has room for (%d)"
+                          % (inst.where, profile.name, cap.product if cap else "the GPU", profile.instances))
 
 
 def _starts(profile: GiProfile) -> str:

@@ -165,7 +165,7 @@ def gi(number, profile, placement, **fields):
         (gpu(mig=[gi(1, "4g.20gb", 0), gi(2, "2g.10gb", 2)]),
          r"^gpus\[0\]\.mig\[1\]\.placement: GPU instance 2 \(2g.10gb at 2\) overlaps GPU instance 1 \(4g.20gb at 0\)$"),
         (gpu(mig=[gi(1, "1g.5gb+me", 0), gi(2, "1g.5gb+me", 1)]),
-         r"^gpus\[0\]\.mig\[1\]\.profile: more 1g.5gb\+me GPU instances than the 1 NVIDIA A100-SXM4-40GB has room for$"),
+         r"^gpus\[0\]\.mig\[1\]\.profile: more 1g.5gb\+me GPU instances than NVIDIA A100-SXM4-40GB has room for \(1\)$"),
         (gpu(name=None, mig=[gi(1, "3g.20gb", 0)]),
          r"^gpus\[0\]\.mig\[0\]\.profile: the GPU's name \(none\) is not a product the MIG profile catalog knows$"),
         (gpu(name="Tesla T4", mig=[{"gi": 1, "profile": "1g.5gb", "placement": 0}]),
