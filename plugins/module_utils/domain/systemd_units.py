@@ -37,7 +37,7 @@ TIMERS = {RETRY_TIMER: RETRY_UNIT, DRIFT_TIMER: CONVERGE_UNIT}
 # the node's own delivery (bcd-holds deliver) is installed only with bcd_holds_gateway_url, so its three may be missing
 DELIVER_UNITS = ("bcd-holds-deliver.service", "bcd-holds-deliver.timer", "bcd-holds-deliver.path")
 ROLE_UNITS = (HELPER_UNIT, CONVERGE_UNIT, RETRY_UNIT, RETRY_TIMER, DRIFT_TIMER, "bcd-holds-vendor-spec.path",
-              "bcd-holds-metrics.service") + DELIVER_UNITS
+              "bcd-holds-metrics.service", "bcd-holds-mig-layout.service") + DELIVER_UNITS
 PROGRAM = "bcd-holds"
 DEFAULT_HELPER_SOCKET = "/run/bcd/helper.sock"  # bcd-holds helper's --socket default (entry/cli.py's)
 # the options of bcd-holds that take a value (the rest are flags)

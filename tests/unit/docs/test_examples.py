@@ -797,6 +797,8 @@ COVERED = {
                                           "and tests/unit/plugins/module_utils/entry/test_cli.py",
     ("docs/fakehw.md", "gpus:"): "the MIG section's GPU entry, read and changed (its real errors too) by "
                                  "tests/unit/plugins/module_utils/node/test_fakehw_mig.py",
+    ("roles/bcd_holds/README.md", "bcd_holds_mig_layout:"): "the role's MIG layout, made as written on two A100 80GB "
+                                                            "by tests/unit/roles/test_mig_layout_role.py",
 }
 
 # Examples that cannot run here: syntax-checked only.

@@ -32,13 +32,17 @@ GPU = "GPU-5f1c2a90-0001-4000-8000-%012x"
 # input, which it stores for the timers, and what only the play's own delivery or the run itself reads.
 NOT_INSTALL_INPUTS = {
     "bcd_holds_devices", "bcd_holds_generation", "bcd_holds_instances", "bcd_holds_cdi_runtimes",
-    "bcd_holds_env_allow", "bcd_holds_fail_on_refusal", "bcd_holds_gateway_headers",
+    "bcd_holds_env_allow", "bcd_holds_mig_layout", "bcd_holds_mig_parted", "bcd_holds_mig_config",
+    "bcd_holds_fail_on_refusal", "bcd_holds_gateway_headers",
     "bcd_holds_gateway_validate_certs", "bcd_holds_gateway_required", "bcd_holds_full_install",
 }
-# The tasks of a re-run where the node is as recorded: the pass, and what is skipped or done on the controller.
+# The tasks of a re-run where the node is as recorded: the pass (and the MIG layout's run, skipped without a layout),
+# and what is skipped or done on the controller.
 FAST_TASKS = [
     "Validating arguments against arg spec 'main'",
+    "Apply the MIG layout",
     "Converge the holds",
+    "Apply the MIG layout again where a hold refused a GPU before the pass",
     "End the role where the pass ran from the recorded install",
     "The pass ran from the installed library",
 ]
@@ -203,7 +207,7 @@ def test_a_re_run_is_the_pass_alone_and_a_drift_or_a_new_variable_installs_again
     # without holds to converge, the run is the check of the install alone
     node.devices = None
     checked_only = node.role(bcd_holds_vendor_spec_watch=True)
-    assert tasks_run(checked_only) == FAST_TASKS[:3] + [
+    assert tasks_run(checked_only) == FAST_TASKS[:5] + [
         "Check that the node is as the role's last install left it (no holds to converge)",
         "End the role where the node is as recorded and there is nothing to deliver",
         "The pass ran from the installed library"], checked_only

@@ -6,7 +6,7 @@
 
 The unit templates are rendered here with the role's defaults and vars (jinja2, with the few
 Ansible filters they use) for every combination of the helper on/off, metrics set/unset, the
-vendor spec watch on/off and fakehw (none, outside the root, under it). Each unit the role
+vendor spec watch on/off, a MIG layout set or not, and fakehw (none, outside the root, under it). Each unit the role
 would write is parsed, and the check fails on any root command whose environment or working
 directory the account controls:
 
@@ -55,10 +55,15 @@ def _regex_replace(value, pattern, replacement=""):
     return re.sub(pattern, replacement, str(value))
 
 
+def _bool(value):
+    """Ansible's ``bool`` filter: a bool as it is, else yes/on/1/true (any case) is true."""
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("yes", "on", "1", "true", "y", "t")
+
+
 def _environment(cls):
     # the template module's settings: trim_blocks on, the trailing newline kept
     env = cls(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
-    env.filters.update(comment=_comment, regex_replace=_regex_replace)
+    env.filters.update(comment=_comment, regex_replace=_regex_replace, bool=_bool)
     return env
 
 
@@ -115,19 +120,21 @@ def written_units(role_vars):
 
 
 ROOT = "/srv/node"
+MIG_LAYOUT = [{"devices": [0], "mig_enabled": True, "instances": [{"profile": "3g.40gb"}]}]
 COMBINATIONS = [
     dict(bcd_holds_helper=helper, bcd_holds_metrics_textfile=metrics, bcd_holds_vendor_spec_watch=watch,
-         bcd_holds_root=root, bcd_holds_fakehw=fakehw)
-    for helper, metrics, watch, (root, fakehw) in itertools.product(
-        (True, False), (None, "/var/lib/node-exporter/bcd-holds.prom"), (True, False),
+         bcd_holds_mig_layout=layout, bcd_holds_root=root, bcd_holds_fakehw=fakehw)
+    for helper, metrics, watch, layout, (root, fakehw) in itertools.product(
+        (True, False), (None, "/var/lib/node-exporter/bcd-holds.prom"), (True, False), (None, MIG_LAYOUT),
         (("/", None), ("/", "/etc/bcd/fakehw.yml"), (ROOT, ROOT + "/fakehw.yml"), (ROOT + "/", "/elsewhere/fakehw.yml")))
 ]
 
 
 def combination_id(combination):
-    return "helper=%s,metrics=%s,watch=%s,root=%s,fakehw=%s" % (
+    return "helper=%s,metrics=%s,watch=%s,mig=%s,root=%s,fakehw=%s" % (
         combination["bcd_holds_helper"], bool(combination["bcd_holds_metrics_textfile"]),
-        combination["bcd_holds_vendor_spec_watch"], combination["bcd_holds_root"], combination["bcd_holds_fakehw"])
+        combination["bcd_holds_vendor_spec_watch"], bool(combination["bcd_holds_mig_layout"]),
+        combination["bcd_holds_root"], combination["bcd_holds_fakehw"])
 
 
 # -- the check ------------------------------------------------------------------------------------
@@ -243,6 +250,20 @@ def test_no_root_command_runs_where_the_account_reaches(combination):
         assert ("Service", "User", "bcd" if combination["bcd_holds_helper"] else "root") in entries
         for key in ("OnSuccess", "OnFailure"):
             assert (("Unit", key, "bcd-holds-metrics.service") in entries) == bool(metrics), (name, key)
+    # with a MIG layout, root's boot unit makes the recorded layout again before the passes, and is enabled
+    assert ("bcd-holds-mig-layout.service" in units) == bool(combination["bcd_holds_mig_layout"])
+    if combination["bcd_holds_mig_layout"]:
+        entries = parse_unit(units["bcd-holds-mig-layout.service"])
+        assert [value for _s, key, value in entries if key == "ExecStart"] == [
+            "/usr/local/bin/bcd-holds mig-layout --boot %s" % role_vars["__bcd_holds_node_args"].strip()]
+        assert not any(key == "User" for _s, key, _v in entries)
+        assert ("Service", "Type", "oneshot") in entries and ("Service", "RemainAfterExit", "yes") in entries
+        assert ("Unit", "Before", "bcd-holds-converge.service bcd-holds-retry.service") in entries
+        assert ("Install", "WantedBy", "multi-user.target") in entries
+        after = [value for _s, key, value in entries if key == "After"]
+        assert after == ["nvidia-persistenced.service"] + (
+            ["bcd-holds-helper.service"] if combination["bcd_holds_helper"] else [])
+        assert not any(key in ("Wants", "Requires", "BindsTo") for _s, key, _v in entries)
     if metrics:
         entries = parse_unit(units["bcd-holds-metrics.service"])
         starts = [value for _s, key, value in entries if key == "ExecStart"]
