@@ -73,7 +73,8 @@ def wanted_of(host: Host, layout: Optional[object] = None, mig_parted: Optional[
 
 def wanted_from_record(rec: MigRecord, node: MigNode) -> Dict[str, WantedGpu]:
     """The boot unit's wanted layout: each recorded GPU the node has, as recorded, every GPU instance at its
-    recorded placement, in GI id order (the order the driver gave out their ids)."""
+    recorded placement, in GI id order (the order the driver gave out their ids); MIG mode as the GPU takes it at a
+    reboot (a pending change done)."""
     wanted: Dict[str, WantedGpu] = {}
     for uuid, gpu in sorted(rec.gpus.items()):
         seen = node.gpu(uuid)
@@ -82,7 +83,7 @@ def wanted_from_record(rec: MigRecord, node: MigNode) -> Dict[str, WantedGpu]:
         instances = tuple(WantedInstance(profile=inst.profile, placement=inst.placement.start,
                                          compute=tuple(ci.profile for ci in sorted(inst.compute, key=lambda c: c.ci)))
                           for inst in sorted(gpu.instances, key=lambda i: i.gi) if inst.profile != "unknown")
-        wanted[uuid] = WantedGpu(uuid=uuid, index=seen.index, mig_enabled=gpu.mig_enabled, instances=instances,
+        wanted[uuid] = WantedGpu(uuid=uuid, index=seen.index, mig_enabled=gpu.mode_after_reset, instances=instances,
                                  source="the recorded layout")
     return wanted
 
@@ -136,7 +137,7 @@ def drift_events(host: Host, state: NodeState, rec: MigRecord, node: MigNode) ->
                 events += _made_events(host, state, gpu.uuid, GpuInstance(
                     gi=new[key][0].gi, profile=new[key][0].profile, placement=new[key][0].placement,
                     compute=(new[key][1],)), CHANGED_OUTSIDE)
-        if before.mig_enabled != bool(gpu.mode):
+        if bool(gpu.mode) not in (before.mig_enabled, before.mode_after_reset):  # a pending change done: journaled
             events.append(_event(host, state, MIG_MODE_CHANGED, gpu.uuid, CHANGED_OUTSIDE, "%s: MIG mode is %s" % (
                 gpu.uuid, "on" if gpu.mode else "off")))
     return events
@@ -282,8 +283,8 @@ def _result(plan: LayoutPlan, after: Mapping[str, Sequence[GpuInstance]], errors
         elif reset_needed:
             parts.append("%s: its MIG mode change waits for a GPU reset (bcd.devices.gpu_reset) or a reboot" % gpu.name)
         elif gpu.ops:
-            parts.append("%s: %s %d change%s" % (gpu.name, "would make" if check_mode else "made", len(gpu.ops),
-                                                  "" if len(gpu.ops) == 1 else "s"))
+            parts.append("%s: %s %d change%s" % (
+                gpu.name, "would make" if check_mode else "made", len(gpu.ops), "" if len(gpu.ops) == 1 else "s"))
     held_missing = _held_missing(host, node, after) if not check_mode else []
     parts.extend("%s is held by %s but the layout has no such instance" % (item["device_id"], item["allocation_id"])
                  for item in held_missing)

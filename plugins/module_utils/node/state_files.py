@@ -42,6 +42,7 @@ file                      cap       read by
                                     ``domain/maintenance.py``'s)
 ``health.json``           256 KiB   when each GPU last left maintenance (``state/store.py``;
                                     its content ``domain/health.py``'s)
+``mig-layout.json``       1 MiB     the MIG layout as last seen (``state/mig_record.py``)
 ========================  ========  ===============================================
 
 These names and caps are ``FILE_CAPS`` below, the one table of them (``DEFAULT_STATE_DIR`` beside it);

@@ -11,13 +11,14 @@ them), and each compute instance as seen (``instances``), which the next run com
 instance made or destroyed by someone else (or by a run that stopped before it journaled) is journaled then,
 as ``ChangedOutside``, unless the node rebooted in between (``boot_id``).
 
-A record that cannot be read is an empty one (the boot unit then makes nothing, and says so); the next run
-writes it whole again.
+A record that cannot be read is an empty one with the reason: the boot run then makes nothing and fails saying
+why (``bcd-holds mig-layout --boot`` exits 2), and the next module run writes it whole again. ``mig_pending`` is
+the mode a GPU takes at its next reset or reboot, when that differs from its mode: the boot run makes that mode,
+and a change the module asked for and journaled is not journaled again when a reset completes it.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.model import (
@@ -26,6 +27,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.model impor
     MigGpu,
     Placement,
 )
+from ansible_collections.bcd.devices.plugins.module_utils.support import bounded_json
+from ansible_collections.bcd.devices.plugins.module_utils.support.errors import StateFileError
 from ansible_collections.bcd.devices.plugins.module_utils.support.json_bytes import json_bytes
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
 from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
@@ -38,10 +41,16 @@ _PROFILE_RE = lazy_pattern(r"^[0-9a-z][0-9a-z.+-]{0,63}$")
 
 @record(frozen=True)
 class RecordedGpu:
-    """One GPU as last seen: MIG on or off, its GPU instances with their compute instances."""
+    """One GPU as last seen: MIG on or off, the mode it takes at its next reset or reboot (``mig_pending``), its
+    GPU instances with their compute instances."""
 
     mig_enabled: bool
     instances: Tuple[GpuInstance, ...] = ()
+    mig_pending: Optional[bool] = None  # None: as mig_enabled
+
+    @property
+    def mode_after_reset(self) -> bool:
+        return self.mig_enabled if self.mig_pending is None else self.mig_pending
 
 
 @record
@@ -54,28 +63,32 @@ class MigRecord:
 
 def recorded(gpu: MigGpu) -> RecordedGpu:
     """What is recorded of ``gpu`` as it is now."""
-    return RecordedGpu(mig_enabled=bool(gpu.mode), instances=tuple(sorted(gpu.instances, key=lambda i: i.gi)))
+    pending = None if gpu.pending is None or bool(gpu.pending) == bool(gpu.mode) else bool(gpu.pending)
+    return RecordedGpu(mig_enabled=bool(gpu.mode), instances=tuple(sorted(gpu.instances, key=lambda i: i.gi)),
+                       mig_pending=pending)
 
 
 def render_record(rec: MigRecord) -> bytes:
     gpus: Dict[str, Any] = {}
     for uuid in sorted(rec.gpus):
         gpu = rec.gpus[uuid]
-        gpus[uuid] = {"mig_enabled": gpu.mig_enabled, "instances": [
+        gpus[uuid] = {"mig_enabled": gpu.mig_enabled, "mig_pending": gpu.mig_pending, "instances": [
             {"gi": inst.gi, "profile": inst.profile, "placement": [inst.placement.start, inst.placement.size],
              "compute": [{"ci": ci.ci, "profile": ci.profile, "uuid": ci.uuid} for ci in inst.compute]}
             for inst in gpu.instances]}
     return json_bytes({"version": 1, "boot_id": rec.boot_id, "gpus": gpus}, indent=1)
 
 
-def parse_record(content: Optional[bytes]) -> Tuple[MigRecord, Optional[str]]:
-    """``(record, problem)``: the record, or an empty one and why the file could not be read."""
+def parse_record(content: Optional[bytes], where: str = "mig-layout.json") -> Tuple[MigRecord, Optional[str]]:
+    """``(record, problem)``: the record, or an empty one and why the file could not be read (the bounded parser's
+    limits, ``support/bounded_json``, as for every state file)."""
     if content is None:
         return MigRecord(), None
     try:
-        data = json.loads(content.decode("utf-8"))
-        return _record(data), None
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
+        return _record(bounded_json.loads(content, where)), None
+    except StateFileError as exc:
+        return MigRecord(), str(exc)
+    except (ValueError, TypeError, KeyError) as exc:
         return MigRecord(), "cannot be read (%s); the next mig_layout run writes it again" % (str(exc)[:200] or type(exc).__name__)
 
 
@@ -87,7 +100,7 @@ def _int(value: object, low: int = 0, high: int = 1 << 20) -> int:
 
 def _text(value: object, pattern: Any, what: str) -> str:
     if not isinstance(value, str) or not pattern.match(value):
-        raise ValueError("%s is not %s" % (json.dumps(value)[:80], what))
+        raise ValueError("%s is not %s" % (repr(value)[:80], what))
     return value
 
 
@@ -101,7 +114,8 @@ def _record(data: object) -> MigRecord:
     gpus: Dict[str, RecordedGpu] = {}
     for uuid, gpu in gpus_data.items():
         _text(uuid, _UUID_RE, "a GPU UUID")
-        if not isinstance(gpu, dict) or not isinstance(gpu.get("mig_enabled"), bool):
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("mig_enabled"), bool) \
+                or not isinstance(gpu.get("mig_pending"), (bool, type(None))):
             raise ValueError("%s: malformed" % uuid)
         items = gpu.get("instances")
         if not isinstance(items, list) or len(items) > MAX_INSTANCES:
@@ -123,5 +137,5 @@ def _record(data: object) -> MigRecord:
                 raise ValueError("%s: a compute instance is malformed" % uuid)
             instances.append(GpuInstance(gi=gi, profile=profile, placement=Placement(
                 start=_int(item["placement"][0], 0, 64), size=_int(item["placement"][1], 0, 64)), compute=compute))
-        gpus[uuid] = RecordedGpu(mig_enabled=gpu["mig_enabled"], instances=tuple(instances))
+        gpus[uuid] = RecordedGpu(mig_enabled=gpu["mig_enabled"], instances=tuple(instances), mig_pending=gpu.get("mig_pending"))
     return MigRecord(boot_id=boot_id, gpus=gpus)

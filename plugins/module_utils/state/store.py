@@ -403,7 +403,7 @@ class NodeState:
     def load_mig_record(self) -> Tuple[MigRecord, Optional[str]]:
         """``(record, problem)``: the MIG layout as last seen, or an empty one and why it could not be read."""
         try:
-            return parse_record(self.files.read(MIG_LAYOUT_NAME))
+            return parse_record(self.files.read(MIG_LAYOUT_NAME), self.files.where(MIG_LAYOUT_NAME))
         except StateFileError as exc:
             return MigRecord(), str(exc)
 

@@ -18,6 +18,7 @@ import yaml
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_grammar import check_event
 from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types import MIG_EVENT_TYPES
 from ansible_collections.bcd.devices.plugins.module_utils.entry import mig_layout as entry
+from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw import reset_fakehw_gpus
 from ansible_collections.bcd.devices.plugins.module_utils.node.fakehw_mig import fakehw_reboot, read_mig_file
 from ansible_collections.bcd.devices.plugins.module_utils.node.mig_side import FakeMigSide
 from ansible_collections.bcd.devices.plugins.module_utils.state.events import verify_report
@@ -211,9 +212,23 @@ def test_a_mode_change_that_waits_for_a_reset_is_said_and_the_next_run_after_a_r
     assert not done.get("failed") and done["gpus"][0]["reset_needed"]
     assert "waits for a GPU reset (bcd.devices.gpu_reset) or a reboot" in done["msg"]
     assert layout_now(node)[G0] == []
-    fakehw_reboot(node.fakehw)
+    node.write("/proc/sys/kernel/random/boot_id", fakehw_reboot(node.fakehw) + "\n")
+    booted = entry.converge_layout(node.host(), None, lock_timeout=5)  # the boot run keeps the mode the reset gave
+    assert not booted["changed"] and read_mig_file(node.fakehw).gpu(G0).mode
     done = apply(capsys, node, layout=layout_of((0, THREE)))
     assert done["changed"] and len(layout_now(node)[G0]) == 3
+    # the mode change was journaled when asked for, and not again when the reboot completed it
+    assert [e for e in journal(node) if e[0] == "MIGModeChanged"] == [("MIGModeChanged", "LayoutApplied", G0)]
+
+
+def test_a_mode_change_a_gpu_reset_completes_is_journaled_once(capsys, make_node):
+    node = make_node(gpus=[{"uuid": G0, "index": 0, "minor": 0, "name": A100, "mig_mode": False,
+                            "mig_mode_needs_reset": True}])
+    assert apply(capsys, node, layout=layout_of((0, THREE)))["gpus"][0]["reset_needed"]
+    reset_fakehw_gpus(node.fakehw, [G0])  # bcd.devices.gpu_reset's work on a fakehw node, in the same boot
+    done = apply(capsys, node, layout=layout_of((0, THREE)))
+    assert done["changed"] and len(layout_now(node)[G0]) == 3
+    assert [e for e in journal(node) if e[0] == "MIGModeChanged"] == [("MIGModeChanged", "LayoutApplied", G0)]
 
 
 def test_a_run_that_stops_between_a_change_and_its_event_is_made_whole_by_the_next(capsys, mig_node, monkeypatch):

@@ -248,7 +248,7 @@ def test_every_state_file_is_named_once_in_the_table_with_its_cap():
     its docstring's table with the cap); no other module of module_utils gives a state file's name a constant
     of its own, and the state directory's default is the table's."""
     names = dict((key, value) for key, value in vars(_state_files).items() if key.endswith("_NAME"))
-    assert sorted(names.values()) == sorted(FILE_CAPS) and len(names) == len(FILE_CAPS) == 11
+    assert sorted(names.values()) == sorted(FILE_CAPS) and len(names) == len(FILE_CAPS) == 12
     for name, cap in FILE_CAPS.items():
         rows = [line.split() for line in _state_files.__doc__.splitlines() if line.startswith("``%s`` " % name)]
         shown = "never" if cap == NEVER_READ else next(

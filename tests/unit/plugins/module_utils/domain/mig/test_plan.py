@@ -22,7 +22,6 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.model impor
     MigGpu,
     MigNode,
     MigOp,
-    Placement,
     ci_slices,
 )
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.placement import fit, placement_at
