@@ -90,7 +90,7 @@ def test_the_helper_bounds_target_finds_a_bound_root_does_not_keep(tmp_path, mon
                         else checked(limit, uid, request))  # kube.look taken out of its bucket
     target.prepare(item)
     failure = target.run(item)
-    assert failure["kind"] == "bound" and "5 of kube.look passed in 0s, past a burst of 2" in failure["summary"], failure
+    assert failure["kind"] == "bound" and "5 of kube.look, mig.look passed in 0s, past a burst of 2" in failure["summary"], failure
 
 
 def test_the_allowlist_is_the_projects_errors_and_named_os_errors():
