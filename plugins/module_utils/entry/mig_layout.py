@@ -31,7 +31,7 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.event_types imp
     MIG_INSTANCE_DESTROYED,
     MIG_MODE_CHANGED,
 )
-from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.guard import GpuClaims, gpu_claims
+from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.guard import GpuClaims, gpu_claims, planned_vm_claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.layout import LayoutError, WantedGpu, WantedInstance, wanted_from_layout
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.mig_parted import wanted_from_mig_parted
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.model import ComputeInstance, GpuInstance, MigDone, MigNode, MigOp
@@ -146,13 +146,19 @@ def drift_events(host: Host, state: NodeState, rec: MigRecord, node: MigNode) ->
 # -- the run -------------------------------------------------------------------------------------------------
 
 def node_claims(host: Host, state: NodeState, node: MigNode) -> Dict[str, GpuClaims]:
-    """Every GPU's claims, read now: holds, pending releases, VMs (running, and as the last pass saw them), and
-    the processes the driver lists."""
+    """Every GPU's claims, read now: holds, pending releases, VMs (running, as the last pass saw them, and those the
+    stored node spec's instances are to give it), and the processes the driver lists."""
     holds = _holds(host)
     domains, _error = host.domains()
-    return dict((gpu.uuid, gpu_claims(gpu.uuid, claims_on(gpu.uuid, holds, state.releases, domains, state.ledger.vfio,
-                                                          state.maintenance), node.processes))
-                for gpu in node.gpus)
+    try:
+        stored = state.load_nodespec()
+        instances: Optional[Sequence[Dict[str, Any]]] = stored[2] if stored is not None else []
+    except BcdError:
+        instances = None
+    running = [domain.instance_id for domain in domains]
+    return dict((gpu.uuid, gpu_claims(gpu.uuid, claims_on(
+        gpu.uuid, holds, state.releases, domains, state.ledger.vfio, state.maintenance)
+        + planned_vm_claims(gpu.uuid, instances, running), node.processes)) for gpu in node.gpus)
 
 
 def converge_layout(host: Host, wanted: Optional[Mapping[str, WantedGpu]], state_dir: str = DEFAULT_STATE_DIR,

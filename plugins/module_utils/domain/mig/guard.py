@@ -8,8 +8,9 @@ is made finer, as issue 48 asks: a change that keeps every held instance as it i
 claims (``domain/busy.claims_on``: holds, pending Kubernetes releases, VMs, unreadable records) and the
 processes the driver lists on it are sorted into those on the GPU whole and those on one MIG instance:
 
-* a claim on the GPU whole (a hold of the GPU or of a slot, a VM, a Kubernetes release of the GPU, a hold
-  spec or the releases file that cannot be read, a process on the GPU outside MIG) refuses every change;
+* a claim on the GPU whole (a hold of the GPU or of a slot, a VM that has it or is to have it, a Kubernetes
+  release of the GPU, a hold spec, the releases file or the stored node spec that cannot be read, a process on
+  the GPU outside MIG) refuses every change;
 * a claim on MIG instance ``gi``/``ci`` (a hold or a pending release of that atom, a process on that MIG
   device) refuses destroying that compute instance or its GPU instance, and a MIG mode change;
 * creating an instance on a GPU nothing holds whole is never refused here (where it fits is the planner's).
@@ -21,7 +22,7 @@ account cannot destroy an instance someone holds by asking for the op directly.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.input.atoms import CLASS_MIG, Atom, AtomRefused, atom_from_id
 from ansible_collections.bcd.devices.plugins.module_utils.support.records import field, record
@@ -77,6 +78,22 @@ def gpu_claims(uuid: str, claims: Iterable[Claim], processes: Iterable[GpuProces
                     process.pid, " (%s)" % process.name if process.name else "", process.gi, process.ci))
         else:
             found.whole.append(text)
+    return found
+
+
+def planned_vm_claims(uuid: str, instances: Optional[Sequence[Mapping[str, Any]]],
+                      running: Iterable[str] = ()) -> List[Claim]:
+    """The claims of the VMs that are to have GPU ``uuid``: the node spec's ``instances`` (what the last pass took)
+    naming it, but for those ``running`` already (``busy.claims_on`` names them). ``instances`` None: the stored
+    node spec could not be read, and every GPU counts as claimed."""
+    if instances is None:
+        return [{"kind": "vm", "text": "the stored node spec cannot be read (a VM may be about to have it)"}]
+    found: List[Claim] = []
+    for instance in instances:
+        instance_id = str(instance.get("instance_id"))
+        if uuid in (instance.get("gpus") or ()) and instance_id not in running:
+            found.append({"kind": "vm", "text": "to be passed through to VM %s" % instance_id,
+                          "instance_id": instance_id})
     return found
 
 

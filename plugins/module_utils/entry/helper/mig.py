@@ -13,8 +13,9 @@ held until the op is done) and one MIG reading or change at a time, root reads *
 * the holds: every bcd spec in ``/etc/cdi`` and ``/var/run/cdi`` (a spec that cannot be read back claims every
   GPU), and the env files of ``/run/bcd/allocations`` for what their allocation's spec does not name
   (``reading.node_holds``, ``conflicts.beyond_spec``), as ``claims_on_node`` reads them for ``hold.write``;
-* the pending Kubernetes releases and the GPUs VMs had at the last pass, from the state directory
-  (``DEFAULT_STATE_DIR``, as ``claims_on_node``), and the VMs running now (``host.domains``);
+* the pending Kubernetes releases, the GPUs VMs had at the last pass and those the stored node spec's
+  ``instances`` are to give VMs, from the state directory (``DEFAULT_STATE_DIR``, as ``claims_on_node``), and
+  the VMs running now (``host.domains``);
 
 and runs the one check every MIG op goes through (``domain/mig/guard.op_refusal``, the planner's own). An op it
 refuses is ``Refused`` with the guard's words, retryable (the holds may go); else root carries it out and
@@ -24,18 +25,19 @@ replies what was made, or the tool's words.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, ContextManager, Dict, List
+from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.busy import claims_on
 from ansible_collections.bcd.devices.plugins.module_utils.domain.cdi.hold_spec import SPEC_DIR, LiveHold, read_hold
-from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.guard import gpu_claims, op_refusal
+from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.guard import gpu_claims, op_refusal, planned_vm_claims
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.wire import WireError, done_to_data, node_to_data, op_from_data
 from ansible_collections.bcd.devices.plugins.module_utils.domain.plan.conflicts import beyond_spec
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.reading import RUN_SPEC_DIR, node_holds
 from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.request import Refused
-from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import DEFAULT_STATE_DIR, LEDGER_NAME, StateFiles
+from ansible_collections.bcd.devices.plugins.module_utils.node.state_files import DEFAULT_STATE_DIR, LEDGER_NAME, NODESPEC_NAME, StateFiles
 from ansible_collections.bcd.devices.plugins.module_utils.node.writers import node_file_path
 from ansible_collections.bcd.devices.plugins.module_utils.state.ledger import parse_ledger
+from ansible_collections.bcd.devices.plugins.module_utils.state.nodespec import nodespec_from_data
 from ansible_collections.bcd.devices.plugins.module_utils.state.releases import load_releases
 from ansible_collections.bcd.devices.plugins.module_utils.support.errors import BcdError
 
@@ -87,8 +89,16 @@ def root_claims(host: Host, uuid: str, node: MigNode, state_dir: str = DEFAULT_S
         ledger = parse_ledger(files.read(LEDGER_NAME), files.where(LEDGER_NAME))
     except (BcdError, OSError) as exc:
         raise Refused("cannot read the pending releases: %s" % exc, retryable=True)
+    try:
+        content = files.read(NODESPEC_NAME)
+        stored = None if content is None else nodespec_from_data(files.loads(content, NODESPEC_NAME),
+                                                                 files.where(NODESPEC_NAME))
+        instances: Optional[List[Dict[str, Any]]] = stored[2] if stored is not None else []
+    except (BcdError, OSError, ValueError):
+        instances = None  # every GPU counts as claimed (guard.planned_vm_claims)
     domains, _error = host.domains()
     claims = claims_on(uuid, live_holds(host), releases, domains, ledger.vfio, {})
+    claims += planned_vm_claims(uuid, instances, [domain.instance_id for domain in domains])
     return gpu_claims(uuid, claims, node.processes)
 
 

@@ -192,6 +192,14 @@ def test_a_held_instance_refuses_the_change_that_would_destroy_it_and_the_other_
     assert [(profile, start) for _gi, _ci, profile, start, _uuid in layout_now(mig_node)[G1]] == [("7g.40gb", 0)]
 
 
+def test_a_gpu_a_vm_is_to_have_is_not_changed(capsys, mig_node):
+    mig_node.run(1, [], instances=[{"instance_id": "inst_1", "gpus": [G1]}])
+    done = apply(capsys, mig_node, layout=layout_of((0, THREE), (1, THREE)))
+    assert done["failed"] and done["msg"].endswith(
+        "%s (GPU 1) is not changed: to be passed through to VM inst_1" % G1)
+    assert layout_now(mig_node)[G1] == [] and len(layout_now(mig_node)[G0]) == 3
+
+
 def test_a_change_around_a_held_instance_goes_ahead_and_keeps_it_as_it_is(capsys, mig_node):
     apply(capsys, mig_node, layout=layout_of((0, THREE)))
     held = layout_now(mig_node)[G0][0]

@@ -176,8 +176,20 @@ def _process(helper):
     return "it would destroy GPU instance gi2: host process 4242 (python3) uses MIG instance gi2/ci0"
 
 
+def _vm_to_come(helper):
+    _state(helper, "nodespec.json", json.dumps({"generation": 3, "devices": [],
+                                                "instances": [{"instance_id": "vm-7", "gpus": [GPU_A]}]}))
+    return "to be passed through to VM vm-7"
+
+
+def _nodespec_unreadable(helper):
+    _state(helper, "nodespec.json", "{not json")
+    return "the stored node spec cannot be read (a VM may be about to have it)"
+
+
 @pytest.mark.parametrize("claim", [_in_var_run_cdi, _env_file_alone, _damaged_spec, _pending_release,
-                                   _releases_unreadable, _vm_now, _vm_at_the_last_pass, _process])
+                                   _releases_unreadable, _vm_now, _vm_at_the_last_pass, _vm_to_come,
+                                   _nodespec_unreadable, _process])
 def test_root_reads_every_claim_itself(node, claim):
     reason = claim(node)
     before = Path(node.fakehw).read_bytes()
