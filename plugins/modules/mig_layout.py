@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: mig_layout
 short_description: Converge the MIG layout of a node's GPUs, never under a hold
-version_added: 0.4.0
+version_added: 0.3.0
 description:
   - Turns MIG mode on or off and makes and destroys GPU and compute instances until each GPU the layout names has
     the instances it lists, by profile name as C(nvidia-smi mig -lgip) shows them (V(3g.40gb)), at the placements
