@@ -18,6 +18,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -30,7 +32,6 @@ from ansible_collections.bcd.devices.tests.unit.roles.test_role_rerun import (
     ROLE_PLAY,
     Node,
     _collection,
-    base,  # noqa: F401  # pylint: disable=unused-import  # the fixture
     recap,
     tasks_run,
 )
@@ -56,8 +57,8 @@ def test_the_boot_unit_passes_systemd_analyze_verify(tmp_path, helper):
     program = prefix / "bin" / "bcd-holds"
     program.write_text("#!/bin/sh\n")
     program.chmod(0o755)
-    units = written_units(RoleVars(dict(bcd_holds_mig_layout=LAYOUT, bcd_holds_helper=helper,
-                                         bcd_holds_prefix=str(prefix))))
+    role_vars = RoleVars(dict(bcd_holds_mig_layout=LAYOUT, bcd_holds_helper=helper, bcd_holds_prefix=str(prefix)))
+    units = written_units(role_vars)
     path = tmp_path / UNIT
     path.write_text(units[UNIT], encoding="utf-8")
     result = subprocess.run([tool, "verify", str(path)], capture_output=True, text=True, check=False, timeout=120)
@@ -90,7 +91,16 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 or not ANSIBLE_PLAYBOOK.exists
                                 reason="needs root (the role creates an account) and ansible-playbook")
 
 
-def a100_node(base):  # noqa: F811  # base: test_role_rerun's directory, not the fixture
+@pytest.fixture
+def base():
+    """A directory the pass account can reach (pytest's own is root's 0700), as test_role_rerun's."""
+    path = tempfile.mkdtemp(prefix="bcd-role-mig.")
+    os.chmod(path, 0o755)
+    yield Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def a100_node(base):
     node = Node(base, _collection(base))
     data = json.loads(node.fakehw.read_text())
     data["gpus"] = [{"uuid": uuid, "index": i, "minor": i, "numa_node": 0, "name": A100, "mig_mode": False}
@@ -120,7 +130,7 @@ def layout_now(node, uuid):
 
 
 @needs_root
-def test_the_role_applies_the_layout_installs_the_boot_unit_and_a_re_run_changes_nothing(base):  # noqa: F811
+def test_the_role_applies_the_layout_installs_the_boot_unit_and_a_re_run_changes_nothing(base):
     node = a100_node(base)
     unit = node.root / "etc" / "systemd" / "system" / UNIT
     first = node.role(bcd_holds_mig_layout=LAYOUT)
@@ -156,7 +166,7 @@ def test_the_role_applies_the_layout_installs_the_boot_unit_and_a_re_run_changes
 
 
 @needs_root
-def test_a_held_gpu_fails_the_role_unless_the_same_run_releases_it(base):  # noqa: F811
+def test_a_held_gpu_fails_the_role_unless_the_same_run_releases_it(base):
     node = a100_node(base)
     node.role(bcd_holds_mig_layout=LAYOUT)
     both = LAYOUT + [{"devices": [1], "mig_enabled": True, "instances": [{"profile": "7g.40gb"}]}]

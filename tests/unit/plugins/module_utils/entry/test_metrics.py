@@ -171,10 +171,10 @@ def test_a_node_without_mig_and_without_a_record_has_the_families_and_no_series(
 
 
 def test_mig_label_values_are_kept_to_their_grammar(capsys, mig_node, monkeypatch):
-    odd = MigNode(source="nvidia-smi", gpus=[
-        MigGpu(uuid=G0, index=0, mode=True, instances=(GpuInstance(gi=1, profile="3g.20gb", placement=Placement(4, 4),
-                                                                    compute=(ComputeInstance(gi=1, ci=0, profile='3g"}\n#x'),)),)),
-        MigGpu(uuid='GPU-1"} 1\nbcd_owned{x="', index=1, mode=True)])
+    hostile = ComputeInstance(gi=1, ci=0, profile='3g"}\n#x')
+    instance = GpuInstance(gi=1, profile="3g.20gb", placement=Placement(4, 4), compute=(hostile,))
+    odd = MigNode(source="nvidia-smi", gpus=[MigGpu(uuid=G0, index=0, mode=True, instances=(instance,)),
+                                             MigGpu(uuid='GPU-1"} 1\nbcd_owned{x="', index=1, mode=True)])
     monkeypatch.setattr(FakeMigSide, "read", lambda self: odd)
     lines = mig_families(cli(capsys, mig_node, "metrics")[1])
     assert lines[2:] == ['bcd_mig_mode{gpu="%s"} 1' % G0] + LIVE[4:6] + [
