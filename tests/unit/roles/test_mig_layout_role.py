@@ -143,7 +143,8 @@ def test_the_role_applies_the_layout_installs_the_boot_unit_and_a_re_run_changes
 
     again = node.role(bcd_holds_mig_layout=LAYOUT)
     assert "Record the install" not in tasks_run(again) and recap(again)[1] == 0, again
-    assert tasks_run(again)[:3] == ["Validating arguments against arg spec 'main'", "Apply the MIG layout",
+    assert tasks_run(again)[:4] == ["Validating arguments against arg spec 'main'", "Apply the MIG layout",
+                                    "Have NVIDIA's CDI refresh generate its spec for the new MIG devices",
                                     "Converge the holds"]
     assert layout_now(node, G0) == made
 

@@ -258,7 +258,7 @@ def test_no_root_command_runs_where_the_account_reaches(combination):
             "/usr/local/bin/bcd-holds mig-layout --boot %s" % role_vars["__bcd_holds_node_args"].strip()]
         assert not any(key == "User" for _s, key, _v in entries)
         assert ("Service", "Type", "oneshot") in entries and ("Service", "RemainAfterExit", "yes") in entries
-        assert ("Unit", "Before", "bcd-holds-converge.service bcd-holds-retry.service") in entries
+        assert ("Unit", "Before", "bcd-holds-converge.service bcd-holds-retry.service nvidia-cdi-refresh.service") in entries
         assert ("Install", "WantedBy", "multi-user.target") in entries
         after = [value for _s, key, value in entries if key == "After"]
         assert after == ["nvidia-persistenced.service"] + (
