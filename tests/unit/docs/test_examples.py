@@ -680,7 +680,7 @@ def run_mig_layout_md_reset(run, text):
     events = [json.loads(line) for line in run.read("node-a", "/var/lib/bcd/events.jsonl").splitlines()]
     assert [(e["type"], e["body"]["reason"]) for e in events] == [
         ("GPUMaintenanceStarted", "MaintenanceStarted"), ("MIGModeChanged", "LayoutApplied"),
-        ("GPUReset", "ResetHealthy"), ("MIGModeChanged", "ChangedOutside"),  # the reset made the pending mode the mode
+        ("GPUReset", "ResetHealthy"),  # the reset made the pending mode the mode: journaled once, when asked for
         ("MIGInstanceCreated", "LayoutApplied"), ("MIGInstanceCreated", "LayoutApplied"),
         ("GPUMaintenanceEnded", "MaintenanceEnded")]
     assert json.loads(run.read("node-a", "/var/lib/bcd/maintenance.json")) == {}
