@@ -69,7 +69,7 @@ def refusal(document, config="c", inventory=EIGHT_A100_40):
 # --- NVIDIA's files ------------------------------------------------------------------------------------------
 
 def test_the_example_custom_config_on_eight_a100s():
-    result = wanted_from_mig_parted(load("examples_config.yaml"), "custom-config", *EIGHT_A100_40)
+    result = wanted_from_mig_parted(load("examples_config.yaml.txt"), "custom-config", *EIGHT_A100_40)
     one = [("1g.5gb", ())]
     assert shape(result) == {
         0: (False, []), 1: (False, []), 2: (False, []), 3: (False, []),
@@ -88,7 +88,7 @@ def test_the_example_custom_config_on_eight_a100s():
     ("all-balanced", (True, [("3g.20gb", ()), ("2g.10gb", ()), ("1g.5gb", ()), ("1g.5gb", ())])),
 ])
 def test_the_example_configs_for_every_gpu(name, wanted):
-    result = wanted_from_mig_parted(load("examples_config.yaml"), name, *EIGHT_A100_40)
+    result = wanted_from_mig_parted(load("examples_config.yaml.txt"), name, *EIGHT_A100_40)
     assert shape(result) == dict((n, wanted) for n in range(8))
     assert set(gpu.source for gpu in result.values()) == {"mig-configs.%s[0]" % name}
 
@@ -122,7 +122,7 @@ def test_every_config_of_nvidias_files_reads_on_the_gpus_it_is_for():
             "0x290110DE": "NVIDIA B200", DISPLAY: "DGX Display"}
     inventory = node(*[(name, pci) for pci, name in pcis.items()])
     read = 0
-    for name in ("examples_config.yaml", "examples_dgx-station-80gb-config.yaml",
+    for name in ("examples_config.yaml.txt", "examples_dgx-station-80gb-config.yaml",
                  "deployments_systemd_config-default.yaml"):
         document = load(name)
         for config in document["mig-configs"]:
