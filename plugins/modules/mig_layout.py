@@ -187,7 +187,7 @@ gpus:
         names it, C(gi), C(ci), C(gi_profile), C(profile), C(placement), C(uuid)).
       type: list
       elements: dict
-      contains:
+      contains: &instance_fields
         device_id:
           description: The MIG instance as a C(gpu.mig) hold names it (C(GPU-.../gi1/ci0)).
           type: str
@@ -213,54 +213,12 @@ gpus:
       description: Its MIG instances after the run (in check mode, those that stay).
       type: list
       elements: dict
-      contains:
-        device_id:
-          description: The MIG instance as a C(gpu.mig) hold names it (C(GPU-.../gi1/ci0)).
-          type: str
-        gi:
-          description: Its GPU instance id.
-          type: int
-        ci:
-          description: Its compute instance id.
-          type: int
-        gi_profile:
-          description: Its GPU instance's profile (V(3g.40gb)).
-          type: str
-        profile:
-          description: Its compute instance's profile (V(1c.3g.40gb), or the GPU instance's when it spans it).
-          type: str
-        placement:
-          description: The memory slice its GPU instance starts at.
-          type: int
-        uuid:
-          description: Its C(MIG-) UUID; null where the driver did not say it.
-          type: str
+      contains: *instance_fields
     kept:
       description: The instances that stay as they are (same GI/CI and UUID).
       type: list
       elements: dict
-      contains:
-        device_id:
-          description: The MIG instance as a C(gpu.mig) hold names it (C(GPU-.../gi1/ci0)).
-          type: str
-        gi:
-          description: Its GPU instance id.
-          type: int
-        ci:
-          description: Its compute instance id.
-          type: int
-        gi_profile:
-          description: Its GPU instance's profile (V(3g.40gb)).
-          type: str
-        profile:
-          description: Its compute instance's profile (V(1c.3g.40gb), or the GPU instance's when it spans it).
-          type: str
-        placement:
-          description: The memory slice its GPU instance starts at.
-          type: int
-        uuid:
-          description: Its C(MIG-) UUID; null where the driver did not say it.
-          type: str
+      contains: *instance_fields
     ops:
       description: The changes, in the order they run (made in check mode too), each with C(kind) (V(destroy),
         V(mode), V(create)), its fields and a C(text).
