@@ -11,10 +11,10 @@ point it at a directory.
 from __future__ import annotations
 
 import os
-import re
 from typing import Optional
 
 from ansible_collections.bcd.devices.plugins.module_utils.domain.inventory_model import normalize_pci_address
+from ansible_collections.bcd.devices.plugins.module_utils.support.speed import lazy_pattern
 
 
 def read_numa_node(pci_bus_id: Optional[str], sysfs_root: str = "/") -> Optional[int]:
@@ -32,7 +32,7 @@ def read_numa_node(pci_bus_id: Optional[str], sysfs_root: str = "/") -> Optional
     return value if value >= 0 else None
 
 
-_ID_RE = re.compile(r"\A0x([0-9a-fA-F]{4})\n?\Z")
+_ID_RE = lazy_pattern(r"\A0x([0-9a-fA-F]{4})\n?\Z")
 
 
 def read_pci_device_id(pci_bus_id: Optional[str], sysfs_root: str = "/") -> Optional[str]:

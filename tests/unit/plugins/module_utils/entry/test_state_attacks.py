@@ -62,6 +62,7 @@ COMMANDS = {
     "events-ack": ["events", "--ack-through", "1"],
     "converge-stored": ["converge", "--stored"],
     "converge-spec": ["converge", "--spec", "{spec}"],
+    "mig-boot": ["mig-layout", "--boot", "--lock-timeout", "5"],
 }
 LOADS = ("status", "busy", "metrics", "doctor", "events-ack", "converge-stored", "converge-spec")
 READS = {
@@ -75,6 +76,7 @@ READS = {
     "nodespec.json": ("status", "doctor", "converge-stored", "converge-spec"),
     "last-pass.json": ("metrics", "doctor"),
     "lock": ("busy", "events", "events-ack", "converge-stored", "converge-spec"),
+    "mig-layout.json": ("mig-boot",),
 }
 BIG = b"7" * 10000
 
@@ -153,6 +155,7 @@ class World:
         self.plant("health.json", b"{}")
         self.plant("releasing.json", b'{"releases": {}}')
         self.plant("events.seq", b"0\n")
+        self.plant("mig-layout.json", b'{"version": 1, "boot_id": "", "gpus": {}}')
         for name in READS:
             assert os.path.isfile(self.path(name)), name
         return self
