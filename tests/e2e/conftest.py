@@ -66,6 +66,7 @@ CONSUMERS = (
                        "client (a kubelet); its ctr run --device takes device paths only (checked by "
                        "test_docker_cdi.py; docs/verified-consumers.md)"),
     ("systemd (hold slices)", ("test_systemd_slices.py",), ""),
+    ("systemd (MIG layout at boot)", ("test_systemd_mig_layout.py",), ""),
     ("Slurm", ("test_slurm.py",), ""),
     ("Event-Driven Ansible", ("test_eda.py",), ""),
 )
