@@ -36,7 +36,8 @@ from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.layout impo
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.mig_parted import wanted_from_mig_parted
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.model import ComputeInstance, GpuInstance, MigDone, MigNode, MigOp
 from ansible_collections.bcd.devices.plugins.module_utils.domain.mig.plan import GpuPlan, LayoutPlan, LayoutRefused, plan_layout
-from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import _holds, _room
+from ansible_collections.bcd.devices.plugins.module_utils.entry.busy import _room
+from ansible_collections.bcd.devices.plugins.module_utils.entry.helper.mig import live_holds
 from ansible_collections.bcd.devices.plugins.module_utils.node.sysfs_pci import read_pci_device_id
 from ansible_collections.bcd.devices.plugins.module_utils.state.mig_record import MigRecord, recorded
 from ansible_collections.bcd.devices.plugins.module_utils.state.store import DEFAULT_STATE_DIR, NodeState
@@ -146,9 +147,10 @@ def drift_events(host: Host, state: NodeState, rec: MigRecord, node: MigNode) ->
 # -- the run -------------------------------------------------------------------------------------------------
 
 def node_claims(host: Host, state: NodeState, node: MigNode) -> Dict[str, GpuClaims]:
-    """Every GPU's claims, read now: holds, pending releases, VMs (running, as the last pass saw them, and those the
-    stored node spec's instances are to give it), and the processes the driver lists."""
-    holds = _holds(host)
+    """Every GPU's claims, read now: holds (the bcd specs of /etc/cdi and /var/run/cdi, and the env files beyond
+    them, as root reads them for the helper's ``mig.change``), pending releases, VMs (running, as the last pass saw
+    them, and those the stored node spec's instances are to give it), and the processes the driver lists."""
+    holds = live_holds(host)  # as root reads them in the helper: one reading, whoever checks
     domains, _error = host.domains()
     try:
         stored = state.load_nodespec()
@@ -302,7 +304,7 @@ def _result(plan: LayoutPlan, after: Mapping[str, Sequence[GpuInstance]], errors
 def _held_missing(host: Host, node: MigNode, after: Mapping[str, Sequence[GpuInstance]]) -> List[Dict[str, str]]:
     """The MIG instances live holds name that the layout now lacks (after a reboot: made again with other ids)."""
     missing: List[Dict[str, str]] = []
-    for hold in _holds(host):
+    for hold in live_holds(host):
         for atom in hold.atoms:
             if atom.gi is None or atom.ci is None or node.gpu(atom.gpu_uuid) is None:
                 continue

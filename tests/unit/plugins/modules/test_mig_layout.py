@@ -10,6 +10,7 @@ makes the recorded layout again and the next pass renders the kept hold with its
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,19 @@ def test_a_held_instance_refuses_the_change_that_would_destroy_it_and_the_other_
         % G0 in done["msg"]
     assert layout_now(mig_node)[G0][0] == held
     assert [(profile, start) for _gi, _ci, profile, start, _uuid in layout_now(mig_node)[G1]] == [("7g.40gb", 0)]
+
+
+@pytest.mark.parametrize("where", ["/var/run/cdi spec", "env file alone"])
+def test_a_run_as_root_reads_the_holds_as_the_root_helper_does(capsys, mig_node, where):
+    apply(capsys, mig_node, layout=layout_of((0, THREE)))
+    mig_node.run(1, [mig("alloc_train", "%s/gi1/ci0" % G0)])
+    if where == "/var/run/cdi spec":
+        mig_node.write("/var/run/cdi/bcd-alloc_train.json", mig_node.read("/etc/cdi/bcd-alloc_train.json"))
+    os.unlink(mig_node.path("/etc/cdi/bcd-alloc_train.json"))  # the env file is left, naming the MIG device
+    held = layout_now(mig_node)[G0][0]
+    done = apply(capsys, mig_node, layout=layout_of((0, [{"profile": "7g.40gb"}])))
+    assert done["failed"] and "it would destroy GPU instance gi1: MIG instance gi1/ci0 held by alloc_train" in done["msg"]
+    assert layout_now(mig_node)[G0][0] == held
 
 
 def test_a_gpu_a_vm_is_to_have_is_not_changed(capsys, mig_node):
