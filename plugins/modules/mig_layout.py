@@ -32,8 +32,8 @@ description:
     boot, by anyone else, is journaled at the next run with the reason C(ChangedOutside).
   - MIG instances do not survive a reboot. C(bcd-holds mig-layout --boot) (the role's C(bcd-holds-mig-layout)
     unit, before the holds' boot pass) makes the recorded layout again, in the same order at the same placements,
-    so that kept C(gpu.mig) holds find their GI/CI again; the boot pass then renders their specs and env files
-    with the new C(MIG-) UUIDs.
+    so that kept C(gpu.mig) holds find their GI/CI again; the first pass once NVIDIA's CDI spec names the new
+    instances renders their specs and env files with the new C(MIG-) UUIDs (C(docs/mig-layout.md)).
   - Turning MIG mode on or off may wait for a GPU reset (the driver says it is pending); the GPU's entry then says
     RV(gpus[].reset_needed), nothing is made on it, and the next run after a reset (M(bcd.devices.gpu_reset)) or
     a reboot goes on.
